@@ -1,0 +1,73 @@
+"""The actor model: spawn a class in another process, call its methods, survive failures.
+
+Public surface::
+
+    from runtime import spawn, method, ActorGroup
+
+    class Counter:
+        def __init__(self, *, start: int = 0) -> None: ...     # constructors are keyword-only
+        def add(self, n: int) -> int: ...                      # sync: runs on the default lane, in order
+        async def fetch(self, url: str) -> str: ...            # async: a task on the actor's loop
+        @method(control_plane=True)
+        def ping(self) -> str: ...                             # answers even while `add` blocks
+
+    counter = spawn(Counter, kwargs={"start": 1}, name="counter")
+    counter.add(2).result()          # plain code
+    await counter.add(2)             # async code
+    counter.add.options(deadline_s=5)(3)
+
+Errors: RemoteError, ActorDied, ActorRestarted, DeadlineExceeded, NotDelivered, OverCapacity, CallRejected.
+"""
+
+from runtime.call_store import StoreLimits
+from runtime.errors import (
+    ActorDefinitionError,
+    ActorDied,
+    ActorError,
+    ActorRestarted,
+    CallRejected,
+    DeadlineExceeded,
+    NotDelivered,
+    OverCapacity,
+    RemoteError,
+)
+from runtime.group import ActorGroup, GroupCall, gather
+from runtime.handle import ActorHandle, MethodRef, PendingCall
+from runtime.metadata import method
+from runtime.naming import get_actor
+from runtime.process import worker_command
+from runtime.retry import retry_until_deadline, retry_until_deadline_sync
+from runtime.spawn import attach, attach_async, connect, connect_async, spawn, spawn_async, spawn_many
+from transport import register_type
+
+__all__ = [
+    "ActorDefinitionError",
+    "ActorDied",
+    "ActorError",
+    "ActorGroup",
+    "ActorHandle",
+    "ActorRestarted",
+    "CallRejected",
+    "DeadlineExceeded",
+    "GroupCall",
+    "MethodRef",
+    "NotDelivered",
+    "OverCapacity",
+    "PendingCall",
+    "RemoteError",
+    "StoreLimits",
+    "attach",
+    "attach_async",
+    "connect",
+    "connect_async",
+    "gather",
+    "get_actor",
+    "method",
+    "register_type",
+    "retry_until_deadline",
+    "retry_until_deadline_sync",
+    "spawn",
+    "spawn_async",
+    "spawn_many",
+    "worker_command",
+]

@@ -1,0 +1,26 @@
+"""Bytes on the wire: the msgpack codec with zero-copy buffers, the frame layout and ZeroMQ endpoints.
+
+This layer knows nothing of actors. Public surface:
+
+- :func:`encode` / :func:`decode`: objects ⇄ (msgpack body, out-of-band buffers)
+- :func:`register_type`: allow a dataclass, pydantic model, enum (or a class with custom state) on the wire
+- :mod:`transport.frames`: ``pack``/``unpack`` of the versioned frame layout
+- :mod:`transport.endpoints`: ``router``/``dealer`` sockets driven by an asyncio loop
+"""
+
+from transport.codec import DecodeError, UnsupportedTypeError, decode, encode
+from transport.frames import FrameError, Message
+from transport.protocol import VERSION, Kind
+from transport.type_registry import register_type
+
+__all__ = [
+    "VERSION",
+    "DecodeError",
+    "FrameError",
+    "Kind",
+    "Message",
+    "UnsupportedTypeError",
+    "decode",
+    "encode",
+    "register_type",
+]

@@ -1,0 +1,354 @@
+"""The server side of an actor process: one ROUTER socket, the call store, and the lanes that run methods.
+
+Message handling happens on the event loop and never blocks: SUBMITs are deduplicated and routed (sync methods
+to their group's thread lane, async methods as tasks, control-plane methods inline), POLL/ACK/PING are answered
+at once. That loop is the control lane: it keeps answering health checks and polls while a sync method runs.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import logging
+import os
+import socket
+import time
+from collections.abc import Callable
+from typing import Any
+
+import zmq
+
+from runtime import builtin_methods
+from runtime.call_store import CallRecord, CallState, CallStore, StoreLimits, Tombstone
+from runtime.errors import CallRejected
+from runtime.lanes import ThreadLane
+from runtime.metadata import DEFAULT_ASYNC_CONCURRENCY, ActorClassInfo, MethodInfo
+from runtime.outcome import error_frames, result_frames
+from transport import frames as wire
+from transport import shared_memory
+from transport.codec import Buffer, decode
+from transport.endpoints import ZmqEndpoint, router
+from transport.frames import FrameError
+from transport.protocol import DEFAULT_MAX_HEADER_BYTES, DEFAULT_MAX_MESSAGE_BYTES, Kind
+
+log = logging.getLogger(__name__)
+
+
+class ActorServer:
+    """Serves one actor instance (constructed later by the ``__construct__`` control call)."""
+
+    def __init__(
+        self, *, bind: str, limits: StoreLimits | None = None, context: zmq.Context | None = None
+    ) -> None:
+        self.bind_address = bind
+        self.boot_id = os.urandom(8).hex()
+        self.host = socket.gethostname()
+        self.pid = os.getpid()
+        self.machine_id = shared_memory.machine_id()
+        self.started_at = time.time()
+        self.store = CallStore(limits or StoreLimits())
+        self.context = context or zmq.Context.instance()
+        self.instance: Any = None
+        self.info: ActorClassInfo | None = None
+        self.name = f"actor-{self.pid}"
+        self.endpoint: ZmqEndpoint | None = None
+        self.address = ""
+        self.stats = {"calls_total": 0, "errors_total": 0, "rejected_total": 0, "duplicates_total": 0}
+        self.stopped = asyncio.Event()
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._lanes: dict[str, ThreadLane] = {}
+        self._async_slots: dict[str, asyncio.Semaphore] = {}
+        self._tasks: set[asyncio.Task[Any]] = set()
+        self._sweeper: asyncio.Task[None] | None = None
+        self.hooks: list[Callable[[str, str, float], None]] = []  # (method, outcome, seconds) observers
+
+    # ---- lifecycle -------------------------------------------------------------------------------------------
+
+    async def start(self) -> str:
+        """Bind and start serving; returns the bound address."""
+        self._loop = asyncio.get_running_loop()
+        self.endpoint, self.address = router(
+            self.context, self.bind_address, self._on_frames, max_message_bytes=DEFAULT_MAX_MESSAGE_BYTES
+        )
+        self.endpoint.start()
+        self._lanes["__construct__"] = ThreadLane("construct", 1, self._loop, self._finish)
+        self._sweeper = asyncio.create_task(self._sweep_forever())
+        return self.address
+
+    def configure(self, info: ActorClassInfo, instance: Any, name: str, max_concurrency: int | None) -> None:
+        """Install the constructed instance and its lanes (called by ``__construct__``)."""
+        for group, threads in info.concurrency_groups.items():
+            self._lanes[group] = ThreadLane(group, threads, self._loop, self._finish)
+            slots = (max_concurrency or DEFAULT_ASYNC_CONCURRENCY) if group == "default" else threads
+            self._async_slots[group] = asyncio.Semaphore(slots)
+        self.name, self.instance = name, instance
+        self.info = info  # last: calls are routed once this is set
+
+    async def stop(self) -> None:
+        for task in [self._sweeper, *self._tasks]:
+            if task is not None:
+                task.cancel()
+        for lane in self._lanes.values():
+            lane.stop()
+        if self.endpoint is not None:
+            self.endpoint.close()
+        self.stopped.set()
+
+    async def _sweep_forever(self) -> None:
+        while True:
+            interval = min(max(self.store.limits.result_ttl_s / 4, 0.05), 30.0)
+            await asyncio.sleep(interval)
+            expired = self.store.expire(time.monotonic())
+            if expired:
+                log.info(
+                    "%s: expired %d unacknowledged results (result_ttl_s=%s)",
+                    self.name,
+                    expired,
+                    self.store.limits.result_ttl_s,
+                )
+
+    # ---- receiving -------------------------------------------------------------------------------------------
+
+    def _on_frames(self, frames: list[Any]) -> None:
+        peer = frames[0].bytes
+        try:
+            message = wire.unpack(frames[1:], max_header_bytes=DEFAULT_MAX_HEADER_BYTES)
+            handler = self._handlers[message.kind]
+        except (FrameError, KeyError) as exc:
+            self.endpoint.stats.drop("malformed")
+            log.debug("%s: dropped a malformed message: %s", self.name, exc)
+            return
+        try:
+            handler(self, peer, message)
+        except (ValueError, TypeError, IndexError) as exc:  # wrong shapes inside a well-framed message
+            self.endpoint.stats.drop("malformed")
+            log.debug("%s: dropped a malformed %s: %s", self.name, message.kind.name, exc)
+
+    def _send(self, peer: bytes, frames: list[Buffer]) -> None:
+        self.endpoint.send([peer, *frames])
+
+    def _on_ping(self, peer: bytes, message: wire.Message) -> None:
+        stats = {"constructed": self.instance is not None, "calls": len(self.store.records)}
+        self._send(peer, wire.pack(Kind.PONG, [message.meta[0], self.boot_id, stats]))
+
+    def _on_ack(self, peer: bytes, message: wire.Message) -> None:
+        now = time.monotonic()
+        for call_id in message.meta[0]:
+            self.store.ack(bytes(call_id), now)
+
+    def _on_poll(self, peer: bytes, message: wire.Message) -> None:
+        for call_id in message.meta[0]:
+            self._answer_known(peer, bytes(call_id), self.store.lookup(bytes(call_id)))
+
+    def _answer_known(self, peer: bytes, call_id: bytes, known: CallRecord | Tombstone | None) -> None:
+        if isinstance(known, CallRecord):
+            known.peer = peer  # the client may have reconnected: push the result to where it is now
+            if known.state is CallState.DONE:
+                self._send(peer, known.result)
+                return
+            state = "running"
+        else:
+            state = known.value if known is not None else "unknown"
+        self._send(peer, wire.pack(Kind.STATUS, [call_id, state, self.boot_id]))
+
+    def _on_submit(self, peer: bytes, message: wire.Message) -> None:
+        call_id, method_name, deadline, expected_boot, validated, acks, shm_ok = message.meta[:7]
+        call_id = bytes(call_id)
+        if acks:
+            self._on_ack(peer, wire.Message(Kind.ACK, [acks], None, []))
+        if expected_boot is not None and expected_boot != self.boot_id:
+            self._send(
+                peer,
+                error_frames(
+                    call_id,
+                    self.boot_id,
+                    "restarted",
+                    (
+                        f"the call was meant for incarnation {expected_boot} but this process is {self.boot_id}; "
+                        "the actor restarted, so the call was not run"
+                    ),
+                ),
+            )
+            return
+        body = message.body if message.body is not None else b""
+        fingerprint = _fingerprint(method_name, body, message.buffers)
+        known = self.store.lookup(call_id)
+        if known is not None:
+            self.stats["duplicates_total"] += 1
+            if isinstance(known, CallRecord) and known.fingerprint != fingerprint:
+                self._send(
+                    peer,
+                    error_frames(
+                        call_id,
+                        self.boot_id,
+                        "rejected",
+                        "call id reused for a different request; use a fresh call id",
+                    ),
+                )
+                return
+            self._answer_known(peer, call_id, known)
+            return
+        record = CallRecord(call_id, fingerprint, str(method_name), peer, shm_ok=bool(shm_ok))
+        self._accept(record, deadline, bool(validated), body, message.buffers)
+
+    _handlers = {Kind.SUBMIT: _on_submit, Kind.POLL: _on_poll, Kind.ACK: _on_ack, Kind.PING: _on_ping}
+
+    # ---- running ---------------------------------------------------------------------------------------------
+
+    def _accept(
+        self, record: CallRecord, deadline: float | None, validated: bool, body: Buffer, buffers: list[Buffer]
+    ) -> None:
+        peer, call_id, method_name = record.peer, record.call_id, record.method
+        builtin = builtin_methods.BUILTINS.get(method_name)
+        info: MethodInfo | None = None
+        if builtin is None:
+            if self.info is None:
+                self._reject(
+                    peer, call_id, "rejected", f"actor is not constructed yet; cannot run {method_name!r}"
+                )
+                return
+            try:
+                info = self.info.method(method_name, actor=self.name)
+            except CallRejected as exc:
+                self._reject(peer, call_id, "rejected", str(exc))
+                return
+        incoming = memoryview(body).nbytes + sum(memoryview(b).nbytes for b in buffers)
+        problem = self.store.capacity_problem(incoming)
+        if problem is not None:
+            self._reject(
+                peer, call_id, "over_capacity", f"actor {self.name!r} refused {method_name!r}: {problem}"
+            )
+            return
+        self.store.add(record, incoming)
+        self.stats["calls_total"] += 1
+
+        def run() -> tuple[CallRecord, list[Buffer]]:
+            return record, self._execute(record, info, builtin, deadline, validated, body, buffers)
+
+        if builtin is not None:
+            if builtin.threaded:
+                self._lanes["__construct__"].submit(run)
+            else:
+                self._finish(run())
+        elif info.is_async:
+            task = self._loop.create_task(self._run_async(record, info, deadline, validated, body, buffers))
+            self._tasks.add(task)
+            task.add_done_callback(self._tasks.discard)
+        elif info.options.control_plane:
+            self._finish(run())
+        else:
+            self._lanes[info.options.concurrency_group].submit(run)
+
+    def _reject(self, peer: bytes, call_id: bytes, code: str, message: str) -> None:
+        self.stats["rejected_total"] += 1
+        self._send(peer, error_frames(call_id, self.boot_id, code, message))
+
+    def _prepare(
+        self,
+        info: MethodInfo | None,
+        deadline: float | None,
+        validated: bool,
+        body: Buffer,
+        buffers: list[Buffer],
+    ) -> tuple[list[Any], dict[str, Any]]:
+        if deadline is not None and time.time() > deadline:
+            raise _Refused("deadline", "the deadline passed before the call started; it was not run")
+        args, kwargs = decode(body, buffers)
+        if info is not None and not validated:
+            try:
+                info.bind(tuple(args), kwargs, actor=self.name)
+            except CallRejected as exc:
+                raise _Refused("rejected", str(exc)) from None
+        return args, kwargs
+
+    def _execute(
+        self,
+        record: CallRecord,
+        info: MethodInfo | None,
+        builtin: Any,
+        deadline: float | None,
+        validated: bool,
+        body: Buffer,
+        buffers: list[Buffer],
+    ) -> list[Buffer]:
+        started = time.perf_counter()
+        try:
+            args, kwargs = self._prepare(info, deadline, validated, body, buffers)
+            if builtin is not None:
+                value = builtin.function(self, *args, **kwargs)
+            else:
+                value = getattr(self.instance, info.name)(*args, **kwargs)
+        except _Refused as refused:
+            return self._failed(record, refused.code, refused, started)
+        except Exception as exc:
+            return self._failed(record, "remote", exc, started)
+        self._observe(record.method, "ok", started)
+        return result_frames(record, self.boot_id, value)
+
+    async def _run_async(
+        self,
+        record: CallRecord,
+        info: MethodInfo,
+        deadline: float | None,
+        validated: bool,
+        body: Buffer,
+        buffers: list[Buffer],
+    ) -> None:
+        started = time.perf_counter()
+        async with self._async_slots[info.options.concurrency_group]:
+            try:
+                args, kwargs = self._prepare(info, deadline, validated, body, buffers)
+                value = await getattr(self.instance, info.name)(*args, **kwargs)
+            except _Refused as refused:
+                frames = self._failed(record, refused.code, refused, started)
+            except Exception as exc:
+                frames = self._failed(record, "remote", exc, started)
+            else:
+                self._observe(record.method, "ok", started)
+                frames = result_frames(record, self.boot_id, value)
+        self._finish((record, frames))
+
+    def _failed(self, record: CallRecord, code: str, exc: BaseException, started: float) -> list[Buffer]:
+        self.stats["errors_total"] += 1
+        self._observe(record.method, "error" if code == "remote" else code, started)
+        if isinstance(exc, _Refused):
+            return error_frames(record.call_id, self.boot_id, code, exc.message)
+        return error_frames(record.call_id, self.boot_id, code, exc=exc)
+
+    def _observe(self, method_name: str, outcome: str, started: float) -> None:
+        if self.hooks:
+            elapsed = time.perf_counter() - started
+            for hook in self.hooks:
+                hook(method_name, outcome, elapsed)
+
+    def _finish(self, done: tuple[CallRecord, list[Buffer]]) -> None:
+        record, frames = done
+        if self.store.records.get(record.call_id) is not record:
+            return  # forgotten meanwhile (e.g. expired): nobody to answer
+        self.store.finish(record, frames, time.monotonic())
+        self._send(record.peer, frames)
+
+    def in_flight(self) -> dict[str, int]:
+        """Calls running or queued, per lane."""
+        lanes = {
+            name: lane.busy + lane.queued for name, lane in self._lanes.items() if name != "__construct__"
+        }
+        lanes["async"] = len(self._tasks)
+        return lanes
+
+
+class _Refused(Exception):
+    """A call refused before user code ran (deadline passed, bad arguments)."""
+
+    def __init__(self, code: str, message: str) -> None:
+        super().__init__(message)
+        self.code = code
+        self.message = message
+
+
+def _fingerprint(method_name: Any, body: Buffer, buffers: list[Buffer]) -> bytes:
+    digest = hashlib.blake2b(str(method_name).encode(), digest_size=16)
+    digest.update(body)
+    for buffer in buffers:
+        digest.update(memoryview(buffer).nbytes.to_bytes(8, "little"))
+    return digest.digest()

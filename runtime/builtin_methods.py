@@ -1,0 +1,131 @@
+"""Methods every actor process answers, whatever its class: construct, health, stats, shutdown, methods.
+
+Their names start with ``__`` so they can never clash with a user's public methods. All but ``__construct__``
+run inline on the event loop (the control lane); the constructor runs on its own thread.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import importlib
+import logging
+import os
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import cloudpickle
+
+from runtime.call_store import StoreLimits
+from runtime.metadata import class_info
+
+if TYPE_CHECKING:
+    from runtime.actor_server import ActorServer
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class Builtin:
+    function: Callable[..., Any]
+    threaded: bool = False
+
+
+def resolve_class(class_ref: str | bytes) -> type:
+    """A class from ``"package.module:Qualified.Name"`` or from cloudpickled bytes."""
+    if isinstance(class_ref, bytes):
+        return cloudpickle.loads(class_ref)
+    module_name, _, qualname = class_ref.partition(":")
+    if not qualname:
+        raise ValueError(f"actor class {class_ref!r} must be given as 'package.module:ClassName'")
+    try:
+        target: Any = importlib.import_module(module_name)
+    except ImportError as exc:
+        raise ImportError(
+            f"cannot import module {module_name!r} for actor class {class_ref!r} in this process "
+            f"(pid {os.getpid()}): {exc}; is the package installed / on PYTHONPATH on this host?"
+        ) from exc
+    for part in qualname.split("."):
+        target = getattr(target, part, None)
+        if target is None:
+            raise ImportError(
+                f"module {module_name!r} has no attribute {qualname!r} (actor class {class_ref!r})"
+            )
+    if not isinstance(target, type):
+        raise TypeError(f"actor class {class_ref!r} is not a class but {type(target).__name__}")
+    return target
+
+
+def _construct(
+    server: ActorServer, class_ref: str | bytes, kwargs: dict[str, Any], options: dict[str, Any]
+) -> dict:
+    if server.instance is not None:
+        raise RuntimeError(
+            f"actor {server.name!r} is already constructed; spawn a new process for another actor"
+        )
+    cls = resolve_class(class_ref)
+    groups = tuple(sorted((options.get("concurrency_groups") or {}).items()))
+    info = class_info(cls, groups)
+    limits = options.get("limits")
+    if limits:
+        server.store.limits = StoreLimits(**limits)
+    name = options.get("name") or f"{cls.__name__}-{os.getpid()}"
+    instance = cls(**kwargs)
+    server.configure(info, instance, name, options.get("max_concurrency"))
+    log.info("constructed actor %s (%s) pid=%d boot=%s", name, info.path, os.getpid(), server.boot_id)
+    return {
+        "boot_id": server.boot_id,
+        "pid": server.pid,
+        "host": server.host,
+        "class_path": info.path,
+        "name": name,
+        "machine_id": server.machine_id,
+    }
+
+
+def _health(server: ActorServer) -> dict[str, Any]:
+    return {
+        "name": server.name,
+        "class_path": server.info.path if server.info else None,
+        "constructed": server.instance is not None,
+        "boot_id": server.boot_id,
+        "pid": server.pid,
+        "host": server.host,
+        "machine_id": server.machine_id,
+        "uptime_s": time.time() - server.started_at,
+        "in_flight": server.in_flight(),
+        "store": server.store.stats(),
+    }
+
+
+def _stats(server: ActorServer) -> dict[str, Any]:
+    endpoint = server.endpoint.stats
+    return {
+        **server.stats,
+        "store": server.store.stats(),
+        "messages_in": endpoint.messages_in,
+        "messages_out": endpoint.messages_out,
+        "bytes_in": endpoint.bytes_in,
+        "bytes_out": endpoint.bytes_out,
+        "dropped": dict(endpoint.dropped),
+    }
+
+
+def _shutdown(server: ActorServer) -> bool:
+    """Stop the process shortly after answering."""
+    asyncio.get_running_loop().call_later(0.05, lambda: asyncio.ensure_future(server.stop()))
+    return True
+
+
+def _methods(server: ActorServer) -> list[str]:
+    return sorted(server.info.methods) if server.info else []
+
+
+BUILTINS: dict[str, Builtin] = {
+    "__construct__": Builtin(_construct, threaded=True),
+    "__health__": Builtin(_health),
+    "__stats__": Builtin(_stats),
+    "__shutdown__": Builtin(_shutdown),
+    "__methods__": Builtin(_methods),
+}

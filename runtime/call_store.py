@@ -1,0 +1,154 @@
+"""The server's record of calls: dedupe by call id + request fingerprint, results until acked, tombstones.
+
+A call is recorded when its SUBMIT is accepted and keeps its encoded result until the client ACKs it; then only
+a small tombstone remains, so a late duplicate SUBMIT is recognised and never runs again. Results never
+acknowledged are expired by a timer after ``result_ttl_s``. Stored bytes (arguments of queued calls and
+results) count against ``memory_budget_bytes``: past it, new calls are refused with an over-capacity error.
+"""
+
+from __future__ import annotations
+
+import collections
+import enum
+from dataclasses import dataclass, field
+from typing import Any
+
+from transport import shared_memory
+from transport.codec import Buffer
+
+DEFAULT_RESULT_TTL_S = 12 * 3600.0
+DEFAULT_TOMBSTONE_TTL_S = 600.0
+DEFAULT_MAX_TOMBSTONES = 1_000_000
+DEFAULT_MEMORY_BUDGET_BYTES = 4 * 1024**3
+DEFAULT_MAX_CALLS = 100_000
+
+
+class CallState(enum.Enum):
+    RUNNING = "running"
+    DONE = "done"
+
+
+class Tombstone(enum.Enum):
+    ACKED = "acked"
+    EXPIRED = "expired"
+
+
+@dataclass(slots=True)
+class CallRecord:
+    """One call the server has accepted."""
+
+    call_id: bytes
+    fingerprint: bytes
+    method: str
+    peer: bytes
+    state: CallState = CallState.RUNNING
+    result: list[Buffer] | None = None
+    nbytes: int = 0
+    finished_at: float = 0.0
+    shm_ok: bool = False  # the caller shares this machine: large results may go through shared memory
+    shared: list[str] = field(default_factory=list)  # shared-memory files holding the result
+
+
+@dataclass
+class StoreLimits:
+    """Budgets of one actor's call store."""
+
+    result_ttl_s: float = DEFAULT_RESULT_TTL_S
+    tombstone_ttl_s: float = DEFAULT_TOMBSTONE_TTL_S
+    max_tombstones: int = DEFAULT_MAX_TOMBSTONES
+    memory_budget_bytes: int = DEFAULT_MEMORY_BUDGET_BYTES
+    max_calls: int = DEFAULT_MAX_CALLS
+
+
+@dataclass
+class CallStore:
+    """Calls by id, their tombstones, and the bytes they hold."""
+
+    limits: StoreLimits = field(default_factory=StoreLimits)
+    records: dict[bytes, CallRecord] = field(default_factory=dict)
+    tombstones: collections.OrderedDict[bytes, tuple[Tombstone, float]] = field(
+        default_factory=collections.OrderedDict
+    )
+    nbytes: int = 0
+    expired_total: int = 0
+
+    def lookup(self, call_id: bytes) -> CallRecord | Tombstone | None:
+        record = self.records.get(call_id)
+        if record is not None:
+            return record
+        tomb = self.tombstones.get(call_id)
+        return tomb[0] if tomb is not None else None
+
+    def capacity_problem(self, incoming_bytes: int) -> str | None:
+        """Why a new call of ``incoming_bytes`` cannot be accepted now, or None."""
+        if len(self.records) >= self.limits.max_calls:
+            return (
+                f"{len(self.records)} calls are unacknowledged or running (limit max_calls="
+                f"{self.limits.max_calls}); wait for results or raise the limit"
+            )
+        if self.nbytes + incoming_bytes > self.limits.memory_budget_bytes:
+            return (
+                f"over capacity: the call store holds {self.nbytes} bytes and this call brings {incoming_bytes}, "
+                f"over memory_budget_bytes={self.limits.memory_budget_bytes}; fetch and acknowledge results, "
+                "free object refs, or raise the budget"
+            )
+        return None
+
+    def add(self, record: CallRecord, incoming_bytes: int) -> None:
+        record.nbytes = incoming_bytes
+        self.nbytes += incoming_bytes
+        self.records[record.call_id] = record
+
+    def finish(self, record: CallRecord, result: list[Buffer], now: float) -> None:
+        """Keep ``result`` (frames) until acknowledged; argument bytes are released."""
+        size = sum(memoryview(frame).nbytes for frame in result)
+        self.nbytes += size - record.nbytes
+        record.nbytes = size
+        record.result = result
+        record.state = CallState.DONE
+        record.finished_at = now
+
+    def ack(self, call_id: bytes, now: float) -> bool:
+        """Drop a finished call's result, leaving a tombstone; returns whether anything was freed."""
+        record = self.records.get(call_id)
+        if record is None or record.state is not CallState.DONE:
+            return False
+        self._bury(record, Tombstone.ACKED, now)
+        return True
+
+    def expire(self, now: float) -> int:
+        """Free results older than the TTL and tombstones past theirs; returns how many results expired."""
+        cutoff = now - self.limits.result_ttl_s
+        stale = [r for r in self.records.values() if r.state is CallState.DONE and r.finished_at <= cutoff]
+        for record in stale:
+            self._bury(record, Tombstone.EXPIRED, now)
+        self.expired_total += len(stale)
+        tomb_cutoff = now - self.limits.tombstone_ttl_s
+        while self.tombstones:
+            call_id, (_, buried_at) = next(iter(self.tombstones.items()))
+            if buried_at > tomb_cutoff and len(self.tombstones) <= self.limits.max_tombstones:
+                break
+            self.tombstones.popitem(last=False)
+        return len(stale)
+
+    def _bury(self, record: CallRecord, why: Tombstone, now: float) -> None:
+        del self.records[record.call_id]
+        self.nbytes -= record.nbytes
+        shared_memory.unlink(record.shared)
+        self.tombstones[record.call_id] = (why, now)
+
+    def forget(self, record: CallRecord) -> None:
+        """Remove a call that failed before running (no tombstone: resending it may succeed)."""
+        if self.records.pop(record.call_id, None) is not None:
+            self.nbytes -= record.nbytes
+
+    def stats(self) -> dict[str, Any]:
+        running = sum(1 for r in self.records.values() if r.state is CallState.RUNNING)
+        return {
+            "calls": len(self.records),
+            "running": running,
+            "unacked_results": len(self.records) - running,
+            "bytes": self.nbytes,
+            "tombstones": len(self.tombstones),
+            "expired_total": self.expired_total,
+        }

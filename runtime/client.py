@@ -1,0 +1,164 @@
+"""The per-process client runtime: the event loop that carries calls, the ZeroMQ context, the connections.
+
+In an actor process it is the actor's own loop. In a driver script it is a loop on a background thread, so the
+same handles serve plain synchronous code (``call.result()``) and asyncio code (``await call``). Calls are
+encoded on the caller's thread and handed to the loop in batches: one wake-up carries every call queued since.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import atexit
+import collections
+import concurrent.futures
+import threading
+from collections.abc import Callable, Coroutine
+from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
+
+import zmq
+
+from runtime.connection import DEFAULT_LIVENESS_TIMEOUT_S, Call, Connection
+from runtime.errors import DeadlineExceeded
+from runtime.event_loop import new_event_loop
+
+if TYPE_CHECKING:
+    from runtime.process import ActorProcess
+
+T = TypeVar("T")
+
+
+class ClientRuntime:
+    """Owns the loop thread (if any), the ZeroMQ context and one Connection per actor endpoint."""
+
+    _current: ClassVar[ClientRuntime | None] = None
+    _lock: ClassVar[threading.Lock] = threading.Lock()
+
+    def __init__(self, loop: asyncio.AbstractEventLoop, thread: threading.Thread | None) -> None:
+        self.loop = loop
+        self.thread = thread
+        self.context = zmq.Context.instance()
+        self.connections: dict[str, Connection] = {}
+        self.processes: list[ActorProcess] = []
+        self._loop_thread_id = thread.ident if thread is not None else threading.get_ident()
+        self._inbox: collections.deque[tuple[Connection, Call]] = collections.deque()
+        self._inbox_scheduled = False
+
+    @classmethod
+    def get(cls) -> ClientRuntime:
+        """This process's runtime; starts a background loop thread on first use in a driver."""
+        current = cls._current
+        if current is not None:
+            return current
+        with cls._lock:
+            if cls._current is None:
+                cls._current = cls._start_background()
+                atexit.register(cls._current.shutdown)
+            return cls._current
+
+    @classmethod
+    def _start_background(cls) -> ClientRuntime:
+        loop = new_event_loop()
+        started = threading.Event()
+
+        def run() -> None:
+            asyncio.set_event_loop(loop)
+            loop.call_soon(started.set)
+            loop.run_forever()
+
+        thread = threading.Thread(target=run, name="miles-runtime-loop", daemon=True)
+        thread.start()
+        if not started.wait(10.0):
+            raise RuntimeError("the runtime's event loop thread did not start within 10 s")
+        return cls(loop, thread)
+
+    @classmethod
+    def install_on_running_loop(cls) -> ClientRuntime:
+        """Use the running loop (an actor process's) for this process's outgoing calls."""
+        with cls._lock:
+            cls._current = cls(asyncio.get_running_loop(), None)
+            return cls._current
+
+    def on_loop_thread(self) -> bool:
+        return threading.get_ident() == self._loop_thread_id
+
+    def connection(
+        self,
+        endpoint: str,
+        *,
+        actor: str,
+        host: str,
+        boot_id: str | None,
+        machine_id: str = "",
+        liveness_timeout_s: float = DEFAULT_LIVENESS_TIMEOUT_S,
+    ) -> Connection:
+        """The shared connection to ``endpoint`` (a new one if the old one saw its actor die)."""
+        with self._lock:
+            conn = self.connections.get(endpoint)
+            if conn is None or conn.dead is not None:
+                conn = Connection(
+                    self,
+                    endpoint,
+                    actor=actor,
+                    host=host,
+                    boot_id=boot_id,
+                    machine_id=machine_id,
+                    liveness_timeout_s=liveness_timeout_s,
+                )
+                self.connections[endpoint] = conn
+            elif conn.boot_id is None and boot_id is not None:
+                conn.boot_id, conn.actor, conn.host = boot_id, actor, host
+                conn.same_machine = Connection.shares_memory(machine_id)
+            return conn
+
+    def dispatch(self, conn: Connection, call: Call) -> None:
+        """Send ``call`` on ``conn`` from any thread."""
+        if self.on_loop_thread():
+            conn.submit(call)
+            return
+        self._inbox.append((conn, call))
+        if not self._inbox_scheduled:
+            self._inbox_scheduled = True
+            self.loop.call_soon_threadsafe(self._drain_inbox)
+
+    def _drain_inbox(self) -> None:
+        self._inbox_scheduled = False
+        inbox = self._inbox
+        while inbox:
+            conn, call = inbox.popleft()
+            conn.submit(call)
+
+    def call_soon(self, fn: Callable[..., Any], *args: Any) -> None:
+        """Run ``fn(*args)`` on the loop, from any thread."""
+        if self.on_loop_thread():
+            fn(*args)
+        else:
+            self.loop.call_soon_threadsafe(fn, *args)
+
+    def run(self, coro: Coroutine[Any, Any, T], *, timeout_s: float, what: str) -> T:
+        """Run ``coro`` on the loop and wait for it from another thread, at most ``timeout_s``."""
+        if self.on_loop_thread():
+            coro.close()
+            raise RuntimeError(
+                f"{what}: called from the runtime's event loop; use the async variant (await it)"
+            )
+        future = asyncio.run_coroutine_threadsafe(coro, self.loop)
+        try:
+            return future.result(timeout_s)
+        except concurrent.futures.TimeoutError:
+            future.cancel()
+            raise DeadlineExceeded(f"{what} did not finish within {timeout_s} s") from None
+
+    def shutdown(self) -> None:
+        """Kill the actor processes this process spawned, close connections, stop the loop thread."""
+        for process in list(self.processes):
+            process.kill()
+        if self.thread is None or not self.thread.is_alive():
+            return
+
+        def close_all() -> None:
+            for conn in list(self.connections.values()):
+                conn.close()
+            self.loop.stop()
+
+        self.loop.call_soon_threadsafe(close_all)
+        self.thread.join(5.0)

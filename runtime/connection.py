@@ -1,0 +1,262 @@
+"""The client side of one actor: a DEALER socket multiplexing many calls, with liveness and recovery.
+
+Every call keeps its SUBMIT frames until its result arrives. Calls that stay silent are POLLed; the server
+answers with the result, "running" (it will push the result), or "unknown" (the SUBMIT was lost: it is resent,
+which is safe because the server dedupes by call id). PINGs while calls are pending detect an unreachable
+actor; a process watcher (when we spawned it) reports an exit at once. Replies carry the server's boot id: a
+new one means the actor restarted, and the calls in flight fail with ActorRestarted instead of hanging.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import logging
+import os
+import time
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from runtime.errors import ActorDied, ActorRestarted, CallSite, DeadlineExceeded, NotDelivered
+from runtime.outcome import decode_result
+from transport import frames as wire
+from transport import shared_memory
+from transport.codec import Buffer, DecodeError
+from transport.endpoints import ZmqEndpoint, dealer
+from transport.frames import FrameError
+from transport.protocol import DEFAULT_MAX_HEADER_BYTES, Kind
+
+if TYPE_CHECKING:
+    from runtime.client import ClientRuntime
+
+log = logging.getLogger(__name__)
+
+PING_INTERVAL_S = 0.5
+POLL_AFTER_S = 1.0
+DEFAULT_LIVENESS_TIMEOUT_S = 10.0
+ACK_DELAY_S = 0.02
+
+
+@dataclass(slots=True, eq=False)
+class Call:
+    """One call in flight from this process."""
+
+    call_id: bytes
+    method: str
+    payload: tuple[bytes, list[Buffer]]
+    deadline: float | None  # unix seconds
+    validated: bool
+    shared: list[str] = field(default_factory=list)  # shared-memory files holding arguments
+    future: concurrent.futures.Future[Any] = field(default_factory=concurrent.futures.Future)
+    frames: list[Buffer] | None = None
+    sent_at: float = 0.0
+    polled_at: float = 0.0
+    timer: asyncio.TimerHandle | None = None
+
+
+class Connection:
+    """All calls from this process to one actor endpoint. Every method runs on the runtime's loop."""
+
+    def __init__(
+        self,
+        runtime: ClientRuntime,
+        endpoint: str,
+        *,
+        actor: str,
+        host: str,
+        boot_id: str | None,
+        machine_id: str = "",
+        liveness_timeout_s: float = DEFAULT_LIVENESS_TIMEOUT_S,
+    ) -> None:
+        self.runtime = runtime
+        self.same_machine = self.shares_memory(machine_id)
+        self.address = endpoint
+        self.actor = actor
+        self.host = host
+        self.boot_id = boot_id
+        self.liveness_timeout_s = liveness_timeout_s
+        self.calls: dict[bytes, Call] = {}
+        self.dead: str | None = None
+        self._socket: ZmqEndpoint | None = None
+        self._acks: list[bytes] = []
+        self._heartbeat: asyncio.Task[None] | None = None
+        self._last_heard = time.monotonic()
+
+    @staticmethod
+    def shares_memory(machine_id: str) -> bool:
+        """Whether an actor on ``machine_id`` can read our /dev/shm."""
+        return bool(machine_id) and machine_id == shared_memory.machine_id() and shared_memory.available()
+
+    def site(self, method: str) -> CallSite:
+        return CallSite(self.actor, method, self.host)
+
+    def _ensure_open(self) -> ZmqEndpoint:
+        if self._socket is None:
+            self._socket = dealer(
+                self.runtime.context, self.address, self._on_frames, routing_id=os.urandom(12)
+            )
+            self._socket.start()
+            self._heartbeat = asyncio.get_running_loop().create_task(self._heartbeat_forever())
+        return self._socket
+
+    # ---- sending ---------------------------------------------------------------------------------------------
+
+    def submit(self, call: Call) -> None:
+        if self.dead is not None:
+            self._settle(call)
+            call.future.set_exception(ActorDied(self.dead, site=self.site(call.method)))
+            return
+        socket = self._ensure_open()
+        if not self.calls:
+            self._last_heard = time.monotonic()  # silence while idle says nothing about liveness
+        self.calls[call.call_id] = call
+        meta = [
+            call.call_id,
+            call.method,
+            call.deadline,
+            self.boot_id,
+            call.validated,
+            self._take_acks(),
+            self.same_machine,
+        ]
+        call.frames = wire.pack(Kind.SUBMIT, meta, call.payload)
+        call.sent_at = call.polled_at = time.monotonic()
+        socket.send(call.frames)
+        if call.deadline is not None:
+            loop = asyncio.get_running_loop()
+            call.timer = loop.call_at(loop.time() + call.deadline - time.time(), self._expire, call)
+
+    @staticmethod
+    def _settle(call: Call) -> None:
+        """The call is over for us: stop its timer, drop the shared-memory files holding its arguments."""
+        if call.timer is not None:
+            call.timer.cancel()
+        if call.shared:
+            shared_memory.unlink(call.shared)
+
+    def _expire(self, call: Call) -> None:
+        if self.calls.pop(call.call_id, None) is call:
+            self._settle(call)
+            call.future.set_exception(
+                DeadlineExceeded(
+                    "the deadline passed with no result; the call may still run on the actor",
+                    site=self.site(call.method),
+                )
+            )
+
+    def _take_acks(self) -> list[bytes]:
+        """Acknowledgements ride on the next SUBMIT; a timer sends them alone when no SUBMIT comes soon."""
+        acks, self._acks = self._acks, []
+        return acks
+
+    def _flush_acks(self) -> None:
+        acks = self._take_acks()
+        if acks and self._socket is not None and not self._socket.closed:
+            self._socket.send(wire.pack(Kind.ACK, [acks]))
+
+    def _ack(self, call_id: bytes) -> None:
+        if not self._acks:
+            asyncio.get_running_loop().call_later(ACK_DELAY_S, self._flush_acks)
+        self._acks.append(call_id)
+
+    # ---- receiving -------------------------------------------------------------------------------------------
+
+    def _on_frames(self, frames: list[Any]) -> None:
+        self._last_heard = time.monotonic()
+        try:
+            message = wire.unpack(frames, max_header_bytes=DEFAULT_MAX_HEADER_BYTES)
+            if message.kind is Kind.RESULT:
+                self._on_result(message)
+            elif message.kind is Kind.STATUS:
+                self._on_status(message)
+            elif message.kind is Kind.PONG:
+                self._check_boot(message.meta[1])
+        except (FrameError, DecodeError, ValueError, TypeError, IndexError) as exc:
+            log.warning("dropped a malformed reply from %s at %s: %s", self.actor, self.address, exc)
+
+    def _on_result(self, message: wire.Message) -> None:
+        call_id, ok, boot_id = bytes(message.meta[0]), message.meta[1], message.meta[2]
+        call = self.calls.pop(call_id, None)
+        self._ack(call_id)  # also for results we no longer wait for: lets the server free them
+        if call is None:
+            return
+        self._settle(call)
+        try:
+            good, value = decode_result(ok, message.body, message.buffers, self.site(call.method))
+        except Exception as exc:  # e.g. a type this process has not registered
+            good, value = False, exc
+        self._check_boot(boot_id)
+        if good:
+            call.future.set_result(value)
+        else:
+            call.future.set_exception(value)
+
+    def _on_status(self, message: wire.Message) -> None:
+        call_id, state, boot_id = bytes(message.meta[0]), message.meta[1], message.meta[2]
+        self._check_boot(boot_id)
+        call = self.calls.get(call_id)
+        if call is None:
+            return
+        if state == "unknown":  # the SUBMIT never arrived: resending is safe (dedupe by id)
+            self._socket.send(call.frames)
+        elif state in ("acked", "expired"):
+            del self.calls[call_id]
+            self._settle(call)
+            call.future.set_exception(
+                NotDelivered(
+                    f"the actor reports this call's result as {state} before this caller received it "
+                    "(result_ttl_s too short, or the call id was reused)",
+                    site=self.site(call.method),
+                )
+            )
+
+    def _check_boot(self, boot_id: str) -> None:
+        if self.boot_id is None:
+            self.boot_id = boot_id
+        elif boot_id != self.boot_id:
+            old, self.boot_id = self.boot_id, boot_id
+            self._fail_all(
+                ActorRestarted, f"the actor restarted (boot id {old} → {boot_id}); calls in flight were lost"
+            )
+
+    # ---- liveness --------------------------------------------------------------------------------------------
+
+    async def _heartbeat_forever(self) -> None:
+        nonce = 0
+        while self.dead is None:
+            await asyncio.sleep(PING_INTERVAL_S)
+            if not self.calls:
+                continue
+            now = time.monotonic()
+            if now - self._last_heard > self.liveness_timeout_s:
+                self.mark_dead(
+                    f"no answer from {self.address} for {now - self._last_heard:.1f}s "
+                    f"(liveness_timeout_s={self.liveness_timeout_s})"
+                )
+                return
+            nonce += 1
+            self._socket.send(wire.pack(Kind.PING, [nonce]))
+            quiet = [c.call_id for c in self.calls.values() if now - c.polled_at > POLL_AFTER_S]
+            if quiet:
+                for call_id in quiet:
+                    self.calls[call_id].polled_at = now
+                self._socket.send(wire.pack(Kind.POLL, [quiet]))
+
+    def mark_dead(self, reason: str) -> None:
+        """The actor is gone: fail every call in flight and every later call with ActorDied."""
+        if self.dead is None:
+            self.dead = reason
+            self._fail_all(ActorDied, reason)
+
+    def _fail_all(self, error: type[Exception], reason: str) -> None:
+        calls, self.calls = self.calls, {}
+        for call in calls.values():
+            self._settle(call)
+            call.future.set_exception(error(reason, site=self.site(call.method)))
+
+    def close(self) -> None:
+        self.mark_dead("the connection was closed by this process")
+        if self._heartbeat is not None:
+            self._heartbeat.cancel()
+        if self._socket is not None:
+            self._socket.close()

@@ -1,0 +1,208 @@
+"""Actor handles: ``handle.method(*args, **kwargs)`` returns a PendingCall you can ``await`` or ``.result()``.
+
+Arguments are checked against the method's type hints and encoded on the caller's thread, before anything
+reaches the wire; a bad call raises at once (CallRejected, or TypeError for an argument that cannot be sent).
+Handles are themselves sendable: pass one to another actor and it calls the same actor directly.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import os
+import time
+from collections.abc import Generator
+from typing import Any
+
+from runtime.client import ClientRuntime
+from runtime.connection import DEFAULT_LIVENESS_TIMEOUT_S, Call, Connection
+from runtime.errors import CallRejected, DeadlineExceeded
+from runtime.metadata import ActorClassInfo
+from transport.codec import UnsupportedTypeError, encode, encode_shared
+from transport.type_registry import register_type
+
+
+class PendingCall:
+    """A call in flight. ``await call`` in async code, ``call.result(timeout)`` in plain code."""
+
+    __slots__ = ("_call", "_runtime", "_site")
+
+    def __init__(self, call: Call, runtime: ClientRuntime, site: str) -> None:
+        self._call = call
+        self._runtime = runtime
+        self._site = site
+
+    @property
+    def call_id(self) -> str:
+        return self._call.call_id.hex()
+
+    @property
+    def future(self) -> concurrent.futures.Future[Any]:
+        return self._call.future
+
+    def done(self) -> bool:
+        return self._call.future.done()
+
+    def __await__(self) -> Generator[Any, None, Any]:
+        return asyncio.wrap_future(self._call.future).__await__()
+
+    def result(self, timeout: float | None = None) -> Any:
+        """Block until the result arrives; ``timeout`` (s) bounds the wait (the call itself may go on)."""
+        if self._runtime.on_loop_thread():
+            raise RuntimeError(f"{self._site}: .result() would block the event loop it waits on; use await")
+        try:
+            return self._call.future.result(timeout)
+        except concurrent.futures.TimeoutError:
+            raise DeadlineExceeded(
+                f"{self._site}: no result within timeout={timeout} s; the call may still be running"
+            ) from None
+
+
+class MethodRef:
+    """A bound remote method; call it to start a call."""
+
+    __slots__ = ("_deadline_s", "_handle", "_name")
+
+    def __init__(self, handle: ActorHandle, name: str, deadline_s: float | None) -> None:
+        self._handle = handle
+        self._name = name
+        self._deadline_s = deadline_s
+
+    def options(self, *, deadline_s: float | None = None) -> MethodRef:
+        """The same method with a deadline (seconds from the call) after which it fails with DeadlineExceeded."""
+        return MethodRef(self._handle, self._name, deadline_s)
+
+    def __call__(self, *args: Any, **kwargs: Any) -> PendingCall:
+        return self._handle._submit(self._name, args, kwargs, self._deadline_s)
+
+
+class ActorHandle:
+    """A reference to one actor (one incarnation of one process)."""
+
+    def __init__(
+        self,
+        *,
+        endpoint: str,
+        name: str,
+        class_path: str,
+        boot_id: str | None,
+        host: str,
+        pid: int,
+        machine_id: str = "",
+        info: ActorClassInfo | None = None,
+        liveness_timeout_s: float = DEFAULT_LIVENESS_TIMEOUT_S,
+        runtime: ClientRuntime | None = None,
+    ) -> None:
+        self.endpoint = endpoint
+        self.actor_name = name
+        self.class_path = class_path
+        self.boot_id = boot_id
+        self.host = host
+        self.pid = pid
+        self.machine_id = machine_id
+        self.info = info
+        self.liveness_timeout_s = liveness_timeout_s
+        self.process: Any = None  # runtime.process.ActorProcess when this process spawned it
+        self._runtime = runtime or ClientRuntime.get()
+        self._conn = self._runtime.connection(
+            endpoint,
+            actor=name,
+            host=host,
+            boot_id=boot_id,
+            machine_id=machine_id,
+            liveness_timeout_s=liveness_timeout_s,
+        )
+
+    def __repr__(self) -> str:
+        return f"ActorHandle({self.actor_name!r}, {self.class_path}, {self.endpoint}, host={self.host}, pid={self.pid})"
+
+    def __getattr__(self, name: str) -> MethodRef:
+        if name.startswith("_"):
+            raise AttributeError(name)
+        return MethodRef(self, name, None)
+
+    def method(self, name: str) -> MethodRef:
+        """The method ``name`` (also built-ins such as ``__health__``, or names shadowed by handle attributes)."""
+        return MethodRef(self, name, None)
+
+    @property
+    def connection(self) -> Connection:
+        return self._conn
+
+    @property
+    def dead(self) -> str | None:
+        """Why the actor is known to be dead, or None."""
+        return self._conn.dead
+
+    def _submit(
+        self, method: str, args: tuple[Any, ...], kwargs: dict[str, Any], deadline_s: float | None
+    ) -> PendingCall:
+        validated = False
+        if self.info is not None and not method.startswith("__"):
+            self.info.method(method, actor=self.actor_name).bind(args, kwargs, actor=self.actor_name)
+            validated = True
+        shared: list[str] = []
+        try:
+            if self._conn.same_machine:
+                payload, shared = encode_shared((list(args), kwargs))
+            else:
+                payload = encode((list(args), kwargs))
+        except UnsupportedTypeError as exc:
+            raise _argument_error(self.actor_name, method, args, kwargs, exc) from None
+        deadline = time.time() + deadline_s if deadline_s is not None else None
+        call = Call(os.urandom(16), method, payload, deadline, validated, shared)
+        self._runtime.dispatch(self._conn, call)
+        return PendingCall(call, self._runtime, f"actor {self.actor_name!r} method {method!r}")
+
+    def health(self) -> PendingCall:
+        """The actor process's health record (answered on the control lane, even during a long sync method)."""
+        return self.method("__health__")()
+
+    def mark_dead(self, reason: str) -> None:
+        """Tell the runtime this actor's process is gone (e.g. a launcher saw it exit)."""
+        self._runtime.call_soon(self._conn.mark_dead, reason)
+
+    def kill(self) -> None:
+        """Stop the actor now: SIGKILL if this process spawned it, else ask it to shut down."""
+        if self.process is not None:
+            self.process.kill()
+        elif self._conn.dead is None:
+            try:
+                self.method("__shutdown__")().result(timeout=5.0)
+            except Exception:  # already gone, unreachable: either way it is dead to us
+                pass
+        self.mark_dead(f"actor {self.actor_name!r} was killed by its owner")
+
+    def _state(self) -> dict[str, Any]:
+        return {
+            "endpoint": self.endpoint,
+            "name": self.actor_name,
+            "class_path": self.class_path,
+            "boot_id": self.boot_id,
+            "host": self.host,
+            "pid": self.pid,
+            "machine_id": self.machine_id,
+        }
+
+
+def _argument_error(
+    actor: str, method: str, args: tuple[Any, ...], kwargs: dict[str, Any], exc: UnsupportedTypeError
+) -> TypeError:
+    named = [(f"positional argument {i}", v) for i, v in enumerate(args)] + [
+        (f"argument {k!r}", v) for k, v in kwargs.items()
+    ]
+    for label, value in named:
+        try:
+            encode(value)
+        except UnsupportedTypeError as inner:
+            return TypeError(f"{label} of actor {actor!r} method {method!r} cannot be sent: {inner}")
+    return TypeError(f"arguments of actor {actor!r} method {method!r} cannot be sent: {exc}")
+
+
+def _handle_from_state(state: dict[str, Any]) -> ActorHandle:
+    return ActorHandle(**state)
+
+
+register_type(ActorHandle, to_state=ActorHandle._state, from_state=_handle_from_state)
+
+__all__ = ["ActorHandle", "CallRejected", "MethodRef", "PendingCall"]

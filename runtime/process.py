@@ -1,0 +1,118 @@
+"""A local actor process started with subprocess: readiness handshake, log forwarding, exit watching.
+
+The child runs ``python -m runtime.worker`` in its own process group, dies with us (PR_SET_PDEATHSIG plus a
+parent watch), and prints one ready line; everything else it prints is forwarded to our stderr with a
+``(name pid=N)`` prefix. A watcher thread reports the exit code the moment the process ends.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+from runtime.errors import ActorDied, DeadlineExceeded
+
+log = logging.getLogger(__name__)
+
+#: The line an actor process prints on stdout once its socket is bound.
+READY_PREFIX = "MILES_ACTOR_READY "
+
+
+def worker_command(bind: str, *, python: str = sys.executable, parent_pid: int | None = None) -> list[str]:
+    """argv that starts an empty actor process bound to ``bind``."""
+    argv = [python, "-m", "runtime.worker", "--bind", bind]
+    return argv + ["--parent-pid", str(parent_pid)] if parent_pid else argv
+
+
+def child_environment(extra: dict[str, str] | None) -> dict[str, str]:
+    """Our environment plus our import path (so classes importable here are importable there) and ``extra``."""
+    env = dict(os.environ)
+    paths = [p for p in [os.getcwd(), *sys.path] if p and os.path.isdir(p)]
+    env["PYTHONPATH"] = os.pathsep.join(dict.fromkeys(paths))
+    env["PYTHONUNBUFFERED"] = "1"
+    env.update(extra or {})
+    return env
+
+
+class ActorProcess:
+    """One spawned actor process."""
+
+    def __init__(
+        self,
+        label: str,
+        *,
+        env: dict[str, str] | None = None,
+        bind: str = "tcp://127.0.0.1:0",
+        cwd: str | None = None,
+    ) -> None:
+        self.label = label
+        self.on_exit: list[Callable[[int], None]] = []
+        self._ready: dict[str, Any] | None = None
+        self._ready_event = threading.Event()
+        self.popen = subprocess.Popen(
+            worker_command(bind, parent_pid=os.getpid()),
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            env=child_environment(env),
+            cwd=cwd,
+            start_new_session=True,
+            text=True,
+            bufsize=1,
+        )
+        self.pid = self.popen.pid
+        threading.Thread(target=self._forward_output, name=f"out-{label}", daemon=True).start()
+        threading.Thread(target=self._watch, name=f"wait-{label}", daemon=True).start()
+
+    def _forward_output(self) -> None:
+        assert self.popen.stdout is not None
+        for line in self.popen.stdout:
+            if self._ready is None and line.startswith(READY_PREFIX):
+                self._ready = json.loads(line[len(READY_PREFIX) :])
+                self._ready_event.set()
+                continue
+            sys.stderr.write(f"({self.label} pid={self.pid}) {line}")
+        self._ready_event.set()  # EOF: the process is gone
+
+    def _watch(self) -> None:
+        code = self.popen.wait()
+        self._ready_event.set()
+        for callback in list(self.on_exit):
+            callback(code)
+
+    def wait_ready(self, deadline_s: float) -> dict[str, Any]:
+        """The ready line's fields (endpoint, boot_id, pid, host); raises if the process dies or is too slow."""
+        if not self._ready_event.wait(deadline_s) or self._ready is None:
+            code = self.popen.poll()
+            if code is not None:
+                raise ActorDied(
+                    f"actor process {self.label} (pid {self.pid}) exited with code {code} "
+                    "before it was ready; see its output above"
+                )
+            self.kill()
+            raise DeadlineExceeded(
+                f"actor process {self.label} (pid {self.pid}) was not ready within "
+                f"{deadline_s} s; it was killed"
+            )
+        return self._ready
+
+    def alive(self) -> bool:
+        return self.popen.poll() is None
+
+    def kill(self, wait_s: float = 5.0) -> None:
+        """SIGKILL the process group and reap it."""
+        if self.popen.poll() is None:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(self.pid, signal.SIGKILL)
+        deadline = time.monotonic() + wait_s
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            self.popen.wait(max(0.0, deadline - time.monotonic()))

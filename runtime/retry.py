@@ -1,0 +1,83 @@
+"""``retry_until_deadline``: retry a call with exponential backoff and jitter, never sleeping past the deadline."""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import time
+from collections.abc import Awaitable, Callable
+from typing import TypeVar
+
+from runtime.errors import DeadlineExceeded, NotDelivered, OverCapacity
+
+T = TypeVar("T")
+
+#: Errors after which trying again is safe and may succeed.
+RETRYABLE: tuple[type[BaseException], ...] = (NotDelivered, OverCapacity, ConnectionError)
+
+
+def backoff_delays(base_s: float, max_s: float, jitter: float) -> Callable[[int], float]:
+    """Delay before attempt ``n`` (1-based): ``base·2^(n-1)`` capped at ``max_s``, ±``jitter`` fraction."""
+
+    def delay(attempt: int) -> float:
+        raw = min(max_s, base_s * 2 ** (attempt - 1))
+        return max(0.0, raw * (1 + random.uniform(-jitter, jitter)))
+
+    return delay
+
+
+async def retry_until_deadline(
+    attempt: Callable[[], Awaitable[T]],
+    *,
+    deadline_s: float,
+    what: str = "call",
+    retry_on: tuple[type[BaseException], ...] = RETRYABLE,
+    base_delay_s: float = 0.05,
+    max_delay_s: float = 2.0,
+    jitter: float = 0.25,
+) -> T:
+    """Await ``attempt()`` until it succeeds, retrying on ``retry_on`` until ``deadline_s`` seconds have passed.
+
+    The last error is chained to the DeadlineExceeded raised at the end. A sleep is cut short at the deadline.
+    """
+    deadline = time.monotonic() + deadline_s
+    delay = backoff_delays(base_delay_s, max_delay_s, jitter)
+    tries = 0
+    while True:
+        tries += 1
+        try:
+            return await attempt()
+        except retry_on as exc:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise DeadlineExceeded(
+                    f"{what}: gave up after {tries} tries in {deadline_s} s; last error: {exc}"
+                ) from exc
+            await asyncio.sleep(min(delay(tries), left))
+
+
+def retry_until_deadline_sync(
+    attempt: Callable[[], T],
+    *,
+    deadline_s: float,
+    what: str = "call",
+    retry_on: tuple[type[BaseException], ...] = RETRYABLE,
+    base_delay_s: float = 0.05,
+    max_delay_s: float = 2.0,
+    jitter: float = 0.25,
+) -> T:
+    """Blocking twin of :func:`retry_until_deadline` for plain code."""
+    deadline = time.monotonic() + deadline_s
+    delay = backoff_delays(base_delay_s, max_delay_s, jitter)
+    tries = 0
+    while True:
+        tries += 1
+        try:
+            return attempt()
+        except retry_on as exc:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise DeadlineExceeded(
+                    f"{what}: gave up after {tries} tries in {deadline_s} s; last error: {exc}"
+                ) from exc
+            time.sleep(min(delay(tries), left))

@@ -1,0 +1,228 @@
+"""Starting actors: ``spawn`` (a local process), ``attach`` (construct in a running worker), ``connect``.
+
+``attach`` is what launchers use: they start ``python -m runtime.worker`` on a host themselves, read its ready
+line, then ask it to construct the actor. ``spawn`` does both steps locally with subprocess.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+from typing import Any
+
+import cloudpickle
+
+from runtime.builtin_methods import resolve_class
+from runtime.call_store import StoreLimits
+from runtime.client import ClientRuntime
+from runtime.errors import ActorDefinitionError, RemoteError
+from runtime.handle import ActorHandle
+from runtime.metadata import ActorClassInfo, class_info, class_path
+from runtime.naming import register_name
+from runtime.process import ActorProcess
+
+DEFAULT_SPAWN_DEADLINE_S = 60.0
+
+
+def _class_and_ref(actor_class: type | str) -> tuple[type | None, str | bytes]:
+    """The class (if importable here) and how the worker will find it: a dotted path, or cloudpickle by value."""
+    if isinstance(actor_class, str):
+        try:
+            return resolve_class(actor_class), actor_class
+        except ImportError:
+            return None, actor_class  # importable only on the actor's host: the worker checks it
+    if not inspect.isclass(actor_class):
+        raise TypeError(f"actor_class must be a class or 'package.module:ClassName', got {actor_class!r}")
+    if actor_class.__module__ == "__main__" or "<locals>" in actor_class.__qualname__:
+        return actor_class, cloudpickle.dumps(actor_class)
+    return actor_class, class_path(actor_class)
+
+
+def _options(
+    name: str | None,
+    concurrency_groups: dict[str, int] | None,
+    max_concurrency: int | None,
+    limits: StoreLimits | None,
+) -> dict[str, Any]:
+    return {
+        "name": name,
+        "concurrency_groups": concurrency_groups or {},
+        "max_concurrency": max_concurrency,
+        "limits": vars(limits) if limits else None,
+    }
+
+
+async def attach_async(
+    endpoint: str,
+    actor_class: type | str,
+    *,
+    kwargs: dict[str, Any] | None = None,
+    name: str | None = None,
+    concurrency_groups: dict[str, int] | None = None,
+    max_concurrency: int | None = None,
+    limits: StoreLimits | None = None,
+    deadline_s: float = DEFAULT_SPAWN_DEADLINE_S,
+    host: str = "",
+    liveness_timeout_s: float | None = None,
+) -> ActorHandle:
+    """Construct ``actor_class(**kwargs)`` inside the empty worker at ``endpoint``; returns its handle."""
+    cls, ref = _class_and_ref(actor_class)
+    info: ActorClassInfo | None = None
+    if cls is not None:
+        try:
+            info = class_info(cls, tuple(sorted((concurrency_groups or {}).items())))
+        except ActorDefinitionError:
+            raise
+    label = name or (cls.__name__ if cls is not None else str(ref))
+    bootstrap = ActorHandle(
+        endpoint=endpoint,
+        name=label,
+        class_path=str(ref)[:200],
+        boot_id=None,
+        host=host,
+        pid=0,
+        **({"liveness_timeout_s": liveness_timeout_s} if liveness_timeout_s else {}),
+    )
+    call = bootstrap.method("__construct__").options(deadline_s=deadline_s)(
+        ref, kwargs or {}, _options(name, concurrency_groups, max_concurrency, limits)
+    )
+    try:
+        built = await call
+    except RemoteError as exc:
+        raise RemoteError(
+            f"constructing {label} failed: {exc.remote_message}",
+            site=exc.site,
+            remote_type=exc.remote_type,
+            remote_traceback=exc.remote_traceback,
+        ) from None
+    handle = ActorHandle(
+        endpoint=endpoint,
+        name=built["name"],
+        class_path=built["class_path"],
+        boot_id=built["boot_id"],
+        host=built["host"],
+        pid=built["pid"],
+        machine_id=built["machine_id"],
+        info=info,
+        **({"liveness_timeout_s": liveness_timeout_s} if liveness_timeout_s else {}),
+    )
+    if name:
+        register_name(name, handle)
+    return handle
+
+
+def attach(endpoint: str, actor_class: type | str, **options: Any) -> ActorHandle:
+    """Blocking :func:`attach_async`."""
+    deadline = options.get("deadline_s", DEFAULT_SPAWN_DEADLINE_S)
+    return ClientRuntime.get().run(
+        attach_async(endpoint, actor_class, **options),
+        timeout_s=deadline + 5,
+        what=f"attach {actor_class!r} at {endpoint}",
+    )
+
+
+async def spawn_async(
+    actor_class: type | str,
+    *,
+    kwargs: dict[str, Any] | None = None,
+    name: str | None = None,
+    env: dict[str, str] | None = None,
+    cwd: str | None = None,
+    concurrency_groups: dict[str, int] | None = None,
+    max_concurrency: int | None = None,
+    limits: StoreLimits | None = None,
+    deadline_s: float = DEFAULT_SPAWN_DEADLINE_S,
+) -> ActorHandle:
+    """Start a local actor process and construct ``actor_class(**kwargs)`` in it."""
+    cls, _ = _class_and_ref(actor_class)
+    if cls is not None:
+        class_info(
+            cls, tuple(sorted((concurrency_groups or {}).items()))
+        )  # refuse bad classes before forking
+    label = name or (cls.__name__ if cls is not None else str(actor_class))
+    process = ActorProcess(label, env=env, cwd=cwd)
+    runtime = ClientRuntime.get()
+    runtime.processes.append(process)
+    try:
+        ready = await asyncio.get_running_loop().run_in_executor(None, process.wait_ready, deadline_s)
+        handle = await attach_async(
+            ready["endpoint"],
+            actor_class,
+            kwargs=kwargs,
+            name=name,
+            concurrency_groups=concurrency_groups,
+            max_concurrency=max_concurrency,
+            limits=limits,
+            deadline_s=deadline_s,
+            host=ready["host"],
+        )
+    except BaseException:
+        process.kill()
+        runtime.processes.remove(process)
+        raise
+    handle.process = process
+    process.on_exit.append(
+        lambda code: handle.mark_dead(f"actor process {label} (pid {process.pid}) exited with code {code}")
+    )
+    if not process.alive():
+        handle.mark_dead(f"actor process {label} (pid {process.pid}) exited")
+    return handle
+
+
+def spawn(actor_class: type | str, **options: Any) -> ActorHandle:
+    """Blocking :func:`spawn_async`."""
+    deadline = options.get("deadline_s", DEFAULT_SPAWN_DEADLINE_S)
+    return ClientRuntime.get().run(
+        spawn_async(actor_class, **options), timeout_s=2 * deadline + 5, what=f"spawn {actor_class!r}"
+    )
+
+
+def spawn_many(
+    actor_class: type | str, count: int, *, name_prefix: str | None = None, **options: Any
+) -> list[ActorHandle]:
+    """Start ``count`` actors of one class in parallel; names are ``{name_prefix}-{i}`` when a prefix is given."""
+
+    async def all_of() -> list[ActorHandle]:
+        jobs = [
+            spawn_async(actor_class, name=f"{name_prefix}-{i}" if name_prefix else None, **options)
+            for i in range(count)
+        ]
+        results = await asyncio.gather(*jobs, return_exceptions=True)
+        failures = [r for r in results if isinstance(r, BaseException)]
+        if failures:
+            for handle in results:
+                if isinstance(handle, ActorHandle):
+                    handle.kill()
+            raise failures[0]
+        return list(results)
+
+    deadline = options.get("deadline_s", DEFAULT_SPAWN_DEADLINE_S)
+    return ClientRuntime.get().run(
+        all_of(), timeout_s=2 * deadline + 5, what=f"spawn {count} × {actor_class!r}"
+    )
+
+
+async def connect_async(endpoint: str, *, deadline_s: float = 10.0) -> ActorHandle:
+    """A handle to an already constructed actor at ``endpoint``."""
+    probe = ActorHandle(endpoint=endpoint, name=endpoint, class_path="?", boot_id=None, host="", pid=0)
+    health = await probe.method("__health__").options(deadline_s=deadline_s)()
+    if not health["constructed"]:
+        raise RuntimeError(f"the worker at {endpoint} holds no actor yet; use attach() to construct one")
+    return ActorHandle(
+        endpoint=endpoint,
+        name=health["name"],
+        class_path=health["class_path"],
+        boot_id=health["boot_id"],
+        host=health["host"],
+        pid=health["pid"],
+        machine_id=health["machine_id"],
+    )
+
+
+def connect(endpoint: str, *, deadline_s: float = 10.0) -> ActorHandle:
+    """Blocking :func:`connect_async`."""
+    return ClientRuntime.get().run(
+        connect_async(endpoint, deadline_s=deadline_s),
+        timeout_s=deadline_s + 5,
+        what=f"connect to {endpoint}",
+    )

@@ -1,0 +1,85 @@
+"""Entry point of an actor process: ``python -m runtime.worker --bind tcp://HOST:PORT``.
+
+The process starts empty, binds its ROUTER socket and prints one line ``MILES_ACTOR_READY {json}`` (endpoint,
+boot id, pid) on stdout; the spawner then sends ``__construct__`` with the class and keyword arguments. It exits
+on ``__shutdown__``, SIGTERM/SIGINT, or, when ``--parent-pid`` is given, as soon as that parent is gone.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import ctypes
+import json
+import logging
+import os
+import signal
+import sys
+
+from runtime import event_loop
+from runtime.actor_server import ActorServer
+from runtime.call_store import StoreLimits
+from runtime.process import READY_PREFIX
+
+_PR_SET_PDEATHSIG = 1
+
+
+def _die_with_parent(parent_pid: int) -> None:
+    """Ask Linux to SIGKILL us when the parent exits; then check it is not already gone."""
+    with contextlib.suppress(OSError, AttributeError):
+        libc = ctypes.CDLL("libc.so.6", use_errno=True)
+        libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
+    if os.getppid() != parent_pid:
+        os._exit(1)
+
+
+async def _watch_parent(parent_pid: int, server: ActorServer) -> None:
+    """Portable fallback for the death signal: poll the parent."""
+    while os.getppid() == parent_pid:
+        await asyncio.sleep(1.0)
+    logging.getLogger(__name__).warning("parent %d is gone; actor %s exits", parent_pid, server.name)
+    await server.stop()
+
+
+async def serve(bind: str, parent_pid: int | None) -> None:
+    """Run an actor server until it is stopped."""
+    from runtime.client import ClientRuntime
+
+    ClientRuntime.install_on_running_loop()  # calls made by this actor share its loop
+    server = ActorServer(bind=bind, limits=StoreLimits())
+    address = await server.start()
+    loop = asyncio.get_running_loop()
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(signum, lambda: asyncio.ensure_future(server.stop()))
+    watcher = asyncio.create_task(_watch_parent(parent_pid, server)) if parent_pid else None
+    ready = {"endpoint": address, "boot_id": server.boot_id, "pid": os.getpid(), "host": server.host}
+    sys.stdout.write(READY_PREFIX + json.dumps(ready) + "\n")
+    sys.stdout.flush()
+    await server.stopped.wait()
+    if watcher is not None:
+        watcher.cancel()
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(
+        description="Run one actor process (started by runtime.spawn or a launcher)."
+    )
+    parser.add_argument(
+        "--bind", default="tcp://127.0.0.1:0", help="ZeroMQ address to bind (port 0: any free)"
+    )
+    parser.add_argument("--parent-pid", type=int, default=None, help="exit when this process is gone")
+    args = parser.parse_args(argv)
+    logging.basicConfig(
+        level=os.environ.get("MILES_LOG_LEVEL", "INFO"),
+        format=f"%(asctime)s %(levelname)s pid={os.getpid()} %(name)s: %(message)s",
+        stream=sys.stderr,
+    )
+    if args.parent_pid:
+        _die_with_parent(args.parent_pid)
+    event_loop.run(serve(args.bind, args.parent_pid))
+    os._exit(0)  # lane threads may still be inside user code: do not wait for them
+
+
+if __name__ == "__main__":
+    main()

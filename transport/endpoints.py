@@ -1,0 +1,182 @@
+"""asyncio ROUTER (server) and DEALER (client) endpoints over plain ZeroMQ sockets.
+
+Sockets are driven from the event loop with ``add_reader`` on the ZeroMQ file descriptor and non-blocking
+sends, which is much cheaper per message than awaiting ``zmq.asyncio`` futures. The ZeroMQ descriptor is
+edge-triggered, so every send re-checks for pending input. A send that meets the high-water mark waits in a
+local queue until the socket is writable again; nothing is dropped on the sending side.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import zmq
+
+from transport.codec import Buffer
+from transport.protocol import OUT_OF_BAND_THRESHOLD
+
+log = logging.getLogger(__name__)
+
+_DRAIN_BATCH = 512
+_HIGH_WATER_MARK = 100_000
+
+
+@dataclass
+class EndpointStats:
+    """Counters kept by one endpoint."""
+
+    messages_in: int = 0
+    messages_out: int = 0
+    bytes_in: int = 0
+    bytes_out: int = 0
+    dropped: dict[str, int] = field(default_factory=dict)
+
+    def drop(self, reason: str) -> None:
+        self.dropped[reason] = self.dropped.get(reason, 0) + 1
+
+
+def _frame_size(frame: Buffer) -> int:
+    return len(frame) if isinstance(frame, bytes) else memoryview(frame).nbytes
+
+
+def _tune(socket: zmq.Socket, *, max_message_bytes: int | None) -> None:
+    socket.setsockopt(zmq.LINGER, 0)
+    socket.setsockopt(zmq.SNDHWM, _HIGH_WATER_MARK)
+    socket.setsockopt(zmq.RCVHWM, _HIGH_WATER_MARK)
+    socket.setsockopt(zmq.HEARTBEAT_IVL, 1000)
+    socket.setsockopt(zmq.HEARTBEAT_TIMEOUT, 5000)
+    socket.setsockopt(zmq.HEARTBEAT_TTL, 10000)
+    if max_message_bytes is not None:
+        socket.setsockopt(zmq.MAXMSGSIZE, max_message_bytes)
+
+
+class ZmqEndpoint:
+    """One socket driven by the running event loop; ``on_frames`` gets every received multipart message."""
+
+    def __init__(self, socket: zmq.Socket, on_frames: Callable[[list[Buffer]], None], *, name: str) -> None:
+        self.socket = socket
+        self.name = name
+        self.stats = EndpointStats()
+        self._on_frames = on_frames
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._pending: collections.deque[list[Buffer]] = collections.deque()
+        self._drain_scheduled = False
+        self._closed = False
+
+    def start(self) -> None:
+        """Begin reading; must be called on the loop that will own the socket."""
+        self._loop = asyncio.get_running_loop()
+        self._loop.add_reader(self.socket.FD, self._drain)
+        self._schedule_drain()
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    def send(self, frames: list[Buffer]) -> None:
+        """Queue a multipart message; large frames go without copying. Must run on the owning loop."""
+        if self._closed:
+            raise ConnectionError(f"{self.name}: endpoint is closed")
+        if self._pending or not self._try_send(frames):
+            self._pending.append(frames)
+            if len(self._pending) == 1:
+                self._loop.add_writer(self.socket.FD, self._flush)
+        if self.socket.getsockopt(zmq.EVENTS) & zmq.POLLIN:
+            self._schedule_drain()
+
+    def _try_send(self, frames: list[Buffer]) -> bool:
+        last = len(frames) - 1
+        try:
+            for index, frame in enumerate(frames):
+                flags = zmq.NOBLOCK | (zmq.SNDMORE if index < last else 0)
+                size = _frame_size(frame)
+                self.socket.send(frame, flags, copy=size < OUT_OF_BAND_THRESHOLD)
+                self.stats.bytes_out += size
+        except zmq.Again:
+            if index == 0:
+                return False
+            raise  # ZeroMQ accepts the rest of a message once its first frame is in
+        except zmq.ZMQError as exc:
+            if exc.errno == zmq.EHOSTUNREACH:  # ROUTER_MANDATORY: the peer is gone
+                self.stats.drop("peer_gone")
+                return True
+            raise
+        self.stats.messages_out += 1
+        return True
+
+    def _flush(self) -> None:
+        while self._pending:
+            if not self._try_send(self._pending[0]):
+                return
+            self._pending.popleft()
+        self._loop.remove_writer(self.socket.FD)
+        self._schedule_drain()
+
+    def _schedule_drain(self) -> None:
+        if not self._drain_scheduled and not self._closed:
+            self._drain_scheduled = True
+            self._loop.call_soon(self._drain)
+
+    def _drain(self) -> None:
+        self._drain_scheduled = False
+        if self._closed:
+            return
+        socket = self.socket
+        for _ in range(_DRAIN_BATCH):
+            if not socket.getsockopt(zmq.EVENTS) & zmq.POLLIN:
+                return
+            frames = socket.recv_multipart(zmq.NOBLOCK, copy=False)
+            self.stats.messages_in += 1
+            self.stats.bytes_in += sum(len(frame) for frame in frames)
+            try:
+                self._on_frames(frames)
+            except Exception:  # a handler bug must not stop the socket
+                log.exception("%s: message handler failed", self.name)
+                self.stats.drop("handler_error")
+        self._schedule_drain()  # more may be waiting: yield to other tasks first
+
+    def close(self) -> None:
+        """Stop reading and close the socket at once (pending sends are discarded)."""
+        if self._closed:
+            return
+        self._closed = True
+        if self._loop is not None and not self._loop.is_closed():
+            self._loop.remove_reader(self.socket.FD)
+            if self._pending:
+                self._loop.remove_writer(self.socket.FD)
+        self._pending.clear()
+        self.socket.close(linger=0)
+
+
+def router(
+    context: zmq.Context, address: str, on_frames: Callable[[list[Buffer]], None], *, max_message_bytes: int
+) -> tuple[ZmqEndpoint, str]:
+    """Bind a ROUTER socket; returns the endpoint and the address actually bound (port 0 resolved)."""
+    socket = context.socket(zmq.ROUTER)
+    _tune(socket, max_message_bytes=max_message_bytes)
+    socket.setsockopt(zmq.ROUTER_HANDOVER, 1)  # a reconnecting client keeps its routing id
+    socket.setsockopt(zmq.ROUTER_MANDATORY, 1)  # sends to a vanished peer fail visibly instead of silently
+    try:
+        socket.bind(address)
+    except zmq.ZMQError as exc:
+        socket.close(linger=0)
+        raise OSError(f"cannot bind {address}: {exc}") from exc
+    bound = socket.getsockopt_string(zmq.LAST_ENDPOINT)
+    return ZmqEndpoint(socket, on_frames, name=f"router {bound}"), bound
+
+
+def dealer(
+    context: zmq.Context, address: str, on_frames: Callable[[list[Buffer]], None], *, routing_id: bytes
+) -> ZmqEndpoint:
+    """Connect a DEALER socket with a stable routing id (so the server can push to it after a reconnect)."""
+    socket = context.socket(zmq.DEALER)
+    _tune(socket, max_message_bytes=None)
+    socket.setsockopt(zmq.ROUTING_ID, routing_id)
+    socket.setsockopt(zmq.RECONNECT_IVL, 100)
+    socket.setsockopt(zmq.RECONNECT_IVL_MAX, 1000)
+    socket.connect(address)
+    return ZmqEndpoint(socket, on_frames, name=f"dealer {address}")

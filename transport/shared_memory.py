@@ -1,0 +1,92 @@
+"""Same-host shared-memory path for large buffers: one copy into /dev/shm instead of two through TCP.
+
+The sender writes a buffer into a fresh file ``/dev/shm/miles-<pid>-<random>`` (mode 0600) and sends only its
+name; the receiver maps the file and unlinks it at once, so the memory lives exactly as long as the arrays that
+use it. The sender also unlinks its files once the call is settled (covering messages never decoded), and
+``sweep_orphans`` removes files left by processes that died.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import mmap
+import os
+import re
+from collections.abc import Iterable
+from pathlib import Path
+
+import psutil
+
+SHM_DIR = Path(os.environ.get("MILES_SHM_DIR", "/dev/shm"))
+#: Buffers at least this large use shared memory when both ends are on one machine.
+SHM_THRESHOLD = 1024 * 1024
+_NAME = re.compile(r"^miles-(\d+)-[0-9a-f]{16}$")
+_MAX_WRITE = 1 << 30
+
+
+def machine_id() -> str:
+    """Identifies this machine and boot: equal on both ends means /dev/shm is shared."""
+    try:
+        return Path("/proc/sys/kernel/random/boot_id").read_text().strip()
+    except OSError:
+        return ""
+
+
+def available() -> bool:
+    return SHM_DIR.is_dir() and os.access(SHM_DIR, os.W_OK)
+
+
+def write(data: memoryview) -> str:
+    """Copy ``data`` into a new shared-memory file; returns its name."""
+    name = f"miles-{os.getpid()}-{os.urandom(8).hex()}"
+    fd = os.open(SHM_DIR / name, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600)
+    try:
+        view = data.cast("B") if data.format != "B" else data
+        offset = 0
+        while offset < len(view):
+            offset += os.write(fd, view[offset : offset + _MAX_WRITE])
+    except BaseException:
+        os.close(fd)
+        unlink([name])
+        raise
+    os.close(fd)
+    return name
+
+
+def read(name: str, nbytes: int) -> memoryview:
+    """Map the file ``name`` (``nbytes`` long) and unlink it; raises ValueError if it is not ours to read."""
+    if not isinstance(name, str) or not _NAME.match(name) or type(nbytes) is not int or nbytes <= 0:
+        raise ValueError(f"invalid shared-memory reference {name!r}")
+    try:
+        fd = os.open(SHM_DIR / name, os.O_RDWR)
+    except FileNotFoundError:
+        raise ValueError(f"shared-memory buffer {name} is gone (already consumed or cleaned up)") from None
+    try:
+        if os.fstat(fd).st_size != nbytes:
+            raise ValueError(f"shared-memory buffer {name} has the wrong size")
+        mapped = mmap.mmap(fd, nbytes)
+    finally:
+        os.close(fd)
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(SHM_DIR / name)
+    return memoryview(mapped)
+
+
+def unlink(names: Iterable[str]) -> None:
+    for name in names:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(SHM_DIR / name)
+
+
+def sweep_orphans() -> int:
+    """Remove buffers written by processes that no longer exist; returns how many were removed."""
+    removed = 0
+    if not SHM_DIR.is_dir():
+        return 0
+    for path in SHM_DIR.glob("miles-*"):
+        match = _NAME.match(path.name)
+        if match and not psutil.pid_exists(int(match.group(1))):
+            with contextlib.suppress(FileNotFoundError):
+                path.unlink()
+                removed += 1
+    return removed
