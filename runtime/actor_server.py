@@ -37,9 +37,7 @@ log = logging.getLogger(__name__)
 class ActorServer:
     """Serves one actor instance (constructed later by the ``__construct__`` control call)."""
 
-    def __init__(
-        self, *, bind: str, limits: StoreLimits | None = None, context: zmq.Context | None = None
-    ) -> None:
+    def __init__(self, *, bind: str, limits: StoreLimits | None = None, context: zmq.Context | None = None) -> None:
         self.bind_address = bind
         self.boot_id = os.urandom(8).hex()
         self.host = socket.gethostname()
@@ -203,9 +201,7 @@ class ActorServer:
         info: MethodInfo | None = None
         if builtin is None:
             if self.info is None:
-                self._reject(
-                    peer, call_id, "rejected", f"actor is not constructed yet; cannot run {method_name!r}"
-                )
+                self._reject(peer, call_id, "rejected", f"actor is not constructed yet; cannot run {method_name!r}")
                 return
             try:
                 info = self.info.method(method_name, actor=self.name)
@@ -215,9 +211,7 @@ class ActorServer:
         incoming = memoryview(body).nbytes + sum(memoryview(b).nbytes for b in buffers)
         problem = self.store.capacity_problem(incoming)
         if problem is not None:
-            self._reject(
-                peer, call_id, "over_capacity", f"actor {self.name!r} refused {method_name!r}: {problem}"
-            )
+            self._reject(peer, call_id, "over_capacity", f"actor {self.name!r} refused {method_name!r}: {problem}")
             return
         self.store.add(record, incoming)
         self.stats["calls_total"] += 1
@@ -330,9 +324,7 @@ class ActorServer:
 
     def in_flight(self) -> dict[str, int]:
         """Calls running or queued, per lane."""
-        lanes = {
-            name: lane.busy + lane.queued for name, lane in self._lanes.items() if name != "__construct__"
-        }
+        lanes = {name: lane.busy + lane.queued for name, lane in self._lanes.items() if name != "__construct__"}
         lanes["async"] = len(self._tasks)
         return lanes
 

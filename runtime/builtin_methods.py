@@ -49,21 +49,15 @@ def resolve_class(class_ref: str | bytes) -> type:
     for part in qualname.split("."):
         target = getattr(target, part, None)
         if target is None:
-            raise ImportError(
-                f"module {module_name!r} has no attribute {qualname!r} (actor class {class_ref!r})"
-            )
+            raise ImportError(f"module {module_name!r} has no attribute {qualname!r} (actor class {class_ref!r})")
     if not isinstance(target, type):
         raise TypeError(f"actor class {class_ref!r} is not a class but {type(target).__name__}")
     return target
 
 
-def _construct(
-    server: ActorServer, class_ref: str | bytes, kwargs: dict[str, Any], options: dict[str, Any]
-) -> dict:
+def _construct(server: ActorServer, class_ref: str | bytes, kwargs: dict[str, Any], options: dict[str, Any]) -> dict:
     if server.instance is not None:
-        raise RuntimeError(
-            f"actor {server.name!r} is already constructed; spawn a new process for another actor"
-        )
+        raise RuntimeError(f"actor {server.name!r} is already constructed; spawn a new process for another actor")
     cls = resolve_class(class_ref)
     groups = tuple(sorted((options.get("concurrency_groups") or {}).items()))
     info = class_info(cls, groups)

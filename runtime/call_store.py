@@ -66,9 +66,7 @@ class CallStore:
 
     limits: StoreLimits = field(default_factory=StoreLimits)
     records: dict[bytes, CallRecord] = field(default_factory=dict)
-    tombstones: collections.OrderedDict[bytes, tuple[Tombstone, float]] = field(
-        default_factory=collections.OrderedDict
-    )
+    tombstones: collections.OrderedDict[bytes, tuple[Tombstone, float]] = field(default_factory=collections.OrderedDict)
     nbytes: int = 0
     expired_total: int = 0
 
@@ -125,7 +123,7 @@ class CallStore:
         self.expired_total += len(stale)
         tomb_cutoff = now - self.limits.tombstone_ttl_s
         while self.tombstones:
-            call_id, (_, buried_at) = next(iter(self.tombstones.items()))
+            _, (_, buried_at) = next(iter(self.tombstones.items()))
             if buried_at > tomb_cutoff and len(self.tombstones) <= self.limits.max_tombstones:
                 break
             self.tombstones.popitem(last=False)

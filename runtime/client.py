@@ -138,9 +138,7 @@ class ClientRuntime:
         """Run ``coro`` on the loop and wait for it from another thread, at most ``timeout_s``."""
         if self.on_loop_thread():
             coro.close()
-            raise RuntimeError(
-                f"{what}: called from the runtime's event loop; use the async variant (await it)"
-            )
+            raise RuntimeError(f"{what}: called from the runtime's event loop; use the async variant (await it)")
         future = asyncio.run_coroutine_threadsafe(coro, self.loop)
         try:
             return future.result(timeout_s)

@@ -92,9 +92,7 @@ class Connection:
 
     def _ensure_open(self) -> ZmqEndpoint:
         if self._socket is None:
-            self._socket = dealer(
-                self.runtime.context, self.address, self._on_frames, routing_id=os.urandom(12)
-            )
+            self._socket = dealer(self.runtime.context, self.address, self._on_frames, routing_id=os.urandom(12))
             self._socket.start()
             self._heartbeat = asyncio.get_running_loop().create_task(self._heartbeat_forever())
         return self._socket

@@ -23,10 +23,7 @@ class GroupCall:
     def result(self, timeout: float | None = None) -> list[Any]:
         """Every member's result; the first failure is raised (after all have finished or the timeout)."""
         deadline = None if timeout is None else time.monotonic() + timeout
-        return [
-            call.result(None if deadline is None else max(0.0, deadline - time.monotonic()))
-            for call in self.calls
-        ]
+        return [call.result(None if deadline is None else max(0.0, deadline - time.monotonic())) for call in self.calls]
 
 
 def gather(calls: Sequence[PendingCall], *, timeout: float | None = None) -> list[Any]:
@@ -71,10 +68,8 @@ class ActorGroup:
     def map(self, method: str, per_member: Sequence[dict[str, Any]]) -> GroupCall:
         """Call ``method`` on member i with keyword arguments ``per_member[i]``."""
         if len(per_member) != len(self.handles):
-            raise ValueError(
-                f"map({method!r}): {len(per_member)} argument sets for {len(self.handles)} members"
-            )
-        return GroupCall([h.method(method)(**kw) for h, kw in zip(self.handles, per_member)])
+            raise ValueError(f"map({method!r}): {len(per_member)} argument sets for {len(self.handles)} members")
+        return GroupCall([h.method(method)(**kw) for h, kw in zip(self.handles, per_member, strict=True)])
 
     def kill(self) -> None:
         for handle in self.handles:

@@ -31,8 +31,7 @@ class ThreadLane:
         self._wake_pending = False
         self._busy = 0
         self._threads = [
-            threading.Thread(target=self._work, name=f"lane-{name}-{index}", daemon=True)
-            for index in range(threads)
+            threading.Thread(target=self._work, name=f"lane-{name}-{index}", daemon=True) for index in range(threads)
         ]
         for thread in self._threads:
             thread.start()

@@ -98,9 +98,7 @@ class ActorClassInfo:
         info = self.methods.get(name)
         if info is None:
             known = ", ".join(sorted(self.methods)) or "none"
-            raise CallRejected(
-                f"actor {actor!r} ({self.path}) has no public method {name!r}; methods: {known}"
-            )
+            raise CallRejected(f"actor {actor!r} ({self.path}) has no public method {name!r}; methods: {known}")
         return info
 
 
@@ -198,7 +196,7 @@ def _items_match(value: Any, origin: type, args: tuple[Any, ...]) -> bool:
     if origin is tuple:
         if len(args) == 2 and args[1] is Ellipsis:
             return all(matches(item, args[0]) for item in value[:_CHECKED_ITEMS])
-        return len(value) == len(args) and all(matches(item, arg) for item, arg in zip(value, args))
+        return len(value) == len(args) and all(matches(item, arg) for item, arg in zip(value, args, strict=True))
     if issubclass(origin, cabc.Iterable) and len(args) == 1 and isinstance(value, cabc.Sequence):
         return all(matches(item, args[0]) for item in value[:_CHECKED_ITEMS])
     return True

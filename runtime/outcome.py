@@ -37,9 +37,7 @@ def result_frames(record: CallRecord, boot_id: str, value: Any) -> list[Buffer]:
             payload = encode(value)
     except UnsupportedTypeError as exc:
         ok = False
-        payload = encode(
-            error_state("remote", exc, f"the method returned a value that cannot be sent: {exc}")
-        )
+        payload = encode(error_state("remote", exc, f"the method returned a value that cannot be sent: {exc}"))
     return wire.pack(Kind.RESULT, [record.call_id, ok, boot_id], payload)
 
 

@@ -30,7 +30,7 @@ READY_PREFIX = "MILES_ACTOR_READY "
 def worker_command(bind: str, *, python: str = sys.executable, parent_pid: int | None = None) -> list[str]:
     """argv that starts an empty actor process bound to ``bind``."""
     argv = [python, "-m", "runtime.worker", "--bind", bind]
-    return argv + ["--parent-pid", str(parent_pid)] if parent_pid else argv
+    return [*argv, "--parent-pid", str(parent_pid)] if parent_pid else argv
 
 
 def child_environment(extra: dict[str, str] | None) -> dict[str, str]:
@@ -100,8 +100,7 @@ class ActorProcess:
                 )
             self.kill()
             raise DeadlineExceeded(
-                f"actor process {self.label} (pid {self.pid}) was not ready within "
-                f"{deadline_s} s; it was killed"
+                f"actor process {self.label} (pid {self.pid}) was not ready within {deadline_s} s; it was killed"
             )
         return self._ready
 

@@ -136,9 +136,7 @@ async def spawn_async(
     """Start a local actor process and construct ``actor_class(**kwargs)`` in it."""
     cls, _ = _class_and_ref(actor_class)
     if cls is not None:
-        class_info(
-            cls, tuple(sorted((concurrency_groups or {}).items()))
-        )  # refuse bad classes before forking
+        class_info(cls, tuple(sorted((concurrency_groups or {}).items())))  # refuse bad classes before forking
     label = name or (cls.__name__ if cls is not None else str(actor_class))
     process = ActorProcess(label, env=env, cwd=cwd)
     runtime = ClientRuntime.get()
@@ -197,9 +195,7 @@ def spawn_many(
         return list(results)
 
     deadline = options.get("deadline_s", DEFAULT_SPAWN_DEADLINE_S)
-    return ClientRuntime.get().run(
-        all_of(), timeout_s=2 * deadline + 5, what=f"spawn {count} × {actor_class!r}"
-    )
+    return ClientRuntime.get().run(all_of(), timeout_s=2 * deadline + 5, what=f"spawn {count} x {actor_class!r}")
 
 
 async def connect_async(endpoint: str, *, deadline_s: float = 10.0) -> ActorHandle:

@@ -62,12 +62,8 @@ async def serve(bind: str, parent_pid: int | None) -> None:
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(
-        description="Run one actor process (started by runtime.spawn or a launcher)."
-    )
-    parser.add_argument(
-        "--bind", default="tcp://127.0.0.1:0", help="ZeroMQ address to bind (port 0: any free)"
-    )
+    parser = argparse.ArgumentParser(description="Run one actor process (started by runtime.spawn or a launcher).")
+    parser.add_argument("--bind", default="tcp://127.0.0.1:0", help="ZeroMQ address to bind (port 0: any free)")
     parser.add_argument("--parent-pid", type=int, default=None, help="exit when this process is gone")
     args = parser.parse_args(argv)
     logging.basicConfig(

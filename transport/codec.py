@@ -80,7 +80,7 @@ class _Encoder:
             return _LargeBytes(obj) if memoryview(obj).nbytes >= self.threshold else obj
         if kind is list or kind is tuple:
             lifted = [self.lift(item) for item in obj]
-            changed = any(new is not old for new, old in zip(lifted, obj))
+            changed = any(new is not old for new, old in zip(lifted, obj, strict=True))
             return (kind(lifted) if kind is tuple else lifted) if changed else obj
         if kind is dict:
             values = {key: self.lift(value) for key, value in obj.items()}
@@ -184,9 +184,7 @@ class _Decoder:
         if type(ref) is list and len(ref) == 2:
             return shared_memory.read(*ref)
         if type(ref) is not int or not 0 <= ref < len(self.buffers):
-            raise DecodeError(
-                f"body refers to buffer {ref!r} but the message has {len(self.buffers)} buffers"
-            )
+            raise DecodeError(f"body refers to buffer {ref!r} but the message has {len(self.buffers)} buffers")
         buffer = self.buffers[ref]
         return getattr(buffer, "buffer", buffer)  # zmq.Frame exposes its memory as .buffer
 
@@ -224,12 +222,8 @@ class _Decoder:
             tensor = torch.empty(dense_shape, dtype=torch_dtype)
         else:
             with warnings.catch_warnings():
-                warnings.simplefilter(
-                    "ignore", UserWarning
-                )  # frames are read-only buffers; tensors share them
-                flat = torch.frombuffer(
-                    raw if not isinstance(ref, bytes) else bytearray(raw), dtype=torch.uint8
-                )
+                warnings.simplefilter("ignore", UserWarning)  # frames are read-only buffers; tensors share them
+                flat = torch.frombuffer(raw if not isinstance(ref, bytes) else bytearray(raw), dtype=torch.uint8)
             tensor = flat.view(torch_dtype).reshape(dense_shape)
         return tensor.permute(_inverse(perm)) if perm else tensor
 
