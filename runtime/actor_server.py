@@ -12,6 +12,7 @@ import hashlib
 import logging
 import os
 import socket
+import threading
 import time
 from collections.abc import Callable
 from typing import Any
@@ -54,6 +55,7 @@ class ActorServer:
         self.stats = {"calls_total": 0, "errors_total": 0, "rejected_total": 0, "duplicates_total": 0}
         self.stopped = asyncio.Event()
         self._loop: asyncio.AbstractEventLoop | None = None
+        self._loop_thread = 0
         self._lanes: dict[str, ThreadLane] = {}
         self._async_slots: dict[str, asyncio.Semaphore] = {}
         self._tasks: set[asyncio.Task[Any]] = set()
@@ -65,13 +67,28 @@ class ActorServer:
     async def start(self) -> str:
         """Bind and start serving; returns the bound address."""
         self._loop = asyncio.get_running_loop()
+        self._loop_thread = threading.get_ident()
         self.endpoint, self.address = router(
             self.context, self.bind_address, self._on_frames, max_message_bytes=DEFAULT_MAX_MESSAGE_BYTES
         )
         self.endpoint.start()
         self._lanes["__construct__"] = ThreadLane("construct", 1, self._loop, self._finish)
-        self._sweeper = asyncio.create_task(self._sweep_forever())
+        self.set_limits(self.store.limits)
         return self.address
+
+    def set_limits(self, limits: StoreLimits) -> None:
+        """Apply new call-store limits; the expiry timer follows the new TTL at once. Thread-safe."""
+        self.store.limits = limits
+
+        def restart() -> None:
+            if self._sweeper is not None:
+                self._sweeper.cancel()
+            self._sweeper = asyncio.ensure_future(self._sweep_forever())
+
+        if threading.get_ident() == self._loop_thread:
+            restart()
+        else:
+            self._loop.call_soon_threadsafe(restart)
 
     def configure(self, info: ActorClassInfo, instance: Any, name: str, max_concurrency: int | None) -> None:
         """Install the constructed instance and its lanes (called by ``__construct__``)."""

@@ -63,7 +63,7 @@ def _construct(server: ActorServer, class_ref: str | bytes, kwargs: dict[str, An
     info = class_info(cls, groups)
     limits = options.get("limits")
     if limits:
-        server.store.limits = StoreLimits(**limits)
+        server.set_limits(StoreLimits(**limits))
     name = options.get("name") or f"{cls.__name__}-{os.getpid()}"
     instance = cls(**kwargs)
     server.configure(info, instance, name, options.get("max_concurrency"))

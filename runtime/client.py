@@ -105,9 +105,12 @@ class ClientRuntime:
                     liveness_timeout_s=liveness_timeout_s,
                 )
                 self.connections[endpoint] = conn
-            elif conn.boot_id is None and boot_id is not None:
-                conn.boot_id, conn.actor, conn.host = boot_id, actor, host
-                conn.same_machine = Connection.shares_memory(machine_id)
+            else:
+                if conn.boot_id is None and boot_id is not None:
+                    conn.boot_id = boot_id
+                if machine_id:  # a bootstrap handle may have opened the connection knowing less
+                    conn.actor, conn.host = actor, host
+                    conn.same_machine = Connection.shares_memory(machine_id)
             return conn
 
     def dispatch(self, conn: Connection, call: Call) -> None:

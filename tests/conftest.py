@@ -1,0 +1,40 @@
+"""Shared fixtures: every test that starts processes must leave none behind."""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import psutil
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+
+def _children() -> list[psutil.Process]:
+    try:
+        return [p for p in psutil.Process(os.getpid()).children(recursive=True) if p.is_running()]
+    except psutil.NoSuchProcess:
+        return []
+
+
+@pytest.fixture
+def no_leaks() -> Iterator[None]:
+    """Fail the test if it leaves child processes running (they are killed either way)."""
+    before = {p.pid for p in _children()}
+    yield
+    deadline = time.monotonic() + 5.0
+    leaked: list[psutil.Process] = []
+    while time.monotonic() < deadline:
+        leaked = [p for p in _children() if p.pid not in before and p.status() != psutil.STATUS_ZOMBIE]
+        if not leaked:
+            return
+        time.sleep(0.1)
+    for proc in leaked:
+        proc.kill()
+    pytest.fail(f"test left processes running: {[(p.pid, p.cmdline()[:4]) for p in leaked]}")

@@ -1,0 +1,58 @@
+"""A bare DEALER socket speaking the wire protocol, for tests that need to misbehave on purpose."""
+
+from __future__ import annotations
+
+import os
+import time
+from typing import Any
+
+import zmq
+
+from transport import frames as wire
+from transport.codec import decode, encode
+from transport.protocol import Kind
+
+
+class RawClient:
+    """Blocking client: build frames by hand, send them as often as you like, read replies."""
+
+    def __init__(self, endpoint: str) -> None:
+        self.socket = zmq.Context.instance().socket(zmq.DEALER)
+        self.socket.setsockopt(zmq.LINGER, 0)
+        self.socket.connect(endpoint)
+
+    def submit_frames(
+        self, method: str, *args: Any, call_id: bytes | None = None, acks: list[bytes] | None = None, **kwargs: Any
+    ) -> tuple[bytes, list[Any]]:
+        call_id = call_id or os.urandom(16)
+        meta = [call_id, method, None, None, False, acks or [], False]
+        return call_id, wire.pack(Kind.SUBMIT, meta, encode((list(args), kwargs)))
+
+    def send(self, frames: list[Any]) -> None:
+        self.socket.send_multipart(frames)
+
+    def recv(self, timeout_s: float = 10.0) -> wire.Message:
+        if not self.socket.poll(int(timeout_s * 1000)):
+            raise TimeoutError(f"no reply within {timeout_s} s")
+        return wire.unpack(self.socket.recv_multipart(), max_header_bytes=1 << 30)
+
+    def result(self, message: wire.Message) -> Any:
+        assert message.kind is Kind.RESULT, message
+        return message.meta[1], decode(message.body, message.buffers)
+
+    def call(self, method: str, *args: Any, **kwargs: Any) -> Any:
+        call_id, frames = self.submit_frames(method, *args, **kwargs)
+        self.send(frames)
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:
+            message = self.recv()
+            if message.kind is Kind.RESULT and bytes(message.meta[0]) == call_id:
+                ok, value = self.result(message)
+                self.send(wire.pack(Kind.ACK, [[call_id]]))
+                if not ok:
+                    raise RuntimeError(value)
+                return value
+        raise TimeoutError(method)
+
+    def close(self) -> None:
+        self.socket.close(linger=0)

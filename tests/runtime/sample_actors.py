@@ -1,0 +1,118 @@
+"""Actor classes used by the runtime tests (importable by dotted path in the actor processes)."""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import enum
+import os
+import threading
+import time
+from typing import Any
+
+import numpy as np
+
+from runtime import method
+from transport import register_type
+
+
+class Color(enum.Enum):
+    RED = "red"
+    BLUE = "blue"
+
+
+@dataclasses.dataclass
+class Point:
+    x: float
+    y: float
+
+
+class Counter:
+    """A plain actor: sync, async and control-plane methods."""
+
+    concurrency_groups = {"io": 2}
+
+    def __init__(self, *, start: int = 0) -> None:
+        self.value = start
+        self.calls = 0
+        self.order: list[int] = []
+
+    def add(self, n: int) -> int:
+        self.calls += 1
+        self.value += n
+        return self.value
+
+    def record(self, i: int) -> None:
+        self.order.append(i)
+
+    def recorded(self) -> list[int]:
+        return self.order
+
+    def call_count(self) -> int:
+        return self.calls
+
+    def echo(self, *args: Any, **kwargs: Any) -> Any:
+        return [list(args), kwargs]
+
+    def sleep(self, seconds: float) -> float:
+        time.sleep(seconds)
+        return seconds
+
+    async def async_add(self, n: int) -> int:
+        await asyncio.sleep(0.001)
+        self.value += n
+        return self.value
+
+    async def async_sleep(self, seconds: float) -> float:
+        await asyncio.sleep(seconds)
+        return seconds
+
+    @method(concurrency_group="io")
+    def io_thread(self) -> str:
+        return threading.current_thread().name
+
+    @method(control_plane=True)
+    def heartbeat(self) -> float:
+        return time.time()
+
+    def fail(self, message: str) -> None:
+        raise ValueError(message)
+
+    def nbytes(self, data: np.ndarray) -> int:
+        return int(data.nbytes)
+
+    def blob(self, size: int) -> bytes:
+        return b"x" * size
+
+    def array(self, size: int) -> np.ndarray:
+        return np.arange(size, dtype=np.uint8)
+
+    def midpoint(self, a: Point, b: Point, color: Color) -> tuple[Point, Color]:
+        return Point((a.x + b.x) / 2, (a.y + b.y) / 2), color
+
+    def pid(self) -> int:
+        return os.getpid()
+
+    def unsendable(self) -> Any:
+        return threading.Lock()
+
+    def call_other(self, other: Any, n: int) -> int:
+        return other.add(n).result(timeout=10)
+
+    async def call_other_async(self, other: Any, n: int) -> int:
+        return await other.add(n)
+
+
+register_type(Point)
+register_type(Color)
+
+
+class Positional:
+    def __init__(self, a: int) -> None:
+        self.a = a
+
+
+class BrokenConstructor:
+    def __init__(self, *, fail: bool = True) -> None:
+        if fail:
+            raise RuntimeError("constructor refused: fail=True")

@@ -1,0 +1,122 @@
+"""Every call style against a real actor process."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+
+import numpy as np
+import pytest
+import torch
+from sample_actors import Color, Counter, Point
+
+from runtime import ActorGroup, ActorHandle, DeadlineExceeded, RemoteError, gather, get_actor, spawn, spawn_many
+
+
+def test_sync_result_and_await(counter: ActorHandle) -> None:
+    assert counter.add(5).result(timeout=10) == 15
+
+    async def main() -> int:
+        return await counter.add(1)
+
+    assert asyncio.run(main()) == 16
+
+
+def test_positional_keyword_and_variadic_arguments(counter: ActorHandle) -> None:
+    assert counter.add(n=2).result(10) == 12
+    assert counter.echo(1, (2, 3), b"x", key={"a": [1.5, None]}).result(10) == [
+        [1, (2, 3), b"x"],
+        {"key": {"a": [1.5, None]}},
+    ]
+
+
+def test_async_method_and_control_plane(counter: ActorHandle) -> None:
+    assert counter.async_add(3).result(10) == 13
+    assert counter.heartbeat().result(10) > 0
+
+
+def test_concurrency_group_runs_on_its_own_threads(counter: ActorHandle) -> None:
+    names = {counter.io_thread().result(10) for _ in range(6)}
+    assert names and all(name.startswith("lane-io-") for name in names)
+
+
+def test_serial_group_keeps_submission_order(counter: ActorHandle) -> None:
+    calls = [counter.record(i) for i in range(300)]
+    gather(calls, timeout=30)
+    assert counter.recorded().result(10) == list(range(300))
+
+
+def test_registered_types_and_arrays_round_trip(counter: ActorHandle) -> None:
+    mid, color = counter.midpoint(Point(0, 0), Point(2, 4), Color.BLUE).result(10)
+    assert mid == Point(1.0, 2.0) and color is Color.BLUE
+    data = np.arange(3 << 20, dtype=np.uint8)  # large: shared memory on this machine
+    assert counter.nbytes(data).result(10) == data.nbytes
+    returned = counter.array(2 << 20).result(10)
+    assert returned.dtype == np.uint8 and returned.shape == (2 << 20,) and returned[255] == 255
+    assert counter.blob(300_000).result(10) == b"x" * 300_000
+
+
+def test_remote_exception_carries_type_and_traceback(counter: ActorHandle) -> None:
+    with pytest.raises(RemoteError) as info:
+        counter.fail("boom").result(10)
+    assert info.value.remote_type == "builtins.ValueError"
+    assert "boom" in str(info.value) and "fail" in info.value.remote_traceback
+    assert "counter" in str(info.value) and "'fail'" in str(info.value)
+
+
+def test_deadline_option_raises_deadline_exceeded(counter: ActorHandle) -> None:
+    with pytest.raises(DeadlineExceeded, match="sleep"):
+        counter.sleep.options(deadline_s=0.3)(2.0).result(10)
+
+
+def test_result_timeout_raises_deadline_exceeded(counter: ActorHandle) -> None:
+    with pytest.raises(DeadlineExceeded, match="timeout=0.2"):
+        counter.async_sleep(2.0).result(timeout=0.2)
+
+
+def test_calls_from_many_threads(counter: ActorHandle) -> None:
+    results: list[int] = []
+
+    def worker() -> None:
+        results.extend(counter.add(1).result(10) for _ in range(50))
+
+    threads = [threading.Thread(target=worker) for _ in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(30)
+    assert sorted(results) == list(range(11, 211))
+
+
+def test_named_lookup_and_handle_passing(counter: ActorHandle, no_leaks: None) -> None:
+    assert get_actor("counter") is counter
+    with pytest.raises(KeyError, match="no actor named 'nobody'"):
+        get_actor("nobody")
+    other = spawn(Counter, kwargs={"start": 100})
+    try:
+        assert other.call_other(counter, 1).result(10) == 11
+        assert other.call_other_async(counter, 1).result(10) == 12
+    finally:
+        other.kill()
+
+
+def test_group_broadcast_and_map(no_leaks: None) -> None:
+    handles = spawn_many("sample_actors:Counter", 3, name_prefix="g", kwargs={"start": 1})
+    group = ActorGroup(handles)
+    try:
+        assert group.add(1).result(10) == [2, 2, 2]
+        assert group.map("add", [{"n": 1}, {"n": 2}, {"n": 3}]).result(10) == [3, 4, 5]
+
+        async def broadcast() -> list[int]:
+            return await group.async_add(10)
+
+        assert asyncio.run(broadcast()) == [13, 14, 15]
+        assert len({pid for pid in group.pid().result(10)}) == 3
+    finally:
+        group.kill()
+
+
+def test_torch_tensors_keep_dtype_and_strides(counter: ActorHandle) -> None:
+    tensor = torch.arange(12, dtype=torch.bfloat16).reshape(3, 4).t()
+    (args, _kwargs) = counter.echo(tensor).result(10)
+    assert torch.equal(args[0], tensor) and args[0].stride() == tensor.stride() and args[0].dtype == torch.bfloat16
