@@ -70,7 +70,7 @@ def test_deadline_option_raises_deadline_exceeded(counter: ActorHandle) -> None:
 
 
 def test_result_timeout_raises_deadline_exceeded(counter: ActorHandle) -> None:
-    with pytest.raises(DeadlineExceeded, match="timeout=0.2"):
+    with pytest.raises(DeadlineExceeded, match=r"timeout=0\.2"):
         counter.async_sleep(2.0).result(timeout=0.2)
 
 

@@ -108,14 +108,14 @@ def test_unregistered_and_unsupported_types_give_clear_errors() -> None:
 
     with pytest.raises(UnsupportedTypeError, match="register"):
         encode(Unregistered(1))
-    with pytest.raises(UnsupportedTypeError, match="_thread.lock"):
+    with pytest.raises(UnsupportedTypeError, match=r"_thread\.lock"):
         encode({"lock": threading.Lock()})
     with pytest.raises(UnsupportedTypeError, match="dtype=object"):
         encode(np.array([object()]))
 
 
 def test_malformed_bodies_raise_decode_error() -> None:
-    body, buffers = encode(np.zeros(100_000, np.uint8))
+    body, _ = encode(np.zeros(100_000, np.uint8))
     with pytest.raises(DecodeError, match="buffer"):
         decode(body, [])
     with pytest.raises(DecodeError):

@@ -1,0 +1,58 @@
+"""The Megatron trainer role: one :class:`Trainer` per rank, configured by an immutable TrainerConfig.
+
+Public surface::
+
+    Trainer(*, rank, world_size, master_addr, master_port, config)
+        .train_step(tokens, loss_mask, advantages) -> metrics       (collective)
+        .forward_logprobs(tokens) / .forward_logits(tokens)          (collective over TP)
+        .export_hf_weights() -> [(hf_name, tensor)]                  (collective over TP)
+        .push_weights_to_engines(urls, weight_version)               (collective; rank 0 posts)
+        .save_checkpoint(path) / .load_checkpoint(path)              (collective)
+        .weights_digest() / .optimizer_digest() / .health() / .close()
+    TrainerConfig, ParallelConfig, OptimizerConfig
+    init_distributed(...), teardown_parallel(), dp_shard_bounds(count, dp_rank=, dp_size=)
+    errors: TrainerError, BatchRejected, TrainerFailed, CheckpointError, WeightPushError
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+from actors.trainer.config import OptimizerConfig, ParallelConfig, TrainerConfig
+from actors.trainer.errors import BatchRejected, CheckpointError, TrainerError, TrainerFailed, WeightPushError
+
+if TYPE_CHECKING:
+    from actors.trainer.batch import dp_shard_bounds
+    from actors.trainer.distributed import init_distributed, teardown_parallel
+    from actors.trainer.trainer import Trainer
+
+# Imported on first use: they pull in torch and megatron-core (seconds), which config users do not need.
+_LAZY = {
+    "Trainer": "actors.trainer.trainer",
+    "dp_shard_bounds": "actors.trainer.batch",
+    "init_distributed": "actors.trainer.distributed",
+    "teardown_parallel": "actors.trainer.distributed",
+}
+
+
+def __getattr__(name: str) -> Any:
+    if name in _LAZY:
+        return getattr(importlib.import_module(_LAZY[name]), name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+__all__ = [
+    "BatchRejected",
+    "CheckpointError",
+    "OptimizerConfig",
+    "ParallelConfig",
+    "Trainer",
+    "TrainerConfig",
+    "TrainerError",
+    "TrainerFailed",
+    "WeightPushError",
+    "dp_shard_bounds",
+    "init_distributed",
+    "teardown_parallel",
+]

@@ -1,0 +1,143 @@
+"""Trainer checkpoints: one file per TP rank (weights + AdamW state) and a metadata file, written last.
+
+Layout of a checkpoint directory (must be on a filesystem every rank can reach)::
+
+    metadata.json        format, step, TP size, the ModelConfig; present only once every shard is written
+    tp000.pt, tp001.pt   {"step", "model": {megatron name: tensor}, "optimizer": AdamW state_dict}
+
+DP replicas hold identical state, so only DP rank 0 of each TP rank writes, and a checkpoint loads at any
+DP size; the TP size must match. Both functions are collectives over all ranks.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import time
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.distributed as dist
+
+from actors.model_config import ModelConfig
+from actors.trainer.distributed import ParallelLayout, all_ok
+from actors.trainer.errors import CheckpointError
+
+logger = logging.getLogger(__name__)
+
+FORMAT = "miles-actors/trainer-checkpoint/1"
+METADATA_FILE = "metadata.json"
+
+
+def shard_path(directory: Path, tp_rank: int) -> Path:
+    return directory / f"tp{tp_rank:03d}.pt"
+
+
+def _atomic_save(obj: object, target: Path) -> None:
+    tmp = target.with_name(f".{target.name}.{os.getpid()}.tmp")
+    torch.save(obj, tmp)
+    os.replace(tmp, target)
+
+
+def save(
+    directory: Path,
+    *,
+    layout: ParallelLayout,
+    model_config: ModelConfig,
+    params: dict[str, torch.Tensor],
+    optimizer: torch.optim.Optimizer,
+    step: int,
+) -> None:
+    """Write this rank's share of a checkpoint; returns once the whole checkpoint is complete."""
+    error = ""
+    try:
+        directory.mkdir(parents=True, exist_ok=True)
+        if layout.rank == 0:  # a crash mid-save must not leave old metadata next to new shards
+            (directory / METADATA_FILE).unlink(missing_ok=True)
+    except OSError as exc:
+        error = f"cannot prepare {directory}: {exc}"
+    _agree(not error, error, "prepare")
+    try:
+        if layout.dp_rank == 0:
+            state = {
+                "step": step,
+                "model": {name: p.detach().cpu().clone() for name, p in params.items()},
+                "optimizer": optimizer.state_dict(),
+            }
+            _atomic_save(state, shard_path(directory, layout.tp_rank))
+    except OSError as exc:
+        error = f"cannot write {shard_path(directory, layout.tp_rank)}: {exc}"
+    _agree(not error, error, "write shards")
+    if layout.rank == 0:
+        metadata = {
+            "format": FORMAT,
+            "step": step,
+            "tensor_model_parallel_size": layout.tp_size,
+            "saved_with_world_size": layout.world_size,
+            "saved_at_unix": time.time(),
+            "model": model_config.model_dump(),
+        }
+        tmp = directory / f".{METADATA_FILE}.tmp"
+        tmp.write_text(json.dumps(metadata, indent=2))
+        os.replace(tmp, directory / METADATA_FILE)
+    dist.barrier()
+    logger.info("rank %d saved checkpoint step %d to %s", layout.rank, step, directory)
+
+
+def load(
+    directory: Path,
+    *,
+    layout: ParallelLayout,
+    model_config: ModelConfig,
+    params: dict[str, torch.Tensor],
+    optimizer: torch.optim.Optimizer,
+) -> int:
+    """Restore weights and optimizer state in place; returns the checkpoint's step."""
+    error = ""
+    state: dict[str, Any] = {}
+    try:
+        state = _read_checked(directory, layout, model_config, params)
+    except (OSError, ValueError, KeyError, RuntimeError) as exc:
+        error = f"rank {layout.rank}: {exc}"
+    _agree(not error, error, "read")
+    with torch.no_grad():
+        for name, param in params.items():
+            param.copy_(state["model"][name].to(param.device))
+    optimizer.load_state_dict(state["optimizer"])
+    logger.info("rank %d loaded checkpoint step %d from %s", layout.rank, state["step"], directory)
+    return int(state["step"])
+
+
+def _read_checked(
+    directory: Path, layout: ParallelLayout, model_config: ModelConfig, params: dict[str, torch.Tensor]
+) -> dict[str, Any]:
+    meta_file = directory / METADATA_FILE
+    if not meta_file.is_file():
+        raise ValueError(f"{meta_file} is missing: not a checkpoint, or its save did not finish")
+    metadata = json.loads(meta_file.read_text())
+    if metadata.get("format") != FORMAT:
+        raise ValueError(f"{meta_file}: format {metadata.get('format')!r}, expected {FORMAT!r}")
+    if metadata["tensor_model_parallel_size"] != layout.tp_size:
+        raise ValueError(
+            f"checkpoint has tensor_model_parallel_size={metadata['tensor_model_parallel_size']}, this "
+            f"trainer {layout.tp_size}; resharding TP is not supported"
+        )
+    if ModelConfig.model_validate(metadata["model"]) != model_config:
+        raise ValueError(f"checkpoint model config {metadata['model']} differs from this trainer's")
+    state = torch.load(shard_path(directory, layout.tp_rank), map_location="cpu", weights_only=True)
+    saved = state["model"]
+    if set(saved) != set(params):
+        raise ValueError(f"parameter names differ: {sorted(set(saved) ^ set(params))[:5]}")
+    for name, param in params.items():
+        if tuple(saved[name].shape) != tuple(param.shape):
+            raise ValueError(f"{name}: saved shape {list(saved[name].shape)}, model {list(param.shape)}")
+    if int(state["step"]) != int(metadata["step"]):
+        raise ValueError(f"shard step {state['step']} != metadata step {metadata['step']}")
+    return state
+
+
+def _agree(ok: bool, error: str, stage: str) -> None:
+    if not all_ok(ok):
+        raise CheckpointError(f"checkpoint {stage} failed: {error or 'on another rank (see its log)'}")

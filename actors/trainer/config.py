@@ -1,0 +1,103 @@
+"""Immutable configuration of the Megatron trainer: parallelism, optimizer, and the trainer as a whole.
+
+Parsed once at the edge (pydantic, ``frozen=True``, unknown fields refused); errors name the field.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from actors.model_config import ModelConfig
+
+Backend = Literal["auto", "gloo", "nccl"]
+
+
+class ParallelConfig(BaseModel):
+    """How the ranks split the work; data parallelism is whatever the world size leaves over."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    tensor_model_parallel_size: int = Field(
+        default=1, gt=0, description="Ranks that split each weight matrix (Megatron TP); consecutive ranks."
+    )
+
+    def data_parallel_size(self, world_size: int) -> int:
+        """Number of model replicas for ``world_size`` ranks; raises ValueError naming the field."""
+        if world_size <= 0:
+            raise ValueError(f"world_size must be positive, got {world_size}")
+        if world_size % self.tensor_model_parallel_size:
+            raise ValueError(
+                f"parallel.tensor_model_parallel_size={self.tensor_model_parallel_size} must divide "
+                f"world_size={world_size}"
+            )
+        return world_size // self.tensor_model_parallel_size
+
+
+class OptimizerConfig(BaseModel):
+    """torch AdamW on the trainer's device (Megatron's optimizer needs CUDA)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    lr: float = Field(default=1e-4, gt=0)
+    weight_decay: float = Field(default=0.0, ge=0, description="Not applied to norm weights (1-D).")
+    betas: tuple[float, float] = (0.9, 0.999)
+    eps: float = Field(default=1e-8, gt=0)
+    grad_clip: float = Field(default=1.0, ge=0, description="Max global grad L2 norm; 0 disables clipping.")
+
+    @model_validator(mode="after")
+    def _check_betas(self) -> OptimizerConfig:
+        for index, beta in enumerate(self.betas):
+            if not 0.0 <= beta < 1.0:
+                raise ValueError(f"optimizer.betas[{index}]={beta} must be in [0, 1)")
+        return self
+
+
+class TrainerConfig(BaseModel):
+    """Everything a :class:`actors.trainer.Trainer` rank needs besides its rank and rendezvous address."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    model: ModelConfig = ModelConfig()
+    parallel: ParallelConfig = ParallelConfig()
+    optimizer: OptimizerConfig = OptimizerConfig()
+    seed: int = Field(
+        default=0,
+        description="Seeds the trainer's RNG after the weights exist; initial weights use model.seed, so "
+        "trainers with the same ModelConfig start from the same weights whatever their TP size.",
+    )
+    backend: Backend = Field(
+        default="auto", description="torch.distributed backend; auto: nccl when CUDA is available, else gloo."
+    )
+    collective_timeout_s: float = Field(
+        default=600.0,
+        gt=0,
+        description="Every collective (and the rendezvous) fails after this long, e.g. when a peer died.",
+    )
+    micro_batch_size: int | None = Field(
+        default=None, gt=0, description="Sequences per forward/backward; None: the whole local batch at once."
+    )
+    checkpoint_dir: str | None = Field(
+        default=None, description="Where save_checkpoint() writes when no path is given (shared filesystem)."
+    )
+    cpu_threads: int | None = Field(
+        default=None, gt=0, description="torch.set_num_threads for this rank's process; None leaves it."
+    )
+
+    @model_validator(mode="after")
+    def _check_model_splits(self) -> TrainerConfig:
+        tp = self.parallel.tensor_model_parallel_size
+        splits = {
+            "model.num_attention_heads": self.model.num_attention_heads,
+            "model.num_key_value_heads": self.model.num_key_value_heads,
+            "model.ffn_hidden_size": self.model.ffn_hidden_size,
+            "model.vocab_size": self.model.vocab_size,
+        }
+        for field, value in splits.items():
+            if value % tp:
+                raise ValueError(
+                    f"{field}={value} must be divisible by parallel.tensor_model_parallel_size={tp} "
+                    "(each TP rank holds an equal slice)"
+                )
+        return self

@@ -1,0 +1,146 @@
+"""A megatron-core GPTModel built from the shared :class:`ModelConfig` (llama layout), runnable on CPU.
+
+megatron-core 0.16 CPU pitfalls handled here (the rest of Megatron's local spec runs on CPU as-is):
+
+- ``use_cpu_initialization=True``: weights are drawn whole on the CPU RNG and then sliced per TP rank, so
+  the initial weights are the same for every TP size.
+- ``DotProductAttention`` takes its score buffer from ``parallel_state.get_global_memory_buffer()``,
+  which allocates on ``torch.cuda.current_device()``; :class:`SdpaCoreAttention` replaces it with
+  ``torch.nn.functional.scaled_dot_product_attention`` (same math, causal, GQA by repeat_interleave).
+- ``RotaryEmbedding.get_emb`` moves ``inv_freq`` to CUDA on first use; :class:`CpuRotaryEmbedding`
+  keeps it on the CPU.
+- every fusion (bias/activation, softmax, rope, grad accumulation) is CUDA-only and turned off; dropout
+  is 0, which also makes the CUDA RNG tracker unnecessary (see ``distributed.setup_parallel``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+
+from actors.model_config import ModelConfig
+from actors.trainer._megatron import (
+    DotProductAttention,
+    GPTModel,
+    ModuleSpec,
+    RotaryEmbedding,
+    TransformerConfig,
+    get_gpt_layer_local_spec,
+)
+
+
+class SdpaCoreAttention(DotProductAttention):
+    """Megatron's core attention computed with torch SDPA (no CUDA-only buffer); causal, no mask tensor."""
+
+    def forward(  # type: ignore[override]
+        self,
+        query: Tensor,
+        key: Tensor,
+        value: Tensor,
+        attention_mask: Tensor | None,
+        attn_mask_type: object | None = None,
+        attention_bias: Tensor | None = None,
+        packed_seq_params: object | None = None,
+    ) -> Tensor:
+        """``query`` [sq, b, heads, d], ``key``/``value`` [sk, b, groups, d] -> context [sq, b, heads * d]."""
+        if attention_mask is not None or attention_bias is not None or packed_seq_params is not None:
+            raise NotImplementedError("SdpaCoreAttention supports plain causal attention only")
+        q, k, v = (t.permute(1, 2, 0, 3) for t in (query, key, value))  # [b, heads, s, d]
+        repeats = q.shape[1] // k.shape[1]
+        if repeats > 1:  # query head h reads key/value group h // repeats, as in Megatron and HF
+            k = k.repeat_interleave(repeats, dim=1)
+            v = v.repeat_interleave(repeats, dim=1)
+        context = F.scaled_dot_product_attention(q, k, v, is_causal=True, scale=self.softmax_scale)
+        seq_len, batch = query.shape[0], query.shape[1]
+        return context.permute(2, 0, 1, 3).reshape(seq_len, batch, -1)
+
+
+class CpuRotaryEmbedding(RotaryEmbedding):
+    """Megatron's RoPE (rotate-half layout, the HF convention) without the move of ``inv_freq`` to CUDA."""
+
+    def get_emb(self, max_seq_len: int, offset: int = 0) -> Tensor:
+        """[max_seq_len, 1, 1, head_dim] angles, ``cat(freqs, freqs)`` as in HF's ``rotate_half`` RoPE."""
+        freqs = self.get_freqs_non_repeated(max_seq_len, offset)
+        return torch.cat((freqs, freqs), dim=-1)[:, None, None, :]
+
+
+def transformer_config(model: ModelConfig, *, tensor_model_parallel_size: int) -> TransformerConfig:
+    """Megatron's TransformerConfig for a llama-style model: RMSNorm, SwiGLU, no biases, no dropout."""
+    return TransformerConfig(
+        num_layers=model.num_layers,
+        hidden_size=model.hidden_size,
+        ffn_hidden_size=model.ffn_hidden_size,
+        num_attention_heads=model.num_attention_heads,
+        num_query_groups=model.num_key_value_heads,
+        kv_channels=model.head_dim,
+        normalization="RMSNorm",
+        layernorm_epsilon=model.rms_norm_eps,
+        activation_func=F.silu,
+        gated_linear_unit=True,
+        add_bias_linear=False,
+        add_qkv_bias=False,
+        hidden_dropout=0.0,
+        attention_dropout=0.0,
+        tensor_model_parallel_size=tensor_model_parallel_size,
+        params_dtype=torch.float32,
+        use_cpu_initialization=True,
+        perform_initialization=True,
+        bias_activation_fusion=False,
+        bias_dropout_fusion=False,
+        masked_softmax_fusion=False,
+        apply_rope_fusion=False,
+        gradient_accumulation_fusion=False,
+        persist_layer_norm=False,
+        sequence_parallel=False,
+        cuda_graph_scope=[],  # the default "full" only triggers a deprecation warning
+    )
+
+
+def _layer_spec() -> ModuleSpec:
+    spec = get_gpt_layer_local_spec(normalization="RMSNorm")
+    attention = spec.submodules.self_attention
+    attention_submodules = dataclasses.replace(attention.submodules, core_attention=SdpaCoreAttention)
+    self_attention = dataclasses.replace(attention, submodules=attention_submodules)
+    return dataclasses.replace(spec, submodules=dataclasses.replace(spec.submodules, self_attention=self_attention))
+
+
+def build_gpt_model(model: ModelConfig, *, tensor_model_parallel_size: int, device: torch.device) -> GPTModel:
+    """This rank's slice of the model; call after ``distributed.setup_parallel`` and ``torch.manual_seed``."""
+    gpt = GPTModel(
+        config=transformer_config(model, tensor_model_parallel_size=tensor_model_parallel_size),
+        transformer_layer_spec=_layer_spec(),
+        vocab_size=model.vocab_size,
+        max_sequence_length=model.max_position_embeddings,
+        pre_process=True,
+        post_process=True,
+        share_embeddings_and_output_weights=model.tie_word_embeddings,
+        position_embedding_type="rope",
+        rotary_percent=1.0,
+        rotary_base=model.rope_theta,  # type: ignore[arg-type]
+    )
+    if device.type == "cpu":
+        gpt.rotary_pos_emb = CpuRotaryEmbedding(
+            kv_channels=model.head_dim,
+            rotary_percent=1.0,
+            rotary_base=model.rope_theta,  # type: ignore[arg-type]
+            use_cpu_initialization=True,
+        )
+    return gpt.to(device)
+
+
+def position_ids(tokens: Tensor) -> Tensor:
+    """0..s-1 for each row of a right-padded [b, s] batch."""
+    return torch.arange(tokens.shape[1], device=tokens.device).unsqueeze(0).expand_as(tokens)
+
+
+def token_logprobs(gpt: GPTModel, tokens: Tensor) -> Tensor:
+    """log p(tokens[:, t] | tokens[:, :t]) for t >= 1, shape [b, s - 1]; differentiable, TP-aware.
+
+    Megatron's vocab-parallel cross entropy gives -log p without gathering the logits across TP ranks.
+    """
+    inputs = tokens[:, :-1]
+    losses = gpt(inputs, position_ids(inputs), None, labels=tokens[:, 1:])
+    return -losses

@@ -1,0 +1,359 @@
+"""One rank of a Megatron trainer: policy-gradient steps, HF export, checkpoints, weight pushes.
+
+A plain class: the actor runtime hosts one per process (Megatron's parallel state is process-global).
+Methods marked *collective* must be called on every rank, in the same order, like any SPMD program;
+with the default serial concurrency group the runtime gives exactly that. :meth:`health` may be called
+from another thread at any time.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from types import TracebackType
+
+import torch
+import torch.distributed as dist
+from torch import Tensor
+
+from actors.trainer import checkpoint
+from actors.trainer import model as gpt_model
+from actors.trainer.batch import Advantages, FloatRows, PackedBatch, TokenRows, pack_batch
+from actors.trainer.config import TrainerConfig
+from actors.trainer.digest import digest_named_tensors
+from actors.trainer.distributed import (
+    ParallelLayout,
+    all_ok,
+    gather_along,
+    init_distributed,
+    resolve_backend,
+    setup_parallel,
+    teardown_parallel,
+)
+from actors.trainer.errors import BatchRejected, TrainerError, TrainerFailed, WeightPushError
+from actors.trainer.grads import allreduce_gradients, clip_gradients
+from actors.trainer.hf_export import export_hf
+from actors.trainer.loss import policy_gradient_loss_sum
+from actors.trainer.weights_push import push_to_engines
+
+logger = logging.getLogger(__name__)
+
+HealthValue = int | float | str | bool | None
+
+
+class Trainer:
+    """One rank of a data- and tensor-parallel megatron-core GPT trainer (CPU with gloo, or GPU with nccl).
+
+    The constructor joins the process group (every rank must construct one; it waits for the others up
+    to ``config.collective_timeout_s``) and builds this rank's model slice with identical initial weights
+    on every DP replica.
+    """
+
+    def __init__(
+        self, *, rank: int, world_size: int, master_addr: str, master_port: int, config: TrainerConfig
+    ) -> None:
+        self._config = config
+        self._step = 0
+        self._current: str | None = None  # the method running now, for health()
+        self._failed: str | None = None
+        self._last_step_s: float | None = None
+        self._closed = False
+        self._lock = threading.Lock()
+        config.parallel.data_parallel_size(world_size)  # fail fast, before any network
+        if config.cpu_threads is not None:
+            torch.set_num_threads(config.cpu_threads)
+        init_distributed(
+            rank=rank,
+            world_size=world_size,
+            master_addr=master_addr,
+            master_port=master_port,
+            backend=resolve_backend(config.backend),
+            timeout_s=config.collective_timeout_s,
+        )
+        try:
+            tp = config.parallel.tensor_model_parallel_size
+            # Initial weights come from model.seed on every rank (CPU init slices the same full matrices).
+            self._layout = setup_parallel(
+                tensor_model_parallel_size=tp, seed=config.model.seed, timeout_s=config.collective_timeout_s
+            )
+            self._model = gpt_model.build_gpt_model(
+                config.model, tensor_model_parallel_size=tp, device=self._layout.device
+            )
+            torch.manual_seed(config.seed)
+            self._named = dict(self._model.named_parameters())
+            self._params = list(self._named.values())
+            self._optimizer = self._build_optimizer()
+        except BaseException:
+            teardown_parallel()
+            raise
+        logger.info(
+            "trainer rank %d ready: tp %d/%d dp %d/%d on %s, %d local parameters",
+            rank, self._layout.tp_rank, self._layout.tp_size, self._layout.dp_rank, self._layout.dp_size,
+            self._layout.device, sum(p.numel() for p in self._params),
+        )  # fmt: skip
+
+    def _build_optimizer(self) -> torch.optim.AdamW:
+        opt = self._config.optimizer
+        decay = [p for p in self._params if p.dim() >= 2]
+        no_decay = [p for p in self._params if p.dim() < 2]  # norm weights, as in Megatron
+        return torch.optim.AdamW(
+            [{"params": decay, "weight_decay": opt.weight_decay}, {"params": no_decay, "weight_decay": 0.0}],
+            lr=opt.lr,
+            betas=opt.betas,
+            eps=opt.eps,
+        )
+
+    @property
+    def layout(self) -> ParallelLayout:
+        """This rank's place in the TP x DP grid."""
+        return self._layout
+
+    @property
+    def step(self) -> int:
+        """Optimizer steps taken (restored by :meth:`load_checkpoint`)."""
+        return self._step
+
+    @contextlib.contextmanager
+    def _running(self, what: str) -> Iterator[None]:
+        """Mark ``what`` as running; a failure outside the known-safe errors breaks the trainer for good."""
+        if self._closed:
+            raise TrainerError(f"rank {self._layout.rank}: {what} called after close()")
+        if self._failed is not None:
+            raise TrainerFailed(f"rank {self._layout.rank}: trainer is broken since: {self._failed}")
+        with self._lock:
+            self._current = what
+            try:
+                yield
+            except (BatchRejected, TrainerError):
+                raise
+            except Exception as exc:
+                self._failed = f"{what}: {type(exc).__name__}: {exc}"
+                logger.error("rank %d: %s failed; trainer is broken", self._layout.rank, what)
+                raise TrainerFailed(
+                    f"rank {self._layout.rank}: {what} failed ({type(exc).__name__}: {exc}); a peer may have "
+                    f"died or hung (collective timeout {self._config.collective_timeout_s}s). Restart the "
+                    "trainer group, from a checkpoint."
+                ) from exc
+            finally:
+                self._current = None
+
+    def _pack(self, tokens: TokenRows, loss_mask: FloatRows | None, advantages: Advantages) -> PackedBatch:
+        """Pack this rank's shard and agree with every rank that all shards are usable (collective)."""
+        layout, model = self._layout, self._config.model
+        packed: PackedBatch | None = None
+        error = ""
+        try:
+            packed = pack_batch(
+                tokens,
+                loss_mask,
+                advantages,
+                vocab_size=model.vocab_size,
+                max_length=model.max_position_embeddings,
+            )
+        except (ValueError, TypeError) as exc:
+            error = str(exc)
+        mismatch = 0
+        if layout.tp_size > 1:  # TP peers must see the very same shard
+            fp = packed.fingerprint() if packed is not None else -1
+            bounds = torch.tensor([fp, -fp], dtype=torch.int64, device=layout.device)
+            dist.all_reduce(bounds, op=dist.ReduceOp.MAX, group=layout.tp_group)
+            mismatch = int(bounds[0].item() != -bounds[1].item())
+        flags = torch.tensor([int(packed is None), mismatch], dtype=torch.int64, device=layout.device)
+        dist.all_reduce(flags, op=dist.ReduceOp.SUM)
+        if flags[0].item():
+            raise BatchRejected(f"rank {layout.rank}: batch rejected: {error or 'malformed on another rank'}")
+        if flags[1].item():
+            raise BatchRejected(f"rank {layout.rank}: TP ranks of one group were given different batches")
+        assert packed is not None
+        return packed
+
+    def train_step(self, tokens: TokenRows, loss_mask: FloatRows | None, advantages: Advantages) -> dict[str, float]:
+        """One optimizer step on this rank's shard (collective; every DP rank passes its own shard, TP
+        peers the same one). Loss: ``-advantage * log pi(token)``, mean over the masked tokens of all DP
+        ranks. Returns ``loss`` (before the update), ``grad_norm`` (before clipping), ``tokens`` (global
+        masked tokens), ``step_time_s`` and ``step`` (after). See :mod:`actors.trainer.batch` for shapes.
+        """
+        with self._running("train_step"):
+            started = time.perf_counter()
+            layout = self._layout
+            packed = self._pack(tokens, loss_mask, advantages)
+            counts = torch.tensor([packed.masked_tokens], dtype=torch.float64, device=layout.device)
+            dist.all_reduce(counts, group=layout.dp_group)
+            global_tokens = float(counts.item())
+            self._optimizer.zero_grad(set_to_none=False)
+            local_loss = torch.zeros(1, dtype=torch.float64, device=layout.device)
+            step_size = self._config.micro_batch_size or packed.size
+            for start in range(0, packed.size, step_size):
+                micro = packed.rows(start, min(start + step_size, packed.size))
+                if micro.masked_tokens == 0:
+                    continue  # TP peers hold the same rows, so they skip the same forward together
+                loss_sum = self._micro_loss_sum(micro)
+                (loss_sum / max(global_tokens, 1.0)).backward()
+                local_loss += loss_sum.detach().double()
+            total_loss = allreduce_gradients(self._params, local_loss, group=layout.dp_group, size=layout.dp_size)
+            grad_norm = 0.0
+            if global_tokens > 0:
+                grad_norm = clip_gradients(
+                    self._params,
+                    self._config.optimizer.grad_clip,
+                    tp_group=layout.tp_group,
+                    tp_size=layout.tp_size,
+                )
+                self._optimizer.step()
+                self._step += 1
+            elapsed = time.perf_counter() - started
+            self._last_step_s = elapsed
+            return {
+                "loss": float(total_loss.item()) / max(global_tokens, 1.0),
+                "grad_norm": grad_norm,
+                "tokens": global_tokens,
+                "step_time_s": elapsed,
+                "step": float(self._step),
+            }
+
+    def _micro_loss_sum(self, micro: PackedBatch) -> Tensor:
+        device = self._layout.device
+        logprobs = gpt_model.token_logprobs(self._model, micro.tokens.to(device))
+        return policy_gradient_loss_sum(logprobs, micro.advantages.to(device), micro.mask.to(device))
+
+    def forward_logprobs(self, tokens: TokenRows) -> list[Tensor]:
+        """log p(token_t | tokens_<t) for t >= 1 of each sequence (collective over TP); CPU tensors."""
+        with self._running("forward_logprobs"), torch.no_grad():
+            packed = self._pack(tokens, None, [0.0] * len(tokens))
+            logprobs = gpt_model.token_logprobs(self._model, packed.tokens.to(self._layout.device)).cpu()
+            lengths = packed.mask.sum(dim=1).to(torch.int64).tolist()
+            return [row[:n].clone() for row, n in zip(logprobs, lengths, strict=True)]
+
+    def forward_logits(self, tokens: Tensor) -> Tensor:
+        """Full-vocabulary logits [b, s, vocab] for a [b, s] batch (collective over TP; for tests/eval)."""
+        with self._running("forward_logits"), torch.no_grad():
+            device = self._layout.device
+            ids = tokens.to(device=device, dtype=torch.int64)
+            local = self._model(ids, gpt_model.position_ids(ids), None)  # [b, s, vocab / tp]
+            return gather_along(local, -1, self._layout.tp_group, self._layout.tp_size).cpu()
+
+    def export_hf_weights(self) -> list[tuple[str, Tensor]]:
+        """Full HF llama tensors (CPU) on every rank (collective over TP; DP replicas need no traffic).
+
+        Names: ``model.embed_tokens.weight``, ``model.layers.{i}.{input_layernorm, self_attn.{q,k,v,o}_proj,
+        post_attention_layernorm, mlp.{gate,up,down}_proj}.weight``, ``model.norm.weight``, ``lm_head.weight``
+        (equal to the embedding when tied).
+        """
+        with self._running("export_hf_weights"):
+            return self._export()
+
+    def _export(self) -> list[tuple[str, Tensor]]:
+        layout = self._layout
+        return export_hf(self._named, self._config.model, group=layout.tp_group, tp_size=layout.tp_size)
+
+    def weights_digest(self, *, gathered: bool = False) -> str:
+        """sha256 of this rank's parameter shards (equal on DP replicas), or with ``gathered`` of the full
+        exported HF weights (equal on every rank; collective over TP)."""
+        with self._running("weights_digest"):
+            if gathered:
+                return digest_named_tensors(self._export())
+            return digest_named_tensors(self._named.items())
+
+    def optimizer_digest(self) -> str:
+        """sha256 of this rank's AdamW state (moments and step counts), e.g. to check a checkpoint reload."""
+        with self._running("optimizer_digest"):
+            state = self._optimizer.state_dict()["state"]
+            pairs = [(f"{i}.{k}", v) for i in sorted(state) for k, v in sorted(state[i].items())]
+            return digest_named_tensors([(name, torch.as_tensor(v)) for name, v in pairs])
+
+    def save_checkpoint(self, path: str | None = None) -> str:
+        """Write a checkpoint (collective) to ``path``, default ``{checkpoint_dir}/step_{step:08d}``;
+        returns the directory. See :mod:`actors.trainer.checkpoint` for the layout."""
+        with self._running("save_checkpoint"):
+            directory = self._checkpoint_path(path)
+            checkpoint.save(
+                directory,
+                layout=self._layout,
+                model_config=self._config.model,
+                params=self._named,
+                optimizer=self._optimizer,
+                step=self._step,
+            )
+            return str(directory)
+
+    def load_checkpoint(self, path: str) -> int:
+        """Restore weights, optimizer state and step from ``path`` (collective); returns the step."""
+        with self._running("load_checkpoint"):
+            self._step = checkpoint.load(
+                Path(path),
+                layout=self._layout,
+                model_config=self._config.model,
+                params=self._named,
+                optimizer=self._optimizer,
+            )
+            return self._step
+
+    def _checkpoint_path(self, path: str | None) -> Path:
+        if path is not None:
+            return Path(path)
+        if self._config.checkpoint_dir is None:
+            raise TrainerError("save_checkpoint() needs a path: config.checkpoint_dir is not set")
+        return Path(self._config.checkpoint_dir) / f"step_{self._step:08d}"
+
+    def push_weights_to_engines(
+        self,
+        urls: list[str],
+        weight_version: str,
+        bucket_bytes: int | None = None,
+        timeout_s: float = 120.0,
+    ) -> list[dict[str, object]]:
+        """Send the current weights to each engine's ``/update_weights_from_tensor`` (collective).
+
+        DP replica 0 gathers its TP shards, global rank 0 posts; other ranks return ``[]``. If any engine
+        fails, every rank raises :class:`WeightPushError`. Keep ``timeout_s`` times the number of requests
+        under ``collective_timeout_s``: the other ranks wait for rank 0 in a collective meanwhile.
+        """
+        with self._running("push_weights_to_engines"):
+            replies: list[dict[str, object]] = []
+            error = ""
+            pairs = self._export() if self._layout.dp_rank == 0 else []
+            if self._layout.rank == 0:
+                try:
+                    replies = push_to_engines(
+                        urls,
+                        pairs,
+                        weight_version=weight_version,
+                        bucket_bytes=bucket_bytes,
+                        timeout_s=timeout_s,
+                    )
+                except WeightPushError as exc:
+                    error = str(exc)
+            if not all_ok(not error):
+                raise WeightPushError(error or f"rank {self._layout.rank}: rank 0 failed to push the weights")
+            return replies
+
+    def health(self) -> dict[str, HealthValue]:
+        """Cheap, thread-safe: step counter, what is running, whether the trainer is broken."""
+        return {
+            "rank": self._layout.rank,
+            "step": self._step,
+            "running": self._current is not None,
+            "current": self._current,
+            "failed": self._failed,
+            "last_step_s": self._last_step_s,
+            "closed": self._closed,
+        }
+
+    def close(self) -> None:
+        """Leave the process groups (local; does not wait for peers). Idempotent."""
+        if not self._closed:
+            self._closed = True
+            teardown_parallel()
+            logger.info("trainer rank %d closed", self._layout.rank)
+
+    def __enter__(self) -> Trainer:
+        return self
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.close()
