@@ -55,6 +55,12 @@ def resolve_class(class_ref: str | bytes) -> type:
     return target
 
 
+def _prepare(server: ActorServer, class_ref: str | bytes, groups: dict[str, int]) -> str:
+    """Import the class and register the types its constructor and methods name, before ``__construct__``
+    arrives: its keyword arguments may hold such types (e.g. a pydantic config)."""
+    return class_info(resolve_class(class_ref), tuple(sorted(groups.items()))).path
+
+
 def _construct(server: ActorServer, class_ref: str | bytes, kwargs: dict[str, Any], options: dict[str, Any]) -> dict:
     if server.instance is not None:
         raise RuntimeError(f"actor {server.name!r} is already constructed; spawn a new process for another actor")
@@ -117,6 +123,7 @@ def _methods(server: ActorServer) -> list[str]:
 
 
 BUILTINS: dict[str, Builtin] = {
+    "__prepare__": Builtin(_prepare, threaded=True),
     "__construct__": Builtin(_construct, threaded=True),
     "__health__": Builtin(_health),
     "__stats__": Builtin(_stats),

@@ -154,7 +154,7 @@ class ActorHandle:
         self._runtime.dispatch(self._conn, call)
         return PendingCall(call, self._runtime, f"actor {self.actor_name!r} method {method!r}")
 
-    def health(self) -> PendingCall:
+    def process_health(self) -> PendingCall:
         """The actor process's health record (answered on the control lane, even during a long sync method)."""
         return self.method("__health__")()
 

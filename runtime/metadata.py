@@ -128,6 +128,8 @@ def class_info(cls: type, groups: tuple[tuple[str, int], ...] = ()) -> ActorClas
     declared = dict(getattr(cls, "concurrency_groups", {}) or {})
     declared.update(groups)
     declared.setdefault(DEFAULT_GROUP, 1)
+    if cls.__init__ is not object.__init__:
+        _hints(cls.__init__, cls)  # registers the types of constructor arguments for the wire
     methods: dict[str, MethodInfo] = {}
     for name, function in inspect.getmembers(cls, inspect.isfunction):
         if name.startswith("_"):

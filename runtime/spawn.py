@@ -83,11 +83,11 @@ async def attach_async(
         pid=0,
         **({"liveness_timeout_s": liveness_timeout_s} if liveness_timeout_s else {}),
     )
-    call = bootstrap.method("__construct__").options(deadline_s=deadline_s)(
-        ref, kwargs or {}, _options(name, concurrency_groups, max_concurrency, limits)
-    )
     try:
-        built = await call
+        await bootstrap.method("__prepare__").options(deadline_s=deadline_s)(ref, concurrency_groups or {})
+        built = await bootstrap.method("__construct__").options(deadline_s=deadline_s)(
+            ref, kwargs or {}, _options(name, concurrency_groups, max_concurrency, limits)
+        )
     except RemoteError as exc:
         raise RemoteError(
             f"constructing {label} failed: {exc.remote_message}",

@@ -75,7 +75,7 @@ def to_fields(obj: Any) -> Any:
         return obj.value
     if dataclasses.is_dataclass(obj):
         return {f.name: getattr(obj, f.name) for f in dataclasses.fields(obj) if f.init}
-    return {name: getattr(obj, name) for name in type(obj).model_fields}
+    return obj.model_dump()  # nested models become dicts: model_validate rebuilds them, no registration needed
 
 
 def from_fields(name: str, state: Any) -> Any:

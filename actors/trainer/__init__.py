@@ -9,6 +9,8 @@ Public surface::
         .push_weights_to_engines(urls, weight_version)               (collective; rank 0 posts)
         .save_checkpoint(path) / .load_checkpoint(path)              (collective)
         .weights_digest() / .optimizer_digest() / .health() / .close()
+    TrainerActor: the same, as an actor (health and layout on the control lane)
+    TrainerGroup.spawn(world_size=, config=): N ranks as actors; train_step shards the batch over DP ranks
     TrainerConfig, ParallelConfig, OptimizerConfig
     init_distributed(...), teardown_parallel(), dp_shard_bounds(count, dp_rank=, dp_size=)
     errors: TrainerError, BatchRejected, TrainerFailed, CheckpointError, WeightPushError
@@ -25,11 +27,15 @@ from actors.trainer.errors import BatchRejected, CheckpointError, TrainerError, 
 if TYPE_CHECKING:
     from actors.trainer.batch import dp_shard_bounds
     from actors.trainer.distributed import init_distributed, teardown_parallel
+    from actors.trainer.actor import TrainerActor
+    from actors.trainer.group import TrainerGroup
     from actors.trainer.trainer import Trainer
 
 # Imported on first use: they pull in torch and megatron-core (seconds), which config users do not need.
 _LAZY = {
     "Trainer": "actors.trainer.trainer",
+    "TrainerActor": "actors.trainer.actor",
+    "TrainerGroup": "actors.trainer.group",
     "dp_shard_bounds": "actors.trainer.batch",
     "init_distributed": "actors.trainer.distributed",
     "teardown_parallel": "actors.trainer.distributed",
@@ -48,7 +54,9 @@ __all__ = [
     "OptimizerConfig",
     "ParallelConfig",
     "Trainer",
+    "TrainerActor",
     "TrainerConfig",
+    "TrainerGroup",
     "TrainerError",
     "TrainerFailed",
     "WeightPushError",

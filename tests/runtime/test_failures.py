@@ -20,7 +20,7 @@ def test_control_plane_answers_while_sync_method_sleeps(counter: ActorHandle) ->
     time.sleep(0.2)
     started = time.monotonic()
     assert counter.heartbeat().result(timeout=2) > 0
-    health = counter.health().result(timeout=2)
+    health = counter.process_health().result(timeout=2)
     assert time.monotonic() - started < 1.0
     assert health["in_flight"]["default"] == 1 and not slow.done()
     assert slow.result(timeout=10) == 5.0

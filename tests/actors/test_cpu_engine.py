@@ -1,0 +1,385 @@
+"""The CPU engine: model math against a plain reference, generation, and the HTTP API of a real subprocess."""
+
+from __future__ import annotations
+
+import math
+import re
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import pytest
+import requests
+import torch
+from pydantic import ValidationError
+
+from actors import tokenizer
+from actors.cpu_engine import WeightsError, build_model, build_model_from_named_tensors, expected_shapes
+from actors.cpu_engine.generation import Sequence, run_batch
+from actors.cpu_engine.protocol import GenerationItem, SamplingParams
+from actors.model_config import ModelConfig
+from actors.sglang_config import READINESS_PATH, SGLangConfig, cpu_engine_argv, launch_server_argv
+from actors.weights_wire import encode_named_tensors
+
+if TYPE_CHECKING:
+    from tests.actors.conftest import EngineLauncher, EngineProcess
+
+GQA = ModelConfig(num_key_value_heads=2, seed=7)
+TIED = ModelConfig(num_attention_heads=2, num_key_value_heads=1, tie_word_embeddings=True, seed=8)
+HTTP_TIMEOUT_S = 30
+
+
+# ---- a deliberately plain reference: per position, per head, float64 -----------------------------------
+
+
+def reference_logits(state: dict[str, torch.Tensor], config: ModelConfig, ids: list[int]) -> torch.Tensor:
+    """HF llama written out longhand (no cache, no batching), in float64."""
+    sd = {name: tensor.double() for name, tensor in state.items()}
+    dim, heads, kv_heads = config.head_dim, config.num_attention_heads, config.num_key_value_heads
+
+    def rms(x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
+        return weight * x / torch.sqrt((x * x).mean(-1, keepdim=True) + config.rms_norm_eps)
+
+    def rope(vec: torch.Tensor, pos: int) -> torch.Tensor:
+        out = vec.clone()
+        for i in range(dim // 2):
+            angle = pos / config.rope_theta ** (2 * i / dim)
+            a, b = vec[i], vec[i + dim // 2]
+            out[i], out[i + dim // 2] = (
+                a * math.cos(angle) - b * math.sin(angle),
+                b * math.cos(angle) + a * math.sin(angle),
+            )
+        return out
+
+    x = sd["model.embed_tokens.weight"][ids]
+    for layer in range(config.num_layers):
+        p = f"model.layers.{layer}."
+        h = rms(x, sd[p + "input_layernorm.weight"])
+        q = (h @ sd[p + "self_attn.q_proj.weight"].T).view(len(ids), heads, dim)
+        k = (h @ sd[p + "self_attn.k_proj.weight"].T).view(len(ids), kv_heads, dim)
+        v = (h @ sd[p + "self_attn.v_proj.weight"].T).view(len(ids), kv_heads, dim)
+        out = torch.zeros(len(ids), heads, dim, dtype=torch.float64)
+        for head in range(heads):
+            kv = head // (heads // kv_heads)
+            for t in range(len(ids)):
+                qt = rope(q[t, head], t)
+                scores = torch.stack([qt @ rope(k[s, kv], s) for s in range(t + 1)]) / math.sqrt(dim)
+                out[t, head] = torch.softmax(scores, 0) @ v[: t + 1, kv]
+        x = x + out.reshape(len(ids), -1) @ sd[p + "self_attn.o_proj.weight"].T
+        h = rms(x, sd[p + "post_attention_layernorm.weight"])
+        gate = torch.nn.functional.silu(h @ sd[p + "mlp.gate_proj.weight"].T)
+        x = x + (gate * (h @ sd[p + "mlp.up_proj.weight"].T)) @ sd[p + "mlp.down_proj.weight"].T
+    head_weight = sd["model.embed_tokens.weight"] if config.tie_word_embeddings else sd["lm_head.weight"]
+    return rms(x, sd["model.norm.weight"]) @ head_weight.T
+
+
+def reference_greedy(state: dict[str, torch.Tensor], config: ModelConfig, ids: list[int], n: int) -> list[int]:
+    out: list[int] = []
+    for _ in range(n):
+        out.append(int(reference_logits(state, config, ids + out)[-1].argmax()))
+    return out
+
+
+def greedy_batch(model: torch.nn.Module, prompts: list[list[int]], n: int, **params: Any) -> list[Sequence]:
+    sp = SamplingParams(max_new_tokens=n, ignore_eos=True, **({"temperature": 0.0} | params))
+    seqs = [
+        Sequence(
+            item=GenerationItem(rid=str(i), input_ids=p, params=sp, return_logprob=True, logprob_text=False),
+            generator=torch.Generator().manual_seed(sp.effective_seed or 0),
+            max_new_tokens=n,
+        )
+        for i, p in enumerate(prompts)
+    ]
+    run_batch(model, seqs, model_lock=threading.Lock(), before_step=lambda live: None)  # type: ignore[arg-type]
+    return seqs
+
+
+# ---- model and generation, in process ---------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("config", [GQA, TIED], ids=["gqa", "tied"])
+def test_model_matches_reference(config: ModelConfig) -> None:
+    model = build_model(config)
+    ids = [tokenizer.BOS_ID, *b"hello, world"]
+    with torch.no_grad():
+        logits = model(torch.tensor([ids]))[0]
+    expected = reference_logits(model.state_dict(), config, ids)
+    torch.testing.assert_close(logits.double(), expected, atol=2e-5, rtol=1e-4)
+    assert expected_shapes(config) == {n: tuple(p.shape) for n, p in model.named_parameters()}
+
+
+def test_cached_batched_greedy_matches_reference() -> None:
+    model = build_model(GQA)
+    prompts = [[tokenizer.BOS_ID, 5, 6, 7, 8, 9], [tokenizer.BOS_ID, 40], [tokenizer.BOS_ID, *b"abc"]]
+    seqs = greedy_batch(model, prompts, 8)
+    for prompt, seq in zip(prompts, seqs, strict=True):
+        assert seq.output_ids == reference_greedy(model.state_dict(), GQA, prompt, 8)
+        assert seq.finish_reason == {"type": "length", "length": 8}
+        assert all(lp <= 0.0 for lp in seq.logprobs)
+
+
+def test_greedy_and_seeded_sampling_are_deterministic() -> None:
+    model = build_model(GQA)
+    prompts = [[tokenizer.BOS_ID, 1, 2, 3]] * 2
+    first = [s.output_ids for s in greedy_batch(model, prompts, 10)]
+    assert first == [s.output_ids for s in greedy_batch(model, prompts, 10)]
+    assert first[0] == first[1]
+    assert [s.output_ids for s in greedy_batch(model, prompts, 10, temperature=1.0, top_k=1)] == first
+    sampled = [s.output_ids for s in greedy_batch(model, prompts, 10, temperature=1.0, seed=3)]
+    assert sampled == [s.output_ids for s in greedy_batch(model, prompts, 10, temperature=1.0, seed=3)]
+    assert sampled != [s.output_ids for s in greedy_batch(model, prompts, 10, temperature=1.0, seed=4)]
+
+
+def test_build_model_from_named_tensors_checks_names_and_shapes() -> None:
+    source = build_model(GQA)
+    named = list(source.state_dict().items())
+    rebuilt = build_model_from_named_tensors(GQA, named)
+    ids = torch.tensor([[tokenizer.BOS_ID, 3, 4]])
+    with torch.no_grad():
+        torch.testing.assert_close(rebuilt(ids), source(ids), atol=0, rtol=0)
+    with pytest.raises(WeightsError, match=r"missing 1 parameter.*model\.norm\.weight"):
+        build_model_from_named_tensors(GQA, [(n, t) for n, t in named if n != "model.norm.weight"])
+    with pytest.raises(WeightsError, match=re.escape("unknown parameter 'model.layers.9.mlp.up_proj.weight'")):
+        build_model_from_named_tensors(GQA, [*named, ("model.layers.9.mlp.up_proj.weight", torch.zeros(1))])
+    with pytest.raises(WeightsError, match=r"'lm_head.weight' has shape \[3\], the model expects \[260, 64\]"):
+        build_model_from_named_tensors(GQA, [*named[:-1], ("lm_head.weight", torch.zeros(3))])
+
+
+# ---- SGLangConfig --------------------------------------------------------------------------------
+
+
+def test_sglang_config_renders_real_flags_and_names_bad_fields() -> None:
+    config = SGLangConfig(
+        model_path="/models/m",
+        port=30000,
+        tp_size=2,
+        base_gpu_id=4,
+        mem_fraction_static=0.7,
+        nccl_port=31000,
+        dist_init_addr="10.0.0.1:5000",
+        random_seed=3,
+        context_length=4096,
+        extra_args=["--disable-cuda-graph"],
+    )
+    argv = launch_server_argv(config, python="python")
+    assert argv[:3] == ["python", "-m", "sglang.launch_server"]
+    pairs = dict(zip(argv[3::2], argv[4::2], strict=False))
+    assert pairs["--model-path"] == "/models/m" and pairs["--tp-size"] == "2" and pairs["--base-gpu-id"] == "4"
+    assert pairs["--mem-fraction-static"] == "0.7" and pairs["--nccl-port"] == "31000"
+    assert pairs["--dist-init-addr"] == "10.0.0.1:5000" and pairs["--random-seed"] == "3"
+    assert pairs["--context-length"] == "4096" and argv[-1] == "--disable-cuda-graph"
+    assert READINESS_PATH == "/health_generate"
+    with pytest.raises(ValidationError, match="frozen"):
+        config.port = 1  # type: ignore[misc]
+    for bad, field in [
+        ({"tp_sise": 2}, "tp_sise"),
+        ({"mem_fraction_static": 1.5}, "mem_fraction_static"),
+        ({"dist_init_addr": "nohost"}, "dist_init_addr"),
+        ({"extra_args": ["--port=1"]}, "extra_args"),
+    ]:
+        with pytest.raises(ValidationError, match=field):
+            SGLangConfig(model_path="m", port=1, **bad)
+
+
+# ---- the HTTP API of a real engine process ------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def engine(spawn_module_engine: EngineLauncher) -> EngineProcess:
+    port = spawn_module_engine.free_port()
+    config = SGLangConfig(model_path="unused", port=port, random_seed=11, served_model_name="tiny")
+    argv = [*cpu_engine_argv(config, model_config=GQA), "--pause-wait-timeout", "2"]
+    return spawn_module_engine(argv=argv, port=port)
+
+
+def post(engine: EngineProcess, path: str, body: Any = None, **kwargs: Any) -> requests.Response:
+    return requests.post(engine.url + path, json=body, timeout=HTTP_TIMEOUT_S, **kwargs)
+
+
+def get(engine: EngineProcess, path: str) -> requests.Response:
+    return requests.get(engine.url + path, timeout=HTTP_TIMEOUT_S)
+
+
+def greedy(engine: EngineProcess, prompt: str = "The answer is", n: int = 16) -> dict[str, Any]:
+    body = {"text": prompt, "sampling_params": {"temperature": 0, "max_new_tokens": n, "ignore_eos": True}}
+    reply = post(engine, "/generate", body)
+    assert reply.status_code == 200, reply.text
+    return reply.json()
+
+
+def test_serves_every_endpoint(engine: EngineProcess) -> None:
+    assert get(engine, "/health").status_code == 200
+    assert get(engine, "/health_generate").status_code == 200
+    params = {"max_new_tokens": 4, "temperature": 0, "ignore_eos": True}
+    body = {"input_ids": [256, 1, 2], "sampling_params": params, "return_logprob": True, "rid": "r-one"}
+    one = post(engine, "/generate", body).json()
+    version = get(engine, "/get_weight_version").json()["weight_version"]
+    meta = one["meta_info"]
+    assert meta["id"] == "r-one" and meta["prompt_tokens"] == 3 and meta["completion_tokens"] == 4
+    assert meta["finish_reason"] == {"type": "length", "length": 4} and meta["weight_version"] == version
+    assert [entry[1] for entry in meta["output_token_logprobs"]] == one["output_ids"]
+    assert all(entry[0] <= 0 and entry[2] is None for entry in meta["output_token_logprobs"])
+    params = [{"max_new_tokens": 2}, {"max_new_tokens": 3, "ignore_eos": True}]
+    batch = post(engine, "/generate", {"text": ["a", "bc"], "sampling_params": params}).json()
+    assert len(batch) == 2 and batch[1]["meta_info"]["completion_tokens"] == 3
+    assert batch[0]["meta_info"]["completion_tokens"] <= 2
+    stop_at = greedy(engine, n=5)["output_ids"][1]
+    params = {"temperature": 0, "stop_token_ids": [stop_at], "ignore_eos": True}
+    stopped = post(engine, "/generate", {"text": "The answer is", "sampling_params": params}).json()
+    assert stopped["meta_info"]["finish_reason"] == {"type": "stop", "matched": stop_at}
+    for path in ("/get_model_info", "/model_info"):
+        info = get(engine, path).json()
+        assert info["weight_version"] == version and info["is_generation"] is True
+    for path in ("/get_server_info", "/server_info"):
+        info = get(engine, path).json()
+        assert info["served_model_name"] == "tiny" and info["random_seed"] == 11 and info["tp_size"] == 1
+    assert get(engine, "/flush_cache").status_code == 200 and post(engine, "/flush_cache").status_code == 200
+    metrics = get(engine, "/metrics")
+    assert metrics.headers["Content-Type"].startswith("text/plain")
+    samples = [line for line in metrics.text.splitlines() if line.startswith("sglang:")]
+    values = {line.split("{")[0]: float(line.rsplit(" ", 1)[1]) for line in samples}
+    assert values["sglang:generation_tokens_total"] >= 9 and values["sglang:num_requests_total"] >= 3
+    assert "sglang:num_running_reqs" in values and "sglang:num_queue_reqs" in values
+
+
+@pytest.mark.parametrize(
+    ("path", "body", "status", "needle"),
+    [
+        ("/generate", b"{not json", 400, "not valid JSON"),
+        ("/generate", {"text": "x", "input_ids": [1]}, 400, "exactly one of 'text' or 'input_ids'"),
+        ("/generate", {"txt": "x"}, 400, "txt: Extra inputs are not permitted"),
+        ("/generate", {"text": "x", "sampling_params": {"temprature": 0}}, 400, "sampling_params.temprature"),
+        ("/generate", {"text": "x", "sampling_params": {"top_p": 2}}, 400, "sampling_params.top_p"),
+        ("/generate", {"input_ids": [1, 260]}, 400, "'input_ids[1]' = 260 is outside the vocabulary"),
+        ("/generate", {"input_ids": []}, 400, "'input_ids' is empty"),
+        ("/generate", {"input_ids": [1] * 256}, 400, "context length is 256"),
+        ("/generate", {"text": ["a", "b"], "sampling_params": [{}]}, 400, "'sampling_params' has 1 entries"),
+        ("/generate", {"text": "x", "stream": True}, 400, "streaming is not supported"),
+        ("/generate", {"text": "x", "return_hidden_states": True}, 400, "return_hidden_states=true"),
+        ("/update_weights_from_tensor", {}, 400, "serialized_named_tensors: Field required"),
+        (
+            "/update_weights_from_tensor",
+            {"serialized_named_tensors": ["%%"]},
+            400,
+            "serialized_named_tensors[0]",
+        ),
+        (
+            "/update_weights_from_disk",
+            {"model_path": "/no/such/dir"},
+            400,
+            "'/no/such/dir' is not a directory",
+        ),
+        ("/abort_request", {}, 400, "rid: give the request id"),
+        (
+            "/pause_generation",
+            {"mode": "later"},
+            400,
+            "mode: Input should be 'abort', 'retract' or 'in_place'",
+        ),
+        ("/release_memory_occupation", {"tags": ["gpu"]}, 400, "tags.0"),
+        ("/no_such_endpoint", {}, 404, "Not Found"),
+    ],
+)
+def test_malformed_requests_get_4xx_naming_the_problem(
+    engine: EngineProcess, path: str, body: Any, status: int, needle: str
+) -> None:
+    data = body if isinstance(body, bytes) else None
+    reply = post(engine, path, None if data else body, data=data)
+    assert reply.status_code == status, reply.text
+    message = reply.json()["error"]["message"]
+    assert needle in message, message
+
+
+def test_weight_update_rejects_mismatched_tensors(engine: EngineProcess) -> None:
+    before = greedy(engine)["output_ids"]
+    bad = [("model.norm.weight", torch.ones(64)), ("lm_head.weight", torch.zeros(2, 2))]
+    reply = post(engine, "/update_weights_from_tensor", {"serialized_named_tensors": [encode_named_tensors(bad)]})
+    assert reply.status_code == 400 and "'lm_head.weight' has shape [2, 2]" in reply.json()["message"]
+    assert reply.json()["success"] is False
+    assert greedy(engine)["output_ids"] == before  # all-or-nothing: model.norm.weight was not applied either
+
+
+def test_weight_updates_change_greedy_output_deterministically(engine: EngineProcess, tmp_path: Path) -> None:
+    original = greedy(engine)
+    new_model = build_model(GQA.model_copy(update={"seed": 99}))
+    payload = encode_named_tensors(list(new_model.state_dict().items()))
+    body = {"serialized_named_tensors": [payload], "flush_cache": True, "weight_version": "v-99"}
+    reply = post(engine, "/update_weights_from_tensor", body)
+    assert reply.status_code == 200 and reply.json()["success"] is True, reply.text
+    updated = greedy(engine)
+    assert updated["output_ids"] != original["output_ids"]
+    assert updated["meta_info"]["weight_version"] == "v-99"
+    assert get(engine, "/get_model_info").json()["weight_version"] == "v-99"
+    expected = greedy_batch(new_model, [tokenizer.encode("The answer is")], 16)[0].output_ids
+    assert updated["output_ids"] == expected  # same tokens as the in-process model with those weights
+    assert post(engine, "/update_weights_from_tensor", body).status_code == 200
+    assert greedy(engine)["output_ids"] == updated["output_ids"]
+    # A partial update (one bucket) is accepted and only touches what it names.
+    partial = {"serialized_named_tensors": [encode_named_tensors([("model.norm.weight", torch.ones(64))])]}
+    assert post(engine, "/update_weights_from_tensor", partial).json()["num_tensors"] == 1
+    # Back to the original weights from disk (a torch state dict file).
+    torch.save(build_model(GQA).state_dict(), tmp_path / "pytorch_model.bin")
+    reply = post(engine, "/update_weights_from_disk", {"model_path": str(tmp_path), "weight_version": "v-orig"})
+    assert reply.status_code == 200, reply.text
+    restored = greedy(engine)
+    assert restored["output_ids"] == original["output_ids"]
+    assert restored["meta_info"]["weight_version"] == "v-orig"
+    assert get(engine, "/get_model_info").json()["model_path"] == str(tmp_path)
+
+
+def test_paused_generation_waits_for_continue_or_deadline(engine: EngineProcess) -> None:
+    assert post(engine, "/pause_generation", {"mode": "in_place"}).status_code == 200
+    try:
+        with ThreadPoolExecutor(1) as pool:
+            waiting = pool.submit(greedy, engine)
+            time.sleep(0.5)
+            assert not waiting.done()
+            assert post(engine, "/continue_generation").status_code == 200
+            assert waiting.result(timeout=HTTP_TIMEOUT_S)["meta_info"]["completion_tokens"] == 16
+        post(engine, "/pause_generation", {"mode": "abort"})
+        started = time.monotonic()
+        reply = post(engine, "/generate", {"text": "x"})
+        assert reply.status_code == 503 and "/continue_generation" in reply.json()["error"]["message"]
+        assert 1.5 < time.monotonic() - started < 10  # the engine runs with --pause-wait-timeout 2
+    finally:
+        post(engine, "/continue_generation")
+
+
+def test_abort_request_finishes_it_as_aborted(engine: EngineProcess) -> None:
+    post(engine, "/pause_generation", {"mode": "in_place"})
+    try:
+        with ThreadPoolExecutor(1) as pool:
+            body = {
+                "text": "x",
+                "rid": "to-abort",
+                "sampling_params": {"max_new_tokens": 200, "ignore_eos": True},
+            }
+            pending = pool.submit(post, engine, "/generate", body)
+            deadline = time.monotonic() + 10
+            while get(engine, "/server_info").json()["internal_states"][0]["num_in_flight"] != 1:
+                assert time.monotonic() < deadline, "request never arrived"
+                time.sleep(0.05)
+            assert post(engine, "/abort_request", {"rid": "to-abort"}).json()["num_aborted"] == 1
+            post(engine, "/continue_generation")
+            reply = pending.result(timeout=HTTP_TIMEOUT_S).json()
+        assert reply["meta_info"]["finish_reason"]["type"] == "abort"
+        assert reply["meta_info"]["completion_tokens"] < 200
+    finally:
+        post(engine, "/continue_generation")
+
+
+def test_released_memory_refuses_generation_until_resumed(engine: EngineProcess) -> None:
+    assert post(engine, "/release_memory_occupation", {}).json()["released"] == [
+        "cuda_graph",
+        "kv_cache",
+        "weights",
+    ]
+    try:
+        reply = post(engine, "/generate", {"text": "x"})
+        assert reply.status_code == 503 and "/resume_memory_occupation" in reply.json()["error"]["message"]
+        assert get(engine, "/health_generate").status_code == 503
+    finally:
+        assert post(engine, "/resume_memory_occupation", {"tags": None}).json()["released"] == []
+    assert greedy(engine, n=2)["meta_info"]["completion_tokens"] == 2
