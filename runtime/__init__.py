@@ -35,6 +35,7 @@ from runtime.group import ActorGroup, GroupCall, gather
 from runtime.handle import ActorHandle, MethodRef, PendingCall
 from runtime.metadata import method
 from runtime.naming import get_actor
+from runtime.object_refs import ObjectRef, put
 from runtime.process import worker_command
 from runtime.retry import retry_until_deadline, retry_until_deadline_sync
 from runtime.spawn import attach, attach_async, connect, connect_async, spawn, spawn_async, spawn_many
@@ -52,6 +53,7 @@ __all__ = [
     "GroupCall",
     "MethodRef",
     "NotDelivered",
+    "ObjectRef",
     "OverCapacity",
     "PendingCall",
     "RemoteError",
@@ -63,6 +65,7 @@ __all__ = [
     "gather",
     "get_actor",
     "method",
+    "put",
     "register_type",
     "retry_until_deadline",
     "retry_until_deadline_sync",

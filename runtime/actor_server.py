@@ -76,6 +76,15 @@ class ActorServer:
         self.set_limits(self.store.limits)
         return self.address
 
+    @property
+    def public_address(self) -> str:
+        """The address other hosts can reach: a wildcard bind is named by ``MILES_ADVERTISE_HOST`` or hostname."""
+        scheme, _, rest = self.address.partition("://")
+        host, _, port = rest.rpartition(":")
+        if host in ("0.0.0.0", "*", "[::]", "::"):
+            host = os.environ.get("MILES_ADVERTISE_HOST") or self.host
+        return f"{scheme}://{host}:{port}"
+
     def set_limits(self, limits: StoreLimits) -> None:
         """Apply new call-store limits; the expiry timer follows the new TTL at once. Thread-safe."""
         self.store.limits = limits

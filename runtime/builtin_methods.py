@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 import cloudpickle
 
+from runtime import object_refs
 from runtime.call_store import StoreLimits
 from runtime.metadata import class_info
 
@@ -122,6 +123,14 @@ def _methods(server: ActorServer) -> list[str]:
     return sorted(server.info.methods) if server.info else []
 
 
+def _object_get(server: ActorServer, key: str) -> Any:
+    return object_refs.store.get(key)
+
+
+def _object_free(server: ActorServer, key: str) -> bool:
+    return object_refs.store.free(key)
+
+
 BUILTINS: dict[str, Builtin] = {
     "__prepare__": Builtin(_prepare, threaded=True),
     "__construct__": Builtin(_construct, threaded=True),
@@ -129,4 +138,6 @@ BUILTINS: dict[str, Builtin] = {
     "__stats__": Builtin(_stats),
     "__shutdown__": Builtin(_shutdown),
     "__methods__": Builtin(_methods),
+    "__object_get__": Builtin(_object_get),
+    "__object_free__": Builtin(_object_free),
 }

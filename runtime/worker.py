@@ -17,7 +17,7 @@ import os
 import signal
 import sys
 
-from runtime import event_loop
+from runtime import event_loop, object_refs
 from runtime.actor_server import ActorServer
 from runtime.call_store import StoreLimits
 from runtime.process import READY_PREFIX
@@ -49,6 +49,7 @@ async def serve(bind: str, parent_pid: int | None) -> None:
     ClientRuntime.install_on_running_loop()  # calls made by this actor share its loop
     server = ActorServer(bind=bind, limits=StoreLimits())
     address = await server.start()
+    object_refs.bind_server(server)
     loop = asyncio.get_running_loop()
     for signum in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(signum, lambda: asyncio.ensure_future(server.stop()))

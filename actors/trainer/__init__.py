@@ -25,9 +25,9 @@ from actors.trainer.config import OptimizerConfig, ParallelConfig, TrainerConfig
 from actors.trainer.errors import BatchRejected, CheckpointError, TrainerError, TrainerFailed, WeightPushError
 
 if TYPE_CHECKING:
+    from actors.trainer.actor import TrainerActor
     from actors.trainer.batch import dp_shard_bounds
     from actors.trainer.distributed import init_distributed, teardown_parallel
-    from actors.trainer.actor import TrainerActor
     from actors.trainer.group import TrainerGroup
     from actors.trainer.trainer import Trainer
 
@@ -56,9 +56,9 @@ __all__ = [
     "Trainer",
     "TrainerActor",
     "TrainerConfig",
-    "TrainerGroup",
     "TrainerError",
     "TrainerFailed",
+    "TrainerGroup",
     "WeightPushError",
     "dp_shard_bounds",
     "init_distributed",

@@ -116,3 +116,28 @@ class BrokenConstructor:
     def __init__(self, *, fail: bool = True) -> None:
         if fail:
             raise RuntimeError("constructor refused: fail=True")
+
+
+class Producer:
+    """Holds values and hands out object refs to them."""
+
+    def __init__(self) -> None:
+        pass
+
+    def make(self, size: int) -> Any:
+        from runtime import put
+
+        return put({"data": np.arange(size, dtype=np.int64), "size": size})
+
+    def held(self) -> int:
+        from runtime.object_refs import store
+
+        return len(store)
+
+
+class Consumer:
+    def __init__(self) -> None:
+        pass
+
+    def total(self, ref: Any) -> int:
+        return int(ref.get(timeout=10)["data"].sum())
