@@ -1,0 +1,115 @@
+"""Launch time: from start to every actor ready (spawned, bound, constructed), default 2 hosts x 4 actors.
+
+    python bench/launch_bench.py                   # two local-provider hosts on this machine
+    python bench/launch_bench.py --config hosts.toml --pool c   # your own cluster (SSH hosts), one pool's actors
+    python bench/launch_bench.py --json            # last line: {"hosts": 2, "actors": 8, "ready_s": ...}
+
+``ready_s`` is measured from before the host agents start to the moment every actor has answered a call.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from launcher.hosts_config import ClusterConfig, load_config, parse_config
+from launcher.ssh_provider import make_provider
+
+HERE = Path(__file__).resolve().parent
+
+
+class Probe:
+    """The benchmarked actor: constructed, then pinged once."""
+
+    def __init__(self, *, index: int = 0) -> None:
+        self.index = index
+
+    def ping(self) -> int:
+        """Answer."""
+        return self.index
+
+
+def local_config(workdir: Path, hosts: int, per_host: int) -> ClusterConfig:
+    """N local-provider hosts with ``per_host`` Probe actors each (SPREAD)."""
+    lines = [f'[launcher]\nworkdir = "{workdir}/run"\nstop_grace_s = 3\n']
+    for i in range(hosts):
+        lines.append(
+            f'[[hosts]]\nname = "bench{i}"\naddress = "localhost"\nprovider = "local"\npython = "{sys.executable}"\n'
+            f'workdir = "{workdir}/bench{i}"\nenv = {{ PYTHONPATH = "{HERE}" }}\n'
+        )
+    lines.append('[job]\nentrypoint = "launch_bench:main"\n')
+    lines.append(
+        f'[[pools]]\nid = "c"\ncells = {hosts * per_host}\nstrategy = "SPREAD"\n'
+        '[pools.worker]\nkind = "serve"\nactor_class = "launch_bench:Probe"\n'
+    )
+    return parse_config("\n".join(lines))
+
+
+def launch_once(config: ClusterConfig, pool: str) -> dict[str, float]:
+    """Start everything, ping every actor, tear down; timings in seconds."""
+    started = time.monotonic()
+    provider = make_provider(config)
+    try:
+        provider.connect()
+        connected = time.monotonic()
+        provider.start_all()
+        handles = provider.handles(pool)
+        for handle in handles:
+            handle.ping().result(timeout=30)
+        ready = time.monotonic()
+        actors = len(handles)
+    finally:
+        provider.close()
+    return {
+        "connect_s": connected - started,
+        "ready_s": ready - started,
+        "teardown_s": time.monotonic() - ready,
+        "actors": actors,
+        "hosts": len(provider.plan.hosts_used()),
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run the benchmark and print the numbers."""
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--config", type=Path, help="hosts.toml of a real cluster (default: 2 local hosts)")
+    parser.add_argument("--pool", default="c", help="pool whose actors are pinged (with --config)")
+    parser.add_argument("--hosts", type=int, default=2)
+    parser.add_argument("--actors-per-host", type=int, default=4)
+    parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--json", action="store_true", help="print one JSON object as the last line")
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.WARNING)
+    sys.path.insert(0, str(HERE))
+    with tempfile.TemporaryDirectory(prefix="launch-bench-") as tmp:
+        config = load_config(args.config) if args.config else local_config(Path(tmp), args.hosts, args.actors_per_host)
+        runs = [launch_once(config, args.pool) for _ in range(args.repeat)]
+    for i, run in enumerate(runs):
+        print(
+            f"run {i}: {run['hosts']:.0f} hosts x {run['actors']:.0f} actors: connect {run['connect_s']:.2f}s, "
+            f"all ready {run['ready_s']:.2f}s, teardown {run['teardown_s']:.2f}s"
+        )
+    ready = [run["ready_s"] for run in runs]
+    summary = {
+        "hosts": int(runs[0]["hosts"]),
+        "actors": int(runs[0]["actors"]),
+        "ready_s": round(statistics.median(ready), 3),
+        "ready_s_min": round(min(ready), 3),
+        "connect_s": round(statistics.median(run["connect_s"] for run in runs), 3),
+        "teardown_s": round(statistics.median(run["teardown_s"] for run in runs), 3),
+        "repeat": len(runs),
+    }
+    print(f"median time to all {summary['actors']} actors ready on {summary['hosts']} hosts: {summary['ready_s']:.2f}s")
+    if args.json:
+        print(json.dumps(summary))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

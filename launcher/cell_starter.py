@@ -1,0 +1,218 @@
+"""Start a batch of cells: allocate ports, spawn through the agents, wait ready, attach actors; all-or-nothing."""
+
+from __future__ import annotations
+
+import logging
+import time
+from concurrent.futures import ThreadPoolExecutor
+from typing import TYPE_CHECKING
+
+from launcher import agent_protocol as proto
+from launcher.cells import CellInfo, WorkerInfo
+from launcher.errors import WorkerStartError
+from launcher.placement import CellPlacement
+from launcher.specs import ServeWorkerSpec
+from launcher.worker_command import build_spawn, port_counts
+
+if TYPE_CHECKING:
+    from launcher.provider_base import BaseWorkerProvider
+
+log = logging.getLogger(__name__)
+
+_DONE_STATES = ("ready", "failed", "exited")
+
+
+class CellStarter:
+    """One start of a batch of cells against a provider; on any failure the batch is stopped and an error
+    naming every failed worker (host, pid, reason, last output lines) is raised."""
+
+    def __init__(self, provider: BaseWorkerProvider, cells: list[CellPlacement], deadline: float) -> None:
+        self.provider = provider
+        self.cells = cells
+        self.deadline = deadline
+        self.infos: list[CellInfo] = []
+
+    def run(self) -> list[CellInfo]:
+        """Start the batch; return the cells, all alive."""
+        started = time.monotonic()
+        try:
+            self._prepare()
+            workers = [w for cell in self.infos for w in cell.workers]
+            self._spawn(workers)
+            self._wait_ready(workers, started)
+            self._attach([w for w in workers if w.kind == "serve"])
+        except BaseException:
+            self._stop_batch()
+            raise
+        with self.provider._cond:
+            for cell in self.infos:
+                cell.alive = all(w.state in ("ready", "attached") for w in cell.workers)
+        self.provider._save_state()
+        return self.infos
+
+    def _say(self, message: str) -> None:
+        log.info("%s", message)
+        if self.provider.progress is not None:
+            self.provider.progress(message)
+
+    def _remaining(self) -> float:
+        return max(0.1, self.deadline - time.monotonic())
+
+    def _prepare(self) -> None:
+        config = self.provider.config
+        need: dict[str, int] = {}
+        for cell in self.cells:
+            spec = config.pool(cell.pool_id).worker
+            worker_ports, cell_ports = port_counts(spec)
+            need[cell.master_host] = need.get(cell.master_host, 0) + 1 + len(cell_ports)
+            for worker in cell.workers:
+                need[worker.host] = need.get(worker.host, 0) + len(worker_ports)
+        free: dict[str, list[int]] = {}
+        for host, count in need.items():
+            reply = self.provider.link(host).request(proto.OP_PORTS, timeout_s=min(30.0, self._remaining()), n=count)
+            free[host] = list(reply["ports"])
+        for cell in self.cells:
+            spec = config.pool(cell.pool_id).worker
+            worker_ports, cell_ports = port_counts(spec)
+            master = config.host(cell.master_host)
+            master_port = free[master.name].pop()
+            shared = {name: free[master.name].pop() for name in cell_ports}
+            workers = []
+            for placement in cell.workers:
+                ports = {**shared, **{name: free[placement.host].pop() for name in worker_ports}}
+                host = config.host(placement.host)
+                workers.append(
+                    WorkerInfo(placement=placement, kind=spec.kind, address=host.reach_address, ports=ports, env={})
+                )
+            info = CellInfo(
+                pool_id=cell.pool_id,
+                index=cell.index,
+                workers=workers,
+                master_addr=master.reach_address,
+                master_port=master_port,
+            )
+            self.infos.append(info)
+            self.provider._register(info)
+
+    def _spawn(self, workers: list[WorkerInfo]) -> None:
+        config = self.provider.config
+        for worker in workers:
+            cell = next(c for c in self.infos if worker in c.workers)
+            command = build_spawn(
+                config.host(worker.host),
+                config.pool(worker.placement.pool_id).worker,
+                worker.placement,
+                ports=worker.ports,
+                master_addr=cell.master_addr,
+                master_port=cell.master_port,
+                stream_logs=self.provider.settings.stream_logs,
+            )
+            worker.env = command["env"]
+            self.provider.link(worker.host).send(proto.OP_SPAWN, **command)
+        hosts = sorted({w.host for w in workers})
+        self._say(f"spawned {len(workers)} worker(s) on {len(hosts)} host(s): {', '.join(hosts)}")
+
+    def _wait_ready(self, workers: list[WorkerInfo], started: float) -> None:
+        cond = self.provider._cond
+        last_ready = -1
+        with cond:
+            while True:
+                ready = sum(w.state == "ready" for w in workers)
+                if ready != last_ready:
+                    last_ready = ready
+                    self._say(f"ready {ready}/{len(workers)} ({time.monotonic() - started:.1f}s)")
+                failed = [w for w in workers if w.state in ("failed", "exited")]
+                if failed:
+                    raise WorkerStartError(self._failure("did not start", failed))
+                if ready == len(workers):
+                    return
+                remaining = self.deadline - time.monotonic()
+                if remaining <= 0:
+                    late = [w for w in workers if w.state not in _DONE_STATES]
+                    for worker in late:
+                        worker.error = "start deadline passed"
+                    raise WorkerStartError(self._failure("were not ready before the start deadline", late))
+                cond.wait(min(remaining, 1.0))
+
+    def _attach(self, workers: list[WorkerInfo]) -> None:
+        if not workers:
+            return
+        import runtime
+
+        def attach(worker: WorkerInfo) -> None:
+            spec = self.provider.config.pool(worker.placement.pool_id).worker
+            assert isinstance(spec, ServeWorkerSpec)
+            worker.endpoint = f"tcp://{worker.address}:{worker.port}"
+            kwargs = {**spec.kwargs, **self._plan_kwargs(worker, spec.plan_kwargs)}
+            try:
+                worker.handle = runtime.attach(
+                    worker.endpoint,
+                    spec.actor_class,
+                    kwargs=kwargs,
+                    name=worker.worker_id,
+                    concurrency_groups=spec.concurrency_groups,
+                    deadline_s=min(spec.attach_deadline_s, self._remaining()),
+                    host=worker.host,
+                )
+            except Exception as exc:
+                with self.provider._cond:
+                    worker.state, worker.error = "failed", f"constructing {spec.actor_class} failed: {exc}"
+                raise
+            with self.provider._cond:
+                if worker.state == "ready":
+                    worker.state = "attached"
+
+        with ThreadPoolExecutor(max_workers=min(16, len(workers)), thread_name_prefix="attach") as pool:
+            futures = [pool.submit(attach, w) for w in workers]
+        failed = [w for w, f in zip(workers, futures, strict=True) if f.exception() is not None]
+        if failed:
+            raise WorkerStartError(self._failure("failed to construct their actor", failed))
+        self._say(f"attached {len(workers)} actor(s)")
+        self._publish_names()
+
+    def _publish_names(self) -> None:
+        """Write every attached actor's handle into each host's registry (runtime.get_actor by name there)."""
+        entries = {
+            w.worker_id: w.handle._state()  # the runtime's own registry format (runtime.naming)
+            for w in self.provider.worker_infos()
+            if w.handle is not None and hasattr(w.handle, "_state")
+        }
+        for host in list(self.provider.connected_hosts()):
+            self.provider.link(host).request(proto.OP_REGISTRY, timeout_s=min(30.0, self._remaining()), entries=entries)
+
+    def _plan_kwargs(self, worker: WorkerInfo, names: tuple[str, ...]) -> dict[str, object]:
+        cell = next(c for c in self.infos if worker in c.workers)
+        values: dict[str, object] = {
+            "rank": worker.placement.worker_index,
+            "world_size": worker.placement.world_size,
+            "local_rank": worker.placement.local_rank,
+            "master_addr": cell.master_addr,
+            "master_port": cell.master_port,
+            "gpu_ids": list(worker.gpu_ids),
+            "cell_id": cell.cell_id,
+            "worker_id": worker.worker_id,
+            "host": worker.host,
+        }
+        return {name: values[name] for name in names}
+
+    def _failure(self, what: str, workers: list[WorkerInfo]) -> str:
+        lines = [f"{len(workers)} worker(s) {what}:"]
+        for worker in workers:
+            lines.append(f"  {worker.describe()}")
+            if worker.log_path:
+                lines.append(f"    log file on {worker.host}: {worker.log_path}")
+            output = list(worker.recent_output)[-10:]
+            if output:
+                lines.append("    last output:")
+                lines += [f"      {line}" for line in output]
+        return "\n".join(lines)
+
+    def _stop_batch(self) -> None:
+        by_pool: dict[str, list[int]] = {}
+        for cell in self.infos:
+            by_pool.setdefault(cell.pool_id, []).append(cell.index)
+        for pool_id, indices in by_pool.items():
+            try:
+                self.provider.stop_cells(pool_id, indices, grace_s=min(self.provider.settings.stop_grace_s, 5.0))
+            except Exception:
+                log.exception("stopping the failed batch of pool %s", pool_id)

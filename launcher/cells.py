@@ -1,0 +1,104 @@
+"""Live state of started workers and cells, as the provider sees it (mutated only under the provider's lock)."""
+
+from __future__ import annotations
+
+import time
+from collections import deque
+from dataclasses import dataclass, field
+from typing import Any
+
+from launcher.placement import WorkerPlacement
+
+
+@dataclass
+class WorkerInfo:
+    """One worker process: where it runs, its ports, pid, endpoint and (serve workers) actor handle."""
+
+    placement: WorkerPlacement
+    kind: str  # "serve" | "command"
+    address: str  # host address other hosts use
+    ports: dict[str, int]
+    env: dict[str, str]
+    state: str = "pending"  # pending -> spawned -> ready -> attached | exited | failed
+    pid: int | None = None
+    create_time: float | None = None
+    endpoint: str | None = None
+    boot_id: str | None = None
+    metrics_port: int | None = None  # Prometheus /metrics of a serve worker (from its ready line)
+    handle: Any = None
+    returncode: int | None = None
+    error: str | None = None
+    log_path: str | None = None
+    stopping: bool = False
+    recent_output: deque[str] = field(default_factory=lambda: deque(maxlen=20))
+
+    @property
+    def worker_id(self) -> str:
+        """``{pool_id}-{cell}-{worker}``."""
+        return self.placement.worker_id
+
+    @property
+    def host(self) -> str:
+        """Host name from hosts.toml."""
+        return self.placement.host
+
+    @property
+    def gpu_ids(self) -> tuple[int, ...]:
+        """GPU ids this worker was given."""
+        return self.placement.gpu_ids
+
+    @property
+    def port(self) -> int | None:
+        """The worker's main port (``port``), if any."""
+        return self.ports.get("port")
+
+    def describe(self) -> str:
+        """One line for errors and progress."""
+        where = f"host={self.host} pid={self.pid}"
+        return f"{self.worker_id} ({where}, {self.state}{', ' + self.error if self.error else ''})"
+
+
+@dataclass
+class CellInfo:
+    """A gang of workers; not alive once any of its workers died."""
+
+    pool_id: str
+    index: int
+    workers: list[WorkerInfo]
+    master_addr: str
+    master_port: int | None
+    alive: bool = False
+    death_reason: str | None = None
+
+    @property
+    def cell_id(self) -> str:
+        """``{pool_id}-{index}``."""
+        return f"{self.pool_id}-{self.index}"
+
+    @property
+    def handles(self) -> list[Any]:
+        """Actor handles of the cell's serve workers, in worker order."""
+        return [w.handle for w in self.workers if w.handle is not None]
+
+    @property
+    def addresses(self) -> list[str]:
+        """``host:port`` of every worker that has a main port."""
+        return [f"{w.address}:{w.port}" for w in self.workers if w.port is not None]
+
+
+@dataclass(frozen=True)
+class DeathReport:
+    """A worker that died while its cell was meant to run."""
+
+    cell_id: str
+    worker_id: str
+    host: str
+    pid: int | None
+    returncode: int | None
+    reason: str
+    at: float = field(default_factory=time.time)
+
+    def __str__(self) -> str:
+        return (
+            f"cell {self.cell_id} is not alive: worker {self.worker_id} on {self.host} (pid {self.pid}) {self.reason}"
+        )

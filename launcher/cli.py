@@ -1,0 +1,171 @@
+"""``miles-launch``: plan, start every pool on every host, wait ready, run the job, tear down.
+
+    miles-launch [run] hosts.toml [--dry-run] [--no-logs] [-v]
+    miles-launch status hosts.toml
+    miles-launch down hosts.toml
+
+Ctrl-C, SIGTERM and errors tear everything down (SIGTERM, grace, SIGKILL on every host) before exiting.
+Exit codes: the job's code, 1 on launcher errors, 2 on bad configuration, 130 when interrupted;
+``status`` prints JSON and exits 0 while the launch runs, 3 when it does not.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import signal
+import sys
+import time
+from typing import Any
+
+from launcher.errors import ConfigError, LauncherError, PlacementError
+from launcher.hosts_config import ClusterConfig, load_config
+from launcher.job import JobContext, resolve_entrypoint, run_job
+from launcher.launch_control import launch_down, launch_status
+from launcher.launch_state import process_alive, read_state, state_path_for
+from launcher.placement import PlacementPlan, plan_placement
+from launcher.progress import ProgressPrinter
+from launcher.ssh_provider import make_provider
+
+log = logging.getLogger(__name__)
+_COMMANDS = ("run", "status", "down")
+
+
+class Terminated(BaseException):
+    """SIGTERM/SIGHUP reached the launcher: tear down like Ctrl-C."""
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Console entry point (``miles-launch``)."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    command = argv.pop(0) if argv and argv[0] in _COMMANDS else "run"
+    parser = argparse.ArgumentParser(
+        prog=f"miles-launch {command}",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("config", help="path to hosts.toml")
+    parser.add_argument("-v", "--verbose", action="store_true", help="debug logging")
+    if command == "run":
+        parser.add_argument("--dry-run", action="store_true", help="print the placement plan and exit")
+        parser.add_argument("--no-logs", action="store_true", help="do not print worker output")
+    args = parser.parse_args(argv)
+    logging.basicConfig(
+        level=logging.DEBUG if args.verbose else logging.WARNING,
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    )
+    printer = ProgressPrinter(show_logs=not getattr(args, "no_logs", False))
+    try:
+        config = load_config(args.config)
+        if command == "status":
+            return _status(config)
+        if command == "down":
+            for message in launch_down(config):
+                printer.step(message)
+            return 0
+        plan = plan_placement(config.hosts, config.pools)
+    except (ConfigError, PlacementError) as exc:
+        printer.error(str(exc))
+        return 2
+    if args.dry_run:
+        print(_describe(config, plan))
+        return 0
+    return _run(config, plan, printer)
+
+
+def _describe(config: ClusterConfig, plan: PlacementPlan) -> str:
+    lines = [f"hosts.toml: {config.source}", "hosts:"]
+    for host in config.hosts:
+        lines.append(
+            f"  {host.name:<14} {host.provider:<5} {host.address:<16} gpus={list(host.gpu_ids)} "
+            f"python={host.python} workdir={host.workdir}"
+        )
+    lines.append("pools:")
+    for pool in config.pools:
+        lines.append(
+            f"  {pool.id:<14} {pool.cells} cell(s) x {pool.workers_per_cell} {pool.worker.kind} "
+            f"worker(s), gpus={pool.worker.gpus:g} each, {pool.strategy.value}"
+        )
+    lines += ["placement:", *("  " + row for row in plan.describe().splitlines())]
+    job = config.job
+    lines.append(f"job: {job.entrypoint or ' '.join(job.command or ())}")
+    return "\n".join(lines)
+
+
+def _status(config: ClusterConfig) -> int:
+    report = launch_status(config)
+    print(json.dumps(report, indent=2))
+    return 0 if report["running"] else 3
+
+
+def _run(config: ClusterConfig, plan: PlacementPlan, printer: ProgressPrinter) -> int:
+    state_path = state_path_for(config)
+    previous = read_state(state_path)
+    if previous and process_alive(previous["launcher"].get("pid"), previous["launcher"].get("create_time")):
+        printer.error(
+            f"a launch of this config is running (pid {previous['launcher']['pid']}); `miles-launch down` it first"
+        )
+        return 1
+    try:
+        if config.job.entrypoint is not None:
+            resolve_entrypoint(config.job.entrypoint)  # fail on a typo before starting anything
+    except ConfigError as exc:
+        printer.error(str(exc))
+        return 2
+    provider = make_provider(
+        config,
+        plan=plan,
+        log_sink=printer.log_line,
+        on_death=printer.death,
+        state_path=state_path,
+        progress=printer.step,
+    )
+    previous_handlers = _install_signal_handlers()
+    code = 1
+    try:
+        hosts = plan.hosts_used()
+        printer.step(f"connecting to {len(hosts)} host(s): {', '.join(hosts)}")
+        started = time.monotonic()
+        provider.connect()
+        provider.start_all()
+        workers = len(plan.workers())
+        printer.step(f"all {workers} worker(s) ready in {time.monotonic() - started:.1f}s; running the job")
+        code = run_job(config.job, JobContext(config, provider, dict(config.job.args)), state_path=state_path)
+        printer.step(f"job finished with exit code {code}")
+    except (KeyboardInterrupt, Terminated) as exc:
+        printer.step(f"{'interrupted' if isinstance(exc, KeyboardInterrupt) else 'terminated'}; tearing down")
+        code = 130
+    except LauncherError as exc:
+        printer.error(str(exc))
+        code = 1
+    except Exception:
+        log.exception("job failed")
+        printer.error("the job raised (traceback above); tearing down")
+        code = 1
+    finally:
+        signal.signal(signal.SIGINT, lambda *_: printer.step("still tearing down, please wait"))
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        printer.step("stopping every process on every host")
+        provider.close()
+        printer.step("teardown complete")
+        for sig, handler in previous_handlers.items():
+            signal.signal(sig, handler)
+    return code
+
+
+def _install_signal_handlers() -> dict[int, Any]:
+    def terminate(signum: int, _frame: Any) -> None:
+        raise Terminated(signal.Signals(signum).name)
+
+    previous = {}
+    for sig in (signal.SIGTERM, signal.SIGHUP, signal.SIGINT):
+        previous[sig] = signal.getsignal(sig)
+    signal.signal(signal.SIGTERM, terminate)
+    signal.signal(signal.SIGHUP, terminate)
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    return previous
+
+
+if __name__ == "__main__":
+    sys.exit(main())

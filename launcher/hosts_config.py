@@ -1,0 +1,305 @@
+"""hosts.toml: hosts, the job, pools and launcher settings, parsed once into frozen pydantic models.
+
+``load_config(path)`` reads the file with tomllib and raises ``ConfigError`` whose message names the file, the line
+(best effort), the host or pool (by name) and the field. ``[host_defaults]`` is merged into every ``[[hosts]]``
+entry before validation. Relative ``workdir``/``key_file`` paths are resolved against the file's directory.
+"""
+
+from __future__ import annotations
+
+import getpass
+import re
+import sys
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from launcher.errors import ConfigError
+from launcher.specs import ENTRYPOINT_RE, PoolSpec, _check_env
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover - Python 3.10
+    import tomli as tomllib
+
+_FROZEN = ConfigDict(frozen=True, extra="forbid")
+HOST_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
+LOCAL_ADDRESSES = frozenset({"localhost", "127.0.0.1", "::1"})
+
+
+class SSHConfig(BaseModel):
+    """How to reach a host over SSH."""
+
+    model_config = _FROZEN
+
+    user: str = Field(default_factory=getpass.getuser)
+    port: int = Field(default=22, ge=1, le=65535)
+    key_file: Path | None = Field(default=None, description="private key; None uses ssh-agent/default keys")
+    known_hosts: Path | None = Field(default=None, description="extra known_hosts file")
+    host_key_policy: Literal["accept-new", "reject"] = Field(
+        default="accept-new", description="unknown host keys: accept (changed keys always fail) or reject"
+    )
+
+
+class HostConfig(BaseModel):
+    """One machine: where it is, how to reach it, its GPUs, Python and workdir."""
+
+    model_config = _FROZEN
+
+    name: str
+    address: str
+    provider: Literal["local", "ssh"] = "ssh"
+    ssh: SSHConfig = Field(default_factory=SSHConfig)
+    gpus: int | tuple[int, ...] = Field(default=0, description="a count (ids 0..n-1) or explicit GPU ids")
+    python: str = Field(
+        default="python3", description="Python with miles-actors installed (local hosts: the launcher's by default)"
+    )
+    workdir: Path = Field(description="per-host directory for logs (created if missing)")
+    env: dict[str, str] = Field(default_factory=dict, description="extra environment for every process")
+
+    @field_validator("name")
+    @classmethod
+    def _name(cls, value: str) -> str:
+        if not HOST_NAME_RE.match(value):
+            raise ValueError(f"host name must match {HOST_NAME_RE.pattern}, got {value!r}")
+        return value
+
+    @field_validator("gpus")
+    @classmethod
+    def _gpus(cls, value: int | tuple[int, ...]) -> int | tuple[int, ...]:
+        if isinstance(value, int):
+            if value < 0:
+                raise ValueError("gpus count must be >= 0")
+            return value
+        if any(gpu < 0 for gpu in value) or len(set(value)) != len(value):
+            raise ValueError(f"gpu ids must be unique and >= 0, got {list(value)}")
+        return value
+
+    @field_validator("env")
+    @classmethod
+    def _env(cls, value: dict[str, str]) -> dict[str, str]:
+        return _check_env(value)
+
+    @model_validator(mode="after")
+    def _provider_rules(self) -> HostConfig:
+        if self.provider == "local" and self.address not in LOCAL_ADDRESSES:
+            raise ValueError(f"provider 'local' needs address in {sorted(LOCAL_ADDRESSES)}, got {self.address!r}")
+        if self.provider == "ssh" and not self.workdir.is_absolute():
+            raise ValueError(f"workdir of an ssh host must be an absolute path on that host, got '{self.workdir}'")
+        return self
+
+    @property
+    def gpu_ids(self) -> tuple[int, ...]:
+        """GPU ids in ascending order."""
+        return tuple(range(self.gpus)) if isinstance(self.gpus, int) else tuple(sorted(self.gpus))
+
+    @property
+    def reach_address(self) -> str:
+        """The address other processes use to reach this host ('localhost' becomes 127.0.0.1)."""
+        return "127.0.0.1" if self.address == "localhost" else self.address
+
+
+class JobConfig(BaseModel):
+    """What runs once every pool is ready: a ``module:function`` entrypoint or a command."""
+
+    model_config = _FROZEN
+
+    entrypoint: str | None = Field(default=None, description="'module:function', called with a JobContext")
+    command: tuple[str, ...] | None = Field(default=None, description="argv run on the launcher host")
+    args: dict[str, Any] = Field(default_factory=dict, description="passed as JobContext.args")
+    env: dict[str, str] = Field(default_factory=dict, description="extra environment for a command job")
+
+    @field_validator("entrypoint")
+    @classmethod
+    def _entrypoint(cls, value: str | None) -> str | None:
+        if value is not None and not ENTRYPOINT_RE.match(value):
+            raise ValueError(f"entrypoint must be 'module:function' (e.g. 'actors.demo:main'), got {value!r}")
+        return value
+
+    @model_validator(mode="after")
+    def _one_of(self) -> JobConfig:
+        if (self.entrypoint is None) == (self.command is None):
+            raise ValueError("set exactly one of `entrypoint` ('module:function') or `command` (argv list)")
+        if self.command is not None and not self.command:
+            raise ValueError("command must not be empty")
+        return self
+
+
+class LauncherSettings(BaseModel):
+    """Launcher-side knobs (deadlines, heartbeats, where the state file lives)."""
+
+    model_config = _FROZEN
+
+    workdir: Path = Field(default=Path("runs/miles-launch"), description="state file and launcher logs")
+    connect_timeout_s: float = Field(default=10.0, gt=0)
+    start_deadline_s: float = Field(default=300.0, gt=0, description="all pools ready")
+    heartbeat_interval_s: float = Field(default=1.0, gt=0)
+    heartbeat_timeout_s: float = Field(default=15.0, gt=0, description="agent kills its tree after this")
+    stop_grace_s: float = Field(default=10.0, ge=0, description="SIGTERM to SIGKILL on teardown")
+    stream_logs: bool = Field(default=True, description="print worker output prefixed on the launcher")
+    check_versions: bool = Field(default=True, description="require same Python minor and miles-actors version")
+
+
+class ClusterConfig(BaseModel):
+    """The whole hosts.toml."""
+
+    model_config = _FROZEN
+
+    hosts: tuple[HostConfig, ...]
+    job: JobConfig
+    pools: tuple[PoolSpec, ...] = ()
+    launcher: LauncherSettings = Field(default_factory=LauncherSettings)
+    source: Path | None = Field(default=None, description="file it was loaded from")
+
+    @model_validator(mode="after")
+    def _cross_refs(self) -> ClusterConfig:
+        names = [h.name for h in self.hosts]
+        if not names:
+            raise ValueError("no [[hosts]]: list at least one host")
+        dupes = sorted({n for n in names if names.count(n) > 1})
+        if dupes:
+            raise ValueError(f"duplicate host names: {dupes}")
+        pool_ids = [p.id for p in self.pools]
+        if len(set(pool_ids)) != len(pool_ids):
+            raise ValueError(f"duplicate pool ids: {pool_ids}")
+        for pool in self.pools:
+            for host in pool.hosts or ():
+                if host not in names:
+                    raise ValueError(f"pool {pool.id!r}: hosts lists unknown host {host!r} (known: {names})")
+            if pool.colocate_with is not None:
+                if pool.colocate_with not in pool_ids or pool.colocate_with == pool.id:
+                    raise ValueError(f"pool {pool.id!r}: colocate_with names unknown pool {pool.colocate_with!r}")
+        return self
+
+    def host(self, name: str) -> HostConfig:
+        """The host called ``name``."""
+        for host in self.hosts:
+            if host.name == name:
+                return host
+        raise KeyError(name)
+
+    def pool(self, pool_id: str) -> PoolSpec:
+        """The pool called ``pool_id``."""
+        for pool in self.pools:
+            if pool.id == pool_id:
+                return pool
+        raise KeyError(pool_id)
+
+
+def load_config(path: str | Path) -> ClusterConfig:
+    """Read and validate a hosts.toml; raises ConfigError naming file, line, host/pool and field."""
+    path = Path(path)
+    try:
+        text = path.read_text()
+    except OSError as exc:
+        raise ConfigError(f"{path}: cannot read: {exc.strerror}") from None
+    return parse_config(text, source=path)
+
+
+def parse_config(text: str, *, source: Path | None = None) -> ClusterConfig:
+    """Validate hosts.toml text (see load_config)."""
+    label = str(source) if source else "<hosts.toml>"
+    try:
+        raw = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"{label}: not valid TOML: {exc}") from None
+    base = source.parent.resolve() if source else Path.cwd()
+    data = _prepare(raw, base)
+    try:
+        return ClusterConfig.model_validate({**data, "source": source})
+    except ValidationError as exc:
+        raise ConfigError(_describe(exc, raw, text, label)) from None
+
+
+def _prepare(raw: dict[str, Any], base: Path) -> dict[str, Any]:
+    """Merge [host_defaults] into hosts and resolve relative paths against the file's directory."""
+    data = dict(raw)
+    defaults = data.pop("host_defaults", {}) or {}
+    hosts = []
+    for entry in data.get("hosts", []) or []:
+        if not isinstance(entry, dict):
+            hosts.append(entry)
+            continue
+        merged = {**defaults, **entry}
+        if isinstance(defaults.get("env"), dict) and isinstance(entry.get("env"), dict):
+            merged["env"] = {**defaults["env"], **entry["env"]}
+        if isinstance(defaults.get("ssh"), dict) and isinstance(entry.get("ssh"), dict):
+            merged["ssh"] = {**defaults["ssh"], **entry["ssh"]}
+        if merged.get("provider") == "local":  # paths on this machine: relative to hosts.toml
+            merged.setdefault("python", sys.executable)  # the launcher's own interpreter by default
+            _resolve(merged, "workdir", base)
+            if isinstance(merged.get("python"), str) and "/" in merged["python"]:
+                _resolve(merged, "python", base)
+        if isinstance(merged.get("ssh"), dict):
+            merged["ssh"] = dict(merged["ssh"])
+            _resolve(merged["ssh"], "key_file", base)
+            _resolve(merged["ssh"], "known_hosts", base)
+        hosts.append(merged)
+    if "hosts" in data:
+        data["hosts"] = hosts
+    launcher = dict(data["launcher"]) if isinstance(data.get("launcher"), dict) else {}
+    launcher.setdefault("workdir", "runs/miles-launch")
+    _resolve(launcher, "workdir", base)
+    data["launcher"] = launcher
+    return data
+
+
+def _resolve(table: dict[str, Any], key: str, base: Path) -> None:
+    value = table.get(key)
+    if isinstance(value, str):
+        path = Path(value).expanduser()
+        table[key] = str(path if path.is_absolute() else base / path)
+
+
+def _describe(exc: ValidationError, raw: dict[str, Any], text: str, label: str) -> str:
+    """Turn pydantic errors into lines naming host/pool by name, the field and the line."""
+    lines = [f"{label}: invalid configuration ({exc.error_count()} error(s))"]
+    for err in exc.errors():
+        loc = list(err["loc"])
+        where, line = _where(loc, raw, text)
+        msg = err["msg"].removeprefix("Value error, ")
+        prefix = f"{label}:{line}" if line else label
+        lines.append(f"  {prefix}: {where}: {msg}")
+    return "\n".join(lines)
+
+
+def _where(loc: list[Any], raw: dict[str, Any], text: str) -> tuple[str, int | None]:
+    if not loc:
+        return "(top level)", None
+    table, rest = loc[0], loc[1:]
+    if table in ("hosts", "pools") and rest and isinstance(rest[0], int):
+        index, field_path = rest[0], [str(part) for part in rest[1:]]
+        items = raw.get(table) or []
+        entry = items[index] if index < len(items) and isinstance(items[index], dict) else {}
+        key = "name" if table == "hosts" else "id"
+        label = f"{table[:-1]} {entry.get(key)!r}" if entry.get(key) else f"{table}[{index}]"
+        where = f"{label} field {'.'.join(field_path)!r}" if field_path else label
+        return where, _find_line(text, table, index, field_path)
+    field = ".".join(str(part) for part in loc)
+    return f"field {field!r}", _find_line(text, str(table), None, [str(p) for p in rest])
+
+
+def _find_line(text: str, table: str, index: int | None, field_path: list[str]) -> int | None:
+    """Best-effort line number of ``field`` inside the ``index``-th [[table]] (or [table]) block."""
+    header = re.compile(rf"^\s*\[\[\s*{re.escape(table)}\s*\]\]" if index is not None else rf"^\s*\[\s*{table}\s*\]")
+    lines = text.splitlines()
+    seen, start = -1, None
+    for number, line in enumerate(lines):
+        if header.match(line):
+            seen += 1
+            if index is None or seen == index:
+                start = number
+                break
+    if start is None:
+        return None
+    key = next((part for part in field_path if not part.isdigit()), None)
+    if key is None:
+        return start + 1
+    key_re = re.compile(rf"^\s*{re.escape(key)}\s*=|^\s*\[+\s*{re.escape(table)}\.{re.escape(key)}\b")
+    for number in range(start + 1, len(lines)):
+        if re.match(r"^\s*\[\[?\s*" + re.escape(table) + r"\s*\]\]?\s*$", lines[number]):
+            break
+        if key_re.match(lines[number]):
+            return number + 1
+    return start + 1

@@ -1,0 +1,120 @@
+"""The job: a ``module:function`` called with a JobContext, or a command run on the launcher host."""
+
+from __future__ import annotations
+
+import asyncio
+import importlib
+import inspect
+import json
+import logging
+import os
+import signal
+import subprocess
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from launcher.cells import CellInfo, DeathReport, WorkerInfo
+from launcher.errors import ConfigError, LauncherError
+from launcher.hosts_config import ClusterConfig, JobConfig
+from launcher.process_tree import pdeathsig_preexec
+from launcher.provider_base import BaseWorkerProvider
+
+log = logging.getLogger(__name__)
+
+
+class CellDied(LauncherError):
+    """Raised by ``JobContext.check_alive`` when a cell lost a worker."""
+
+
+@dataclass
+class JobContext:
+    """What a job entrypoint gets: the pools (cells, handles, addresses), the provider and ``job.args``."""
+
+    config: ClusterConfig
+    provider: BaseWorkerProvider
+    args: dict[str, Any]
+
+    @property
+    def pool_ids(self) -> list[str]:
+        """Pool ids in hosts.toml order."""
+        return [pool.id for pool in self.config.pools]
+
+    def cells(self, pool_id: str) -> list[CellInfo]:
+        """Cells of a pool."""
+        return self.provider.cells(pool_id)
+
+    def handles(self, pool_id: str) -> list[Any]:
+        """Actor handles of a pool (serve workers), cell by cell."""
+        return self.provider.handles(pool_id)
+
+    def addresses(self, pool_id: str) -> list[str]:
+        """``host:port`` of a pool's workers."""
+        return self.provider.addresses(pool_id)
+
+    def workers(self, pool_id: str | None = None) -> list[WorkerInfo]:
+        """Worker infos (host, pid, gpu ids, ports)."""
+        return self.provider.worker_infos(pool_id)
+
+    @property
+    def deaths(self) -> list[DeathReport]:
+        """Workers that died while their cell was meant to run."""
+        return list(self.provider.deaths)
+
+    def check_alive(self) -> None:
+        """Raise CellDied if any cell lost a worker."""
+        if self.provider.deaths:
+            raise CellDied("; ".join(str(d) for d in self.provider.deaths))
+
+
+def resolve_entrypoint(entrypoint: str) -> Callable[..., Any]:
+    """Import ``module:function``; ConfigError naming job.entrypoint if it cannot."""
+    module_name, _, attr = entrypoint.partition(":")
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as exc:
+        raise ConfigError(f"job.entrypoint {entrypoint!r}: cannot import {module_name!r}: {exc}") from None
+    function = getattr(module, attr, None)
+    if not callable(function):
+        raise ConfigError(f"job.entrypoint {entrypoint!r}: {module_name} has no callable {attr!r}")
+    return function
+
+
+def run_job(job: JobConfig, ctx: JobContext, *, state_path: Path | None = None) -> int:
+    """Run the job to completion; its exit code (an entrypoint returning None means 0)."""
+    if job.entrypoint is not None:
+        result = resolve_entrypoint(job.entrypoint)(ctx)
+        if inspect.isawaitable(result):
+            result = asyncio.run(_await(result))
+        return result if isinstance(result, int) else 0
+    assert job.command is not None
+    env = {
+        **os.environ,
+        **job.env,
+        "MILES_LAUNCH_POOLS": json.dumps({pid: ctx.addresses(pid) for pid in ctx.pool_ids}),
+        "MILES_LAUNCH_ARGS": json.dumps(job.args),
+    }
+    if state_path is not None:
+        env["MILES_LAUNCH_STATE"] = str(state_path)
+    preexec = (
+        pdeathsig_preexec(os.getpid(), signal.SIGTERM)
+        if threading.current_thread() is threading.main_thread()
+        else None
+    )
+    proc = subprocess.Popen(list(job.command), env=env, preexec_fn=preexec)
+    try:
+        return proc.wait()
+    finally:
+        if proc.poll() is None:
+            proc.terminate()
+            try:
+                proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+
+
+async def _await(awaitable: Any) -> Any:
+    return await awaitable

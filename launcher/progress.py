@@ -1,0 +1,47 @@
+"""What ``miles-launch`` prints: timestamped steps on stderr, worker log lines (already prefixed) as they come."""
+
+from __future__ import annotations
+
+import sys
+import threading
+import time
+from typing import TextIO
+
+from launcher.cells import DeathReport
+
+
+class ProgressPrinter:
+    """Thread-safe console output for the CLI (library code logs instead)."""
+
+    def __init__(self, out: TextIO | None = None, err: TextIO | None = None, *, show_logs: bool = True) -> None:
+        self._out = out or sys.stdout
+        self._err = err or sys.stderr
+        self._lock = threading.Lock()
+        self._started = time.monotonic()
+        self.show_logs = show_logs
+
+    def step(self, message: str) -> None:
+        """A launcher step, e.g. ``ready 3/8 (1.2s)``."""
+        self._write(self._err, f"[miles-launch +{time.monotonic() - self._started:6.1f}s] {message}")
+
+    def error(self, message: str) -> None:
+        """A failure, one line per line of the message."""
+        for line in message.splitlines() or [""]:
+            self._write(self._err, f"[miles-launch] error: {line}")
+
+    def log_line(self, stream: str, text: str) -> None:
+        """A worker's output line (``(pool-cell-worker pid=N host=H) ...``)."""
+        if self.show_logs:
+            self._write(self._err if stream == "stderr" else self._out, text)
+
+    def death(self, report: DeathReport) -> None:
+        """A worker died while its cell was meant to run."""
+        self.step(f"WORKER DIED: {report}")
+
+    def _write(self, stream: TextIO, line: str) -> None:
+        with self._lock:
+            try:
+                stream.write(line + "\n")
+                stream.flush()
+            except (OSError, ValueError):
+                pass

@@ -1,0 +1,374 @@
+"""BaseWorkerProvider: one host agent per host; start/stop cells, wait ready, attach actors, watch for deaths.
+
+Subclasses only say how to open an agent on a host (``_open_agent``): LocalProvider runs it as a local
+subprocess, SSHProvider over an SSH exec channel. Everything else (ports, spawn, readiness, attach, death
+reports, the state file) lives here. Thread-safe: agent events arrive on reader threads and mutate state under
+``self._cond``.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import platform
+import threading
+import time
+from abc import ABC, abstractmethod
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+
+from launcher import agent_protocol as proto
+from launcher.agent_link import AgentLink
+from launcher.cell_starter import CellStarter
+from launcher.cells import CellInfo, DeathReport, WorkerInfo
+from launcher.errors import AgentError, HostCheckError, LauncherError
+from launcher.hosts_config import ClusterConfig, HostConfig
+from launcher.launch_state import write_state
+from launcher.placement import CellPlacement, PlacementPlan, plan_placement
+
+log = logging.getLogger(__name__)
+
+LogSink = Callable[[str, str], None]  # (stream, prefixed text)
+DeathCallback = Callable[[DeathReport], None]
+
+
+def launcher_versions() -> tuple[str, str | None]:
+    """(python version, miles-actors version) of the launcher itself."""
+    try:
+        package = metadata.version(proto.PACKAGE_NAME)
+    except metadata.PackageNotFoundError:
+        package = None
+    return platform.python_version(), package
+
+
+class BaseWorkerProvider(ABC):
+    """Starts and supervises the cells of a placement plan on the hosts of a cluster config."""
+
+    def __init__(
+        self,
+        config: ClusterConfig,
+        plan: PlacementPlan | None = None,
+        *,
+        log_sink: LogSink | None = None,
+        on_death: DeathCallback | None = None,
+        state_path: Path | None = None,
+        progress: Callable[[str], None] | None = None,
+    ) -> None:
+        self.config = config
+        self.plan = plan if plan is not None else plan_placement(config.hosts, config.pools)
+        self.settings = config.launcher
+        self.log_sink = log_sink
+        self.on_death = on_death
+        self.state_path = state_path
+        self.progress = progress
+        self.deaths: list[DeathReport] = []
+        self._cond = threading.Condition(threading.RLock())
+        self._links: dict[str, AgentLink] = {}
+        self._cells: dict[str, dict[int, CellInfo]] = {}
+        self._workers: dict[str, WorkerInfo] = {}
+        self._closing = False
+
+    @abstractmethod
+    def _open_agent(self, host: HostConfig) -> AgentLink:
+        """Start the host agent on ``host`` and return its started link (hello received)."""
+
+    # ---- lifecycle -------------------------------------------------------------------------------------------
+
+    def connect(self, hosts: list[str] | None = None) -> None:
+        """Start (in parallel) and check one host agent per host used by the plan; all-or-nothing (on failure the
+        provider is closed)."""
+        names = [h for h in (hosts if hosts is not None else self.plan.hosts_used()) if h not in self._links]
+        if not names:
+            return
+        pool = ThreadPoolExecutor(max_workers=len(names), thread_name_prefix="connect")
+        futures = {name: pool.submit(self._connect_one, self.config.host(name)) for name in names}
+        errors: list[LauncherError] = []
+        try:
+            for name, future in futures.items():
+                try:
+                    self._links[name] = future.result()
+                except LauncherError as exc:
+                    errors.append(exc)
+                except Exception as exc:  # an unexpected failure still names the host
+                    errors.append(AgentError(f"host {name!r}: cannot start host agent: {exc!r}"))
+        finally:  # Ctrl-C while connecting: agents that came up anyway are recorded, so close() stops them
+            pool.shutdown(wait=True)
+            for name, future in futures.items():
+                if name not in self._links and future.exception() is None:
+                    self._links[name] = future.result()
+        if errors:
+            self.close(grace_s=0)
+            if len(errors) == 1:
+                raise errors[0]
+            raise type(errors[0])("; ".join(str(e) for e in errors))
+        self._save_state()
+
+    def _connect_one(self, host: HostConfig) -> AgentLink:
+        link = self._open_agent(host)
+        try:
+            self._check_host(host, link.hello or {})
+        except LauncherError:
+            link.close(grace_s=0, timeout_s=5)
+            raise
+        return link
+
+    def _check_host(self, host: HostConfig, hello: dict[str, Any]) -> None:
+        python, package = launcher_versions()
+        if self.settings.check_versions:
+            remote_python = str(hello.get("python"))
+            if remote_python.split(".")[:2] != python.split(".")[:2]:
+                raise HostCheckError(
+                    f"host {host.name!r}: {host.python} is Python {remote_python}, the launcher runs {python}; "
+                    "use the same Python minor version on every host (hosts.toml `python`)"
+                )
+            if hello.get("package_version") != package:
+                raise HostCheckError(
+                    f"host {host.name!r}: miles-actors {hello.get('package_version')} is installed for "
+                    f"{host.python}, the launcher has {package}; install the same version on every host"
+                )
+        ambient = hello.get("cuda_visible_devices")
+        planned = sorted({g for w in self.plan.workers() if w.host == host.name for g in w.gpu_ids})
+        if ambient is not None and planned:
+            visible = {part.strip() for part in str(ambient).split(",") if part.strip()}
+            missing = [g for g in planned if str(g) not in visible]
+            if missing:
+                raise HostCheckError(
+                    f"host {host.name!r}: its environment sets CUDA_VISIBLE_DEVICES={ambient!r} but the plan "
+                    f"uses GPU ids {planned} (missing {missing}); the launcher never rewrites it silently: set "
+                    f"hosts.toml gpus = [{ambient}] or unset CUDA_VISIBLE_DEVICES on that host"
+                )
+
+    def start_all(self, *, deadline_s: float | None = None) -> list[CellInfo]:
+        """Connect and start every cell of every pool of the plan (one batch), waiting until all are ready."""
+        return self._start(self.plan.cells(), deadline_s)
+
+    def start_cells(
+        self, pool_id: str, indices: list[int] | None = None, *, deadline_s: float | None = None
+    ) -> list[CellInfo]:
+        """Start cells of one pool (all by default) and wait until every worker is ready and attached."""
+        cells = [c for c in self.plan.cells(pool_id) if indices is None or c.index in indices]
+        return self._start(cells, deadline_s)
+
+    def restart_cell(self, pool_id: str, index: int, *, deadline_s: float | None = None) -> CellInfo:
+        """Stop a cell (dead or alive) and start it again on the same placement."""
+        self.stop_cells(pool_id, [index])
+        return self.start_cells(pool_id, [index], deadline_s=deadline_s)[0]
+
+    def _start(self, cells: list[CellPlacement], deadline_s: float | None) -> list[CellInfo]:
+        deadline = time.monotonic() + (deadline_s if deadline_s is not None else self.settings.start_deadline_s)
+        self.connect(list(dict.fromkeys(w.host for c in cells for w in c.workers)))
+        return CellStarter(self, cells, deadline).run()
+
+    def stop_cells(self, pool_id: str, indices: list[int] | None = None, *, grace_s: float | None = None) -> None:
+        """Kill the workers of some cells (their trees), and forget them."""
+        grace = self.settings.stop_grace_s if grace_s is None else grace_s
+        with self._cond:
+            cells = [c for i, c in self._cells.get(pool_id, {}).items() if indices is None or i in indices]
+            for cell in cells:
+                cell.alive = False
+                for worker in cell.workers:
+                    worker.stopping = True
+        requests = []
+        for cell in cells:
+            for worker in cell.workers:
+                link = self._links.get(worker.host)
+                if link is not None and link.alive:
+                    requests.append((link, worker))
+        with ThreadPoolExecutor(max_workers=max(1, len(requests)), thread_name_prefix="stop") as pool:
+            futures = [
+                (
+                    worker,
+                    pool.submit(link.request, proto.OP_KILL, timeout_s=grace + 10, id=worker.worker_id, grace_s=grace),
+                )
+                for link, worker in requests
+            ]
+        for worker, future in futures:
+            if future.exception() is not None:
+                log.warning("stopping %s on %s: %s", worker.worker_id, worker.host, future.exception())
+        with self._cond:
+            for cell in cells:
+                self._cells[pool_id].pop(cell.index, None)
+                for worker in cell.workers:
+                    self._workers.pop(worker.worker_id, None)
+        self._save_state()
+
+    def close(self, *, grace_s: float | None = None) -> None:
+        """Stop everything on every host (agents kill their trees) and drop the links; idempotent."""
+        grace = self.settings.stop_grace_s if grace_s is None else grace_s
+        with self._cond:
+            self._closing = True
+            for worker in self._workers.values():
+                worker.stopping = True
+            for cells in self._cells.values():
+                for cell in cells.values():
+                    cell.alive = False
+            links = list(self._links.values())
+        if links:
+            with ThreadPoolExecutor(max_workers=len(links), thread_name_prefix="close") as pool:
+                for link in links:
+                    pool.submit(link.close, grace_s=grace, timeout_s=grace + 10)
+        self._links.clear()
+        if self.state_path is not None:
+            self.state_path.unlink(missing_ok=True)
+
+    def __enter__(self) -> BaseWorkerProvider:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # ---- queries ---------------------------------------------------------------------------------------------
+
+    def cells(self, pool_id: str) -> list[CellInfo]:
+        """Started cells of a pool, in index order."""
+        with self._cond:
+            return [c for _, c in sorted(self._cells.get(pool_id, {}).items())]
+
+    def handles(self, pool_id: str) -> list[Any]:
+        """Actor handles of a pool's serve workers, cell by cell, worker by worker."""
+        return [h for cell in self.cells(pool_id) for h in cell.handles]
+
+    def addresses(self, pool_id: str) -> list[str]:
+        """``host:port`` of every worker of a pool."""
+        return [a for cell in self.cells(pool_id) for a in cell.addresses]
+
+    def worker_infos(self, pool_id: str | None = None) -> list[WorkerInfo]:
+        """Workers of one pool, or all."""
+        with self._cond:
+            return [w for w in self._workers.values() if pool_id is None or w.placement.pool_id == pool_id]
+
+    def connected_hosts(self) -> list[str]:
+        """Hosts with a live agent."""
+        return [name for name, link in self._links.items() if link.alive]
+
+    def link(self, host: str) -> AgentLink:
+        """The agent link of a connected host."""
+        return self._links[host]
+
+    # ---- events ----------------------------------------------------------------------------------------------
+
+    def _on_event(self, host: str, event: dict[str, Any]) -> None:
+        ev = event.get("ev")
+        if ev == proto.EV_AGENT_LOST:
+            self._on_agent_lost(host, event)
+            return
+        with self._cond:
+            worker = self._workers.get(str(event.get("id")))
+            if worker is None or worker.host != host:
+                return
+            if ev == proto.EV_LOG:
+                worker.recent_output.append(str(event.get("text")))
+            elif ev == proto.EV_SPAWNED:
+                worker.pid, worker.create_time = event.get("pid"), event.get("create_time")
+                worker.log_path, worker.state = event.get("log_path"), "spawned"
+            elif ev == proto.EV_SPAWN_FAILED:
+                worker.state, worker.error = "failed", str(event.get("error"))
+            elif ev == proto.EV_READY:
+                self._on_ready(worker, event)
+            elif ev == proto.EV_NOT_READY:
+                worker.state, worker.error = "failed", str(event.get("error"))
+            elif ev == proto.EV_EXITED:
+                self._on_exited(worker, event.get("returncode"), _exit_reason(event))
+            self._cond.notify_all()
+        if ev == proto.EV_LOG and self.log_sink is not None:
+            self.log_sink(str(event.get("stream")), str(event.get("text")))
+        if ev in (proto.EV_SPAWNED, proto.EV_EXITED):
+            self._save_state()
+
+    def _on_ready(self, worker: WorkerInfo, event: dict[str, Any]) -> None:
+        line = event.get("line")
+        if worker.kind == "serve" and line:
+            try:
+                info = json.loads(str(line)[len(proto.READY_PREFIX) :].strip())
+                worker.boot_id = info.get("boot_id")
+                worker.metrics_port = info.get("metrics_port")
+            except (ValueError, AttributeError):
+                worker.state, worker.error = "failed", f"unparsable ready line {line!r}"
+                return
+        if worker.state in ("pending", "spawned"):
+            worker.state = "ready"
+
+    def _on_exited(self, worker: WorkerInfo, returncode: Any, reason: str) -> None:
+        """Called under the lock: a worker exited (or its host was lost)."""
+        previous = worker.state
+        worker.returncode = returncode if isinstance(returncode, int) else None
+        worker.state = "exited"
+        if worker.stopping or self._closing:
+            return
+        if previous in ("pending", "spawned", "ready") and not worker.error:
+            worker.error = f"{reason} before it was ready"
+        cell = self._cells.get(worker.placement.pool_id, {}).get(worker.placement.cell_index)
+        if cell is None or not cell.alive:
+            return
+        cell.alive = False
+        report = DeathReport(
+            cell_id=cell.cell_id,
+            worker_id=worker.worker_id,
+            host=worker.host,
+            pid=worker.pid,
+            returncode=worker.returncode,
+            reason=reason,
+        )
+        cell.death_reason = str(report)
+        self.deaths.append(report)
+        log.error("%s", report)
+        if worker.handle is not None and hasattr(worker.handle, "mark_dead"):
+            try:
+                worker.handle.mark_dead(str(report))
+            except Exception:
+                log.exception("mark_dead failed for %s", worker.worker_id)
+        if self.on_death is not None:
+            threading.Thread(target=self.on_death, args=(report,), name="on-death", daemon=True).start()
+
+    def _on_agent_lost(self, host: str, event: dict[str, Any]) -> None:
+        with self._cond:
+            if event.get("closing") or self._closing:
+                return
+            reason = f"lost with its host agent ({event.get('reason')})"
+            for worker in self._workers.values():
+                if worker.host == host and worker.state != "exited":
+                    self._on_exited(worker, None, reason)
+            self._cond.notify_all()
+
+    # ---- state file ------------------------------------------------------------------------------------------
+
+    def _save_state(self) -> None:
+        if self.state_path is None or self._closing:
+            return
+        with self._cond:
+            hosts: dict[str, Any] = {}
+            for name, link in self._links.items():
+                host = self.config.host(name)
+                hosts[name] = {
+                    "address": host.address,
+                    "provider": host.provider,
+                    "agent_pid": (link.hello or {}).get("pid"),
+                    "workers": {},
+                }
+            for worker in self._workers.values():
+                if worker.pid is not None and worker.host in hosts:
+                    hosts[worker.host]["workers"][worker.worker_id] = {
+                        "pid": worker.pid,
+                        "create_time": worker.create_time,
+                        "state": worker.state,
+                        "log_path": worker.log_path,
+                    }
+        try:
+            write_state(self.state_path, self.config, hosts)
+        except OSError as exc:
+            log.warning("cannot write state file %s: %s", self.state_path, exc)
+
+    def _register(self, cell: CellInfo) -> None:
+        with self._cond:
+            self._cells.setdefault(cell.pool_id, {})[cell.index] = cell
+            for worker in cell.workers:
+                self._workers[worker.worker_id] = worker
+
+
+def _exit_reason(event: dict[str, Any]) -> str:
+    if event.get("signal"):
+        return f"was killed by {event['signal']}"
+    return f"exited with code {event.get('returncode')}"

@@ -1,0 +1,68 @@
+"""On a worker's host: free ports to hand out, and readiness probes (TCP connect or HTTP GET) until a deadline."""
+
+from __future__ import annotations
+
+import http.client
+import socket
+import threading
+import time
+from typing import Any
+
+
+def probe_once(kind: str, host: str, port: int, path: str = "/health", timeout_s: float = 1.0) -> str | None:
+    """None if the probe passes, else a short reason."""
+    try:
+        if kind == "tcp":
+            with socket.create_connection((host, port), timeout=timeout_s):
+                return None
+        conn = http.client.HTTPConnection(host, port, timeout=timeout_s)
+        try:
+            conn.request("GET", path)
+            status = conn.getresponse().status
+        finally:
+            conn.close()
+        return None if status == 200 else f"GET {path} answered {status}"
+    except OSError as exc:
+        return f"{kind} {host}:{port}: {exc.strerror or exc}"
+    except http.client.HTTPException as exc:
+        return f"GET {path}: {exc!r}"
+
+
+def wait_ready(spec: dict[str, Any], stop: threading.Event) -> str | None:
+    """Probe until it passes (None), ``stop`` is set or ``spec['deadline_s']`` passes (the last reason)."""
+    deadline = time.monotonic() + float(spec.get("deadline_s", 120.0))
+    kind, port = spec["kind"], int(spec["port_number"])
+    host, path = spec.get("probe_host", "127.0.0.1"), spec.get("path", "/health")
+    reason = "never probed"
+    while not stop.is_set():
+        reason = probe_once(kind, host, port, path, timeout_s=min(1.0, max(0.1, deadline - time.monotonic())))
+        if reason is None:
+            return None
+        if time.monotonic() >= deadline:
+            break
+        stop.wait(0.1)
+    return f"not ready after {float(spec.get('deadline_s', 120.0)):g}s: {reason}"
+
+
+def free_ports(count: int, handed_out: set[int]) -> list[int]:
+    """``count`` TCP ports free on every interface now, none of them in ``handed_out`` (which is updated).
+
+    All sockets are held until every port is chosen, so one call never returns a port twice; ports handed out
+    earlier are skipped so two workers of one launch never share one (a port grabbed by another program between
+    now and the worker's bind is not preventable here: the worker then fails to start, with its error).
+    """
+    ports: list[int] = []
+    holders = []
+    try:
+        while len(ports) < count:
+            sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+            sock.bind(("0.0.0.0", 0))
+            holders.append(sock)
+            port = sock.getsockname()[1]
+            if port not in handed_out:
+                ports.append(port)
+    finally:
+        for sock in holders:
+            sock.close()
+    handed_out.update(ports)
+    return ports

@@ -1,0 +1,118 @@
+"""Turn a worker's spec + placement + allocated ports into the agent's spawn command (argv, env, readiness)."""
+
+from __future__ import annotations
+
+import shlex
+from typing import Any
+
+from launcher import agent_protocol as proto
+from launcher.hosts_config import HostConfig
+from launcher.placement import WorkerPlacement
+from launcher.specs import CommandWorkerSpec, PortScope, ServeWorkerSpec
+
+
+def plan_env(
+    host: HostConfig, placement: WorkerPlacement, *, master_addr: str, master_port: int | None
+) -> dict[str, str]:
+    """Variables every worker gets from the plan (GPU ids, ranks, cell identity)."""
+    env = {
+        "CUDA_VISIBLE_DEVICES": ",".join(map(str, placement.gpu_ids)),
+        "LOCAL_RANK": str(placement.local_rank),
+        "RANK": str(placement.worker_index),
+        "WORLD_SIZE": str(placement.world_size),
+        "MASTER_ADDR": master_addr,
+        "MILES_POOL_ID": placement.pool_id,
+        "MILES_CELL_ID": placement.cell_id,
+        "MILES_WORKER_ID": placement.worker_id,
+        "MILES_HOST": host.name,
+        "MILES_GPU_SHARE": f"{placement.gpu_share:g}",
+        "MILES_ACTOR_REGISTRY": str(host.workdir / proto.REGISTRY_DIR),
+        "PYTHONUNBUFFERED": "1",
+    }
+    if master_port is not None:
+        env["MASTER_PORT"] = str(master_port)
+    return env
+
+
+def bind_address(host: HostConfig) -> str:
+    """Local-provider workers listen on loopback only; SSH hosts on every interface."""
+    return "127.0.0.1" if host.provider == "local" else "0.0.0.0"
+
+
+def build_spawn(
+    host: HostConfig,
+    spec: ServeWorkerSpec | CommandWorkerSpec,
+    placement: WorkerPlacement,
+    *,
+    ports: dict[str, int],
+    master_addr: str,
+    master_port: int | None,
+    stream_logs: bool,
+) -> dict[str, Any]:
+    """The fields of an agent ``spawn`` command for one worker (``ports`` holds worker and cell ports)."""
+    env = {
+        **host.env,
+        **spec.env,
+        **plan_env(host, placement, master_addr=master_addr, master_port=master_port),
+    }
+    if isinstance(spec, ServeWorkerSpec):
+        argv = [host.python, "-m", "runtime.worker", "--bind", f"tcp://{bind_address(host)}:{ports['port']}"]
+        ready: dict[str, Any] = {
+            "kind": "line",
+            "prefix": proto.READY_PREFIX,
+            "deadline_s": spec.ready_deadline_s,
+        }
+    else:
+        argv = format_command(host, spec, placement, ports=ports, master_addr=master_addr, master_port=master_port)
+        check = spec.ready
+        ready = {"kind": check.kind, "deadline_s": check.deadline_s}
+        if check.kind != "none":
+            assert check.port is not None
+            ready.update(port_number=ports[check.port], path=check.path, probe_host=check.probe_host)
+    return {
+        "id": placement.worker_id,
+        "argv": argv,
+        "env": env,
+        "cwd": str(host.workdir),
+        "ready": ready,
+        "stream_logs": stream_logs,
+    }
+
+
+def format_command(
+    host: HostConfig,
+    spec: CommandWorkerSpec,
+    placement: WorkerPlacement,
+    *,
+    ports: dict[str, int],
+    master_addr: str,
+    master_port: int | None,
+) -> list[str]:
+    """Fill the command template (values shell-quoted) and split it into argv."""
+    values: dict[str, Any] = {
+        "host": host.reach_address,
+        "master_addr": master_addr,
+        "master_port": master_port if master_port is not None else "",
+        "pool_id": placement.pool_id,
+        "cell_id": placement.cell_id,
+        "worker_id": placement.worker_id,
+        "rank": placement.worker_index,
+        "world_size": placement.world_size,
+        "local_rank": placement.local_rank,
+        "gpu_ids": ",".join(map(str, placement.gpu_ids)),
+        "num_gpus": len(placement.gpu_ids),
+        "python": host.python,
+        "workdir": str(host.workdir),
+        **{name: ports[name] for name in spec.ports},
+    }
+    quoted = {key: shlex.quote(str(value)) for key, value in values.items()}
+    return shlex.split(spec.command.format_map(quoted))
+
+
+def port_counts(spec: ServeWorkerSpec | CommandWorkerSpec) -> tuple[list[str], list[str]]:
+    """(worker-scoped port names, cell-scoped port names) of a spec."""
+    names = spec.port_names
+    return (
+        [n for n, scope in names.items() if scope is PortScope.WORKER],
+        [n for n, scope in names.items() if scope is PortScope.CELL],
+    )

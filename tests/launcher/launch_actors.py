@@ -1,0 +1,48 @@
+"""Actor classes for launcher tests (workers import them via PYTHONPATH=tests/launcher)."""
+
+from __future__ import annotations
+
+import os
+import socket
+from typing import Any
+
+from runtime import ActorHandle, get_actor
+
+
+class Counter:
+    """A counter that can report where it runs and call a peer actor."""
+
+    def __init__(self, *, start: int = 0) -> None:
+        self.value = start
+
+    def add(self, n: int) -> int:
+        """Add ``n``; the new value."""
+        self.value += n
+        return self.value
+
+    def where(self) -> dict[str, Any]:
+        """Identity and plan-provided environment of this process."""
+        keys = (
+            "MILES_HOST",
+            "MILES_WORKER_ID",
+            "MILES_CELL_ID",
+            "CUDA_VISIBLE_DEVICES",
+            "LOCAL_RANK",
+            "RANK",
+            "WORLD_SIZE",
+            "MASTER_ADDR",
+            "MASTER_PORT",
+        )
+        return {"pid": os.getpid(), "hostname": socket.gethostname(), **{k: os.environ.get(k) for k in keys}}
+
+    async def add_on_peer(self, peer: ActorHandle, n: int) -> int:
+        """Call ``peer.add(n)`` from inside this actor (a cross-host call when the peer is elsewhere)."""
+        return await peer.add(n)
+
+    async def add_on_named(self, name: str, n: int) -> int:
+        """Look the peer up by name (launcher-published registry on this host) and call it."""
+        return await get_actor(name).add(n)
+
+    def crash(self, code: int) -> None:
+        """Exit the process abruptly."""
+        os._exit(code)

@@ -1,0 +1,87 @@
+"""Job entrypoints used by the launcher tests (imported by ``miles-launch`` via PYTHONPATH)."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+import urllib.request
+from typing import Any
+
+
+def probe_http(ctx: Any) -> int:
+    """GET / on every worker of every pool; print one JSON line with the results."""
+    results = {}
+    for pool_id in ctx.pool_ids:
+        for address in ctx.addresses(pool_id):
+            with urllib.request.urlopen(f"http://{address}/", timeout=5) as response:
+                results[address] = response.status
+    print("PROBE_RESULT " + json.dumps(results), flush=True)
+    return 0 if all(code == 200 for code in results.values()) else 1
+
+
+def wait_forever(ctx: Any) -> int:
+    """Write the worker pids to $MILES_TEST_MARKER, then block (the test kills the launcher)."""
+    marker = os.environ["MILES_TEST_MARKER"]
+    info = {w.worker_id: {"pid": w.pid, "host": w.host} for w in ctx.workers()}
+    with open(marker + ".tmp", "w") as fh:
+        json.dump({"launcher_pid": os.getpid(), "workers": info}, fh)
+    os.replace(marker + ".tmp", marker)
+    while True:
+        time.sleep(0.5)
+
+
+def fail(ctx: Any) -> int:
+    """A job that raises."""
+    raise RuntimeError("job failed on purpose")
+
+
+def exit_code(ctx: Any) -> int:
+    """Return job.args['code']."""
+    return int(ctx.args.get("code", 0))
+
+
+def report_deaths(ctx: Any) -> int:
+    """Wait until a death is reported (the test kills a worker), print it."""
+    deadline = time.monotonic() + float(ctx.args.get("timeout_s", 20))
+    marker = os.environ.get("MILES_TEST_MARKER")
+    if marker:
+        with open(marker, "w") as fh:
+            json.dump({w.worker_id: w.pid for w in ctx.workers()}, fh)
+    while time.monotonic() < deadline:
+        if ctx.deaths:
+            cell = ctx.cells(ctx.deaths[0].cell_id.rsplit("-", 1)[0])
+            print("DEATH_SEEN " + json.dumps({"report": str(ctx.deaths[0]), "alive": [c.alive for c in cell]}))
+            sys.stdout.flush()
+            return 0
+        time.sleep(0.1)
+    return 1
+
+
+def cross_calls(ctx: Any) -> int:
+    """Actors on different hosts call each other (by handle and by name); print one JSON line."""
+    handles = ctx.handles("c")
+    wheres = [h.where().result(timeout=20) for h in handles]
+    hosts = [w["MILES_HOST"] for w in wheres]
+    on = {host: [h for h, w in zip(handles, wheres, strict=True) if w["MILES_HOST"] == host] for host in set(hosts)}
+    first, second = sorted(on)
+    by_handle = on[first][0].add_on_peer(on[second][0], 5).result(timeout=20)
+    names = {w.worker_id: w.host for w in ctx.workers("c")}
+    target = next(name for name, host in names.items() if host == first)
+    by_name = on[second][0].add_on_named(target, 7).result(timeout=20)
+    result = {
+        "hosts": hosts,
+        "by_handle": by_handle,
+        "by_name": by_name,
+        "endpoints": [w.endpoint for w in ctx.workers("c")],
+    }
+    print("CROSS " + json.dumps(result), flush=True)
+    return 0
+
+
+async def async_calls(ctx: Any) -> int:
+    """An async entrypoint awaiting actor calls (the launcher runs it with asyncio.run)."""
+    values = [await handle.add(1) for handle in ctx.handles("c")]
+    print("ASYNC " + json.dumps(values), flush=True)
+    return 0

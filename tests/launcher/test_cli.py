@@ -1,0 +1,185 @@
+"""``miles-launch`` end to end with the local provider: dry run, run, exit codes, Ctrl-C, status/down, deaths."""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import time
+from pathlib import Path
+from typing import Any
+
+import psutil
+import toml_text
+from launch_helpers import PYTHON, local_host, subprocess_env
+
+HTTP = {
+    "kind": "command",
+    "command": "{python} -m http.server {port} --bind 127.0.0.1",
+    "ready": {"kind": "http", "port": "port", "path": "/", "deadline_s": 20},
+}
+COUNTER = {"kind": "serve", "actor_class": "launch_actors:Counter"}
+
+
+def write(tmp_path: Path, job: dict[str, Any], pools: list[dict[str, Any]] | None = None) -> Path:
+    data = {
+        "launcher": {"workdir": str(tmp_path / "run"), "stop_grace_s": 2},
+        "hosts": [local_host("n0", tmp_path / "n0", gpus=2), local_host("n1", tmp_path / "n1", gpus=2)],
+        "job": job,
+        "pools": pools if pools is not None else [{"id": "web", "cells": 2, "strategy": "SPREAD", "worker": HTTP}],
+    }
+    path = tmp_path / "hosts.toml"
+    path.write_text(toml_text.dump(data))
+    return path
+
+
+def cli(*args: str, timeout: float = 90, **env: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [PYTHON, "-m", "launcher.cli", *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env=subprocess_env(**env),
+    )
+
+
+def start(*args: str, **env: str) -> subprocess.Popen[str]:
+    return subprocess.Popen(
+        [PYTHON, "-m", "launcher.cli", *args],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=subprocess_env(**env),
+    )
+
+
+def wait_for(path: Path, proc: subprocess.Popen[str], timeout: float = 60) -> dict[str, Any]:
+    deadline = time.monotonic() + timeout
+    while not path.exists():
+        assert proc.poll() is None, proc.communicate()
+        assert time.monotonic() < deadline
+        time.sleep(0.1)
+    return json.loads(path.read_text())
+
+
+def test_dry_run_prints_plan(tmp_path: Path) -> None:
+    result = cli(str(write(tmp_path, {"entrypoint": "launch_jobs:probe_http"})), "--dry-run")
+    assert result.returncode == 0, result.stderr
+    assert "web-0-0                n0" in result.stdout and "web-1-0                n1" in result.stdout
+    assert not (tmp_path / "n0" / "logs").exists()  # nothing started
+
+
+def test_run_streams_prefixed_logs_and_returns_job_code(tmp_path: Path) -> None:
+    result = cli(str(write(tmp_path, {"entrypoint": "launch_jobs:probe_http"})))
+    assert result.returncode == 0, result.stderr
+    assert "PROBE_RESULT" in result.stdout
+    assert "(web-1-0 pid=" in result.stdout and "host=n1) Serving HTTP" in result.stdout
+    assert "ready 2/2" in result.stderr and "teardown complete" in result.stderr
+    assert not (tmp_path / "run" / "state.json").exists()
+    result = cli(str(write(tmp_path, {"entrypoint": "launch_jobs:exit_code", "args": {"code": 7}})))
+    assert result.returncode == 7
+
+
+def test_command_job_gets_pool_addresses(tmp_path: Path) -> None:
+    code = "import json, os; print('POOLS', json.loads(os.environ['MILES_LAUNCH_POOLS']))"
+    result = cli(str(write(tmp_path, {"command": [PYTHON, "-c", code]})))
+    assert result.returncode == 0, result.stderr
+    assert "POOLS {'web': ['127.0.0.1:" in result.stdout
+
+
+def test_errors_tear_down_and_exit_nonzero(tmp_path: Path) -> None:
+    result = cli(str(write(tmp_path, {"entrypoint": "launch_jobs:fail"})))
+    assert result.returncode == 1 and "job failed on purpose" in result.stderr
+    assert "teardown complete" in result.stderr
+    result = cli(str(write(tmp_path, {"entrypoint": "launch_jobs:no_such_function"})))
+    assert result.returncode == 2 and "has no callable 'no_such_function'" in result.stderr
+    bad = write(tmp_path, {"entrypoint": "launch_jobs:exit_code"}).read_text().replace("gpus = 2", "gpus = -1", 1)
+    (tmp_path / "bad.toml").write_text(bad)
+    result = cli(str(tmp_path / "bad.toml"))
+    assert result.returncode == 2 and "host 'n0' field 'gpus'" in result.stderr
+    too_big = [{"id": "big", "worker": {**COUNTER, "gpus": 3}}]
+    result = cli(str(write(tmp_path, {"entrypoint": "launch_jobs:exit_code"}, too_big)))
+    assert result.returncode == 2 and "pool 'big' cell 'big-0'" in result.stderr
+
+
+def test_ctrl_c_tears_down(tmp_path: Path) -> None:
+    marker = tmp_path / "marker.json"
+    proc = start(str(write(tmp_path, {"entrypoint": "launch_jobs:wait_forever"})), MILES_TEST_MARKER=str(marker))
+    info = wait_for(marker, proc)
+    pids = [w["pid"] for w in info["workers"].values()]
+    proc.send_signal(signal.SIGINT)
+    _out, err = proc.communicate(timeout=30)
+    assert proc.returncode == 130 and "interrupted; tearing down" in err and "teardown complete" in err
+    assert not any(psutil.pid_exists(p) for p in pids)
+
+
+def test_status_and_down(tmp_path: Path) -> None:
+    marker = tmp_path / "marker.json"
+    config = write(tmp_path, {"entrypoint": "launch_jobs:wait_forever"})
+    proc = start(str(config), MILES_TEST_MARKER=str(marker))
+    info = wait_for(marker, proc)
+    status = cli("status", str(config))
+    assert status.returncode == 0, status.stderr
+    report = json.loads(status.stdout)
+    assert report["running"] and report["launcher_pid"] == proc.pid
+    assert report["hosts"]["n0"]["web-0-0"]["alive"] and report["hosts"]["n1"]["web-1-0"]["alive"]
+    down = cli("down", str(config))
+    assert down.returncode == 0, down.stderr
+    assert f"launcher pid {proc.pid} stopped" in down.stderr
+    proc.communicate(timeout=30)
+    assert not any(psutil.pid_exists(w["pid"]) for w in info["workers"].values())
+    assert cli("status", str(config)).returncode == 3
+
+
+def test_down_kills_leftovers_of_a_dead_launcher(tmp_path: Path) -> None:
+    marker = tmp_path / "marker.json"
+    config = write(tmp_path, {"entrypoint": "launch_jobs:wait_forever"})
+    proc = start(str(config), MILES_TEST_MARKER=str(marker))
+    wait_for(marker, proc)
+    agents = psutil.Process(proc.pid).children()
+    for agent in agents:  # simulate agents stuck: stop them so they cannot clean up, then lose the launcher
+        agent.suspend()
+    proc.kill()
+    proc.communicate(timeout=10)
+    down = cli("down", str(config))
+    assert down.returncode == 0, down.stderr
+    assert "1/1 worker process(es) gone" in down.stderr
+    for agent in agents:
+        agent.resume()
+
+
+def test_worker_death_is_reported_by_the_cli(tmp_path: Path) -> None:
+    marker = tmp_path / "marker.json"
+    config = write(tmp_path, {"entrypoint": "launch_jobs:report_deaths"}, [{"id": "c", "cells": 2, "worker": COUNTER}])
+    proc = start(str(config), MILES_TEST_MARKER=str(marker))
+    pids = wait_for(marker, proc)
+    psutil.Process(pids["c-1-0"]).kill()
+    out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 0, err
+    assert "WORKER DIED: cell c-1 is not alive: worker c-1-0 on n0" in err
+    seen = json.loads(out.split("DEATH_SEEN ", 1)[1].splitlines()[0])
+    assert seen["alive"] == [True, False] and "killed by SIGKILL" in seen["report"]
+
+
+def test_async_entrypoint_awaits_actor_calls(tmp_path: Path) -> None:
+    pools = [{"id": "c", "cells": 2, "worker": {**COUNTER, "kwargs": {"start": 3}}}]
+    result = cli(str(write(tmp_path, {"entrypoint": "launch_jobs:async_calls"}, pools)), "--no-logs")
+    assert result.returncode == 0, result.stderr
+    assert "ASYNC [4, 4]" in result.stdout
+
+
+def test_ctrl_c_during_start_tears_down(tmp_path: Path) -> None:
+    slow = {
+        "kind": "command",
+        "command": "{python} -m launch_workers sleep_forever",
+        "ready": {"kind": "tcp", "port": "port", "deadline_s": 60},
+    }
+    proc = start(str(write(tmp_path, {"entrypoint": "launch_jobs:exit_code"}, [{"id": "slow", "worker": slow}])))
+    log = tmp_path / "n0" / "logs" / "slow-0-0.log"
+    deadline = time.monotonic() + 30
+    while "sleeping" not in (log.read_text() if log.exists() else ""):
+        assert time.monotonic() < deadline and proc.poll() is None
+        time.sleep(0.1)
+    proc.send_signal(signal.SIGINT)
+    _out, err = proc.communicate(timeout=30)
+    assert proc.returncode == 130 and "teardown complete" in err

@@ -1,0 +1,168 @@
+"""A two-host cluster in network namespaces (own sshd each); the launcher runs in a third namespace.
+
+Actors are placed on both hosts and call each other across the bridge; kill -9 of the launcher must leave zero
+processes in either host namespace within 10 s; an unreachable address fails within seconds.
+"""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import time
+from pathlib import Path
+from typing import Any
+
+import toml_text
+from launch_helpers import PYTHON, NetnsCluster, ssh_host, subprocess_env
+from sshd_fixture import SshKeys
+
+COUNTER = {"kind": "serve", "actor_class": "launch_actors:Counter", "kwargs": {"start": 1}}
+
+
+def write(
+    tmp_path: Path,
+    cluster: NetnsCluster,
+    keys: SshKeys,
+    job: str,
+    extra_hosts: list[dict[str, Any]] = (),
+    pool_hosts: list[str] | None = None,
+    **launcher: Any,
+) -> Path:
+    hosts = [ssh_host(name, address, 22, keys, tmp_path / name, gpus=2) for name, _, address in cluster.hosts]
+    data = {
+        "launcher": {"workdir": str(tmp_path / "run"), "stop_grace_s": 2, **launcher},
+        "hosts": [*hosts, *extra_hosts],
+        "job": {"entrypoint": job},
+        "pools": [
+            {
+                "id": "c",
+                "cells": 4,
+                "strategy": "SPREAD",
+                "worker": {**COUNTER, "gpus": 0.5},
+                **({"hosts": pool_hosts} if pool_hosts else {}),
+            }
+        ],
+    }
+    path = tmp_path / "hosts.toml"
+    path.write_text(toml_text.dump(data))
+    return path
+
+
+def launcher_argv(cluster: NetnsCluster, config: Path) -> list[str]:
+    return [*cluster.exec_argv(), PYTHON, "-m", "launcher.cli", str(config)]
+
+
+def test_actors_on_two_hosts_call_across(netns_cluster: NetnsCluster, ssh_keys: SshKeys, tmp_path: Path) -> None:
+    config = write(tmp_path, netns_cluster, ssh_keys, "launch_jobs:cross_calls")
+    result = subprocess.run(
+        launcher_argv(netns_cluster, config), capture_output=True, text=True, timeout=120, env=subprocess_env()
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    cross = json.loads(result.stdout.split("CROSS ", 1)[1].splitlines()[0])
+    assert sorted(cross["hosts"]) == ["h1", "h1", "h2", "h2"]
+    assert cross["by_handle"] == 6 and cross["by_name"] == 8
+    assert {e.rsplit(":", 1)[0] for e in cross["endpoints"]} == {"tcp://10.200.77.11", "tcp://10.200.77.12"}
+    assert "host=h2)" in result.stderr or "host=h2)" in result.stdout
+    assert netns_cluster.stray_pids() == {ns: set() for _, ns, _ in netns_cluster.hosts}
+
+
+def test_kill9_of_launcher_empties_every_host(netns_cluster: NetnsCluster, ssh_keys: SshKeys, tmp_path: Path) -> None:
+    marker = tmp_path / "marker.json"
+    config = write(tmp_path, netns_cluster, ssh_keys, "launch_jobs:wait_forever")
+    launcher = subprocess.Popen(
+        launcher_argv(netns_cluster, config),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        env=subprocess_env(MILES_TEST_MARKER=str(marker)),
+    )
+    deadline = time.monotonic() + 90
+    while not marker.exists():
+        assert launcher.poll() is None, launcher.stderr.read().decode() if launcher.stderr else ""
+        assert time.monotonic() < deadline
+        time.sleep(0.1)
+    before = netns_cluster.stray_pids()
+    assert all(len(pids) >= 3 for pids in before.values()), before  # sshd session + agent + 2 workers each
+    launcher.send_signal(signal.SIGKILL)
+    launcher.wait(timeout=5)
+    killed = time.monotonic()
+    while any(netns_cluster.stray_pids().values()) and time.monotonic() - killed < 10:
+        time.sleep(0.1)
+    assert netns_cluster.stray_pids() == {ns: set() for _, ns, _ in netns_cluster.hosts}, "orphans on a host"
+
+
+def test_unreachable_host_fails_within_seconds(netns_cluster: NetnsCluster, ssh_keys: SshKeys, tmp_path: Path) -> None:
+    ghost = ssh_host("ghost", "10.200.77.99", 22, ssh_keys, tmp_path / "ghost", gpus=2)
+    config = write(
+        tmp_path,
+        netns_cluster,
+        ssh_keys,
+        "launch_jobs:exit_code",
+        extra_hosts=[ghost],
+        pool_hosts=["ghost", "h1"],
+        connect_timeout_s=2,
+    )
+    started = time.monotonic()
+    result = subprocess.run(
+        launcher_argv(netns_cluster, config), capture_output=True, text=True, timeout=60, env=subprocess_env()
+    )
+    elapsed = time.monotonic() - started
+    assert result.returncode == 1
+    assert "host 'ghost' (root@10.200.77.99:22): no answer within 2s" in result.stderr
+    assert elapsed < 10, elapsed
+    assert netns_cluster.stray_pids() == {ns: set() for _, ns, _ in netns_cluster.hosts}
+
+
+def test_partition_stops_the_cut_off_host_and_is_reported(
+    netns_cluster: NetnsCluster, ssh_keys: SshKeys, tmp_path: Path
+) -> None:
+    marker = tmp_path / "marker.json"
+    config = write(tmp_path, netns_cluster, ssh_keys, "launch_jobs:report_deaths", heartbeat_timeout_s=3)
+    config.write_text(
+        config.read_text().replace(
+            'entrypoint = "launch_jobs:report_deaths"',
+            'entrypoint = "launch_jobs:report_deaths"\nargs = {timeout_s = 40}',
+        )
+    )
+    launcher = subprocess.Popen(
+        launcher_argv(netns_cluster, config),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=subprocess_env(MILES_TEST_MARKER=str(marker)),
+    )
+    _, cut_ns, _ = netns_cluster.hosts[1]
+    try:
+        deadline = time.monotonic() + 90
+        while not marker.exists():
+            assert launcher.poll() is None and time.monotonic() < deadline
+            time.sleep(0.1)
+        subprocess.run(["ip", "-n", cut_ns, "link", "set", "eth0", "down"], check=True)
+        cut = time.monotonic()
+
+        def agent_or_workers() -> list[int]:
+            out = []
+            for pid in netns_cluster.pids(cut_ns):
+                try:
+                    cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()
+                except OSError:
+                    continue
+                if "launcher.host_agent" in cmdline or "runtime.worker" in cmdline:
+                    out.append(pid)
+            return out
+
+        while agent_or_workers() and time.monotonic() - cut < 15:
+            time.sleep(0.2)
+        assert agent_or_workers() == [], "the cut-off host kept running without its launcher"
+        out, err = launcher.communicate(timeout=60)
+        assert launcher.returncode == 0, err[-3000:]
+        assert "DEATH_SEEN" in out and "lost with its host agent (no heartbeat" in out
+        assert "WORKER DIED" in err and "on h2" in err
+    finally:
+        subprocess.run(["ip", "-n", cut_ns, "link", "set", "eth0", "up"], check=True)
+        if launcher.poll() is None:
+            launcher.kill()
+            launcher.communicate(timeout=10)
+    deadline = time.monotonic() + 30  # the stale sshd session on h2 goes once TCP notices the launcher is gone
+    while any(netns_cluster.stray_pids().values()) and time.monotonic() < deadline:
+        time.sleep(0.2)

@@ -1,0 +1,236 @@
+"""SSHProvider against a real sshd on 127.0.0.1: agents over SSH, clear errors, deaths, kill -9 of the launcher."""
+
+from __future__ import annotations
+
+import signal
+import subprocess
+import time
+from pathlib import Path
+from typing import Any
+
+import psutil
+import pytest
+import toml_text
+from launch_helpers import PYTHON, ssh_host, subprocess_env
+from sshd_fixture import Sshd, SshKeys, free_port
+
+from launcher.errors import HostAuthError, HostCheckError, HostUnreachable, WorkerStartError
+from launcher.hosts_config import parse_config
+from launcher.ssh_provider import SSHProvider
+
+COUNTER = {"kind": "serve", "actor_class": "launch_actors:Counter", "kwargs": {"start": 1}}
+
+
+def write_config(
+    tmp_path: Path,
+    hosts: list[dict[str, Any]],
+    pools: list[dict[str, Any]],
+    job: str = "launch_jobs:exit_code",
+    **launcher: Any,
+) -> Path:
+    data = {
+        "launcher": {"workdir": str(tmp_path / "run"), "stop_grace_s": 2, "connect_timeout_s": 5, **launcher},
+        "hosts": hosts,
+        "job": {"entrypoint": job},
+        "pools": pools,
+    }
+    path = tmp_path / "hosts.toml"
+    path.write_text(toml_text.dump(data))
+    return path
+
+
+def load(path: Path) -> Any:
+    return parse_config(path.read_text(), source=path)
+
+
+def two_hosts(sshd: Sshd, keys: SshKeys, tmp_path: Path, **fields: Any) -> list[dict[str, Any]]:
+    return [ssh_host(name, "127.0.0.1", sshd.port, keys, tmp_path / name, **fields) for name in ("a", "b")]
+
+
+def wait_no_sessions(sshd: Sshd, timeout: float = 10.0) -> list[int]:
+    deadline = time.monotonic() + timeout
+    while sshd.session_pids() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    return sshd.session_pids()
+
+
+def test_serve_actors_on_two_ssh_hosts(loopback_sshd: Sshd, ssh_keys: SshKeys, tmp_path: Path) -> None:
+    path = write_config(
+        tmp_path,
+        two_hosts(loopback_sshd, ssh_keys, tmp_path, gpus=2),
+        [{"id": "c", "cells": 2, "workers_per_cell": 2, "strategy": "SPREAD", "worker": {**COUNTER, "gpus": 1}}],
+    )
+    lines: list[str] = []
+    with SSHProvider(load(path), log_sink=lambda _s, text: lines.append(text)) as provider:
+        provider.start_all(deadline_s=60)
+        handles = provider.handles("c")
+        wheres = [h.where().result(timeout=10) for h in handles]
+        assert [w["MILES_HOST"] for w in wheres] == ["a", "b", "a", "b"]
+        assert [w["CUDA_VISIBLE_DEVICES"] for w in wheres] == ["0", "0", "1", "1"]
+        assert [w["RANK"] for w in wheres] == ["0", "1", "0", "1"]
+        assert handles[0].add_on_peer(handles[3], 2).result(timeout=10) == 3
+        assert handles[1].add_on_named("c-1-0", 5).result(timeout=10) == 6
+        assert len(loopback_sshd.session_pids()) >= 6  # 2 agents (+ their sessions) + 4 workers
+    assert any("host=b)" in line for line in lines)
+    assert wait_no_sessions(loopback_sshd) == []
+
+
+def test_worker_death_over_ssh_is_reported(loopback_sshd: Sshd, ssh_keys: SshKeys, tmp_path: Path) -> None:
+    path = write_config(
+        tmp_path,
+        two_hosts(loopback_sshd, ssh_keys, tmp_path),
+        [{"id": "c", "cells": 2, "strategy": "SPREAD", "worker": COUNTER}],
+    )
+    with SSHProvider(load(path)) as provider:
+        provider.start_all(deadline_s=60)
+        provider.handles("c")[1].crash(9)
+        deadline = time.monotonic() + 10
+        while not provider.deaths and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert [c.alive for c in provider.cells("c")] == [True, False]
+        assert provider.deaths[0].host == "b" and provider.deaths[0].returncode == 9
+
+
+def test_bad_key_gives_clear_error_fast(loopback_sshd: Sshd, ssh_keys: SshKeys, tmp_path: Path) -> None:
+    host = ssh_host("a", "127.0.0.1", loopback_sshd.port, ssh_keys, tmp_path / "a")
+    host["ssh"]["key_file"] = str(ssh_keys.bad_client_key)
+    started = time.monotonic()
+    with SSHProvider(load(write_config(tmp_path, [host], [{"id": "c", "worker": COUNTER}]))) as provider:
+        with pytest.raises(HostAuthError) as info:
+            provider.connect()
+    assert time.monotonic() - started < 5
+    assert "host 'a'" in str(info.value) and "bad_client_ed25519" in str(info.value)
+    assert "authorized_keys" in str(info.value)
+
+
+def test_missing_key_file(loopback_sshd: Sshd, ssh_keys: SshKeys, tmp_path: Path) -> None:
+    host = ssh_host("a", "127.0.0.1", loopback_sshd.port, ssh_keys, tmp_path / "a")
+    host["ssh"]["key_file"] = str(tmp_path / "nope")
+    with SSHProvider(load(write_config(tmp_path, [host], [{"id": "c", "worker": COUNTER}]))) as provider:
+        with pytest.raises(HostAuthError, match="does not exist"):
+            provider.connect()
+
+
+def test_refused_port_gives_clear_error_fast(ssh_keys: SshKeys, tmp_path: Path) -> None:
+    host = ssh_host("a", "127.0.0.1", free_port(), ssh_keys, tmp_path / "a")
+    started = time.monotonic()
+    with SSHProvider(load(write_config(tmp_path, [host], [{"id": "c", "worker": COUNTER}]))) as provider:
+        with pytest.raises(HostUnreachable, match=r"host 'a' \(root@127.0.0.1:\d+\): cannot connect"):
+            provider.connect()
+    assert time.monotonic() - started < 5
+
+
+@pytest.mark.parametrize(
+    ("python", "expected"),
+    [
+        ("/nonexistent/python3", "cannot run '/nonexistent/python3'"),
+        ("/usr/bin/python3", "miles-actors is not installed for /usr/bin/python3"),
+    ],
+)
+def test_host_python_and_package_are_checked(
+    loopback_sshd: Sshd, ssh_keys: SshKeys, tmp_path: Path, python: str, expected: str
+) -> None:
+    if python == "/usr/bin/python3" and not Path(python).exists():
+        pytest.skip("no system python3")
+    host = ssh_host("a", "127.0.0.1", loopback_sshd.port, ssh_keys, tmp_path / "a", python=python)
+    host["env"] = {}  # no PYTHONPATH: the system python must not see the package
+    with SSHProvider(load(write_config(tmp_path, [host], [{"id": "c", "worker": COUNTER}]))) as provider:
+        with pytest.raises(HostCheckError, match=expected) as info:
+            provider.connect()
+    assert "host 'a'" in str(info.value)
+    assert wait_no_sessions(loopback_sshd) == []
+
+
+def test_start_failure_over_ssh_cleans_up(loopback_sshd: Sshd, ssh_keys: SshKeys, tmp_path: Path) -> None:
+    bad = {
+        "kind": "command",
+        "command": "{python} -m launch_workers exit_now 4",
+        "ports": {},
+        "ready": {"kind": "none"},
+    }
+    path = write_config(
+        tmp_path,
+        two_hosts(loopback_sshd, ssh_keys, tmp_path),
+        [{"id": "ok", "worker": COUNTER}, {"id": "bad", "hosts": ["b"], "worker": bad}],
+    )
+    with SSHProvider(load(path)) as provider, pytest.raises(WorkerStartError) as info:
+        provider.start_all(deadline_s=60)
+    assert "bad-0-0 (host=b" in str(info.value) and "boom" in str(info.value)
+    assert wait_no_sessions(loopback_sshd) == []
+
+
+def test_kill9_of_launcher_leaves_nothing_over_ssh(loopback_sshd: Sshd, ssh_keys: SshKeys, tmp_path: Path) -> None:
+    path = write_config(
+        tmp_path,
+        two_hosts(loopback_sshd, ssh_keys, tmp_path),
+        [{"id": "c", "cells": 4, "strategy": "SPREAD", "worker": COUNTER}],
+        job="launch_jobs:wait_forever",
+    )
+    marker = tmp_path / "marker.json"
+    launcher = subprocess.Popen(
+        [PYTHON, "-m", "launcher.cli", str(path), "--no-logs"],
+        env=subprocess_env(MILES_TEST_MARKER=str(marker)),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+    )
+    deadline = time.monotonic() + 60
+    while not marker.exists():
+        assert launcher.poll() is None, launcher.stderr.read().decode() if launcher.stderr else ""
+        assert time.monotonic() < deadline
+        time.sleep(0.1)
+    remote = loopback_sshd.session_pids()
+    workers = [p for p in remote if "runtime.worker" in " ".join(psutil.Process(p).cmdline())]
+    assert len(workers) == 4
+    launcher.send_signal(signal.SIGKILL)
+    launcher.wait(timeout=5)
+    assert wait_no_sessions(loopback_sshd, timeout=10) == [], "processes survived on the ssh host"
+
+
+def test_status_and_down_over_ssh(loopback_sshd: Sshd, ssh_keys: SshKeys, tmp_path: Path) -> None:
+    path = write_config(
+        tmp_path,
+        two_hosts(loopback_sshd, ssh_keys, tmp_path),
+        [{"id": "c", "cells": 2, "strategy": "SPREAD", "worker": COUNTER}],
+        job="launch_jobs:wait_forever",
+    )
+    marker = tmp_path / "marker.json"
+    launcher = subprocess.Popen(
+        [PYTHON, "-m", "launcher.cli", str(path), "--no-logs"],
+        env=subprocess_env(MILES_TEST_MARKER=str(marker)),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+    )
+    deadline = time.monotonic() + 60
+    while not marker.exists():
+        assert launcher.poll() is None and time.monotonic() < deadline
+        time.sleep(0.1)
+    status = subprocess.run(
+        [PYTHON, "-m", "launcher.cli", "status", str(path)],
+        capture_output=True,
+        text=True,
+        env=subprocess_env(),
+        timeout=60,
+    )
+    assert status.returncode == 0, status.stderr
+    assert '"alive": true' in status.stdout and '"b"' in status.stdout
+    agents = [
+        psutil.Process(p)
+        for p in loopback_sshd.session_pids()
+        if "launcher.host_agent" in " ".join(psutil.Process(p).cmdline())
+    ]
+    for agent in agents:  # agents that cannot clean up: `down` must reach the workers over SSH itself
+        agent.suspend()
+    launcher.kill()
+    launcher.wait(timeout=10)
+    down = subprocess.run(
+        [PYTHON, "-m", "launcher.cli", "down", str(path)],
+        capture_output=True,
+        text=True,
+        env=subprocess_env(),
+        timeout=60,
+    )
+    assert down.returncode == 0, down.stderr
+    assert "host a: 1/1 worker process(es) gone" in down.stderr and "host b: 1/1" in down.stderr
+    for agent in agents:
+        agent.resume()
+    assert wait_no_sessions(loopback_sshd) == []
