@@ -52,8 +52,10 @@ class RouterProcess:
         log_path: str | Path | None = None,
         python: str = sys.executable,
         env: Mapping[str, str] | None = None,
+        preexec_fn: Callable[[], None] | None = None,
     ) -> None:
-        """``log_path``: append the router's stdout/stderr there (else it inherits ours)."""
+        """``log_path``: append the router's stdout/stderr there (else it inherits ours). ``preexec_fn``: run in
+        the child before exec (e.g. to set PR_SET_PDEATHSIG, see actors.inference.processes)."""
         self.host = host
         self.port = port
         self.prometheus_port = prometheus_port
@@ -68,6 +70,7 @@ class RouterProcess:
         self.log_path = Path(log_path) if log_path is not None else None
         self.python = python
         self.env = dict(env) if env is not None else None
+        self.preexec_fn = preexec_fn
         self._proc: subprocess.Popen[bytes] | None = None
         self._log_file: BinaryIO | None = None
 
@@ -106,8 +109,11 @@ class RouterProcess:
             argv += ["--worker-urls", *self.worker_urls]
         return argv + self.extra_args
 
-    def start(self, timeout_s: float = 60.0) -> None:
-        """Start the router and wait until it answers and every initial worker is healthy."""
+    def start(self, timeout_s: float = 60.0, *, wait: bool = True) -> None:
+        """Start the router and wait until it answers and every initial worker is healthy.
+
+        ``wait=False``: return once the process is started; call :meth:`wait_ready` later.
+        """
         if self._proc is not None:
             raise RouterError(f"router {self.url} was already started (pid {self._proc.pid})")
         deadline = time.monotonic() + timeout_s
@@ -122,8 +128,11 @@ class RouterProcess:
             stdin=subprocess.DEVNULL,
             start_new_session=True,
             env=env,
+            preexec_fn=self.preexec_fn,
         )
         logger.info("started sglang-router pid %d on %s", self._proc.pid, self.url)
+        if not wait:
+            return
         try:
             self.wait_ready(timeout_s=max(0.0, deadline - time.monotonic()))
             for url in self.worker_urls:

@@ -147,6 +147,28 @@ def class_info(cls: type, groups: tuple[tuple[str, int], ...] = ()) -> ActorClas
     return ActorClassInfo(cls, class_path(cls), methods, declared)
 
 
+def coerce_constructor_kwargs(cls: type, kwargs: dict[str, Any]) -> dict[str, Any]:
+    """Turn plain dicts (from TOML/JSON configs) into the pydantic models the constructor's hints ask for."""
+    if cls.__init__ is object.__init__:
+        return kwargs
+    hints = _hints(cls.__init__, cls)
+    coerced = dict(kwargs)
+    for name, value in kwargs.items():
+        if not isinstance(value, dict):
+            continue
+        models = [h for h in (hints.get(name), *typing.get_args(hints.get(name))) if _is_model(h)]
+        if models:
+            try:
+                coerced[name] = models[0].model_validate(value)
+            except ValueError as exc:
+                raise ValueError(f"{class_path(cls)}: constructor argument {name!r}: {exc}") from None
+    return coerced
+
+
+def _is_model(hint: Any) -> bool:
+    return isinstance(hint, type) and hasattr(hint, "model_validate")
+
+
 def _hints(function: Callable[..., Any], cls: type) -> dict[str, Any]:
     try:
         hints = typing.get_type_hints(function)

@@ -9,11 +9,16 @@ from __future__ import annotations
 from typing import Any
 
 from actors.trainer.trainer import HealthValue, Trainer
-from runtime import method
+from runtime import ObjectRef, method
 
 
 class TrainerActor(Trainer):
     """One trainer rank hosted in an actor process (construct it with keyword arguments only)."""
+
+    def train_shard(self, shard: ObjectRef) -> dict[str, float]:
+        """``train_step`` on a rollout shard fetched from its owner (a dict with tokens, loss_mask, advantages)."""
+        data = shard.get(timeout=self._config.collective_timeout_s)
+        return self.train_step(data["tokens"], data["loss_mask"], data["advantages"])
 
     @method(control_plane=True)
     def health(self) -> dict[str, HealthValue]:

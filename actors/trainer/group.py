@@ -125,6 +125,13 @@ class TrainerGroup:
         ]  # fmt: skip
         return self._collect("train_step", per_rank, timeout_s)[0]
 
+    def train_on_shards(self, shards: Sequence[Any], *, timeout_s: float = 600.0) -> dict[str, float]:
+        """One step where DP rank ``r`` trains on ``shards[r]`` (ObjectRefs, fetched by the ranks themselves)."""
+        if len(shards) != self.dp_size:
+            raise ValueError(f"{len(shards)} shards for {self.dp_size} data-parallel ranks")
+        per_rank = [{"shard": shards[lay["dp_rank"]]} for lay in self.layouts]
+        return self._collect("train_shard", per_rank, timeout_s)[0]
+
     def broadcast(self, method: str, *, timeout_s: float = 600.0, **kwargs: Any) -> list[Any]:
         """Call ``method(**kwargs)`` on every rank (collectives need all of them); results in rank order."""
         return self._collect(method, [kwargs] * len(self.handles), timeout_s)

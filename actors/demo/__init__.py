@@ -1,0 +1,38 @@
+"""The demo job ``miles-launch hosts.example.toml`` runs: GRPO on a toy copy task, all on CPU.
+
+The launcher starts three pools (see hosts.example.toml): ``trainer`` (TrainerActor ranks on megatron-core with
+gloo), ``inference`` (an InferenceController that runs CPU engines behind the real sglang-router) and ``rollout``
+(a RolloutExecutor). This entrypoint wires them together and runs generate → reward → train → push weights,
+printing one line per iteration and writing a reward plot at the end. Exit code 0 means the reward rose.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+from actors.demo.loop import DemoSettings, finish, run_loop
+from actors.trainer.group import TrainerGroup
+
+
+def main(ctx: Any) -> int:
+    """Entrypoint for ``[job] entrypoint = "actors.demo:main"``; ``ctx`` is a launcher.JobContext."""
+    known = {f.name for f in dataclasses.fields(DemoSettings)}
+    unknown = sorted(set(ctx.args) - known)
+    if unknown:
+        raise ValueError(f"job.args: unknown demo settings {unknown}; known: {sorted(known)}")
+    settings = DemoSettings(**ctx.args)
+    trainer = TrainerGroup.from_handles(ctx.handles("trainer"))
+    (controller,) = ctx.handles("inference")
+    (rollout,) = ctx.handles("rollout")
+    print("[demo] starting the router and the engines ...", flush=True)
+    cells = controller.start().result(timeout=300)
+    print(f"[demo] engine cells: {[(c['id'], c['state']) for c in cells]}", flush=True)
+    try:
+        board = run_loop(settings, trainer, controller, rollout)
+    finally:
+        controller.shutdown().result(timeout=60)
+    return finish(board, settings)
+
+
+__all__ = ["DemoSettings", "main"]

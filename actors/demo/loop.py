@@ -1,0 +1,91 @@
+"""The GRPO loop: generate → reward → train → push weights → repeat, over actors the launcher started."""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from actors.demo.progress import IterationRecord, ProgressBoard
+from actors.rollout.tasks import make_prompts
+from actors.trainer.group import TrainerGroup
+from runtime import ActorHandle
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class DemoSettings:
+    """The demo job's knobs (``[job.args]`` in hosts.toml)."""
+
+    iterations: int = 12
+    prompts_per_iteration: int = 16
+    samples_per_prompt: int = 8
+    target_len: int = 4
+    seed: int = 0
+    plot_path: str = "runs/demo/reward.png"
+    step_timeout_s: float = 600.0
+
+
+class WeightSync:
+    """Trainer → engines: lock and pause through the controller, the trainer posts, then continue."""
+
+    def __init__(self, trainer: TrainerGroup, controller: ActorHandle) -> None:
+        self.trainer = trainer
+        self.controller = controller
+
+    def push(self, version: str) -> float:
+        started = time.perf_counter()
+        update = self.controller.start_update_weights().result(timeout=120)
+        try:
+            self.trainer.push_weights(update["engine_urls"], version)
+        except BaseException:
+            self.controller.abort_update_weights(update["token"]).result(timeout=60)
+            raise
+        self.controller.end_update_weights(update["token"], version).result(timeout=120)
+        return time.perf_counter() - started
+
+
+def run_loop(
+    settings: DemoSettings, trainer: TrainerGroup, controller: ActorHandle, rollout: ActorHandle
+) -> ProgressBoard:
+    """Run ``settings.iterations`` iterations; returns the board (history) for the caller to check and plot."""
+    board = ProgressBoard(settings.iterations)
+    sync = WeightSync(trainer, controller)
+    print(f"[demo] engines: {controller.engine_urls().result(timeout=30)}; router {controller.router_url().result(30)}")
+    first_sync = sync.push("v0")
+    print(f"[demo] initial weights pushed to the engines in {first_sync:.2f}s", flush=True)
+    board.header()
+    for iteration in range(1, settings.iterations + 1):
+        prompts = make_prompts(settings.prompts_per_iteration, target_len=settings.target_len,
+                               seed=settings.seed * 100_003 + iteration)  # fmt: skip
+        started = time.perf_counter()
+        rollout_result = rollout.generate(prompts, settings.samples_per_prompt).result(timeout=settings.step_timeout_s)
+        rollout_s = time.perf_counter() - started
+        stats: dict[str, Any] = rollout_result["stats"]
+        started = time.perf_counter()
+        metrics = trainer.train_on_shards(rollout_result["shards"], timeout_s=settings.step_timeout_s)
+        train_s = time.perf_counter() - started
+        for shard in rollout_result["shards"]:
+            shard.free()
+        sync_s = sync.push(f"v{iteration}")
+        board.add(IterationRecord(
+            iteration=iteration, reward=float(stats["mean_reward"]),
+            loss=float(metrics["loss"]), tokens_per_s=float(stats.get("tokens_per_s", 0.0)),
+            rollout_s=rollout_s, train_s=train_s, sync_s=sync_s,
+        ))  # fmt: skip
+    return board
+
+
+def finish(board: ProgressBoard, settings: DemoSettings) -> int:
+    """Plot, summarise, and turn "did the reward rise" into an exit code."""
+    path = board.plot(Path(settings.plot_path))
+    first = sum(r.reward for r in board.history[:2]) / min(2, len(board.history))
+    last = sum(r.reward for r in board.history[-2:]) / min(2, len(board.history))
+    print(f"[demo] mean reward {first:.3f} (first 2 iterations) → {last:.3f} (last 2); plot: {path}", flush=True)
+    if last <= first:
+        print("[demo] the reward did not rise: try more iterations or a higher learning rate", flush=True)
+        return 1
+    return 0

@@ -1,0 +1,387 @@
+"""The inference controller actor: one sglang-router in front of engine cells it starts, watches and restarts.
+
+Spawn it with ``runtime.spawn(InferenceController, kwargs={...})`` and call ``start()``. Everything it does runs
+on the actor's event loop (async methods are tasks there; status methods are control-plane methods that
+answer at once). Weight updates follow SGLang's sequence under one lock held from ``start_update_weights``
+to ``end_update_weights``/``abort_update_weights``: pause generation, flush the cache, update (the trainer
+posts to the returned engine URLs itself, or the controller does it with ``update_weights_from_tensors`` /
+``update_weights_from_disk``), set the version, continue. See :mod:`actors.inference.weight_updates`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import importlib
+import logging
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+
+from actors.inference.cells import CellState, EngineCell, RouterSettings
+from actors.inference.engine_client import EngineClient
+from actors.inference.engine_launcher import EngineKind, EngineLauncher, EngineSpec, LocalEngineLauncher
+from actors.inference.errors import EngineRequestError, NoServingEngines
+from actors.inference.processes import Spawner, free_port
+from actors.inference.weight_updates import PAUSE_MODES, WeightUpdates
+from actors.inference.weights_cache import WeightsCache
+from actors.model_config import ModelConfig
+from actors.router import RouterError, RouterProcess
+from actors.sglang_config import SGLangConfig
+from runtime import method
+
+logger = logging.getLogger(__name__)
+
+RESTART_BACKOFF_S = 0.5
+LIVE_STATES = (CellState.SERVING, CellState.PENDING_WEIGHTS)
+
+
+class InferenceController(WeightUpdates):
+    """Owns ``num_engines`` engine cells ``{server_id}-{index}`` behind one sglang-router."""
+
+    def __init__(
+        self,
+        *,
+        server_id: str,
+        num_engines: int,
+        engine: EngineKind = "cpu",
+        sglang: SGLangConfig | None = None,
+        model: ModelConfig | None = None,
+        initial_weights: bool = False,
+        initial_weight_version: str = "default",
+        router: RouterSettings | None = None,
+        health_check_interval_s: float = 2.0,
+        health_failure_threshold: int = 2,
+        max_restarts: int = 3,
+        engine_start_timeout_s: float = 120.0,
+        request_timeout_s: float = 30.0,
+        update_timeout_s: float = 300.0,
+        update_lock_timeout_s: float = 600.0,
+        pause_mode: str = "abort",
+        cpu_engine_args: list[str] | None = None,
+        log_dir: str | None = None,
+        launcher: str | None = None,
+    ) -> None:
+        """``sglang``: the engines' SGLangConfig template (required for ``engine="sglang"``; host, port, GPU ids
+        and NCCL port are chosen per engine). ``model``: the CPU engine's ModelConfig. ``initial_weights``: a
+        fresh engine's own weights (CPU: from ``model.seed``; SGLang: ``model_path``) count as version
+        ``initial_weight_version``, so engines serve at once; otherwise they wait for the first update.
+        ``health_*``: how often the controller checks each engine and after how many failed checks it restarts
+        it (a dead process is restarted at the first check); ``max_restarts`` per cell, then it is disposed.
+        ``update_lock_timeout_s``: an update holding the lock longer is aborted (its caller is presumed dead).
+        ``pause_mode``: SGLang's pause mode during updates. ``launcher``: ``"module:factory"`` returning an
+        EngineLauncher, called with ``log_dir=`` (default: LocalEngineLauncher)."""
+        if num_engines < 1:
+            raise ValueError(f"num_engines must be at least 1, got {num_engines}")
+        if engine not in ("cpu", "sglang"):
+            raise ValueError(f"engine must be 'cpu' or 'sglang', got {engine!r}")
+        if engine == "sglang" and sglang is None:
+            raise ValueError("engine='sglang' needs sglang=SGLangConfig(model_path=..., port=...) as a template")
+        if pause_mode not in PAUSE_MODES:
+            raise ValueError(f"pause_mode must be one of {PAUSE_MODES}, got {pause_mode!r}")
+        for name, value in [
+            ("health_check_interval_s", health_check_interval_s),
+            ("request_timeout_s", request_timeout_s),
+        ]:
+            if value <= 0:
+                raise ValueError(f"{name} must be positive, got {value}")
+        self.server_id = server_id
+        self.engine: EngineKind = engine
+        self.sglang = sglang or SGLangConfig(model_path="cpu-engine", port=30000)
+        self.model = model or ModelConfig()
+        self.router_settings = router or RouterSettings()
+        self.health_check_interval_s = health_check_interval_s
+        self.health_failure_threshold = health_failure_threshold
+        self.max_restarts = max_restarts
+        self.engine_start_timeout_s = engine_start_timeout_s
+        self.request_timeout_s = request_timeout_s
+        self.update_timeout_s = update_timeout_s
+        self.update_lock_timeout_s = update_lock_timeout_s
+        self.pause_mode = pause_mode
+        self.cpu_engine_args = tuple(cpu_engine_args or ())
+        self.initial_weight_version = initial_weight_version
+        self.log_dir = Path(log_dir or tempfile.mkdtemp(prefix=f"inference-{server_id}-"))
+        self.launcher_factory = launcher
+        self._cells = [EngineCell(f"{server_id}-{index}", index) for index in range(num_engines)]
+        self._weights = WeightsCache(version=initial_weight_version, restorable=initial_weights)
+        self._tasks: set[asyncio.Task[Any]] = set()
+        self._start_task: asyncio.Task[None] | None = None
+        self._watcher: asyncio.Task[None] | None = None
+        self._closing = False
+        self._session: aiohttp.ClientSession | None = None
+        self._spawner: Spawner | None = None
+        self._launcher: EngineLauncher | None = None
+        self._router: RouterProcess | None = None
+        super().__init__()
+
+    # ---- lifecycle --------------------------------------------------------------------------------------
+
+    async def start(self) -> list[dict[str, Any]]:
+        """Start the router and every engine; returns cells() once each is serving, pending weights or disposed."""
+        if self._start_task is None:
+            self._start_task = asyncio.ensure_future(self._start())
+        try:
+            await asyncio.shield(self._start_task)
+        except Exception:
+            await self.shutdown()  # leave nothing running behind a failed start
+            raise
+        if not any(cell.state in LIVE_STATES for cell in self._cells):
+            errors = "; ".join(f"{c.cell_id}: {c.last_error}" for c in self._cells)
+            raise NoServingEngines(f"server {self.server_id}: no engine could be started ({errors})")
+        return self.cells()
+
+    async def _start(self) -> None:
+        self.log_dir.mkdir(parents=True, exist_ok=True)
+        self._session = aiohttp.ClientSession()
+        self._spawner = Spawner(name=f"{self.server_id}-spawner")
+        self._launcher = self._make_launcher(self._spawner)
+        settings = self.router_settings
+        self._router = RouterProcess(
+            host=settings.host,
+            port=settings.port or free_port(settings.host),
+            prometheus_port=settings.prometheus_port or free_port(settings.host),
+            policy=settings.policy,
+            health_check_interval_s=settings.health_check_interval_s,
+            health_failure_threshold=settings.health_failure_threshold,
+            worker_startup_timeout_s=settings.worker_startup_timeout_s,
+            log_level=settings.log_level,
+            extra_args=settings.extra_args,
+            log_path=self.log_dir / "router.log",
+            preexec_fn=self._spawner.preexec,
+        )
+        await self._spawner.run(self._router.start, settings.start_timeout_s, wait=False)
+        cell_tasks = [asyncio.ensure_future(self._keep_cell(cell, reason=None)) for cell in self._cells]
+        self._tasks.update(cell_tasks)  # cancelled by shutdown(), even if the router fails to start
+        await asyncio.to_thread(self._router.wait_ready, settings.start_timeout_s)
+        self._watcher = asyncio.create_task(self._watch(), name=f"{self.server_id}-health")
+        await asyncio.gather(*cell_tasks)
+        self._tasks.difference_update(cell_tasks)
+        logger.info("server %s: router %s, cells %s", self.server_id, self._router.url, self.cells())
+
+    def _make_launcher(self, spawner: Spawner) -> EngineLauncher:
+        if self.launcher_factory is None:
+            return LocalEngineLauncher(log_dir=self.log_dir, spawner=spawner)
+        module, _, name = self.launcher_factory.partition(":")
+        factory = getattr(importlib.import_module(module), name)
+        return factory(log_dir=self.log_dir)
+
+    async def shutdown(self, timeout_s: float = 20.0) -> list[dict[str, Any]]:
+        """Stop every engine and the router; returns the final cells(). Safe to call twice."""
+        self._closing = True
+        tasks = [
+            t
+            for t in [self._watcher, self._start_task, *self._tasks]
+            if t is not None and t is not asyncio.current_task()
+        ]
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        self._drop_update_session()
+        processes = [cell.process for cell in self._cells if cell.process is not None]
+        await asyncio.gather(*(p.stop(timeout_s=timeout_s / 2) for p in processes), return_exceptions=True)
+        for cell in self._cells:
+            cell.state, cell.router_worker_id = CellState.DISPOSED, None
+        if self._router is not None:
+            await asyncio.to_thread(self._router.stop, timeout_s / 2)
+        if self._launcher is not None:
+            await self._launcher.close()
+        if self._spawner is not None:
+            self._spawner.close()
+        if self._session is not None:
+            await self._session.close()
+        logger.info("server %s shut down", self.server_id)
+        return self.cells()
+
+    # ---- status (control plane: answers at once) --------------------------------------------------------
+
+    @method(control_plane=True)
+    def cells(self) -> list[dict[str, Any]]:
+        """Each cell's id, url, state, weight_version, restarts, pid, log_path, router_worker_id, last_error."""
+        return [cell.view() for cell in self._cells]
+
+    @method(control_plane=True)
+    def engine_urls(self) -> list[str]:
+        """URLs of the engines that take weight updates (serving and pending weights)."""
+        return [cell.url for cell in self._cells if cell.state in LIVE_STATES and cell.url]
+
+    @method(control_plane=True)
+    def router_url(self) -> str:
+        if self._router is None:
+            raise NoServingEngines(f"server {self.server_id} is not started: call start() first")
+        return self._router.url
+
+    @method(control_plane=True)
+    def weight_version(self) -> str:
+        """The version serving engines hold (the latest completed update)."""
+        return self._weights.version
+
+    @method(control_plane=True)
+    def status(self) -> dict[str, Any]:
+        """Router, weights and update-lock state, and the cells."""
+        router = self._router
+        return {
+            "server_id": self.server_id,
+            "router_url": router.url if router else None,
+            "router_metrics_url": router.metrics_url if router else None,
+            "router_pid": router.pid if router else None,
+            "router_alive": bool(router and router.is_running()),
+            "weight_version": self._weights.version,
+            "weights_restorable": self._weights.restorable,
+            "update": self._update_view(),
+            "cells": self.cells(),
+        }
+
+    async def wait_until_serving(self, count: int | None = None, timeout_s: float = 60.0) -> list[dict[str, Any]]:
+        """Wait until ``count`` cells (default: every cell not disposed) serve; returns cells()."""
+        deadline = asyncio.get_running_loop().time() + timeout_s
+        while True:
+            wanted = count if count is not None else sum(c.state != CellState.DISPOSED for c in self._cells)
+            if sum(c.state == CellState.SERVING for c in self._cells) >= wanted:
+                return self.cells()
+            if asyncio.get_running_loop().time() >= deadline:
+                raise NoServingEngines(
+                    f"server {self.server_id}: {wanted} serving engines not reached within {timeout_s}s: {self.cells()}"
+                )
+            await asyncio.sleep(0.05)
+
+    # ---- cells: start, restart, health ------------------------------------------------------------------
+
+    def _restart(self, cell: EngineCell, reason: str) -> None:
+        """Take ``cell`` out of service and start a new engine for it (in the background)."""
+        if cell.busy or self._closing or cell.state == CellState.DISPOSED:
+            return
+        cell.state, cell.last_error = CellState.INITIALIZING, reason
+        logger.warning("%s failed: %s", cell.where(), reason)
+        task = asyncio.create_task(self._keep_cell(cell, reason), name=f"restart-{cell.cell_id}")
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def _keep_cell(self, cell: EngineCell, reason: str | None) -> None:
+        """(Re)start the cell's engine until it serves or waits for weights; dispose it when out of restarts."""
+        cell.busy = True
+        try:
+            while not self._closing:
+                try:
+                    await self._launch(cell, reason)
+                    return
+                except (asyncio.CancelledError, KeyboardInterrupt):
+                    raise
+                except Exception as exc:
+                    cell.state, cell.last_error = CellState.INITIALIZING, str(exc)
+                    logger.error("%s: %s", cell.where(), exc)
+                    if cell.restarts >= self.max_restarts:
+                        await self._dispose(cell, f"out of restarts ({self.max_restarts}); last error: {exc}")
+                        return
+                    reason = str(exc)
+                    await asyncio.sleep(RESTART_BACKOFF_S)
+        finally:
+            cell.busy = False
+
+    async def _launch(self, cell: EngineCell, reason: str | None) -> None:
+        assert self._launcher is not None and self._session is not None
+        if cell.launched:
+            cell.restarts += 1
+            logger.warning(
+                "restarting %s (restart %d of %d): %s", cell.where(), cell.restarts, self.max_restarts, reason
+            )
+        cell.launched = True
+        await self._retire(cell)
+        cell.state, cell.weight_version, cell.health_failures = CellState.INITIALIZING, None, 0
+        spec = EngineSpec(
+            cell_id=cell.cell_id,
+            index=cell.index,
+            incarnation=cell.restarts,
+            kind=self.engine,
+            sglang=self.sglang,
+            model=self.model if self.engine == "cpu" else None,
+            weight_version=self.initial_weight_version if self.engine == "cpu" else None,
+            cpu_args=self.cpu_engine_args,
+        )
+        cell.process = await self._launcher.launch(spec, timeout_s=self.engine_start_timeout_s)
+        cell.client = EngineClient(self._session, cell_id=cell.cell_id, url=cell.process.url, kind=self.engine)
+        await self._catch_up(cell)
+
+    async def _catch_up(self, cell: EngineCell) -> None:
+        """Bring a running engine to the current weights and register it, or leave it pending weights.
+
+        Runs under the update lock, so an update cannot start between restoring and registering.
+        """
+        assert cell.client is not None
+        if not await self._acquire_update_lock(self.update_lock_timeout_s):
+            cell.state = CellState.PENDING_WEIGHTS  # the update's end catches it up
+            return
+        try:
+            if not self._weights.restorable:
+                cell.state = CellState.PENDING_WEIGHTS
+                logger.info("%s waits for weights (no restorable copy of %s)", cell.where(), self._weights.version)
+                return
+            await self._weights.replay(cell.client, timeout_s=self.update_timeout_s)
+            cell.weight_version = self._weights.version
+            await self._register(cell)
+        finally:
+            self._release_update_lock()
+
+    async def _register(self, cell: EngineCell) -> None:
+        assert self._router is not None and cell.url is not None
+        cell.router_worker_id = await asyncio.to_thread(
+            self._router.add_worker, cell.url, timeout_s=self.router_settings.add_worker_timeout_s
+        )
+        cell.state = CellState.SERVING
+        logger.info("%s serves weights %s (router worker %s)", cell.where(), cell.weight_version, cell.router_worker_id)
+
+    async def _unregister(self, cell: EngineCell) -> None:
+        """Remove the cell's engine from the router (errors are logged: the router drops dead workers anyway)."""
+        worker_id, cell.router_worker_id = cell.router_worker_id, None
+        if worker_id and self._router is not None:
+            try:
+                await asyncio.to_thread(self._router.remove_worker, worker_id, timeout_s=self.request_timeout_s)
+            except RouterError as exc:
+                logger.warning("%s: removing router worker %s failed: %s", cell.where(), worker_id, exc)
+
+    async def _retire(self, cell: EngineCell) -> None:
+        """Remove the cell's engine from the router and kill it (it is dead or failing)."""
+        await self._unregister(cell)
+        process, cell.process, cell.client = cell.process, None, None
+        if process is not None:
+            code = await process.kill()
+            logger.info("engine %s at %s (pid %s) retired, exit code %s", cell.cell_id, process.url, process.pid, code)
+
+    async def _dispose(self, cell: EngineCell, reason: str) -> None:
+        await self._retire(cell)
+        cell.state, cell.last_error = CellState.DISPOSED, reason
+        logger.error("engine %s disposed: %s", cell.cell_id, reason)
+
+    async def _watch(self) -> None:
+        """Every health_check_interval_s: restart engines that exited or failed enough health checks."""
+        while True:
+            await asyncio.sleep(self.health_check_interval_s)
+            watched = [c for c in self._cells if c.state in LIVE_STATES and not c.busy and c.process is not None]
+            await asyncio.gather(*(self._check(cell) for cell in watched))
+            if self._router is not None and not self._router.is_running():
+                logger.error(
+                    "server %s: router %s is not running; requests through it fail", self.server_id, self._router.url
+                )
+
+    async def _check(self, cell: EngineCell) -> None:
+        assert cell.process is not None and cell.client is not None
+        code = cell.process.exit_code()
+        if code is not None:
+            self._restart(cell, f"{cell.where()} (pid {cell.process.pid}) exited with code {code}")
+            return
+        timeout_s = min(self.request_timeout_s, max(1.0, self.health_check_interval_s * 2))
+        if await cell.client.healthy(timeout_s=timeout_s):
+            cell.health_failures = 0
+            return
+        cell.health_failures += 1
+        if cell.health_failures >= self.health_failure_threshold:
+            self._restart(cell, f"{cell.where()} failed {cell.health_failures} health checks in a row")
+
+    def _fail(self, cell: EngineCell, exc: BaseException) -> None:
+        """An engine failed a control request without refusing it (no answer, 5xx): restart it."""
+        self._restart(cell, str(exc))
+
+    @staticmethod
+    def _is_refusal(exc: BaseException) -> bool:
+        """A 4xx: the engine is fine but refused the request (bad weights, say); restarting would not help."""
+        return isinstance(exc, EngineRequestError) and exc.status is not None and 400 <= exc.status < 500

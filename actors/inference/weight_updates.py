@@ -1,0 +1,385 @@
+"""The weight-update half of the inference controller: SGLang's update sequence under one lock.
+
+::
+
+    info = await controller.start_update_weights()           # waits for the lock; pauses and flushes every engine
+    ... trainer posts to info["engine_urls"] (/update_weights_from_tensor, /update_weights_from_distributed ...)
+    await controller.end_update_weights(info["token"], "v7")  # sets the version, continues generation, unlocks
+    # or: await controller.abort_update_weights(info["token"])
+
+    await controller.update_weights_from_tensors({"name": tensor, ...}, "v7")  # the whole sequence at once
+
+The lock is held between the calls (the token proves who holds it) and also while a restarted engine is
+brought to the current weights, so that engine never misses an update. A second ``start_update_weights``
+waits up to its ``timeout_s`` and then fails with UpdateInProgress; an update holding the lock longer than
+``update_lock_timeout_s`` is aborted. Engines that fail a step without refusing it (no answer, 5xx) are
+restarted and left out of the update; a refusal (4xx: weights that do not fit) fails the call. At the end
+every paused engine is checked to report the new version (set it if not), engines that were pending weights
+are registered with the router, and engines that missed the update are brought up to date from the
+controller's copy (see :mod:`actors.inference.weights_cache`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+import uuid
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from actors.inference.cells import CellState, EngineCell
+from actors.inference.errors import InferenceError, NoServingEngines, UpdateInProgress, UpdateNotHeld
+from actors.weights_wire import encode_named_tensors
+
+if TYPE_CHECKING:
+    from actors.inference.engine_launcher import EngineKind
+    from actors.inference.weights_cache import WeightsCache
+    from actors.model_config import ModelConfig
+
+logger = logging.getLogger(__name__)
+
+PAUSE_MODES = ("abort", "retract", "in_place")
+_LIVE = (CellState.SERVING, CellState.PENDING_WEIGHTS)
+
+
+@dataclass(eq=False)
+class UpdateSession:
+    """One held update: who holds it, since when, and which engine incarnations it paused."""
+
+    token: str
+    started_at: float
+    targets: dict[str, str]  # cell id -> URL of the incarnation paused for this update
+    tensors: dict[str, Any] = field(default_factory=dict)
+    weights_dir: str | None = None
+    watchdog: asyncio.Task[None] | None = None
+
+
+class WeightUpdates:
+    """Mixed into InferenceController, whose cells, weights cache and restart logic it uses."""
+
+    server_id: str
+    engine: EngineKind
+    model: ModelConfig
+    pause_mode: str
+    request_timeout_s: float
+    update_timeout_s: float
+    update_lock_timeout_s: float
+    _cells: list[EngineCell]
+    _weights: WeightsCache
+    _tasks: set[asyncio.Task[Any]]
+
+    def __init__(self) -> None:
+        self._update_lock = asyncio.Lock()
+        self._update: UpdateSession | None = None
+
+    # ---- public ---------------------------------------------------------------------------------------
+
+    async def start_update_weights(self, timeout_s: float = 60.0) -> dict[str, Any]:
+        """Take the lock (waiting up to ``timeout_s``), pause generation and flush every engine.
+
+        Returns ``{"token", "engine_urls", "weight_version"}``: post the weights to ``engine_urls``, then call
+        end_update_weights(token, version) or abort_update_weights(token).
+        """
+        if not await self._acquire_update_lock(timeout_s):
+            held = self._update
+            holder = f"update {held.token} (held {time.monotonic() - held.started_at:.1f}s)" if held else "a restart"
+            raise UpdateInProgress(
+                f"server {self.server_id}: the weight-update lock is held by {holder}; waited {timeout_s}s. "
+                f"End or abort that update first (it expires after {self.update_lock_timeout_s}s)"
+            )
+        cells = [c for c in self._cells if c.state in _LIVE and c.client is not None]
+        session = UpdateSession(uuid.uuid4().hex, time.monotonic(), {c.cell_id: str(c.url) for c in cells})
+        self._update = session
+        try:
+            await self._on_all(self._targets(session), self._pause, "pause")
+            await self._on_all(self._targets(session), self._flush, "flush")
+            if not self._targets(session):
+                raise NoServingEngines(f"server {self.server_id}: no engine to update: {self._cell_errors()}")
+        except BaseException:
+            await self._finish(session)
+            raise
+        session.targets = {c.cell_id: str(c.url) for c in self._targets(session)}
+        session.watchdog = asyncio.create_task(self._expire(session), name=f"{self.server_id}-update-expiry")
+        logger.info("server %s: weight update %s started on %s", self.server_id, session.token, session.targets)
+        return {
+            "token": session.token,
+            "engine_urls": list(session.targets.values()),
+            "weight_version": self._weights.version,
+        }
+
+    async def end_update_weights(
+        self, token: str, weight_version: str, weights_dir: str | None = None
+    ) -> dict[str, Any]:
+        """Set ``weight_version`` on the updated engines, continue generation and release the lock.
+
+        ``weights_dir``: a directory holding the new weights, from which restarted engines are restored when the
+        trainer pushed the weights itself (else they wait for the next update).
+        """
+        session = self._session_for(token)
+        try:
+
+            async def confirm(cell: EngineCell) -> None:
+                assert cell.client is not None
+                if await cell.client.weight_version(timeout_s=self.request_timeout_s) != weight_version:
+                    await cell.client.set_weight_version(weight_version, timeout_s=self.request_timeout_s)
+
+            updated = await self._on_all(self._targets(session), confirm, "set version")
+            if not updated:
+                raise NoServingEngines(
+                    f"server {self.server_id}: every engine failed during the update: {self._cell_errors()}"
+                )
+        except BaseException:
+            await self._finish(session)
+            raise
+        self._record(session, weight_version, weights_dir)
+        for cell in updated:
+            cell.weight_version = weight_version
+        await self._finish(session)
+        newly = [c for c in updated if c.state == CellState.PENDING_WEIGHTS and not c.busy]
+        await asyncio.gather(*(self._resync(cell, register_only=True) for cell in newly))
+        for cell in self._cells:
+            if cell.state in _LIVE and not cell.busy and cell not in updated:
+                self._background(self._resync(cell, register_only=False), f"resync-{cell.cell_id}")
+        logger.info(
+            "server %s: weight update %s done: version %s on %d engine(s)",
+            self.server_id,
+            token,
+            weight_version,
+            len(updated),
+        )
+        return {"weight_version": weight_version, "engine_urls": [str(c.url) for c in updated]}
+
+    async def abort_update_weights(self, token: str) -> dict[str, Any]:
+        """Continue generation and release the lock; the version stays. Engines keep what they were sent."""
+        session = self._session_for(token)
+        await self._finish(session)
+        logger.warning(
+            "server %s: weight update %s aborted; engines that received part of it hold mixed weights labelled %s",
+            self.server_id, token, self._weights.version,
+        )  # fmt: skip
+        return {"weight_version": self._weights.version, "aborted": True}
+
+    async def update_weights_from_tensors(
+        self, named_tensors: dict[str, Any], weight_version: str, token: str | None = None, timeout_s: float = 60.0
+    ) -> dict[str, Any]:
+        """Send CPU tensors (HF names) to every engine (CPU engine only); the whole sequence unless ``token``
+        names an update already started (then this is one bucket of it)."""
+        if self.engine != "cpu":
+            raise InferenceError(
+                f"server {self.server_id}: update_weights_from_tensors sends CPU tensors, which only the CPU engine "
+                "takes (real SGLang's tensor payload is CUDA IPC); use update_weights_from_disk, or push from the "
+                "trainer"
+            )
+        payload = await asyncio.to_thread(encode_named_tensors, list(named_tensors.items()))
+
+        async def push(cell: EngineCell) -> None:
+            assert cell.client is not None
+            await cell.client.update_from_serialized(payload, weight_version, timeout_s=self.update_timeout_s)
+
+        def record(session: UpdateSession) -> None:
+            session.tensors.update(named_tensors)
+
+        return await self._push(token, weight_version, timeout_s, push, record)
+
+    async def update_weights_from_disk(
+        self, model_path: str, weight_version: str, token: str | None = None, timeout_s: float = 60.0
+    ) -> dict[str, Any]:
+        """Every engine loads ``model_path`` (a directory both SGLang and the CPU engine read); restarted
+        engines are restored from it too."""
+
+        async def load(cell: EngineCell) -> None:
+            assert cell.client is not None
+            await cell.client.update_from_disk(model_path, weight_version, timeout_s=self.update_timeout_s)
+
+        def record(session: UpdateSession) -> None:
+            session.weights_dir, session.tensors = model_path, {}
+
+        return await self._push(token, weight_version, timeout_s, load, record)
+
+    # ---- internals --------------------------------------------------------------------------------------
+
+    async def _pause(self, cell: EngineCell) -> None:
+        assert cell.client is not None
+        await cell.client.pause(self.pause_mode, timeout_s=self.request_timeout_s)
+
+    async def _flush(self, cell: EngineCell) -> None:
+        assert cell.client is not None
+        await cell.client.flush_cache(timeout_s=self.request_timeout_s)
+
+    async def _resume(self, cell: EngineCell) -> None:
+        assert cell.client is not None
+        await cell.client.resume(timeout_s=self.request_timeout_s)
+
+    async def _push(
+        self,
+        token: str | None,
+        weight_version: str,
+        timeout_s: float,
+        action: Callable[[EngineCell], Awaitable[None]],
+        record: Callable[[UpdateSession], None],
+    ) -> dict[str, Any]:
+        own = token is None
+        if token is None:
+            token = (await self.start_update_weights(timeout_s=timeout_s))["token"]
+        session = self._session_for(token)
+        try:
+            done = await self._on_all(self._targets(session), action, "update")
+            if not done:
+                raise NoServingEngines(
+                    f"server {self.server_id}: every engine failed the update: {self._cell_errors()}"
+                )
+            record(session)
+        except BaseException:
+            if own:
+                await self.abort_update_weights(token)
+            raise
+        if own:
+            return await self.end_update_weights(token, weight_version)
+        return {"weight_version": weight_version, "engine_urls": [str(c.url) for c in done]}
+
+    async def _on_all(
+        self, cells: list[EngineCell], action: Callable[[EngineCell], Awaitable[None]], what: str
+    ) -> list[EngineCell]:
+        """Run ``action`` on every cell at once; restart cells that fail, raise on a refusal; the survivors."""
+        results = await asyncio.gather(*(action(cell) for cell in cells), return_exceptions=True)
+        survivors: list[EngineCell] = []
+        refusals: list[str] = []
+        for cell, result in zip(cells, results, strict=True):
+            if isinstance(result, asyncio.CancelledError):
+                raise result
+            if not isinstance(result, BaseException):
+                survivors.append(cell)
+            elif self._is_refusal(result):
+                refusals.append(str(result))
+            else:
+                self._fail(cell, result)
+        if refusals:
+            raise InferenceError(f"server {self.server_id}: {what} refused: " + "; ".join(refusals))
+        return survivors
+
+    def _targets(self, session: UpdateSession) -> list[EngineCell]:
+        """The cells paused for ``session`` whose engine is still that incarnation and alive."""
+        return [
+            c for c in self._cells
+            if c.state in _LIVE and c.client is not None and session.targets.get(c.cell_id) == c.url
+        ]  # fmt: skip
+
+    def _record(self, session: UpdateSession, version: str, weights_dir: str | None) -> None:
+        if weights_dir or session.weights_dir:
+            self._weights.record_dir(str(weights_dir or session.weights_dir), version)
+        if session.tensors:
+            self._weights.record_tensors(session.tensors, version, complete=self._complete(session.tensors))
+        elif not (weights_dir or session.weights_dir):
+            self._weights.record_unknown(version)
+
+    def _complete(self, tensors: dict[str, Any]) -> bool:
+        from actors.cpu_engine.model import expected_shapes
+
+        return set(expected_shapes(self.model)) <= set(tensors)
+
+    async def _finish(self, session: UpdateSession) -> None:
+        """Continue generation on the session's engines and release the lock (never raises for an engine)."""
+        cells = self._targets(session)
+        await self._on_all_quietly(cells, self._resume)
+        if session.watchdog is not None and session.watchdog is not asyncio.current_task():
+            session.watchdog.cancel()
+        if self._update is session:
+            self._update = None
+            self._release_update_lock()
+
+    async def _on_all_quietly(self, cells: list[EngineCell], action: Callable[[EngineCell], Awaitable[None]]) -> None:
+        results = await asyncio.gather(*(action(cell) for cell in cells), return_exceptions=True)
+        for cell, result in zip(cells, results, strict=True):
+            if isinstance(result, Exception):
+                self._fail(cell, result)
+
+    async def _expire(self, session: UpdateSession) -> None:
+        await asyncio.sleep(self.update_lock_timeout_s)
+        if self._update is session:
+            logger.error(
+                "server %s: weight update %s held the lock for %.0fs (update_lock_timeout_s); aborting it",
+                self.server_id, session.token, self.update_lock_timeout_s,
+            )  # fmt: skip
+            await self._finish(session)
+
+    async def _resync(self, cell: EngineCell, *, register_only: bool) -> None:
+        """Register a cell that just got weights, or bring one that missed the update up to date."""
+        cell.busy = True
+        try:
+            if register_only:
+                await self._register(cell)
+                return
+            await self._unregister(cell)
+            cell.state = CellState.PENDING_WEIGHTS
+            await self._catch_up(cell)
+        except (asyncio.CancelledError, KeyboardInterrupt):
+            raise
+        except Exception as exc:
+            cell.busy = False
+            self._fail(cell, exc)
+        finally:
+            cell.busy = False
+
+    def _session_for(self, token: str) -> UpdateSession:
+        if self._update is None or self._update.token != token:
+            why = "another update holds it" if self._update is not None else "no update is in progress"
+            raise UpdateNotHeld(
+                f"server {self.server_id}: token {token!r} does not hold the weight-update lock ({why})"
+            )
+        return self._update
+
+    def _update_view(self) -> dict[str, Any] | None:
+        session = self._update
+        if session is None:
+            return None
+        return {
+            "token": session.token,
+            "held_s": time.monotonic() - session.started_at,
+            "engine_urls": list(session.targets.values()),
+        }
+
+    def _drop_update_session(self) -> None:
+        session, self._update = self._update, None
+        if session is not None:
+            if session.watchdog is not None:
+                session.watchdog.cancel()
+            self._release_update_lock()
+
+    async def _acquire_update_lock(self, timeout_s: float) -> bool:
+        try:
+            await asyncio.wait_for(self._update_lock.acquire(), timeout=max(0.0, timeout_s))
+            return True
+        except asyncio.TimeoutError:
+            return False
+
+    def _release_update_lock(self) -> None:
+        if self._update_lock.locked():
+            self._update_lock.release()
+
+    def _background(self, coro: Awaitable[None], name: str) -> None:
+        task = asyncio.ensure_future(coro)
+        task.set_name(name)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    def _cell_errors(self) -> str:
+        return "; ".join(f"{c.cell_id} ({c.state.value}): {c.last_error}" for c in self._cells)
+
+    # provided by InferenceController
+    def _fail(self, cell: EngineCell, exc: BaseException) -> None:
+        raise NotImplementedError
+
+    @staticmethod
+    def _is_refusal(exc: BaseException) -> bool:
+        raise NotImplementedError
+
+    async def _register(self, cell: EngineCell) -> None:
+        raise NotImplementedError
+
+    async def _unregister(self, cell: EngineCell) -> None:
+        raise NotImplementedError
+
+    async def _catch_up(self, cell: EngineCell) -> None:
+        raise NotImplementedError

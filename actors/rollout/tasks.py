@@ -1,0 +1,38 @@
+"""A verifiable toy task: answer ``copy <letters> =`` with those letters; reward = fraction of positions right.
+
+Deterministic and cheap to score, so a tiny model can learn it with GRPO and tests can check rewards exactly.
+Prompts are dicts the rollout executor takes: ``{"input_ids": [...], "label": [...]}`` (byte tokenizer of
+:mod:`actors.tokenizer`, as the CPU engine uses). The reward function's dotted path is
+``"actors.rollout.tasks:target_sequence_reward"``.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Sequence
+from typing import Any
+
+from actors import tokenizer
+
+ALPHABET = "abcdefghij"
+
+
+def make_prompts(count: int, *, target_len: int = 4, seed: int = 0) -> list[dict[str, Any]]:
+    """``count`` prompts ``copy <target> =``, each labelled with the target's token ids."""
+    if count < 1 or target_len < 1:
+        raise ValueError(f"count and target_len must be at least 1, got {count} and {target_len}")
+    rng = random.Random(seed)
+    prompts = []
+    for _ in range(count):
+        target = "".join(rng.choice(ALPHABET) for _ in range(target_len))
+        prompts.append(
+            {"input_ids": tokenizer.encode(f"copy {target} ="), "label": tokenizer.encode(target, add_bos=False)}
+        )
+    return prompts
+
+
+def target_sequence_reward(prompt_ids: Sequence[int], response_ids: Sequence[int], label: Sequence[int]) -> float:
+    """Fraction of the label's positions where the response has the same token (missing tokens count wrong)."""
+    if not label:
+        raise ValueError("label is empty: the target sequence needs at least one token")
+    return sum(1 for got, want in zip(response_ids, label, strict=False) if got == want) / len(label)
