@@ -28,6 +28,13 @@ class DemoSettings:
     plot_path: str = "runs/demo/reward.png"
     step_timeout_s: float = 600.0
 
+    def __post_init__(self) -> None:
+        for name in ("iterations", "prompts_per_iteration", "samples_per_prompt", "target_len"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"job.args.{name} must be at least 1, got {getattr(self, name)}")
+        if self.samples_per_prompt < 2:
+            raise ValueError("job.args.samples_per_prompt must be at least 2: GRPO compares samples of one prompt")
+
 
 class WeightSync:
     """Trainer → engines: lock and pause through the controller, the trainer posts, then continue."""

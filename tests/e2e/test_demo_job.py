@@ -1,0 +1,75 @@
+"""The demo job end to end: `miles-launch hosts.example.toml` with a small iteration count."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import psutil
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+EXAMPLE = ROOT / "hosts.example.toml"
+LAUNCH = [sys.executable, "-m", "launcher.cli"]
+ROW = re.compile(r"^\s+(\d+)/(\d+)\s+([0-9.]+)\s+(-?[0-9.]+)\s+(\d+)\s")
+
+
+def small_config(tmp_path: Path, iterations: int) -> Path:
+    """hosts.example.toml with a short run, its own workdir and plot path."""
+    text = EXAMPLE.read_text()
+    text = re.sub(r"(?m)^iterations = \d+", f"iterations = {iterations}", text)
+    text = text.replace('plot_path = "runs/demo/reward.png"', f'plot_path = "{tmp_path / "reward.png"}"')
+    text = text.replace('workdir = "runs/miles-launch"', f'workdir = "{tmp_path / "launch"}"')
+    text = text.replace('workdir = "runs/hosts/local"', f'workdir = "{tmp_path / "host"}"')
+    text = text.replace('python = ".venv/bin/python"', f'python = "{sys.executable}"')
+    config = tmp_path / "hosts.toml"
+    config.write_text(text)
+    return config
+
+
+def miles_processes() -> list[psutil.Process]:
+    found = []
+    for proc in psutil.process_iter(["cmdline"]):
+        cmdline = " ".join(proc.info["cmdline"] or [])
+        if any(marker in cmdline for marker in ("runtime.worker", "actors.cpu_engine", "sglang_router", "host_agent")):
+            found.append(proc)
+    return found
+
+
+def test_dry_run_prints_the_plan() -> None:
+    result = subprocess.run([*LAUNCH, str(EXAMPLE), "--dry-run"], capture_output=True, text=True, timeout=60,
+                            cwd=ROOT)  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    for expected in ("trainer-0-0", "trainer-0-1", "inference-0-0", "rollout-0-0", "job: actors.demo:main"):
+        assert expected in result.stdout
+
+
+def test_demo_reward_rises_and_nothing_is_left(tmp_path: Path) -> None:
+    before = {p.pid for p in miles_processes()}
+    config = small_config(tmp_path, iterations=8)
+    result = subprocess.run([*LAUNCH, str(config), "--no-logs"], capture_output=True, text=True, timeout=600,
+                            cwd=ROOT)  # fmt: skip
+    output = result.stdout + result.stderr
+    assert result.returncode == 0, output[-4000:]
+    rows = [ROW.match(line) for line in result.stdout.splitlines()]
+    rewards = [float(m.group(3)) for m in rows if m]
+    assert len(rewards) == 8, result.stdout
+    assert sum(rewards[-2:]) / 2 > sum(rewards[:2]) / 2 + 0.02, f"reward did not rise: {rewards}"
+    assert (tmp_path / "reward.png").stat().st_size > 10_000
+    assert "teardown complete" in output
+    left = [p for p in miles_processes() if p.pid not in before]
+    psutil.wait_procs(left, timeout=10)
+    assert not [p for p in left if p.is_running() and p.status() != psutil.STATUS_ZOMBIE], "processes left behind"
+
+
+@pytest.mark.parametrize("bad", ["bogus = 1"])
+def test_bad_demo_settings_fail_clearly(tmp_path: Path, bad: str) -> None:
+    config = small_config(tmp_path, iterations=2)
+    text = config.read_text().replace("iterations = 2", bad)
+    config.write_text(text)
+    result = subprocess.run([*LAUNCH, str(config), "--no-logs"], capture_output=True, text=True, timeout=300,
+                            cwd=ROOT)  # fmt: skip
+    assert result.returncode != 0
+    assert ("iterations" in result.stdout + result.stderr) or ("bogus" in result.stdout + result.stderr)
