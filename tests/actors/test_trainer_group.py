@@ -72,7 +72,7 @@ def test_killed_rank_is_reported_not_hung(group: TrainerGroup) -> None:
     with pytest.raises(Exception, match="exited with code -9"):
         calls[1].result(timeout=5)
     # the survivor's collective fails (peer gone) instead of waiting forever
-    with pytest.raises(Exception, match="train_step|TrainerFailed|peer|Connection"):
+    with pytest.raises(Exception, match=r"train_step|TrainerFailed|peer|Connection"):
         calls[0].result(timeout=30)
     assert time.monotonic() - killed_at < 30
     with pytest.raises(TrainerGroupError, match="rank 1: ActorDied"):
