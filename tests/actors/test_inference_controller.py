@@ -27,7 +27,6 @@ from inference_fixtures import (
     weights_of,
 )
 
-from actors.sglang_config import SGLangConfig
 from actors.weights_wire import encode_named_tensors
 from runtime import ActorHandle, RemoteError
 
@@ -195,26 +194,3 @@ def test_pending_engine_joins_the_router_only_with_weights_and_dies_with_the_con
         # SIGKILL the controller's process: its engine and router must go with it (PR_SET_PDEATHSIG).
         controller.kill()
         assert wait_gone([cell["pid"], status["router_pid"]]) == []
-
-
-@pytest.mark.skipif(
-    not os.environ.get("MILES_SGLANG_MODEL"),
-    reason="needs a GPU, sglang, and MILES_SGLANG_MODEL=<small HF model dir> (the prepared GPU check)",
-)
-def test_real_sglang_engine_through_the_same_controller(tmp_path: Path) -> None:
-    """GPU only: real SGLang behind the router; a disk update and a trainer-style update set the version."""
-    model_path = os.environ["MILES_SGLANG_MODEL"]
-    template = SGLangConfig(model_path=model_path, port=30000, mem_fraction_static=0.3, random_seed=0)
-    with running_controller(
-        "sgl", str(tmp_path), engine="sglang", sglang=template, num_engines=1, engine_start_timeout_s=600
-    ) as controller:
-        router = controller.router_url().result(10)
-        first = greedy(router)
-        assert first["meta_info"]["completion_tokens"] == 12
-        controller.update_weights_from_disk(model_path, "disk-v1").result(600)
-        [cell] = controller.cells().result(10)
-        assert engine_version(cell["url"]) == "disk-v1" and cell["state"] == "serving"
-        assert greedy(router)["output_ids"] == first["output_ids"]  # same weights reloaded
-        info = controller.start_update_weights().result(60)
-        controller.end_update_weights(info["token"], "v2", model_path).result(60)  # /update_weight_version
-        assert engine_version(cell["url"]) == "v2" and controller.weight_version().result(10) == "v2"
