@@ -51,6 +51,10 @@ def build_spawn(
 ) -> dict[str, Any]:
     """The fields of an agent ``spawn`` command for one worker (``ports`` holds worker and cell ports)."""
     env = {
+        # What an actor bound on 0.0.0.0 names as its own address (e.g. in the object refs it hands out): the
+        # address the launcher reaches this host at, not its hostname, which may not resolve elsewhere (or may
+        # resolve to loopback). A host's `env` may override it.
+        "MILES_ADVERTISE_HOST": host.reach_address,
         **host.env,
         **spec.env,
         **plan_env(host, placement, master_addr=master_addr, master_port=master_port),

@@ -46,7 +46,7 @@ def test_example_parses_and_plans() -> None:
     assert [h.provider for h in config.hosts] == ["local"]
     assert Path(config.hosts[0].python).is_absolute()
     plan = plan_placement(config.hosts, config.pools)
-    assert [c.cell_id for c in plan.cells()] == ["rollout-0", "rollout-1"]
+    assert [c.cell_id for c in plan.cells()] == ["trainer-0", "inference-0", "rollout-0"]
 
 
 def test_valid_config_models_are_frozen(tmp_path: Path) -> None:

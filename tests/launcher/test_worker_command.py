@@ -34,6 +34,15 @@ def test_serve_worker_spawn() -> None:
     assert env["WORLD_SIZE"] == "2" and env["MASTER_ADDR"] == "10.0.0.5" and env["MASTER_PORT"] == "4001"
     assert env["A"] == "host" and env["B"] == "spec" and env["MILES_WORKER_ID"] == "eng-0-1"
     assert env["MILES_ACTOR_REGISTRY"] == "/w/actor-registry"
+    assert env["MILES_ADVERTISE_HOST"] == "10.0.0.5"  # refs made by a 0.0.0.0-bound actor name a reachable host
+
+
+def test_advertised_host_can_be_overridden_by_the_host_env() -> None:
+    spec = ServeWorkerSpec(actor_class="m:C")
+    host, placement = _setup(spec)
+    host = host.model_copy(update={"env": {"MILES_ADVERTISE_HOST": "gpu-a.internal"}})
+    spawn = build_spawn(host, spec, placement, ports={"port": 1}, master_addr="x", master_port=2, stream_logs=False)
+    assert spawn["env"]["MILES_ADVERTISE_HOST"] == "gpu-a.internal"
 
 
 def test_local_hosts_bind_loopback() -> None:
