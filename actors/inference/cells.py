@@ -19,6 +19,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from actors.inference.engine_client import EngineClient
 from actors.inference.engine_launcher import EngineProcess
+from actors.inference.processes import advertised_host
 
 
 class CellState(str, enum.Enum):
@@ -33,7 +34,11 @@ class RouterSettings(BaseModel):
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
-    host: str = Field(default="127.0.0.1", description="address the router listens on")
+    host: str = Field(
+        default_factory=lambda: advertised_host(),
+        description="address the router listens on (default: this host's advertised address, MILES_ADVERTISE_HOST, "
+        "set by the launcher; else 127.0.0.1)",
+    )
     port: int | None = Field(default=None, ge=1, le=65535, description="None: a free port")
     prometheus_port: int | None = Field(default=None, ge=1, le=65535, description="None: a free port")
     policy: str = Field(default="cache_aware", description="cache_aware, round_robin, random, power_of_two")

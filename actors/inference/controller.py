@@ -23,7 +23,7 @@ from actors.inference.cells import CellState, EngineCell, RouterSettings
 from actors.inference.engine_client import EngineClient
 from actors.inference.engine_launcher import EngineKind, EngineLauncher, EngineSpec, LocalEngineLauncher
 from actors.inference.errors import EngineRequestError, NoServingEngines
-from actors.inference.processes import Spawner, free_port
+from actors.inference.processes import Spawner, advertised_host, free_port
 from actors.inference.weight_updates import PAUSE_MODES, WeightUpdates
 from actors.inference.weights_cache import WeightsCache
 from actors.model_config import ModelConfig
@@ -161,7 +161,7 @@ class InferenceController(WeightUpdates):
 
     def _make_launcher(self, spawner: Spawner) -> EngineLauncher:
         if self.launcher_factory is None:
-            return LocalEngineLauncher(log_dir=self.log_dir, spawner=spawner)
+            return LocalEngineLauncher(log_dir=self.log_dir, spawner=spawner, host=advertised_host())
         module, _, name = self.launcher_factory.partition(":")
         factory = getattr(importlib.import_module(module), name)
         return factory(log_dir=self.log_dir)

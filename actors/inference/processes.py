@@ -147,3 +147,8 @@ def _exited_unreaped(pid: int) -> bool:
 def _signal_group(pgid: int, sig: signal.Signals) -> None:
     with contextlib.suppress(ProcessLookupError, PermissionError):
         os.killpg(pgid, sig)
+
+
+def advertised_host() -> str:
+    """The address other hosts reach this one at: ``MILES_ADVERTISE_HOST`` (set by the launcher) or loopback."""
+    return os.environ.get("MILES_ADVERTISE_HOST") or "127.0.0.1"
