@@ -8,8 +8,11 @@ from __future__ import annotations
 
 import datetime
 import logging
+import os
+import socket
 from dataclasses import dataclass
 
+import psutil
 import torch
 import torch.distributed as dist
 
@@ -47,6 +50,20 @@ def resolve_backend(backend: Backend) -> str:
     return backend
 
 
+def interface_towards(address: str) -> str | None:
+    """The name of the network interface this host uses to reach ``address`` (None if unknown)."""
+    try:
+        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as probe:
+            probe.connect((address, 9))  # UDP connect sends nothing: it only picks the route
+            local_ip = probe.getsockname()[0]
+    except OSError:
+        return None
+    for name, addresses in psutil.net_if_addrs().items():
+        if any(entry.address == local_ip for entry in addresses):
+            return name
+    return None
+
+
 def init_distributed(
     *, rank: int, world_size: int, master_addr: str, master_port: int, backend: str, timeout_s: float
 ) -> None:
@@ -60,6 +77,10 @@ def init_distributed(
     if dist.is_initialized():
         raise RuntimeError("torch.distributed is already initialized in this process; call teardown first")
     host = f"[{master_addr}]" if ":" in master_addr and not master_addr.startswith("[") else master_addr
+    if backend == "gloo" and "GLOO_SOCKET_IFNAME" not in os.environ:
+        interface = interface_towards(master_addr)
+        if interface is not None:  # else gloo resolves the hostname, often to loopback on multi-host setups
+            os.environ["GLOO_SOCKET_IFNAME"] = interface
     logger.info("rank %d/%d joining %s:%d (backend %s)", rank, world_size, master_addr, master_port, backend)
     dist.init_process_group(
         backend=backend,
