@@ -16,7 +16,13 @@ Public surface::
     await counter.add(2)             # async code
     counter.add.options(deadline_s=5)(3)
 
+    spawn(Counter, max_restarts=3)   # restarted on the same endpoint, constructor re-run (runtime.supervisor)
+
 Errors: RemoteError, ActorDied, ActorRestarted, DeadlineExceeded, NotDelivered, OverCapacity, CallRejected.
+
+Metrics: every actor process serves Prometheus ``/metrics`` (``handle.metrics_port``); actor code adds its own
+series with ``from runtime import metrics; metrics.counter(...)`` (see :mod:`runtime.metrics`).
+Security: with ``MILES_CURVE_DIR`` set (or ``curve_dir=``), every socket uses CURVE (see :mod:`transport.security`).
 """
 
 from runtime.call_store import StoreLimits

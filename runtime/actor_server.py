@@ -31,6 +31,7 @@ from transport.codec import Buffer, decode
 from transport.endpoints import ZmqEndpoint, router
 from transport.frames import FrameError
 from transport.protocol import DEFAULT_MAX_HEADER_BYTES, DEFAULT_MAX_MESSAGE_BYTES, Kind
+from transport.security import CurveConfig
 
 log = logging.getLogger(__name__)
 
@@ -38,8 +39,16 @@ log = logging.getLogger(__name__)
 class ActorServer:
     """Serves one actor instance (constructed later by the ``__construct__`` control call)."""
 
-    def __init__(self, *, bind: str, limits: StoreLimits | None = None, context: zmq.Context | None = None) -> None:
+    def __init__(
+        self,
+        *,
+        bind: str,
+        limits: StoreLimits | None = None,
+        context: zmq.Context | None = None,
+        curve: CurveConfig | None = None,
+    ) -> None:
         self.bind_address = bind
+        self.curve = curve
         self.boot_id = os.urandom(8).hex()
         self.host = socket.gethostname()
         self.pid = os.getpid()
@@ -61,6 +70,8 @@ class ActorServer:
         self._tasks: set[asyncio.Task[Any]] = set()
         self._sweeper: asyncio.Task[None] | None = None
         self.hooks: list[Callable[[str, str, float], None]] = []  # (method, outcome, seconds) observers
+        self.metrics_port: int | None = None  # where /metrics is served, if it is
+        self.restarts = 0  # how often the spawner restarted this actor before this incarnation
 
     # ---- lifecycle -------------------------------------------------------------------------------------------
 
@@ -69,7 +80,11 @@ class ActorServer:
         self._loop = asyncio.get_running_loop()
         self._loop_thread = threading.get_ident()
         self.endpoint, self.address = router(
-            self.context, self.bind_address, self._on_frames, max_message_bytes=DEFAULT_MAX_MESSAGE_BYTES
+            self.context,
+            self.bind_address,
+            self._on_frames,
+            max_message_bytes=DEFAULT_MAX_MESSAGE_BYTES,
+            curve=self.curve,
         )
         self.endpoint.start()
         self._lanes["__construct__"] = ThreadLane("construct", 1, self._loop, self._finish)
@@ -352,6 +367,12 @@ class ActorServer:
         """Calls running or queued, per lane."""
         lanes = {name: lane.busy + lane.queued for name, lane in self._lanes.items() if name != "__construct__"}
         lanes["async"] = len(self._tasks)
+        return lanes
+
+    def lane_load(self) -> dict[str, tuple[int, int]]:
+        """(running, queued) per lane; async tasks count as running. Safe to call from any thread."""
+        lanes = {name: (lane.busy, lane.queued) for name, lane in list(self._lanes.items()) if name != "__construct__"}
+        lanes["async"] = (len(self._tasks), 0)
         return lanes
 
 

@@ -19,7 +19,7 @@ import cloudpickle
 
 from runtime import object_refs
 from runtime.call_store import StoreLimits
-from runtime.metadata import class_info
+from runtime.metadata import class_info, coerce_constructor_kwargs
 
 if TYPE_CHECKING:
     from runtime.actor_server import ActorServer
@@ -72,7 +72,8 @@ def _construct(server: ActorServer, class_ref: str | bytes, kwargs: dict[str, An
     if limits:
         server.set_limits(StoreLimits(**limits))
     name = options.get("name") or f"{cls.__name__}-{os.getpid()}"
-    instance = cls(**kwargs)
+    server.restarts = int(options.get("restarts") or 0)
+    instance = cls(**coerce_constructor_kwargs(cls, kwargs))
     server.configure(info, instance, name, options.get("max_concurrency"))
     log.info("constructed actor %s (%s) pid=%d boot=%s", name, info.path, os.getpid(), server.boot_id)
     return {
@@ -82,6 +83,7 @@ def _construct(server: ActorServer, class_ref: str | bytes, kwargs: dict[str, An
         "class_path": info.path,
         "name": name,
         "machine_id": server.machine_id,
+        "metrics_port": server.metrics_port,
     }
 
 
@@ -97,6 +99,9 @@ def _health(server: ActorServer) -> dict[str, Any]:
         "uptime_s": time.time() - server.started_at,
         "in_flight": server.in_flight(),
         "store": server.store.stats(),
+        "metrics_port": server.metrics_port,
+        "restarts": server.restarts,
+        "curve": server.curve is not None,
     }
 
 

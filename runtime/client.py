@@ -20,6 +20,7 @@ import zmq
 from runtime.connection import DEFAULT_LIVENESS_TIMEOUT_S, Call, Connection
 from runtime.errors import DeadlineExceeded
 from runtime.event_loop import new_event_loop
+from transport.security import CurveConfig
 
 if TYPE_CHECKING:
     from runtime.process import ActorProcess
@@ -37,11 +38,12 @@ class ClientRuntime:
         self.loop = loop
         self.thread = thread
         self.context = zmq.Context.instance()
-        self.connections: dict[str, Connection] = {}
+        self.connections: dict[tuple[str, str | None], Connection] = {}  # by (endpoint, CURVE key directory)
         self.processes: list[ActorProcess] = []
         self._loop_thread_id = thread.ident if thread is not None else threading.get_ident()
         self._inbox: collections.deque[tuple[Connection, Call]] = collections.deque()
         self._inbox_scheduled = False
+        self.closing = False  # set by shutdown: spawned actors that exit now are not restarted
 
     @classmethod
     def get(cls) -> ClientRuntime:
@@ -90,10 +92,12 @@ class ClientRuntime:
         boot_id: str | None,
         machine_id: str = "",
         liveness_timeout_s: float = DEFAULT_LIVENESS_TIMEOUT_S,
+        curve: CurveConfig | None = None,
     ) -> Connection:
-        """The shared connection to ``endpoint`` (a new one if the old one saw its actor die)."""
+        """The shared connection to ``endpoint`` with ``curve`` keys (a new one if the old one saw its actor die)."""
+        key = (endpoint, curve.directory if curve is not None else None)
         with self._lock:
-            conn = self.connections.get(endpoint)
+            conn = self.connections.get(key)
             if conn is None or conn.dead is not None:
                 conn = Connection(
                     self,
@@ -103,8 +107,9 @@ class ClientRuntime:
                     boot_id=boot_id,
                     machine_id=machine_id,
                     liveness_timeout_s=liveness_timeout_s,
+                    curve=curve,
                 )
-                self.connections[endpoint] = conn
+                self.connections[key] = conn
             else:
                 if conn.boot_id is None and boot_id is not None:
                     conn.boot_id = boot_id
@@ -146,11 +151,14 @@ class ClientRuntime:
         try:
             return future.result(timeout_s)
         except concurrent.futures.TimeoutError:
+            if future.done():  # the coroutine's own TimeoutError (e.g. a DeadlineExceeded): not ours to rename
+                raise
             future.cancel()
             raise DeadlineExceeded(f"{what} did not finish within {timeout_s} s") from None
 
     def shutdown(self) -> None:
         """Kill the actor processes this process spawned, close connections, stop the loop thread."""
+        self.closing = True
         for process in list(self.processes):
             process.kill()
         if self.thread is None or not self.thread.is_alive():

@@ -4,7 +4,8 @@ Every call keeps its SUBMIT frames until its result arrives. Calls that stay sil
 answers with the result, "running" (it will push the result), or "unknown" (the SUBMIT was lost: it is resent,
 which is safe because the server dedupes by call id). PINGs while calls are pending detect an unreachable
 actor; a process watcher (when we spawned it) reports an exit at once. Replies carry the server's boot id: a
-new one means the actor restarted, and the calls in flight fail with ActorRestarted instead of hanging.
+new one means the actor restarted, and the calls in flight fail with ActorRestarted instead of hanging. While a
+spawner restarts the actor (``hold``), new calls wait for the new incarnation (``release``) or their deadline.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from transport.codec import Buffer, DecodeError
 from transport.endpoints import ZmqEndpoint, dealer
 from transport.frames import FrameError
 from transport.protocol import DEFAULT_MAX_HEADER_BYTES, Kind
+from transport.security import CurveConfig
 
 if TYPE_CHECKING:
     from runtime.client import ClientRuntime
@@ -67,8 +69,10 @@ class Connection:
         boot_id: str | None,
         machine_id: str = "",
         liveness_timeout_s: float = DEFAULT_LIVENESS_TIMEOUT_S,
+        curve: CurveConfig | None = None,
     ) -> None:
         self.runtime = runtime
+        self.curve = curve
         self.same_machine = self.shares_memory(machine_id)
         self.address = endpoint
         self.actor = actor
@@ -77,6 +81,7 @@ class Connection:
         self.liveness_timeout_s = liveness_timeout_s
         self.calls: dict[bytes, Call] = {}
         self.dead: str | None = None
+        self._held: dict[bytes, Call] | None = None  # calls waiting while the actor restarts
         self._socket: ZmqEndpoint | None = None
         self._acks: list[bytes] = []
         self._heartbeat: asyncio.Task[None] | None = None
@@ -92,7 +97,14 @@ class Connection:
 
     def _ensure_open(self) -> ZmqEndpoint:
         if self._socket is None:
-            self._socket = dealer(self.runtime.context, self.address, self._on_frames, routing_id=os.urandom(12))
+            self._socket = dealer(
+                self.runtime.context,
+                self.address,
+                self._on_frames,
+                routing_id=os.urandom(12),
+                curve=self.curve,
+                on_handshake_failure=self._refused,
+            )
             self._socket.start()
             self._heartbeat = asyncio.get_running_loop().create_task(self._heartbeat_forever())
         return self._socket
@@ -103,6 +115,10 @@ class Connection:
         if self.dead is not None:
             self._settle(call)
             call.future.set_exception(ActorDied(self.dead, site=self.site(call.method)))
+            return
+        if self._held is not None:
+            self._held[call.call_id] = call
+            self._arm_deadline(call)
             return
         socket = self._ensure_open()
         if not self.calls:
@@ -120,7 +136,10 @@ class Connection:
         call.frames = wire.pack(Kind.SUBMIT, meta, call.payload)
         call.sent_at = call.polled_at = time.monotonic()
         socket.send(call.frames)
-        if call.deadline is not None:
+        self._arm_deadline(call)
+
+    def _arm_deadline(self, call: Call) -> None:
+        if call.deadline is not None and call.timer is None:
             loop = asyncio.get_running_loop()
             call.timer = loop.call_at(loop.time() + call.deadline - time.time(), self._expire, call)
 
@@ -133,7 +152,8 @@ class Connection:
             shared_memory.unlink(call.shared)
 
     def _expire(self, call: Call) -> None:
-        if self.calls.pop(call.call_id, None) is call:
+        held = self._held.pop(call.call_id, None) if self._held is not None else None
+        if self.calls.pop(call.call_id, None) is call or held is call:
             self._settle(call)
             call.future.set_exception(
                 DeadlineExceeded(
@@ -244,13 +264,43 @@ class Connection:
         """The actor is gone: fail every call in flight and every later call with ActorDied."""
         if self.dead is None:
             self.dead = reason
+            if self._heartbeat is not None:
+                self._heartbeat.cancel()
             self._fail_all(ActorDied, reason)
+            held, self._held = self._held, None
+            self._fail(list((held or {}).values()), ActorDied, reason)
+
+    def _refused(self, reason: str) -> None:
+        self.mark_dead(f"cannot talk to {self.address}: {reason}")
 
     def _fail_all(self, error: type[Exception], reason: str) -> None:
         calls, self.calls = self.calls, {}
-        for call in calls.values():
+        self._fail(list(calls.values()), error, reason)
+
+    def _fail(self, calls: list[Call], error: type[Exception], reason: str) -> None:
+        for call in calls:
             self._settle(call)
             call.future.set_exception(error(reason, site=self.site(call.method)))
+
+    # ---- restarts (driven by runtime.supervisor) -------------------------------------------------------------
+
+    def hold(self, reason: str) -> None:
+        """The actor's process exited and is being restarted: calls in flight fail with ActorRestarted
+        (``reason``); later calls wait for :meth:`release` (or their deadline)."""
+        if self.dead is None:
+            if self._held is None:
+                self._held = {}
+            self._fail_all(ActorRestarted, reason)
+
+    def release(self, boot_id: str) -> None:
+        """The new incarnation ``boot_id`` is up: send the calls that waited for it."""
+        held, self._held = self._held, None
+        if self.dead is not None:
+            return
+        self.boot_id = boot_id
+        self._last_heard = time.monotonic()
+        for call in (held or {}).values():
+            self.submit(call)
 
     def close(self) -> None:
         self.mark_dead("the connection was closed by this process")

@@ -18,7 +18,9 @@ from runtime.client import ClientRuntime
 from runtime.connection import DEFAULT_LIVENESS_TIMEOUT_S, Call, Connection
 from runtime.errors import CallRejected, DeadlineExceeded
 from runtime.metadata import ActorClassInfo
+from transport import security
 from transport.codec import UnsupportedTypeError, encode, encode_shared
+from transport.security import FROM_ENV, CurveDir
 from transport.type_registry import register_type
 
 
@@ -53,6 +55,8 @@ class PendingCall:
         try:
             return self._call.future.result(timeout)
         except concurrent.futures.TimeoutError:
+            if self._call.future.done():  # the call's own DeadlineExceeded (a TimeoutError too): keep its message
+                raise
             raise DeadlineExceeded(
                 f"{self._site}: no result within timeout={timeout} s; the call may still be running"
             ) from None
@@ -77,7 +81,11 @@ class MethodRef:
 
 
 class ActorHandle:
-    """A reference to one actor (one incarnation of one process)."""
+    """A reference to one actor. A handle from ``spawn(..., max_restarts=N)`` follows the actor's restarts.
+
+    ``curve_dir``: the CURVE keys to call it with (default ``MILES_CURVE_DIR``; None: plain TCP).
+    ``metrics_port``: where the actor process serves Prometheus ``/metrics`` (None if unknown or off).
+    """
 
     def __init__(
         self,
@@ -92,6 +100,9 @@ class ActorHandle:
         info: ActorClassInfo | None = None,
         liveness_timeout_s: float = DEFAULT_LIVENESS_TIMEOUT_S,
         runtime: ClientRuntime | None = None,
+        metrics_port: int | None = None,
+        curve_dir: CurveDir = FROM_ENV,
+        connection: Connection | None = None,
     ) -> None:
         self.endpoint = endpoint
         self.actor_name = name
@@ -102,15 +113,22 @@ class ActorHandle:
         self.machine_id = machine_id
         self.info = info
         self.liveness_timeout_s = liveness_timeout_s
+        self.metrics_port = metrics_port
         self.process: Any = None  # runtime.process.ActorProcess when this process spawned it
+        self.supervisor: Any = None  # runtime.supervisor.Supervisor when this process spawned it
         self._runtime = runtime or ClientRuntime.get()
-        self._conn = self._runtime.connection(
-            endpoint,
-            actor=name,
-            host=host,
-            boot_id=boot_id,
-            machine_id=machine_id,
-            liveness_timeout_s=liveness_timeout_s,
+        self._conn = (
+            connection
+            if connection is not None
+            else self._runtime.connection(
+                endpoint,
+                actor=name,
+                host=host,
+                boot_id=boot_id,
+                machine_id=machine_id,
+                liveness_timeout_s=liveness_timeout_s,
+                curve=security.resolve(curve_dir),
+            )
         )
 
     def __repr__(self) -> str:
@@ -163,8 +181,10 @@ class ActorHandle:
         self._runtime.call_soon(self._conn.mark_dead, reason)
 
     def kill(self) -> None:
-        """Stop the actor now: SIGKILL if this process spawned it, else ask it to shut down."""
-        if self.process is not None:
+        """Stop the actor now: SIGKILL if this process spawned it (no restart follows), else ask it to shut down."""
+        if self.supervisor is not None:
+            self.supervisor.stop()
+        elif self.process is not None:
             self.process.kill()
         elif self._conn.dead is None:
             try:
@@ -182,6 +202,7 @@ class ActorHandle:
             "host": self.host,
             "pid": self.pid,
             "machine_id": self.machine_id,
+            "metrics_port": self.metrics_port,
         }
 
 

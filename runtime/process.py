@@ -27,9 +27,15 @@ log = logging.getLogger(__name__)
 READY_PREFIX = "MILES_ACTOR_READY "
 
 
-def worker_command(bind: str, *, python: str = sys.executable, parent_pid: int | None = None) -> list[str]:
-    """argv that starts an empty actor process bound to ``bind``."""
+def worker_command(
+    bind: str, *, python: str = sys.executable, parent_pid: int | None = None, metrics_port: int | None = 0
+) -> list[str]:
+    """argv that starts an empty actor process bound to ``bind``; ``metrics_port=None``: no /metrics."""
     argv = [python, "-m", "runtime.worker", "--bind", bind]
+    if metrics_port is None:
+        argv.append("--no-metrics")
+    elif metrics_port:
+        argv += ["--metrics-port", str(metrics_port)]
     return [*argv, "--parent-pid", str(parent_pid)] if parent_pid else argv
 
 
@@ -53,13 +59,15 @@ class ActorProcess:
         env: dict[str, str] | None = None,
         bind: str = "tcp://127.0.0.1:0",
         cwd: str | None = None,
+        metrics_port: int | None = 0,
+        on_exit: list[Callable[[int], None]] | None = None,
     ) -> None:
         self.label = label
-        self.on_exit: list[Callable[[int], None]] = []
+        self.on_exit: list[Callable[[int], None]] = list(on_exit or [])  # called with the exit code
         self._ready: dict[str, Any] | None = None
         self._ready_event = threading.Event()
         self.popen = subprocess.Popen(
-            worker_command(bind, parent_pid=os.getpid()),
+            worker_command(bind, parent_pid=os.getpid(), metrics_port=metrics_port),
             stdin=subprocess.DEVNULL,
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
@@ -90,7 +98,7 @@ class ActorProcess:
             callback(code)
 
     def wait_ready(self, deadline_s: float) -> dict[str, Any]:
-        """The ready line's fields (endpoint, boot_id, pid, host); raises if the process dies or is too slow."""
+        """The ready line's fields (endpoint, boot_id, pid, host, metrics_port); raises if it dies or is too slow."""
         if not self._ready_event.wait(deadline_s) or self._ready is None:
             code = self.popen.poll()
             if code is not None:

@@ -1,13 +1,19 @@
 """Starting actors: ``spawn`` (a local process), ``attach`` (construct in a running worker), ``connect``.
 
 ``attach`` is what launchers use: they start ``python -m runtime.worker`` on a host themselves, read its ready
-line, then ask it to construct the actor. ``spawn`` does both steps locally with subprocess.
+line, then ask it to construct the actor. ``spawn`` does both steps locally with subprocess, and can restart
+the process when it dies (``max_restarts``, see :mod:`runtime.supervisor`).
+
+Security: every function takes ``curve_dir`` (default: ``MILES_CURVE_DIR`` when set; None: plain TCP), the
+directory of the cluster's CURVE keys (:mod:`transport.security`). A spawned process gets it as
+``MILES_CURVE_DIR``, so the actors it spawns and calls use the same keys.
 """
 
 from __future__ import annotations
 
 import asyncio
 import inspect
+from collections.abc import Callable
 from typing import Any
 
 import cloudpickle
@@ -15,11 +21,15 @@ import cloudpickle
 from runtime.builtin_methods import resolve_class
 from runtime.call_store import StoreLimits
 from runtime.client import ClientRuntime
-from runtime.errors import ActorDefinitionError, RemoteError
+from runtime.connection import Connection
+from runtime.errors import RemoteError
 from runtime.handle import ActorHandle
 from runtime.metadata import ActorClassInfo, class_info, class_path
 from runtime.naming import register_name
 from runtime.process import ActorProcess
+from runtime.supervisor import Supervisor
+from transport import security
+from transport.security import CURVE_DIR_ENV, FROM_ENV, CurveDir
 
 DEFAULT_SPAWN_DEADLINE_S = 60.0
 
@@ -52,6 +62,27 @@ def _options(
     }
 
 
+async def _construct(
+    bootstrap: ActorHandle,
+    ref: str | bytes,
+    kwargs: dict[str, Any] | None,
+    options: dict[str, Any],
+    deadline_s: float,
+    label: str,
+) -> dict[str, Any]:
+    """``__prepare__`` then ``__construct__`` through ``bootstrap``; returns the construct record."""
+    try:
+        await bootstrap.method("__prepare__").options(deadline_s=deadline_s)(ref, options["concurrency_groups"])
+        return await bootstrap.method("__construct__").options(deadline_s=deadline_s)(ref, kwargs or {}, options)
+    except RemoteError as exc:
+        raise RemoteError(
+            f"constructing {label} failed: {exc.remote_message}",
+            site=exc.site,
+            remote_type=exc.remote_type,
+            remote_traceback=exc.remote_traceback,
+        ) from None
+
+
 async def attach_async(
     endpoint: str,
     actor_class: type | str,
@@ -64,16 +95,15 @@ async def attach_async(
     deadline_s: float = DEFAULT_SPAWN_DEADLINE_S,
     host: str = "",
     liveness_timeout_s: float | None = None,
+    curve_dir: CurveDir = FROM_ENV,
 ) -> ActorHandle:
     """Construct ``actor_class(**kwargs)`` inside the empty worker at ``endpoint``; returns its handle."""
     cls, ref = _class_and_ref(actor_class)
     info: ActorClassInfo | None = None
     if cls is not None:
-        try:
-            info = class_info(cls, tuple(sorted((concurrency_groups or {}).items())))
-        except ActorDefinitionError:
-            raise
+        info = class_info(cls, tuple(sorted((concurrency_groups or {}).items())))
     label = name or (cls.__name__ if cls is not None else str(ref))
+    liveness = {"liveness_timeout_s": liveness_timeout_s} if liveness_timeout_s else {}
     bootstrap = ActorHandle(
         endpoint=endpoint,
         name=label,
@@ -81,20 +111,11 @@ async def attach_async(
         boot_id=None,
         host=host,
         pid=0,
-        **({"liveness_timeout_s": liveness_timeout_s} if liveness_timeout_s else {}),
+        curve_dir=curve_dir,
+        **liveness,
     )
-    try:
-        await bootstrap.method("__prepare__").options(deadline_s=deadline_s)(ref, concurrency_groups or {})
-        built = await bootstrap.method("__construct__").options(deadline_s=deadline_s)(
-            ref, kwargs or {}, _options(name, concurrency_groups, max_concurrency, limits)
-        )
-    except RemoteError as exc:
-        raise RemoteError(
-            f"constructing {label} failed: {exc.remote_message}",
-            site=exc.site,
-            remote_type=exc.remote_type,
-            remote_traceback=exc.remote_traceback,
-        ) from None
+    options = _options(name, concurrency_groups, max_concurrency, limits)
+    built = await _construct(bootstrap, ref, kwargs, options, deadline_s, label)
     handle = ActorHandle(
         endpoint=endpoint,
         name=built["name"],
@@ -104,7 +125,9 @@ async def attach_async(
         pid=built["pid"],
         machine_id=built["machine_id"],
         info=info,
-        **({"liveness_timeout_s": liveness_timeout_s} if liveness_timeout_s else {}),
+        metrics_port=built.get("metrics_port"),
+        curve_dir=curve_dir,
+        **liveness,
     )
     if name:
         register_name(name, handle)
@@ -132,13 +155,29 @@ async def spawn_async(
     max_concurrency: int | None = None,
     limits: StoreLimits | None = None,
     deadline_s: float = DEFAULT_SPAWN_DEADLINE_S,
+    max_restarts: int = 0,
+    curve_dir: CurveDir = FROM_ENV,
+    metrics_port: int | None = 0,
 ) -> ActorHandle:
-    """Start a local actor process and construct ``actor_class(**kwargs)`` in it."""
-    cls, _ = _class_and_ref(actor_class)
+    """Start a local actor process and construct ``actor_class(**kwargs)`` in it.
+
+    ``max_restarts``: when the process exits unexpectedly, start it again on the same endpoint and re-run the
+    constructor with the same kwargs, at most this many times (the handle keeps working; calls in flight fail
+    with ActorRestarted). ``curve_dir``: CURVE keys (see the module doc). ``metrics_port``: port of the actor's
+    Prometheus ``/metrics`` (0: any free port, kept across restarts; None: no metrics endpoint).
+    """
+    if not isinstance(max_restarts, int) or isinstance(max_restarts, bool) or max_restarts < 0:
+        raise ValueError(f"max_restarts must be an int >= 0, got {max_restarts!r}")
+    cls, ref = _class_and_ref(actor_class)
     if cls is not None:
         class_info(cls, tuple(sorted((concurrency_groups or {}).items())))  # refuse bad classes before forking
     label = name or (cls.__name__ if cls is not None else str(actor_class))
-    process = ActorProcess(label, env=env, cwd=cwd)
+    kwargs = dict(kwargs) if kwargs else None  # restarts re-run the constructor with these, as given now
+    if curve_dir is FROM_ENV and env and CURVE_DIR_ENV in env:
+        curve_dir = env[CURVE_DIR_ENV] or None
+    curve = security.resolve(curve_dir)  # refuse missing or unsafe keys before forking
+    child_env = {**(env or {}), CURVE_DIR_ENV: curve.directory if curve is not None else ""}
+    process = ActorProcess(label, env=child_env, cwd=cwd, metrics_port=metrics_port)
     runtime = ClientRuntime.get()
     runtime.processes.append(process)
     try:
@@ -153,17 +192,33 @@ async def spawn_async(
             limits=limits,
             deadline_s=deadline_s,
             host=ready["host"],
+            curve_dir=curve_dir,
         )
     except BaseException:
         process.kill()
         runtime.processes.remove(process)
         raise
     handle.process = process
-    process.on_exit.append(
-        lambda code: handle.mark_dead(f"actor process {label} (pid {process.pid}) exited with code {code}")
+    options = _options(name, concurrency_groups, max_concurrency, limits)
+
+    def launch(on_exit: Callable[[int], None]) -> ActorProcess:
+        port = None if metrics_port is None else (handle.metrics_port or metrics_port)
+        return ActorProcess(label, env=child_env, cwd=cwd, bind=handle.endpoint, metrics_port=port, on_exit=[on_exit])
+
+    async def construct(new: ActorProcess, restarts: int, conn: Connection) -> dict[str, Any]:
+        ready = await asyncio.get_running_loop().run_in_executor(None, new.wait_ready, deadline_s)
+        if ready["endpoint"] != handle.endpoint:
+            raise RuntimeError(f"the new process bound {ready['endpoint']}, not {handle.endpoint}")
+        bootstrap = ActorHandle(
+            endpoint=handle.endpoint, name=label, class_path=str(ref)[:200], boot_id=None, host=ready["host"],
+            pid=0, connection=conn,
+        )  # fmt: skip
+        again = {**options, "name": handle.actor_name, "restarts": restarts}  # the same name in logs and metrics
+        return await _construct(bootstrap, ref, kwargs, again, deadline_s, label)
+
+    handle.supervisor = Supervisor(
+        handle, process, label=label, max_restarts=max_restarts, launch=launch, construct=construct, curve=curve
     )
-    if not process.alive():
-        handle.mark_dead(f"actor process {label} (pid {process.pid}) exited")
     return handle
 
 
@@ -198,9 +253,11 @@ def spawn_many(
     return ClientRuntime.get().run(all_of(), timeout_s=2 * deadline + 5, what=f"spawn {count} x {actor_class!r}")
 
 
-async def connect_async(endpoint: str, *, deadline_s: float = 10.0) -> ActorHandle:
+async def connect_async(endpoint: str, *, deadline_s: float = 10.0, curve_dir: CurveDir = FROM_ENV) -> ActorHandle:
     """A handle to an already constructed actor at ``endpoint``."""
-    probe = ActorHandle(endpoint=endpoint, name=endpoint, class_path="?", boot_id=None, host="", pid=0)
+    probe = ActorHandle(
+        endpoint=endpoint, name=endpoint, class_path="?", boot_id=None, host="", pid=0, curve_dir=curve_dir
+    )
     health = await probe.method("__health__").options(deadline_s=deadline_s)()
     if not health["constructed"]:
         raise RuntimeError(f"the worker at {endpoint} holds no actor yet; use attach() to construct one")
@@ -212,13 +269,15 @@ async def connect_async(endpoint: str, *, deadline_s: float = 10.0) -> ActorHand
         host=health["host"],
         pid=health["pid"],
         machine_id=health["machine_id"],
+        metrics_port=health.get("metrics_port"),
+        curve_dir=curve_dir,
     )
 
 
-def connect(endpoint: str, *, deadline_s: float = 10.0) -> ActorHandle:
+def connect(endpoint: str, *, deadline_s: float = 10.0, curve_dir: CurveDir = FROM_ENV) -> ActorHandle:
     """Blocking :func:`connect_async`."""
     return ClientRuntime.get().run(
-        connect_async(endpoint, deadline_s=deadline_s),
+        connect_async(endpoint, deadline_s=deadline_s, curve_dir=curve_dir),
         timeout_s=deadline_s + 5,
         what=f"connect to {endpoint}",
     )

@@ -1,8 +1,10 @@
-"""Entry point of an actor process: ``python -m runtime.worker --bind tcp://HOST:PORT``.
+"""Entry point of an actor process: ``python -m runtime.worker --bind tcp://HOST:PORT [--metrics-port N]``.
 
-The process starts empty, binds its ROUTER socket and prints one line ``MILES_ACTOR_READY {json}`` (endpoint,
-boot id, pid) on stdout; the spawner then sends ``__construct__`` with the class and keyword arguments. It exits
-on ``__shutdown__``, SIGTERM/SIGINT, or, when ``--parent-pid`` is given, as soon as that parent is gone.
+The process starts empty, binds its ROUTER socket, starts serving Prometheus ``/metrics`` and prints one line
+``MILES_ACTOR_READY {json}`` (endpoint, boot id, pid, host, metrics_port) on stdout; the spawner then sends
+``__construct__`` with the class and keyword arguments. It exits on ``__shutdown__``, SIGTERM/SIGINT, or, when
+``--parent-pid`` is given, as soon as that parent is gone. With ``MILES_CURVE_DIR`` set, its socket admits only
+clients holding the cluster's CURVE client key (see :mod:`transport.security`).
 """
 
 from __future__ import annotations
@@ -17,10 +19,13 @@ import os
 import signal
 import sys
 
-from runtime import event_loop, object_refs
+from runtime import event_loop, metrics, object_refs, server_metrics
 from runtime.actor_server import ActorServer
 from runtime.call_store import StoreLimits
 from runtime.process import READY_PREFIX
+from transport import security
+
+log = logging.getLogger(__name__)
 
 _PR_SET_PDEATHSIG = 1
 
@@ -38,23 +43,45 @@ async def _watch_parent(parent_pid: int, server: ActorServer) -> None:
     """Portable fallback for the death signal: poll the parent."""
     while os.getppid() == parent_pid:
         await asyncio.sleep(1.0)
-    logging.getLogger(__name__).warning("parent %d is gone; actor %s exits", parent_pid, server.name)
+    log.warning("parent %d is gone; actor %s exits", parent_pid, server.name)
     await server.stop()
 
 
-async def serve(bind: str, parent_pid: int | None) -> None:
-    """Run an actor server until it is stopped."""
+def _serve_metrics(server: ActorServer, host: str, port: int) -> None:
+    """Serve /metrics; a fixed port that is taken falls back to any free one (the ready line tells which)."""
+    server_metrics.install(server)
+    try:
+        server.metrics_port = metrics.serve(port, host).port
+    except OSError as exc:
+        if port == 0:
+            raise
+        log.warning("%s; serving metrics on a free port instead", exc)
+        server.metrics_port = metrics.serve(0, host).port
+
+
+async def serve(
+    bind: str, parent_pid: int | None, *, metrics_port: int | None = 0, metrics_host: str | None = None
+) -> None:
+    """Run an actor server until it is stopped; ``metrics_port=None`` serves no metrics."""
     from runtime.client import ClientRuntime
 
     ClientRuntime.install_on_running_loop()  # calls made by this actor share its loop
-    server = ActorServer(bind=bind, limits=StoreLimits())
+    server = ActorServer(bind=bind, limits=StoreLimits(), curve=security.resolve())
     address = await server.start()
     object_refs.bind_server(server)
+    if metrics_port is not None:
+        _serve_metrics(server, metrics_host or metrics.host_of_bind(address), metrics_port)
     loop = asyncio.get_running_loop()
     for signum in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(signum, lambda: asyncio.ensure_future(server.stop()))
     watcher = asyncio.create_task(_watch_parent(parent_pid, server)) if parent_pid else None
-    ready = {"endpoint": address, "boot_id": server.boot_id, "pid": os.getpid(), "host": server.host}
+    ready = {
+        "endpoint": address,
+        "boot_id": server.boot_id,
+        "pid": os.getpid(),
+        "host": server.host,
+        "metrics_port": server.metrics_port,
+    }
     sys.stdout.write(READY_PREFIX + json.dumps(ready) + "\n")
     sys.stdout.flush()
     await server.stopped.wait()
@@ -66,7 +93,16 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description="Run one actor process (started by runtime.spawn or a launcher).")
     parser.add_argument("--bind", default="tcp://127.0.0.1:0", help="ZeroMQ address to bind (port 0: any free)")
     parser.add_argument("--parent-pid", type=int, default=None, help="exit when this process is gone")
+    parser.add_argument(
+        "--metrics-port", type=int, default=0, help="port of the Prometheus /metrics endpoint (0: any free port)"
+    )
+    parser.add_argument("--no-metrics", action="store_true", help="serve no /metrics endpoint")
+    parser.add_argument(
+        "--metrics-host", default=None, help="interface for /metrics (default: the one --bind names; * = all)"
+    )
     args = parser.parse_args(argv)
+    if not args.no_metrics and not 0 <= args.metrics_port < 65536:
+        parser.error(f"--metrics-port must be in 0..65535 (0: any free port), got {args.metrics_port}")
     logging.basicConfig(
         level=os.environ.get("MILES_LOG_LEVEL", "INFO"),
         format=f"%(asctime)s %(levelname)s pid={os.getpid()} %(name)s: %(message)s",
@@ -74,7 +110,9 @@ def main(argv: list[str] | None = None) -> None:
     )
     if args.parent_pid:
         _die_with_parent(args.parent_pid)
-    event_loop.run(serve(args.bind, args.parent_pid))
+    metrics_port = None if args.no_metrics else args.metrics_port
+    metrics_host = metrics.host_of_bind(f"tcp://{args.metrics_host}:0") if args.metrics_host else None
+    event_loop.run(serve(args.bind, args.parent_pid, metrics_port=metrics_port, metrics_host=metrics_host))
     os._exit(0)  # lane threads may still be inside user code: do not wait for them
 
 

@@ -5,7 +5,8 @@ This layer knows nothing of actors. Public surface:
 - :func:`encode` / :func:`decode`: objects ⇄ (msgpack body, out-of-band buffers)
 - :func:`register_type`: allow a dataclass, pydantic model, enum (or a class with custom state) on the wire
 - :mod:`transport.frames`: ``pack``/``unpack`` of the versioned frame layout
-- :mod:`transport.endpoints`: ``router``/``dealer`` sockets driven by an asyncio loop
+- :mod:`transport.endpoints`: ``router``/``dealer`` sockets driven by an asyncio loop, optionally with CURVE
+- :mod:`transport.security`: cluster CURVE keys (``generate_cluster_keys``, ``load_curve_keys``) and the ZAP handler
 """
 
 from transport.codec import DecodeError, UnsupportedTypeError, decode, encode

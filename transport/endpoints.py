@@ -4,6 +4,10 @@ Sockets are driven from the event loop with ``add_reader`` on the ZeroMQ file de
 sends, which is much cheaper per message than awaiting ``zmq.asyncio`` futures. The ZeroMQ descriptor is
 edge-triggered, so every send re-checks for pending input. A send that meets the high-water mark waits in a
 local queue until the socket is writable again; nothing is dropped on the sending side.
+
+Both take an optional :class:`~transport.security.CurveConfig`: the ROUTER then admits only the cluster's
+clients, the DEALER proves it is one. A DEALER can report handshake failures that reconnecting cannot heal
+(a refused key, CURVE on one side only), so a caller fails at once instead of waiting for a liveness timeout.
 """
 
 from __future__ import annotations
@@ -15,9 +19,12 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import zmq
+from zmq.utils.monitor import recv_monitor_message
 
+from transport import security
 from transport.codec import Buffer
 from transport.protocol import OUT_OF_BAND_THRESHOLD
+from transport.security import CurveConfig
 
 log = logging.getLogger(__name__)
 
@@ -57,7 +64,15 @@ def _tune(socket: zmq.Socket, *, max_message_bytes: int | None) -> None:
 class ZmqEndpoint:
     """One socket driven by the running event loop; ``on_frames`` gets every received multipart message."""
 
-    def __init__(self, socket: zmq.Socket, on_frames: Callable[[list[Buffer]], None], *, name: str) -> None:
+    def __init__(
+        self,
+        socket: zmq.Socket,
+        on_frames: Callable[[list[Buffer]], None],
+        *,
+        name: str,
+        on_handshake_failure: Callable[[str], None] | None = None,
+        curve: bool = False,
+    ) -> None:
         self.socket = socket
         self.name = name
         self.stats = EndpointStats()
@@ -66,16 +81,35 @@ class ZmqEndpoint:
         self._pending: collections.deque[list[Buffer]] = collections.deque()
         self._drain_scheduled = False
         self._closed = False
+        self._on_handshake_failure = on_handshake_failure
+        self._handshakes = security.HandshakeFailures(curve=curve)
+        self._monitor: zmq.Socket | None = None
+        if on_handshake_failure is not None:  # before connect(): the first handshake may fail at once
+            self._monitor = socket.get_monitor_socket(security.HandshakeFailures.EVENTS)
 
     def start(self) -> None:
         """Begin reading; must be called on the loop that will own the socket."""
         self._loop = asyncio.get_running_loop()
         self._loop.add_reader(self.socket.FD, self._drain)
         self._schedule_drain()
+        if self._monitor is not None:
+            self._loop.add_reader(self._monitor.FD, self._drain_monitor)
+            self._loop.call_soon(self._drain_monitor)
 
     @property
     def closed(self) -> bool:
         return self._closed
+
+    def _drain_monitor(self) -> None:
+        monitor = self._monitor
+        while not self._closed and monitor is not None and monitor.getsockopt(zmq.EVENTS) & zmq.POLLIN:
+            event = recv_monitor_message(monitor, zmq.NOBLOCK)
+            reason = self._handshakes.observe(event["event"], event["value"])
+            if reason is not None and self._on_handshake_failure is not None:
+                try:
+                    self._on_handshake_failure(reason)
+                except Exception:
+                    log.exception("%s: handshake failure handler failed", self.name)
 
     def send(self, frames: list[Buffer]) -> None:
         """Queue a multipart message; large frames go without copying. Must run on the owning loop."""
@@ -149,18 +183,34 @@ class ZmqEndpoint:
             if self._pending:
                 self._loop.remove_writer(self.socket.FD)
         self._pending.clear()
+        if self._monitor is not None:
+            if self._loop is not None and not self._loop.is_closed():
+                self._loop.remove_reader(self._monitor.FD)
+            self.socket.disable_monitor()
+            self._monitor.close(linger=0)
+            self._monitor = None
         self.socket.close(linger=0)
 
 
 def router(
-    context: zmq.Context, address: str, on_frames: Callable[[list[Buffer]], None], *, max_message_bytes: int
+    context: zmq.Context,
+    address: str,
+    on_frames: Callable[[list[Buffer]], None],
+    *,
+    max_message_bytes: int,
+    curve: CurveConfig | None = None,
 ) -> tuple[ZmqEndpoint, str]:
-    """Bind a ROUTER socket; returns the endpoint and the address actually bound (port 0 resolved)."""
+    """Bind a ROUTER socket; returns the endpoint and the address actually bound (port 0 resolved).
+
+    With ``curve``, only clients holding an authorised client key get through the handshake.
+    """
     socket = context.socket(zmq.ROUTER)
     _tune(socket, max_message_bytes=max_message_bytes)
     socket.setsockopt(zmq.ROUTER_HANDOVER, 1)  # a reconnecting client keeps its routing id
     socket.setsockopt(zmq.ROUTER_MANDATORY, 1)  # sends to a vanished peer fail visibly instead of silently
     try:
+        if curve is not None:
+            security.secure_server(socket, curve)
         socket.bind(address)
     except zmq.ZMQError as exc:
         socket.close(linger=0)
@@ -170,13 +220,33 @@ def router(
 
 
 def dealer(
-    context: zmq.Context, address: str, on_frames: Callable[[list[Buffer]], None], *, routing_id: bytes
+    context: zmq.Context,
+    address: str,
+    on_frames: Callable[[list[Buffer]], None],
+    *,
+    routing_id: bytes,
+    curve: CurveConfig | None = None,
+    on_handshake_failure: Callable[[str], None] | None = None,
 ) -> ZmqEndpoint:
-    """Connect a DEALER socket with a stable routing id (so the server can push to it after a reconnect)."""
+    """Connect a DEALER socket with a stable routing id (so the server can push to it after a reconnect).
+
+    With ``curve``, the socket authenticates with the cluster's client key and checks the server's key.
+    ``on_handshake_failure(reason)`` runs on the loop when handshakes fail for good (a refused key, another
+    cluster's server key, CURVE on one side only): reconnecting would not help.
+    """
     socket = context.socket(zmq.DEALER)
     _tune(socket, max_message_bytes=None)
     socket.setsockopt(zmq.ROUTING_ID, routing_id)
     socket.setsockopt(zmq.RECONNECT_IVL, 100)
     socket.setsockopt(zmq.RECONNECT_IVL_MAX, 1000)
+    if curve is not None:
+        security.secure_client(socket, curve)
+    endpoint = ZmqEndpoint(
+        socket,
+        on_frames,
+        name=f"dealer {address}",
+        on_handshake_failure=on_handshake_failure,
+        curve=curve is not None,
+    )
     socket.connect(address)
-    return ZmqEndpoint(socket, on_frames, name=f"dealer {address}")
+    return endpoint

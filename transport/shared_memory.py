@@ -3,7 +3,8 @@
 The sender writes a buffer into a fresh file ``/dev/shm/miles-<pid>-<random>`` (mode 0600) and sends only its
 name; the receiver maps the file and unlinks it at once, so the memory lives exactly as long as the arrays that
 use it. The sender also unlinks its files once the call is settled (covering messages never decoded), and
-``sweep_orphans`` removes files left by processes that died.
+``sweep_orphans`` removes files left by processes that died. ``MILES_SHM=0`` turns the path off (every byte then
+crosses the socket: useful to measure TCP, or where /dev/shm is small).
 """
 
 from __future__ import annotations
@@ -18,6 +19,8 @@ from pathlib import Path
 import psutil
 
 SHM_DIR = Path(os.environ.get("MILES_SHM_DIR", "/dev/shm"))
+#: Set to ``0`` to keep every buffer on the socket, even between processes of one machine.
+SHM_ENV = "MILES_SHM"
 #: Buffers at least this large use shared memory when both ends are on one machine.
 SHM_THRESHOLD = 1024 * 1024
 _NAME = re.compile(r"^miles-(\d+)-[0-9a-f]{16}$")
@@ -33,7 +36,8 @@ def machine_id() -> str:
 
 
 def available() -> bool:
-    return SHM_DIR.is_dir() and os.access(SHM_DIR, os.W_OK)
+    """Whether this process may pass buffers through shared memory (read when a connection opens)."""
+    return os.environ.get(SHM_ENV, "1") != "0" and SHM_DIR.is_dir() and os.access(SHM_DIR, os.W_OK)
 
 
 def write(data: memoryview) -> str:

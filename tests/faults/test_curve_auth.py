@@ -1,0 +1,104 @@
+"""CURVE: key files, authenticated calls, and peers without the cluster's keys refused with nothing run."""
+
+from __future__ import annotations
+
+import os
+import stat
+import time
+from pathlib import Path
+
+import pytest
+import zmq
+
+from runtime import ActorDied, connect, spawn
+from transport import frames as wire
+from transport import security
+from transport.codec import encode
+from transport.protocol import Kind
+
+
+def _submit_hit(socket: zmq.Socket, key: int) -> None:
+    meta = [os.urandom(16), "hit", None, None, False, [], False]
+    socket.send_multipart(wire.pack(Kind.SUBMIT, meta, encode(([key], {}))))
+
+
+def _raw_client(endpoint: str, config: security.CurveConfig | None) -> zmq.Socket:
+    socket = zmq.Context.instance().socket(zmq.DEALER)
+    socket.setsockopt(zmq.LINGER, 0)
+    if config is not None:
+        security.secure_client(socket, config)
+    socket.connect(endpoint)
+    return socket
+
+
+def test_key_files_are_private_and_checked(tmp_path: Path) -> None:
+    keys = security.generate_cluster_keys(tmp_path / "keys")
+    folder = Path(keys.directory)
+    assert stat.S_IMODE(folder.stat().st_mode) == 0o700
+    for path in folder.iterdir():
+        assert stat.S_IMODE(path.stat().st_mode) == 0o600, path
+    assert security.load_curve_keys(folder) == keys
+    assert keys.client_secret.decode() not in repr(keys) and keys.server_secret.decode() not in repr(keys)
+    with pytest.raises(security.CurveKeyError, match="already holds keys"):
+        security.generate_cluster_keys(folder)
+    os.chmod(folder / "client.key_secret", 0o644)
+    with pytest.raises(security.CurveKeyError, match="chmod 600"):
+        security.load_curve_keys(folder)
+    with pytest.raises(security.CurveKeyError, match="does not exist"):
+        security.load_curve_keys(tmp_path / "nowhere")
+    with pytest.raises(security.CurveKeyError, match="missing CURVE key file"):
+        security.load_curve_keys(tmp_path)
+
+
+def test_authenticated_calls_work_and_keys_pass_to_children(no_leaks: None, curve_dir: str) -> None:
+    target = spawn("fault_actors:Tally", name="target", curve_dir=curve_dir)
+    relay = spawn("fault_actors:Tally", name="relay", curve_dir=curve_dir)  # gets MILES_CURVE_DIR
+    try:
+        assert target.hit(1).result(10) == 1
+        assert target.process_health().result(10)["curve"] is True
+        assert relay.relay(target, 2).result(20) == 2  # the relay's own connection uses the inherited keys
+        assert target.counts().result(10) == {1: 1, 2: 1}
+    finally:
+        relay.kill()
+        target.kill()
+
+
+def test_clients_without_the_keys_are_refused_and_nothing_runs(no_leaks: None, curve_dir: str, tmp_path: Path) -> None:
+    actor = spawn("fault_actors:Tally", name="guarded", curve_dir=curve_dir)
+    keys = security.load_curve_keys(curve_dir)
+    public, secret = zmq.curve_keypair()
+    impostor = security.CurveConfig(  # knows the server's public key, but not an authorised client key
+        keys.directory, keys.server_public, keys.server_secret, public, secret, frozenset()
+    )
+    raw = [_raw_client(actor.endpoint, None), _raw_client(actor.endpoint, impostor)]
+    try:
+        for index, socket in enumerate(raw):
+            for key in range(100 * index, 100 * index + 20):
+                _submit_hit(socket, key)
+        time.sleep(2.0)
+        for socket in raw:
+            assert not socket.poll(100), "a refused client got an answer"
+        started = time.monotonic()  # the runtime fails at once, with a reason, instead of waiting for liveness
+        with pytest.raises(ActorDied, match="one side uses CURVE and the other does not"):
+            connect(actor.endpoint, curve_dir=None, deadline_s=10)  # the server always says so to a plain client
+        other = security.generate_cluster_keys(tmp_path / "other-cluster").directory
+        with pytest.raises(ActorDied, match="CURVE handshakes failed in a row"):
+            connect(actor.endpoint, curve_dir=other, deadline_s=10)
+        assert time.monotonic() - started < 8.0
+        assert actor.counts().result(10) == {}  # nothing of theirs ran
+        stats = actor.method("__stats__")().result(10)
+        assert stats["messages_in"] < 40  # the 40 refused SUBMITs never reached it
+    finally:
+        for socket in raw:
+            socket.close(linger=0)
+        actor.kill()
+
+
+def test_a_curve_client_calling_a_plain_actor_fails_clearly(no_leaks: None, curve_dir: str) -> None:
+    plain = spawn("fault_actors:Tally", curve_dir=None)
+    try:
+        with pytest.raises(ActorDied, match=r"one side uses CURVE|the peer does not use CURVE"):
+            connect(plain.endpoint, curve_dir=curve_dir, deadline_s=10)
+        assert plain.hit(3).result(10) == 3
+    finally:
+        plain.kill()
