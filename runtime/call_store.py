@@ -18,7 +18,7 @@ from transport.codec import Buffer
 
 DEFAULT_RESULT_TTL_S = 12 * 3600.0
 DEFAULT_TOMBSTONE_TTL_S = 600.0
-DEFAULT_MAX_TOMBSTONES = 1_000_000
+DEFAULT_MAX_TOMBSTONES = 100_000  # ~25 MB at most; late duplicates older than this are not expected
 DEFAULT_MEMORY_BUDGET_BYTES = 4 * 1024**3
 DEFAULT_MAX_CALLS = 100_000
 

@@ -28,7 +28,7 @@ import aiohttp
 from actors import tokenizer
 from actors.rollout.advantages import balanced_ranges, group_advantages
 from actors.rollout.router_client import Completion, generate_once
-from runtime import ActorHandle, get_actor, method, put
+from runtime import ActorHandle, get_actor, method, metrics, put
 
 logger = logging.getLogger(__name__)
 
@@ -42,6 +42,12 @@ def load_function(path: str) -> Callable[..., Any]:
     if not callable(function):
         raise ValueError(f"reward_fn {path!r}: module {module_name!r} has no function {name!r}")
     return function
+
+
+_REWARD = metrics.gauge("rollout_mean_reward", "Mean reward of the last rollout")
+_SAMPLES = metrics.counter("rollout_samples", "Samples generated and scored")
+_GENERATED = metrics.counter("rollout_generated_tokens", "Tokens generated")
+_TOKENS_PER_S = metrics.gauge("rollout_tokens_per_second", "Generation throughput of the last rollout")
 
 
 class RolloutExecutor:
@@ -149,6 +155,10 @@ class RolloutExecutor:
             shard = self._shard(rows, n_samples_per_prompt, prompt_ids, completions, rewards, advantages)
             shards.append(put({**shard, "dp_rank": rank, "dp_size": self.dp_size, "stats": stats}))
         self._last_stats = stats
+        _REWARD.set(stats["mean_reward"])
+        _SAMPLES.inc(total)
+        _GENERATED.inc(generated)
+        _TOKENS_PER_S.set(stats["tokens_per_s"])
         logger.info(
             "rollout: %d samples, mean reward %.3f, %.1f tokens/s", total, stats["mean_reward"], stats["tokens_per_s"]
         )

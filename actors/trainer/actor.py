@@ -9,7 +9,11 @@ from __future__ import annotations
 from typing import Any
 
 from actors.trainer.trainer import HealthValue, Trainer
-from runtime import ObjectRef, method
+from runtime import ObjectRef, method, metrics
+
+_LOSS = metrics.gauge("trainer_loss", "Policy-gradient loss of the last step")
+_STEPS = metrics.counter("trainer_steps", "Optimizer steps taken")
+_TOKENS = metrics.counter("trainer_tokens", "Tokens trained on")
 
 
 class TrainerActor(Trainer):
@@ -18,7 +22,11 @@ class TrainerActor(Trainer):
     def train_shard(self, shard: ObjectRef) -> dict[str, float]:
         """``train_step`` on a rollout shard fetched from its owner (a dict with tokens, loss_mask, advantages)."""
         data = shard.get(timeout=self._config.collective_timeout_s)
-        return self.train_step(data["tokens"], data["loss_mask"], data["advantages"])
+        result = self.train_step(data["tokens"], data["loss_mask"], data["advantages"])
+        _LOSS.set(result["loss"])
+        _STEPS.inc()
+        _TOKENS.inc(result["tokens"])
+        return result
 
     @method(control_plane=True)
     def health(self) -> dict[str, HealthValue]:
