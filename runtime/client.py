@@ -98,7 +98,10 @@ class ClientRuntime:
         key = (endpoint, curve.directory if curve is not None else None)
         with self._lock:
             conn = self.connections.get(key)
-            if conn is None or conn.dead is not None:
+            # A pinned connection belongs to one incarnation: a process that now answers at the same address
+            # (ports are reused) needs a fresh one, or its calls would be fenced off as meant for the old one.
+            stale = conn is not None and conn.boot_id is not None and conn.boot_id != boot_id
+            if conn is None or conn.dead is not None or stale:
                 conn = Connection(
                     self,
                     endpoint,
