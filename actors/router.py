@@ -13,7 +13,6 @@ from __future__ import annotations
 import json
 import logging
 import os
-import signal
 import subprocess
 import sys
 import time
@@ -22,6 +21,8 @@ import urllib.request
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, BinaryIO
+
+from actors.processes import terminate_group
 
 logger = logging.getLogger(__name__)
 
@@ -55,7 +56,7 @@ class RouterProcess:
         preexec_fn: Callable[[], None] | None = None,
     ) -> None:
         """``log_path``: append the router's stdout/stderr there (else it inherits ours). ``preexec_fn``: run in
-        the child before exec (e.g. to set PR_SET_PDEATHSIG, see actors.inference.processes)."""
+        the child before exec (e.g. to set PR_SET_PDEATHSIG, see actors.processes)."""
         self.host = host
         self.port = port
         self.prometheus_port = prometheus_port
@@ -210,7 +211,7 @@ class RouterProcess:
         proc, self._proc = self._proc, None
         code: int | None = None
         if proc is not None:
-            code = _terminate_group(proc, timeout_s)
+            code = terminate_group(proc, timeout_s)
             logger.info("sglang-router pid %d on %s stopped (exit code %s)", proc.pid, self.url, code)
         if self._log_file is not None:
             self._log_file.close()
@@ -262,41 +263,6 @@ class RouterProcess:
             return ""
         tail = self.log_path.read_text(errors="replace").splitlines()[-lines:]
         return f"; last log lines ({self.log_path}):\n" + "\n".join(tail)
-
-
-def _terminate_group(proc: subprocess.Popen[bytes], timeout_s: float) -> int | None:
-    """SIGTERM the group of a child started with ``start_new_session=True``, then SIGKILL what is left.
-
-    The leader is watched without being reaped (``WNOWAIT``), so its pid, which is the group id, cannot
-    be reused by another process while we signal the group.
-    """
-    if proc.returncode is not None:
-        return proc.returncode  # already reaped: its group id may belong to someone else now
-    pgid = proc.pid
-    _signal_group(pgid, signal.SIGTERM)
-    deadline = time.monotonic() + timeout_s
-    while not _exited_unreaped(proc.pid) and time.monotonic() < deadline:
-        time.sleep(0.05)
-    _signal_group(pgid, signal.SIGKILL)  # the leader if it ignored SIGTERM, and any stragglers
-    try:
-        return proc.wait(timeout=5.0)
-    except subprocess.TimeoutExpired:
-        logger.error("process group %d survived SIGKILL", pgid)
-        return None
-
-
-def _exited_unreaped(pid: int) -> bool:
-    try:
-        return os.waitid(os.P_PID, pid, os.WEXITED | os.WNOHANG | os.WNOWAIT) is not None
-    except ChildProcessError:
-        return True
-
-
-def _signal_group(pgid: int, sig: signal.Signals) -> None:
-    try:
-        os.killpg(pgid, sig)
-    except ProcessLookupError:
-        pass
 
 
 def _decode(raw: bytes) -> Any:

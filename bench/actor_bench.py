@@ -7,7 +7,6 @@ baseline measured in the same run is printed first, so numbers can be read as ra
 from __future__ import annotations
 
 import argparse
-import collections
 import json
 import sys
 import threading
@@ -21,13 +20,11 @@ import zmq
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+from bench_common import percentile, pipelined
+
 from runtime import ActorGroup, spawn, spawn_many
 
 MIB = 1 << 20
-
-
-def percentile(samples: list[float], q: float) -> float:
-    return float(np.percentile(np.array(samples), q))
 
 
 def raw_zmq_baseline() -> dict[str, float]:
@@ -64,18 +61,6 @@ def raw_zmq_baseline() -> dict[str, float]:
     client.close(linger=0)
     server.close(linger=0)
     return {"raw_zmq_rtt_p50_us": percentile(samples, 50) * 1e6, "raw_zmq_gbps_64mib": gbps}
-
-
-def pipelined(method: Any, calls: int, window: int) -> float:
-    pending: collections.deque[Any] = collections.deque()
-    started = time.perf_counter()
-    for i in range(calls):
-        if len(pending) >= window:
-            pending.popleft().result(timeout=60)
-        pending.append(method(i))
-    while pending:
-        pending.popleft().result(timeout=60)
-    return calls / (time.perf_counter() - started)
 
 
 def transfer_gbps(actor: Any, size: int, repeats: int) -> float:

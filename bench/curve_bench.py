@@ -9,7 +9,6 @@ costs. A raw ZeroMQ baseline (two sockets in one process, no runtime) shows libz
 from __future__ import annotations
 
 import argparse
-import collections
 import json
 import logging
 import os
@@ -18,13 +17,14 @@ import tempfile
 import threading
 import time
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 import zmq
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from bench_common import pipelined
 
 from runtime import spawn
 from transport import security
@@ -72,18 +72,6 @@ def raw_zmq_gbps(curve: CurveConfig | None, size: int = 64 * MIB, repeats: int =
         server.close(linger=0)
         security.stop_authenticator(context)
         context.destroy(linger=0)
-
-
-def pipelined(method: Any, calls: int, window: int) -> float:
-    pending: collections.deque[Any] = collections.deque()
-    started = time.perf_counter()
-    for i in range(calls):
-        if len(pending) >= window:
-            pending.popleft().result(timeout=60)
-        pending.append(method(i))
-    while pending:
-        pending.popleft().result(timeout=60)
-    return calls / (time.perf_counter() - started)
 
 
 def measure(curve_dir: str | None, shm: bool, calls: int) -> dict[str, float]:

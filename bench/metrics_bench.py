@@ -8,32 +8,19 @@ CPU time per call, which is steadier than throughput on a shared machine.
 from __future__ import annotations
 
 import argparse
-import collections
 import json
 import statistics
 import sys
-import time
 from pathlib import Path
-from typing import Any
 
 import psutil
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+from bench_common import pipelined
+
 from runtime import spawn
-
-
-def pipelined(method: Any, calls: int, window: int) -> float:
-    pending: collections.deque[Any] = collections.deque()
-    started = time.perf_counter()
-    for i in range(calls):
-        if len(pending) >= window:
-            pending.popleft().result(timeout=60)
-        pending.append(method(i))
-    while pending:
-        pending.popleft().result(timeout=60)
-    return calls / (time.perf_counter() - started)
 
 
 def run(rounds: int, calls: int) -> dict[str, float]:

@@ -26,6 +26,26 @@ def backoff_delays(base_s: float, max_s: float, jitter: float) -> Callable[[int]
     return delay
 
 
+class RetryClock:
+    """Counts tries and says how long to sleep before the next one, or raises once the deadline has passed."""
+
+    def __init__(self, deadline_s: float, what: str, base_delay_s: float, max_delay_s: float, jitter: float) -> None:
+        self.deadline_s = deadline_s
+        self.deadline = time.monotonic() + deadline_s
+        self.what = what
+        self.delay = backoff_delays(base_delay_s, max_delay_s, jitter)
+        self.tries = 0
+
+    def pause_after(self, exc: BaseException) -> float:
+        """Seconds to sleep after try ``self.tries`` failed with ``exc``; never past the deadline."""
+        left = self.deadline - time.monotonic()
+        if left <= 0:
+            raise DeadlineExceeded(
+                f"{self.what}: gave up after {self.tries} tries in {self.deadline_s} s; last error: {exc}"
+            ) from exc
+        return min(self.delay(self.tries), left)
+
+
 async def retry_until_deadline(
     attempt: Callable[[], Awaitable[T]],
     *,
@@ -40,20 +60,13 @@ async def retry_until_deadline(
 
     The last error is chained to the DeadlineExceeded raised at the end. A sleep is cut short at the deadline.
     """
-    deadline = time.monotonic() + deadline_s
-    delay = backoff_delays(base_delay_s, max_delay_s, jitter)
-    tries = 0
+    clock = RetryClock(deadline_s, what, base_delay_s, max_delay_s, jitter)
     while True:
-        tries += 1
+        clock.tries += 1
         try:
             return await attempt()
         except retry_on as exc:
-            left = deadline - time.monotonic()
-            if left <= 0:
-                raise DeadlineExceeded(
-                    f"{what}: gave up after {tries} tries in {deadline_s} s; last error: {exc}"
-                ) from exc
-            await asyncio.sleep(min(delay(tries), left))
+            await asyncio.sleep(clock.pause_after(exc))
 
 
 def retry_until_deadline_sync(
@@ -67,17 +80,10 @@ def retry_until_deadline_sync(
     jitter: float = 0.25,
 ) -> T:
     """Blocking twin of :func:`retry_until_deadline` for plain code."""
-    deadline = time.monotonic() + deadline_s
-    delay = backoff_delays(base_delay_s, max_delay_s, jitter)
-    tries = 0
+    clock = RetryClock(deadline_s, what, base_delay_s, max_delay_s, jitter)
     while True:
-        tries += 1
+        clock.tries += 1
         try:
             return attempt()
         except retry_on as exc:
-            left = deadline - time.monotonic()
-            if left <= 0:
-                raise DeadlineExceeded(
-                    f"{what}: gave up after {tries} tries in {deadline_s} s; last error: {exc}"
-                ) from exc
-            time.sleep(min(delay(tries), left))
+            time.sleep(clock.pause_after(exc))

@@ -231,13 +231,31 @@ def spawn(actor_class: type | str, **options: Any) -> ActorHandle:
 
 
 def spawn_many(
-    actor_class: type | str, count: int, *, name_prefix: str | None = None, **options: Any
+    actor_class: type | str,
+    count: int,
+    *,
+    name_prefix: str | None = None,
+    kwargs_each: list[dict[str, Any]] | None = None,
+    **options: Any,
 ) -> list[ActorHandle]:
-    """Start ``count`` actors of one class in parallel; names are ``{name_prefix}-{i}`` when a prefix is given."""
+    """Start ``count`` actors of one class in parallel, all or none (a failure kills the ones started).
+
+    Names are ``{name_prefix}-{i}`` when a prefix is given. ``kwargs_each[i]`` gives actor ``i`` its own
+    constructor arguments (e.g. ranks that must all construct at once); else every actor gets ``kwargs``.
+    """
+    if kwargs_each is not None and len(kwargs_each) != count:
+        raise ValueError(f"spawn_many: kwargs_each has {len(kwargs_each)} entries for {count} actors")
+    if kwargs_each is not None and "kwargs" in options:
+        raise ValueError("spawn_many: give kwargs (shared) or kwargs_each (per actor), not both")
 
     async def all_of() -> list[ActorHandle]:
         jobs = [
-            spawn_async(actor_class, name=f"{name_prefix}-{i}" if name_prefix else None, **options)
+            spawn_async(
+                actor_class,
+                name=f"{name_prefix}-{i}" if name_prefix else None,
+                **({"kwargs": kwargs_each[i]} if kwargs_each is not None else {}),
+                **options,
+            )
             for i in range(count)
         ]
         results = await asyncio.gather(*jobs, return_exceptions=True)

@@ -19,7 +19,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from actors.inference.engine_client import EngineClient
 from actors.inference.engine_launcher import EngineProcess
-from actors.inference.processes import advertised_host
+from actors.processes import advertised_host
 
 
 class CellState(str, enum.Enum):

@@ -23,10 +23,10 @@ from actors.inference.cells import CellState, EngineCell, RouterSettings
 from actors.inference.engine_client import EngineClient
 from actors.inference.engine_launcher import EngineKind, EngineLauncher, EngineSpec, LocalEngineLauncher
 from actors.inference.errors import EngineRequestError, NoServingEngines
-from actors.inference.processes import Spawner, advertised_host, free_port
 from actors.inference.weight_updates import PAUSE_MODES, WeightUpdates
 from actors.inference.weights_cache import WeightsCache
 from actors.model_config import ModelConfig
+from actors.processes import Spawner, advertised_host, free_port
 from actors.router import RouterError, RouterProcess
 from actors.sglang_config import SGLangConfig
 from runtime import method

@@ -14,7 +14,7 @@ The controller only talks to the :class:`EngineLauncher` protocol, so a launcher
 - ``await launcher.close()`` stops whatever it still runs.
 
 :class:`LocalEngineLauncher` runs engines on this host: each in its own process group, SIGKILLed if the
-controller's process dies (PR_SET_PDEATHSIG, see :mod:`actors.inference.processes`), logging to
+controller's process dies (PR_SET_PDEATHSIG, see :mod:`actors.processes`), logging to
 ``{log_dir}/{cell_id}.{incarnation}.log``, on free ports of 127.0.0.1.
 """
 
@@ -33,8 +33,8 @@ import aiohttp
 from pydantic import BaseModel, ConfigDict, Field
 
 from actors.inference.errors import EngineStartError
-from actors.inference.processes import Spawner, exit_code, free_port, kill_group, log_tail, terminate_group
 from actors.model_config import ModelConfig
+from actors.processes import Spawner, exit_code, free_port, kill_group, log_tail, terminate_group
 from actors.sglang_config import READINESS_PATH, SGLangConfig, cpu_engine_argv, launch_server_argv
 
 logger = logging.getLogger(__name__)

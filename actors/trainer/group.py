@@ -9,14 +9,12 @@ survivors' collectives time out after ``collective_timeout_s``.
 
 from __future__ import annotations
 
-import asyncio
 import socket
 from collections.abc import Sequence
 from typing import Any
 
 from actors.trainer.config import TrainerConfig
-from runtime import ActorError, ActorGroup, ActorHandle, spawn_async
-from runtime.client import ClientRuntime
+from runtime import ActorError, ActorGroup, ActorHandle, spawn_many
 
 TRAINER_CLASS = "actors.trainer.actor:TrainerActor"
 
@@ -56,23 +54,10 @@ class TrainerGroup:
         """Start ``world_size`` local rank processes (gloo on CPU) and wait until all have joined."""
         config.parallel.data_parallel_size(world_size)  # a bad layout fails here, before any process starts
         port = master_port or free_port()
-
-        async def start_all() -> list[ActorHandle]:
-            jobs = [
-                spawn_async(TRAINER_CLASS, name=f"{name}-{rank}", env=env, deadline_s=deadline_s,
-                            kwargs=rank_kwargs(rank, world_size, "127.0.0.1", port, config))
-                for rank in range(world_size)
-            ]  # fmt: skip
-            results = await asyncio.gather(*jobs, return_exceptions=True)
-            errors = [r for r in results if isinstance(r, BaseException)]
-            if errors:
-                for handle in results:
-                    if isinstance(handle, ActorHandle):
-                        handle.kill()
-                raise errors[0]
-            return list(results)
-
-        handles = ClientRuntime.get().run(start_all(), timeout_s=2 * deadline_s + 10, what=f"spawn {name} ranks")
+        handles = spawn_many(
+            TRAINER_CLASS, world_size, name_prefix=name, env=env, deadline_s=deadline_s,
+            kwargs_each=[rank_kwargs(rank, world_size, "127.0.0.1", port, config) for rank in range(world_size)],
+        )  # fmt: skip
         return cls.from_handles(handles)
 
     @classmethod
