@@ -10,8 +10,12 @@ Public surface::
         provider.start_all()                                  # host agents, spawn, wait ready, attach actors
         provider.handles("rollout")[0].generate(...).result()
         provider.deaths                                       # DeathReport for every worker that died
+        provider.metrics_sd_url                               # Prometheus HTTP service discovery of the workers
+        provider.curve_dir                                    # this launch's CURVE keys (None: curve = false)
 
 The CLI (``miles-launch hosts.toml``) does the same, then runs the job entrypoint with a JobContext.
+Every launch is CURVE-authenticated with fresh keys shipped to the hosts (``[launcher] curve = false`` or
+``--no-curve`` to opt out on trusted networks) and serves Prometheus service discovery (``metrics_sd_port``).
 """
 
 import importlib

@@ -56,6 +56,7 @@ class AgentLink:
         self._closing = False  # shutdown sent: the stream ending is expected
         self._lost: str | None = None
         self.hello: dict[str, Any] | None = None
+        self.key_dir: str | None = None  # the CURVE key directory on the host (the transport removes it on close)
         self.stderr_tail: deque[str] = deque(maxlen=30)
         self._threads: list[threading.Thread] = []
 

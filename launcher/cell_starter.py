@@ -106,6 +106,7 @@ class CellStarter:
                 master_addr=cell.master_addr,
                 master_port=cell.master_port,
                 stream_logs=self.provider.settings.stream_logs,
+                curve_dir=self.provider.host_curve_dir(worker.host),
             )
             worker.env = command["env"]
             self.provider.link(worker.host).send(proto.OP_SPAWN, **command)
@@ -153,6 +154,7 @@ class CellStarter:
                     concurrency_groups=spec.concurrency_groups,
                     deadline_s=min(spec.attach_deadline_s, self._remaining()),
                     host=worker.host,
+                    curve_dir=self.provider.curve_dir,  # None: plain TCP (CURVE off for this launch)
                 )
             except Exception as exc:
                 with self.provider._cond:

@@ -4,7 +4,9 @@ It reads JSON-line commands on stdin and writes JSON-line events on stdout (see 
 gets its own session/process group, PR_SET_PDEATHSIG(SIGKILL) on Linux, and a log file ``{workdir}/logs/{id}.log``;
 its output is streamed back prefixed ``(worker-id pid=N host=H)``. The agent is a child subreaper, tracks each
 child's descendants with psutil, and kills every tree (SIGTERM, grace, SIGKILL) when stdin hits EOF, heartbeats
-stop for ``--heartbeat-timeout`` seconds, it gets SIGTERM/SIGHUP/SIGINT, or the launcher sends ``shutdown``.
+stop for ``--heartbeat-timeout`` seconds, it gets SIGTERM/SIGHUP/SIGINT, or the launcher sends ``shutdown``; then
+it deletes the CURVE key directories the launcher gave it (``curve_keys``). Children die with it even when it is
+killed with SIGKILL (PDEATHSIG).
 """
 
 from __future__ import annotations
@@ -17,6 +19,8 @@ import logging
 import os
 import platform
 import queue
+import re
+import shutil
 import signal
 import socket
 import subprocess
@@ -41,6 +45,8 @@ _MAX_LINE = 64 * 1024
 HEARTBEAT_INTERVAL_S = 1.0  # agent -> launcher
 PROC_MARKER = "MILES_AGENT_PROC"  # env var naming the worker a process descends from (survives double forks)
 _EOF = object()
+_KEY_DIR_RE = re.compile(r"^" + re.escape(proto.CURVE_DIR_PREFIX) + r"[A-Za-z0-9_.-]+$")
+_KEY_FILE_RE = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]*$")
 
 
 def _prctl(option: int, value: int) -> bool:
@@ -101,6 +107,7 @@ class HostAgent:
         self.handed_ports: set[int] = set()
         self.commands: queue.Queue[Any] = queue.Queue()
         self.stop_reason: str | None = None
+        self.key_dirs: list[Path] = []  # CURVE key directories written for the launcher; removed on exit
 
     def _stop(self, reason: str) -> None:
         if self.stop_reason is None:
@@ -154,6 +161,7 @@ class HostAgent:
                 self.out.emit(proto.EV_HEARTBEAT)
         log.warning("host agent %s stopping: %s", self.host, self.stop_reason)
         self._kill_all(grace)
+        self._remove_keys()
         self.out.emit(proto.EV_BYE, reason=self.stop_reason)
         return 0
 
@@ -180,12 +188,16 @@ class HostAgent:
                 self.out.emit(proto.EV_LISTING, req=req, procs=[self._describe(m) for m in self.procs.values()])
             elif op == proto.OP_REGISTRY:
                 self.out.emit(proto.EV_REGISTRY, req=req, count=self._write_registry(command["entries"]))
+            elif op == proto.OP_CURVE_KEYS:
+                self.out.emit(proto.EV_CURVE_KEYS, req=req, path=str(self._write_keys(command)))
             elif op == proto.OP_PORTS:
                 self.out.emit(proto.EV_PORTS, req=req, ports=free_ports(int(command.get("n", 1)), self.handed_ports))
             else:
                 self.out.emit(proto.EV_ERROR, req=req, error=f"unknown op {op!r}")
         except (KeyError, TypeError, ValueError) as exc:
             self.out.emit(proto.EV_ERROR, req=req, error=f"bad {op} command: {exc!r}")
+        except OSError as exc:
+            self.out.emit(proto.EV_ERROR, req=req, error=f"{op} failed on host {self.host}: {exc}")
 
     def _spawn(self, command: dict[str, Any]) -> None:
         wid, req = str(command["id"]), command.get("req")
@@ -335,6 +347,43 @@ class HostAgent:
             tmp.write_text(json.dumps(state))
             tmp.replace(directory / f"{name}.json")
         return len(entries)
+
+    def _write_keys(self, command: dict[str, Any]) -> Path:
+        """Write the cluster's CURVE key files into WORKDIR/dir (0700; each file 0600 from its first byte)."""
+        name, files = str(command["dir"]), command["files"]
+        if not _KEY_DIR_RE.match(name):
+            raise ValueError(f"key directory {name!r} must match {_KEY_DIR_RE.pattern}")
+        if not isinstance(files, dict) or not files:
+            raise ValueError("files must be a non-empty mapping of file name to text")
+        for file_name, text in files.items():
+            if not _KEY_FILE_RE.match(str(file_name)) or not isinstance(text, str):
+                raise ValueError(f"bad key file {file_name!r}: a plain file name and its text")
+        directory = self.workdir / name
+        if directory.is_symlink():
+            raise ValueError(f"{directory} is a symlink; refusing to write keys through it")
+        self.workdir.mkdir(parents=True, exist_ok=True)
+        directory.mkdir(mode=0o700, exist_ok=True)
+        if directory not in self.key_dirs:
+            self.key_dirs.append(directory)
+        os.chmod(directory, 0o700)
+        for file_name, text in files.items():
+            tmp = directory / f".{file_name}.tmp"
+            tmp.unlink(missing_ok=True)
+            fd = os.open(tmp, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600)
+            try:
+                os.fchmod(fd, 0o600)  # whatever the umask
+                os.write(fd, text.encode())
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+            os.replace(tmp, directory / file_name)
+        return directory.resolve()
+
+    def _remove_keys(self) -> None:
+        for directory in self.key_dirs:
+            shutil.rmtree(directory, ignore_errors=True)
+            if directory.exists():
+                log.warning("could not remove the CURVE key directory %s", directory)
 
     def _adopt_orphans(self) -> None:
         """Give orphans reparented to us (we are a subreaper) back to the tree they came from (env marker)."""

@@ -108,6 +108,9 @@ class JobConfig(BaseModel):
     entrypoint: str | None = Field(default=None, description="'module:function', called with a JobContext")
     command: tuple[str, ...] | None = Field(default=None, description="argv run on the launcher host")
     args: dict[str, Any] = Field(default_factory=dict, description="passed as JobContext.args")
+    name: str | None = Field(
+        default=None, description="the job's name (Prometheus label `miles_job`); default: entrypoint or command"
+    )
     env: dict[str, str] = Field(default_factory=dict, description="extra environment for a command job")
 
     @field_validator("entrypoint")
@@ -123,7 +126,18 @@ class JobConfig(BaseModel):
             raise ValueError("set exactly one of `entrypoint` ('module:function') or `command` (argv list)")
         if self.command is not None and not self.command:
             raise ValueError("command must not be empty")
+        if self.name is not None and not self.name.strip():
+            raise ValueError("name must not be empty (leave it out to use the entrypoint or command)")
         return self
+
+    @property
+    def label(self) -> str:
+        """The job's name as a metrics label: ``name``, else the entrypoint, else the command's program."""
+        if self.name:
+            return self.name
+        if self.entrypoint:
+            return self.entrypoint
+        return Path((self.command or ("job",))[0]).name
 
 
 class LauncherSettings(BaseModel):
@@ -139,6 +153,14 @@ class LauncherSettings(BaseModel):
     stop_grace_s: float = Field(default=10.0, ge=0, description="SIGTERM to SIGKILL on teardown")
     stream_logs: bool = Field(default=True, description="print worker output prefixed on the launcher")
     check_versions: bool = Field(default=True, description="require same Python minor and miles-actors version")
+    curve: bool = Field(
+        default=True,
+        description="CURVE-authenticate every actor socket with per-launch keys (false: plain TCP, trusted networks)",
+    )
+    metrics_sd_port: int = Field(
+        default=0, ge=-1, le=65535, description="Prometheus HTTP service discovery port (0: any free, -1: off)"
+    )
+    metrics_sd_host: str = Field(default="0.0.0.0", min_length=1, description="interface the discovery serves on")
 
 
 class ClusterConfig(BaseModel):

@@ -21,6 +21,10 @@ from launcher.errors import ConfigError, LauncherError
 from launcher.hosts_config import ClusterConfig, JobConfig
 from launcher.process_tree import pdeathsig_preexec
 from launcher.provider_base import BaseWorkerProvider
+from transport.security import CURVE_DIR_ENV
+
+#: Environment of a command job: the Prometheus HTTP service discovery URL (empty when off).
+METRICS_SD_ENV = "MILES_METRICS_SD_URL"
 
 log = logging.getLogger(__name__)
 
@@ -31,7 +35,8 @@ class CellDied(LauncherError):
 
 @dataclass
 class JobContext:
-    """What a job entrypoint gets: the pools (cells, handles, addresses), the provider and ``job.args``."""
+    """What a job entrypoint gets: the pools (cells, handles, addresses), the provider and ``job.args``; also the
+    Prometheus service discovery URL (``metrics_sd_url``) and this launch's CURVE keys (``curve_dir``)."""
 
     config: ClusterConfig
     provider: BaseWorkerProvider
@@ -57,6 +62,22 @@ class JobContext:
     def workers(self, pool_id: str | None = None) -> list[WorkerInfo]:
         """Worker infos (host, pid, gpu ids, ports)."""
         return self.provider.worker_infos(pool_id)
+
+    @property
+    def metrics_sd_url(self) -> str | None:
+        """Prometheus HTTP service discovery of this launch (``http_sd_configs`` url); None when turned off."""
+        return self.provider.metrics_sd_url
+
+    @property
+    def metrics_sd_file(self) -> Path | None:
+        """The same targets as a file_sd JSON file on the launcher host."""
+        return self.provider.metrics_sd_file
+
+    @property
+    def curve_dir(self) -> str | None:
+        """This launch's CURVE keys on the launcher host (pass as ``curve_dir=`` to runtime.connect/spawn);
+        None when CURVE is off."""
+        return self.provider.curve_dir
 
     @property
     def deaths(self) -> list[DeathReport]:
@@ -95,6 +116,8 @@ def run_job(job: JobConfig, ctx: JobContext, *, state_path: Path | None = None) 
         **job.env,
         "MILES_LAUNCH_POOLS": json.dumps({pid: ctx.addresses(pid) for pid in ctx.pool_ids}),
         "MILES_LAUNCH_ARGS": json.dumps(job.args),
+        CURVE_DIR_ENV: ctx.curve_dir or "",
+        METRICS_SD_ENV: ctx.metrics_sd_url or "",
     }
     if state_path is not None:
         env["MILES_LAUNCH_STATE"] = str(state_path)

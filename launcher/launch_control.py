@@ -9,8 +9,10 @@ import shlex
 import signal
 import time
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 from typing import Any
 
+from launcher.curve_keys import remove_keys, sweep_stale
 from launcher.hosts_config import ClusterConfig, HostConfig
 from launcher.launch_state import process_alive, read_state, state_path_for
 from launcher.process_tree import ProcessTree, terminate_trees
@@ -18,9 +20,10 @@ from launcher.process_tree import ProcessTree, terminate_trees
 log = logging.getLogger(__name__)
 
 # Runs on a remote host with its Python (psutil is a dependency of miles-actors): argv[1] = "probe" | "kill",
-# argv[2] = JSON {pid: create_time}; prints JSON {pid: alive}.
+# argv[2] = JSON {pid: create_time}, argv[3] = grace, argv[4] = a CURVE key directory to remove on kill ("": none);
+# prints JSON {pid: alive}.
 _REMOTE = """
-import json, sys, time, psutil
+import json, shutil, sys, time, psutil
 mode, wanted = sys.argv[1], {int(k): v for k, v in json.loads(sys.argv[2]).items()}
 def same(pid, ct):
     try:
@@ -52,6 +55,8 @@ if mode == "kill":
                 except psutil.Error:
                     pass
         settle(tree, float(sys.argv[3]) if sig == "terminate" else 5.0)
+    if len(sys.argv) > 4 and sys.argv[4]:
+        shutil.rmtree(sys.argv[4], ignore_errors=True)
 print(json.dumps({pid: same(pid, ct) for pid, ct in wanted.items()}))
 """
 
@@ -64,20 +69,29 @@ def _host_pids(entry: dict[str, Any]) -> dict[int, float | None]:
     return pids
 
 
-def _on_host(host: HostConfig, mode: str, pids: dict[int, float | None], grace_s: float, timeout_s: float) -> dict:
-    """Probe or kill pids on a host: locally for local hosts, over SSH otherwise."""
-    if not pids:
+def _on_host(
+    host: HostConfig,
+    mode: str,
+    pids: dict[int, float | None],
+    grace_s: float,
+    timeout_s: float,
+    key_dir: str | None = None,
+) -> dict:
+    """Probe or kill pids on a host (and, on kill, remove the launch's CURVE keys there): locally for local hosts,
+    over SSH otherwise."""
+    if not pids and not (mode == "kill" and key_dir):
         return {}
     if host.provider == "local":
         if mode == "kill":
             trees = [ProcessTree(pid, ct) for pid, ct in pids.items() if process_alive(pid, ct)]
             terminate_trees(trees, grace_s)
+            remove_keys(key_dir)
         return {str(pid): process_alive(pid, ct) for pid, ct in pids.items()}
     from launcher.ssh_provider import run_remote, ssh_connect
 
     client = ssh_connect(host, timeout_s)
     try:
-        argv = [host.python, "-c", _REMOTE, mode, json.dumps(pids), str(grace_s)]
+        argv = [host.python, "-c", _REMOTE, mode, json.dumps(pids), str(grace_s), key_dir or ""]
         code, out, err = run_remote(client, shlex.join(argv), timeout_s + grace_s + 10)
         if code != 0:
             raise OSError(f"host {host.name!r}: {mode} failed (exit {code}): {err.strip()[-300:]}")
@@ -131,7 +145,9 @@ def launch_down(config: ClusterConfig, *, timeout_s: float = 60.0) -> list[str]:
     def down_host(name: str, entry: dict[str, Any]) -> str:
         pids = _host_pids(entry)
         try:
-            left = _on_host(config.host(name), "kill", pids, grace, config.launcher.connect_timeout_s)
+            left = _on_host(
+                config.host(name), "kill", pids, grace, config.launcher.connect_timeout_s, entry.get("curve_dir")
+            )
         except Exception as exc:
             return f"host {name}: could not check/kill pids {sorted(pids)}: {exc}"
         still = [p for p, alive in left.items() if alive]
@@ -142,4 +158,5 @@ def launch_down(config: ClusterConfig, *, timeout_s: float = 60.0) -> list[str]:
     with ThreadPoolExecutor(max_workers=max(1, len(hosts)), thread_name_prefix="down") as pool:
         messages += list(pool.map(lambda item: down_host(*item), hosts))
     path.unlink(missing_ok=True)
+    sweep_stale(Path(config.launcher.workdir))  # the dead launcher's own copy of the keys
     return messages

@@ -12,6 +12,7 @@ import os
 import subprocess
 
 from launcher.agent_link import AgentLink
+from launcher.curve_keys import remove_keys
 from launcher.errors import AgentError, HostCheckError
 from launcher.hosts_config import HostConfig
 from launcher.provider_base import BaseWorkerProvider
@@ -71,6 +72,7 @@ def open_local_agent(host: HostConfig, provider: BaseWorkerProvider) -> AgentLin
             log.warning("host %s: agent pid %d did not exit, killing it", host.name, proc.pid)
             proc.kill()
             proc.wait(timeout=5)
+        remove_keys(link.key_dir)  # the agent removes them when it exits; not when it was killed
 
     link = AgentLink(
         host.name,

@@ -4,6 +4,14 @@ Subclasses only say how to open an agent on a host (``_open_agent``): LocalProvi
 subprocess, SSHProvider over an SSH exec channel. Everything else (ports, spawn, readiness, attach, death
 reports, the state file) lives here. Thread-safe: agent events arrive on reader threads and mutate state under
 ``self._cond``.
+
+Security: with ``[launcher] curve`` (the default) the provider generates this launch's CURVE keys on first
+connect (:mod:`launcher.curve_keys`), ships them to every host agent, gives every worker ``MILES_CURVE_DIR`` and
+attaches with them (``provider.curve_dir``); teardown removes them everywhere.
+
+Metrics: the provider serves Prometheus HTTP service discovery (``provider.metrics_sd_url``) and mirrors it into
+``{launcher.workdir}/prometheus-targets.json``, listing every live worker's ``/metrics`` with the labels pool,
+cell, worker, host and miles_job; a worker leaves the list when it exits and a restarted one joins again.
 """
 
 from __future__ import annotations
@@ -11,6 +19,7 @@ from __future__ import annotations
 import json
 import logging
 import platform
+import socket
 import threading
 import time
 from abc import ABC, abstractmethod
@@ -21,6 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from launcher import agent_protocol as proto
+from launcher import curve_keys
 from launcher.agent_link import AgentLink
 from launcher.cell_starter import CellStarter
 from launcher.cells import CellInfo, DeathReport, WorkerInfo
@@ -28,11 +38,15 @@ from launcher.errors import AgentError, HostCheckError, LauncherError
 from launcher.hosts_config import ClusterConfig, HostConfig
 from launcher.launch_state import write_state
 from launcher.placement import CellPlacement, PlacementPlan, plan_placement
+from launcher.service_discovery import ServiceDiscovery
+from launcher.specs import CommandWorkerSpec
 
 log = logging.getLogger(__name__)
 
 LogSink = Callable[[str, str], None]  # (stream, prefixed text)
 DeathCallback = Callable[[DeathReport], None]
+SD_FILE = "prometheus-targets.json"  # file_sd JSON under the launcher workdir
+_LIVE_STATES = ("ready", "attached")
 
 
 def launcher_versions() -> tuple[str, str | None]:
@@ -70,6 +84,13 @@ class BaseWorkerProvider(ABC):
         self._cells: dict[str, dict[int, CellInfo]] = {}
         self._workers: dict[str, WorkerInfo] = {}
         self._closing = False
+        self.launch_id = curve_keys.new_launch_id()
+        self.curve_dir: str | None = None  # this launch's CURVE keys on the launcher host (None: CURVE off)
+        self._key_files: dict[str, str] = {}
+        self._host_key_dirs: dict[str, str] = {}  # host -> its copy of the keys
+        self.lost_hosts: dict[str, str] = {}  # host -> why its agent was lost
+        self.service_discovery: ServiceDiscovery | None = None
+        self._sd_published: dict[str, dict[str, str]] | None = None
 
     @abstractmethod
     def _open_agent(self, host: HostConfig) -> AgentLink:
@@ -78,11 +99,23 @@ class BaseWorkerProvider(ABC):
     # ---- lifecycle -------------------------------------------------------------------------------------------
 
     def connect(self, hosts: list[str] | None = None) -> None:
-        """Start (in parallel) and check one host agent per host used by the plan; all-or-nothing (on failure the
-        provider is closed)."""
-        names = [h for h in (hosts if hosts is not None else self.plan.hosts_used()) if h not in self._links]
+        """Start (in parallel) and check one host agent per host used by the plan (again for a host whose agent
+        was lost); all-or-nothing (on failure the provider is closed). The first call also creates this launch's
+        CURVE keys and starts the service discovery endpoint."""
+        wanted = hosts if hosts is not None else self.plan.hosts_used()
+        names = [h for h in wanted if h not in self._links or not self._links[h].alive]
         if not names:
             return
+        for name in names:  # a lost agent: drop its link (and its keys on the host) before starting a new one
+            stale = self._links.pop(name, None)
+            if stale is not None:
+                stale.close(grace_s=0, timeout_s=5)
+                self._host_key_dirs.pop(name, None)
+        try:
+            self._prepare_launch()
+        except LauncherError:
+            self.close(grace_s=0)
+            raise
         pool = ThreadPoolExecutor(max_workers=len(names), thread_name_prefix="connect")
         futures = {name: pool.submit(self._connect_one, self.config.host(name)) for name in names}
         errors: list[LauncherError] = []
@@ -110,10 +143,84 @@ class BaseWorkerProvider(ABC):
         link = self._open_agent(host)
         try:
             self._check_host(host, link.hello or {})
+            if self.curve_dir is not None:
+                self._ship_keys(host, link)
         except LauncherError:
             link.close(grace_s=0, timeout_s=5)
             raise
+        self.lost_hosts.pop(host.name, None)
         return link
+
+    def _prepare_launch(self) -> None:
+        """Once per provider, before the first agent starts: this launch's CURVE keys and service discovery."""
+        if self.settings.curve and self.curve_dir is None:
+            keys = curve_keys.create_launch_keys(Path(self.settings.workdir), self.launch_id)
+            self._key_files = curve_keys.key_files(keys.directory)
+            self.curve_dir = keys.directory
+        if self.settings.metrics_sd_port >= 0 and self.service_discovery is None:
+            host, port = self.settings.metrics_sd_host, self.settings.metrics_sd_port
+            path = Path(self.settings.workdir) / SD_FILE
+            try:
+                self.service_discovery = ServiceDiscovery(host=host, port=port, file_path=path)
+            except (OSError, ValueError) as exc:
+                raise LauncherError(
+                    f"cannot serve Prometheus service discovery on {host}:{port} ([launcher] metrics_sd_host / "
+                    f"metrics_sd_port; 0 picks a free port, -1 turns it off): {exc}"
+                ) from None
+            self._say(f"Prometheus service discovery: {self.metrics_sd_url}{self._sd_remote_hint()}; file_sd: {path}")
+
+    def _ship_keys(self, host: HostConfig, link: AgentLink) -> None:
+        """Send the keys to the host's agent (over its SSH channel or pipe); it writes them 0600 under its workdir."""
+        try:
+            reply = link.request(
+                proto.OP_CURVE_KEYS,
+                timeout_s=self.settings.connect_timeout_s + 10,
+                dir=curve_keys.host_key_dir_name(self.launch_id, host.name),
+                files=self._key_files,
+            )
+        except AgentError as exc:
+            raise AgentError(
+                f"host {host.name!r}: cannot install the CURVE keys under {host.workdir} ({exc}); check that "
+                "the workdir is writable, or set [launcher] curve = false on a trusted network"
+            ) from None
+        path = str(reply.get("path"))
+        link.key_dir = path
+        self._host_key_dirs[host.name] = path
+
+    def host_curve_dir(self, host: str) -> str | None:
+        """Where ``host``'s workers find the keys (``MILES_CURVE_DIR``); None when CURVE is off."""
+        if self.curve_dir is None:
+            return None
+        path = self._host_key_dirs.get(host)
+        if path is None:
+            raise AgentError(f"host {host!r}: has no CURVE keys (its agent is not connected)")
+        return path
+
+    @property
+    def metrics_sd_url(self) -> str | None:
+        """URL of the Prometheus HTTP service discovery (``http_sd_configs``) as this machine reaches it."""
+        sd = self.service_discovery
+        if sd is None:
+            return None
+        host = {"0.0.0.0": "127.0.0.1", "::": "::1", "": "127.0.0.1"}.get(sd.host, sd.host)
+        host = f"[{host}]" if ":" in host else host
+        return f"http://{host}:{sd.port}{sd.path}"
+
+    @property
+    def metrics_sd_file(self) -> Path | None:
+        """The file_sd JSON (``file_sd_configs``) mirroring the same targets."""
+        return self.service_discovery.file_path if self.service_discovery is not None else None
+
+    def _sd_remote_hint(self) -> str:
+        sd = self.service_discovery
+        if sd is None or sd.host not in ("0.0.0.0", "::", ""):
+            return ""
+        return f" (from other machines: http://{socket.gethostname()}:{sd.port}{sd.path})"
+
+    def _say(self, message: str, level: int = logging.INFO) -> None:
+        log.log(level, "%s", message)
+        if self.progress is not None:
+            self.progress(message)
 
     def _check_host(self, host: HostConfig, hello: dict[str, Any]) -> None:
         python, package = launcher_versions()
@@ -171,6 +278,7 @@ class BaseWorkerProvider(ABC):
                 cell.alive = False
                 for worker in cell.workers:
                     worker.stopping = True
+            self._sync_targets()
         requests = []
         for cell in cells:
             for worker in cell.workers:
@@ -193,10 +301,12 @@ class BaseWorkerProvider(ABC):
                 self._cells[pool_id].pop(cell.index, None)
                 for worker in cell.workers:
                     self._workers.pop(worker.worker_id, None)
+            self._sync_targets()
         self._save_state()
 
     def close(self, *, grace_s: float | None = None) -> None:
-        """Stop everything on every host (agents kill their trees) and drop the links; idempotent."""
+        """Stop everything on every host (agents kill their trees and remove their keys), drop the links, remove
+        this launch's keys and stop the service discovery; idempotent."""
         grace = self.settings.stop_grace_s if grace_s is None else grace_s
         with self._cond:
             self._closing = True
@@ -205,12 +315,17 @@ class BaseWorkerProvider(ABC):
             for cells in self._cells.values():
                 for cell in cells.values():
                     cell.alive = False
+            self._sync_targets()
             links = list(self._links.values())
         if links:
             with ThreadPoolExecutor(max_workers=len(links), thread_name_prefix="close") as pool:
                 for link in links:
                     pool.submit(link.close, grace_s=grace, timeout_s=grace + 10)
         self._links.clear()
+        self._host_key_dirs.clear()
+        curve_keys.remove_keys(self.curve_dir)
+        if self.service_discovery is not None:
+            self.service_discovery.close()
         if self.state_path is not None:
             self.state_path.unlink(missing_ok=True)
 
@@ -272,6 +387,8 @@ class BaseWorkerProvider(ABC):
                 worker.state, worker.error = "failed", str(event.get("error"))
             elif ev == proto.EV_EXITED:
                 self._on_exited(worker, event.get("returncode"), _exit_reason(event))
+            if ev in (proto.EV_READY, proto.EV_NOT_READY, proto.EV_SPAWN_FAILED, proto.EV_EXITED):
+                self._sync_targets()
             self._cond.notify_all()
         if ev == proto.EV_LOG and self.log_sink is not None:
             self.log_sink(str(event.get("stream")), str(event.get("text")))
@@ -327,11 +444,61 @@ class BaseWorkerProvider(ABC):
         with self._cond:
             if event.get("closing") or self._closing:
                 return
-            reason = f"lost with its host agent ({event.get('reason')})"
-            for worker in self._workers.values():
-                if worker.host == host and worker.state != "exited":
+            why = str(event.get("reason"))
+            self.lost_hosts[host] = why
+            workers = [w for w in self._workers.values() if w.host == host and w.state != "exited"]
+        self._say(f"host {host!r} lost: {why}; its {len(workers)} worker(s) die with its agent", logging.ERROR)
+        with self._cond:
+            reason = f"lost with its host agent ({why})"
+            for worker in workers:
+                if worker.state != "exited":
                     self._on_exited(worker, None, reason)
+            self._sync_targets()
             self._cond.notify_all()
+
+    # ---- Prometheus service discovery ------------------------------------------------------------------------
+
+    def _metrics_port_of(self, worker: WorkerInfo) -> int | None:
+        if worker.kind == "serve":
+            return worker.metrics_port
+        spec = self.config.pool(worker.placement.pool_id).worker
+        if isinstance(spec, CommandWorkerSpec) and spec.metrics_port is not None:
+            return worker.ports.get(spec.metrics_port)
+        return None
+
+    def scrape_targets(self) -> dict[str, dict[str, str]]:
+        """``{"address:port": labels}`` of every live worker that serves ``/metrics``."""
+        job = self.config.job.label
+        targets: dict[str, dict[str, str]] = {}
+        with self._cond:
+            for worker in self._workers.values():
+                port = self._metrics_port_of(worker)
+                if port is None or worker.state not in _LIVE_STATES or worker.stopping:
+                    continue
+                address = f"[{worker.address}]" if ":" in worker.address else worker.address
+                targets[f"{address}:{port}"] = {
+                    "pool": worker.placement.pool_id,
+                    "cell": worker.placement.cell_id,
+                    "worker": worker.worker_id,
+                    "host": worker.host,
+                    "miles_job": job,
+                }
+        return targets
+
+    def _sync_targets(self) -> None:
+        """Publish the live targets if they changed (called under the lock, so changes land in order)."""
+        sd = self.service_discovery
+        if sd is None:
+            return
+        with self._cond:
+            targets = self.scrape_targets()
+            if targets == self._sd_published:
+                return
+            self._sd_published = targets
+            try:
+                sd.set_targets(targets)
+            except (OSError, ValueError) as exc:
+                log.warning("service discovery: cannot publish %d target(s): %s", len(targets), exc)
 
     # ---- state file ------------------------------------------------------------------------------------------
 
@@ -346,6 +513,7 @@ class BaseWorkerProvider(ABC):
                     "address": host.address,
                     "provider": host.provider,
                     "agent_pid": (link.hello or {}).get("pid"),
+                    "curve_dir": self._host_key_dirs.get(name),  # `miles-launch down` removes it
                     "workers": {},
                 }
             for worker in self._workers.values():

@@ -176,6 +176,9 @@ class CommandWorkerSpec(BaseModel):
     ready: ReadinessCheck = Field(default_factory=lambda: ReadinessCheck(kind="tcp", port="port"))
     gpus: float = 0.0
     stop_grace_s: float = Field(default=10.0, ge=0, description="SIGTERM to SIGKILL on stop")
+    metrics_port: str | None = Field(
+        default=None, description="name of a declared port serving Prometheus /metrics (listed for discovery)"
+    )
 
     @field_validator("env")
     @classmethod
@@ -207,6 +210,8 @@ class CommandWorkerSpec(BaseModel):
             raise ValueError("command is empty")
         if self.ready.port is not None and self.ready.port not in self.ports:
             raise ValueError(f"ready.port {self.ready.port!r} is not a declared port ({sorted(self.ports)})")
+        if self.metrics_port is not None and self.metrics_port not in self.ports:
+            raise ValueError(f"metrics_port {self.metrics_port!r} is not a declared port ({sorted(self.ports)})")
         return self
 
     @property

@@ -98,7 +98,8 @@ def ssh_connect(host: HostConfig, timeout_s: float) -> paramiko.SSHClient:
 
 def run_remote(client: paramiko.SSHClient, command: str, timeout_s: float) -> tuple[int, str, str]:
     """Run a command over an exec channel; (exit code, stdout, stderr); TimeoutError past ``timeout_s``."""
-    _, stdout, stderr = client.exec_command(command, timeout=timeout_s)
+    stdin, stdout, stderr = client.exec_command(command, timeout=timeout_s)
+    stdin.close()  # nothing to send (and no flush from its finalizer once the connection is gone)
     channel = stdout.channel
     deadline = time.monotonic() + timeout_s
     while not channel.exit_status_ready():
@@ -146,6 +147,35 @@ def check_host(client: paramiko.SSHClient, host: HostConfig, timeout_s: float, *
     return info
 
 
+class _ChannelWriter:
+    """Unbuffered writes to an SSH channel (paramiko's buffered file would retry a failed write from its
+    finalizer, long after the channel died)."""
+
+    def __init__(self, channel: paramiko.Channel) -> None:
+        self._channel = channel
+
+    def write(self, data: bytes) -> int:
+        self._channel.sendall(data)
+        return len(data)
+
+    def flush(self) -> None:
+        pass
+
+
+def remove_remote_keys(client: paramiko.SSHClient, host: HostConfig, key_dir: str | None) -> None:
+    """``rm -rf`` the launch's key directory on ``host`` (the agent already did unless it was killed)."""
+    transport = client.get_transport()
+    if key_dir is None or transport is None or not transport.is_active():
+        return
+    try:
+        code, _, err = run_remote(client, f"rm -rf -- {shlex.quote(key_dir)}", timeout_s=5.0)
+    except (TimeoutError, paramiko.SSHException, OSError) as exc:
+        log.warning("host %s: could not remove the CURVE keys %s: %s", host.name, key_dir, exc)
+        return
+    if code != 0:
+        log.warning("host %s: could not remove the CURVE keys %s: %s", host.name, key_dir, err.strip()[-300:])
+
+
 class SSHProvider(BaseWorkerProvider):
     """Runs a host agent on every ``provider = "ssh"`` host over SSH (and locally for ``"local"`` hosts)."""
 
@@ -165,13 +195,22 @@ class SSHProvider(BaseWorkerProvider):
             channel = transport.open_session(timeout=settings.connect_timeout_s)
             channel.exec_command(command)
 
+            closed = False
+
             def close_transport() -> None:
+                nonlocal closed
+                if closed:
+                    return
+                closed = True
                 channel.close()
-                client.close()
+                try:
+                    remove_remote_keys(client, host, link.key_dir)
+                finally:
+                    client.close()
 
             link = AgentLink(
                 host.name,
-                send_stream=channel.makefile("wb"),
+                send_stream=_ChannelWriter(channel),
                 recv_stream=channel.makefile("rb"),
                 stderr_stream=channel.makefile_stderr("rb"),
                 close_transport=close_transport,

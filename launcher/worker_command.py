@@ -9,6 +9,7 @@ from launcher import agent_protocol as proto
 from launcher.hosts_config import HostConfig
 from launcher.placement import WorkerPlacement
 from launcher.specs import CommandWorkerSpec, PortScope, ServeWorkerSpec
+from transport.security import CURVE_DIR_ENV
 
 
 def plan_env(
@@ -48,8 +49,13 @@ def build_spawn(
     master_addr: str,
     master_port: int | None,
     stream_logs: bool,
+    curve_dir: str | None = None,
 ) -> dict[str, Any]:
-    """The fields of an agent ``spawn`` command for one worker (``ports`` holds worker and cell ports)."""
+    """The fields of an agent ``spawn`` command for one worker (``ports`` holds worker and cell ports).
+
+    ``curve_dir``: where this host's copy of the launch's CURVE keys is; None (CURVE off) sets ``MILES_CURVE_DIR``
+    empty, so a value inherited from the agent's environment cannot turn CURVE on for one side only.
+    """
     env = {
         # What an actor bound on 0.0.0.0 names as its own address (e.g. in the object refs it hands out): the
         # address the launcher reaches this host at, not its hostname, which may not resolve elsewhere (or may
@@ -58,6 +64,7 @@ def build_spawn(
         **host.env,
         **spec.env,
         **plan_env(host, placement, master_addr=master_addr, master_port=master_port),
+        CURVE_DIR_ENV: curve_dir or "",  # the launcher's keys win over any env: both sides must agree
     }
     if isinstance(spec, ServeWorkerSpec):
         argv = [host.python, "-m", "runtime.worker", "--bind", f"tcp://{bind_address(host)}:{ports['port']}"]

@@ -4,21 +4,32 @@ from __future__ import annotations
 
 import os
 import socket
+import time
 from typing import Any
 
-from runtime import ActorHandle, get_actor
+from runtime import ActorHandle, get_actor, metrics
 
 
 class Counter:
-    """A counter that can report where it runs and call a peer actor."""
+    """A counter that can report where it runs and call a peer actor; exports user metrics."""
 
     def __init__(self, *, start: int = 0) -> None:
         self.value = start
+        self.adds = metrics.counter("launch_counter_adds_total", "Calls of Counter.add")
+        self.gauge = metrics.gauge("launch_counter_value", "The counter's value")
+        self.gauge.set(start)
 
     def add(self, n: int) -> int:
         """Add ``n``; the new value."""
         self.value += n
+        self.adds.inc()
+        self.gauge.set(self.value)
         return self.value
+
+    def sleep(self, seconds: float) -> float:
+        """Block the default lane for ``seconds``."""
+        time.sleep(seconds)
+        return seconds
 
     def where(self) -> dict[str, Any]:
         """Identity and plan-provided environment of this process."""
@@ -32,6 +43,7 @@ class Counter:
             "WORLD_SIZE",
             "MASTER_ADDR",
             "MASTER_PORT",
+            "MILES_CURVE_DIR",
         )
         return {"pid": os.getpid(), "hostname": socket.gethostname(), **{k: os.environ.get(k) for k in keys}}
 

@@ -5,10 +5,12 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import toml_text
 from sshd_fixture import Sshd, SshKeys
 
 HERE = Path(__file__).resolve().parent
@@ -78,3 +80,37 @@ class NetnsCluster:
         """Pids in each host namespace other than its sshd listener."""
         listeners = {s.pid for s in self.sshds}
         return {ns: self.pids(ns) - listeners for _, ns, _ in self.hosts}
+
+
+def write_hosts_toml(
+    tmp_path: Path,
+    hosts: list[dict[str, Any]],
+    pools: list[dict[str, Any]],
+    job: str = "launch_jobs:exit_code",
+    **launcher: Any,
+) -> Path:
+    """Write a hosts.toml (launcher workdir ``tmp_path/run``, short grace) and return its path."""
+    data = {
+        "launcher": {"workdir": str(tmp_path / "run"), "stop_grace_s": 2, "connect_timeout_s": 5, **launcher},
+        "hosts": hosts,
+        "job": {"entrypoint": job},
+        "pools": pools,
+    }
+    path = tmp_path / "hosts.toml"
+    path.write_text(toml_text.dump(data))
+    return path
+
+
+def wait_for(what: str, probe: Any, timeout_s: float, interval_s: float = 0.1) -> Any:
+    """``probe()``'s first truthy value, polled until ``timeout_s``; AssertionError naming ``what`` after.
+    With ``MILES_TEST_TIMING=1`` (and ``pytest -s``) prints how long each wait took."""
+    deadline = time.monotonic() + timeout_s
+    last = None
+    while time.monotonic() < deadline:
+        last = probe()
+        if last:
+            if os.environ.get("MILES_TEST_TIMING"):
+                print(f"[{time.monotonic() - deadline + timeout_s:6.2f}s] {what}", file=sys.stderr)
+            return last
+        time.sleep(interval_s)
+    raise AssertionError(f"{what} within {timeout_s}s (last: {last!r})")

@@ -85,3 +85,23 @@ async def async_calls(ctx: Any) -> int:
     values = [await handle.add(1) for handle in ctx.handles("c")]
     print("ASYNC " + json.dumps(values), flush=True)
     return 0
+
+
+def security(ctx: Any) -> int:
+    """Report the launch's security and discovery as seen by the job; call an actor through a FROM_ENV handle."""
+    import runtime
+
+    (handle,) = ctx.handles("c")
+    by_env = runtime.connect(handle.endpoint, deadline_s=10)  # MILES_CURVE_DIR of the launcher process
+    with urllib.request.urlopen(ctx.metrics_sd_url, timeout=5) as response:
+        targets = json.loads(response.read())
+    report = {
+        "curve": handle.process_health().result(timeout=10)["curve"],
+        "env": os.environ.get("MILES_CURVE_DIR"),
+        "ctx_curve_dir": ctx.curve_dir,
+        "env_matches": os.environ.get("MILES_CURVE_DIR") == ctx.curve_dir,
+        "by_env": by_env.add(1).result(timeout=10),
+        "sd_workers": [group["labels"]["worker"] for group in targets],
+    }
+    print("SECURITY " + json.dumps(report), flush=True)
+    return 0

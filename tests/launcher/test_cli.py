@@ -141,9 +141,13 @@ def test_down_kills_leftovers_of_a_dead_launcher(tmp_path: Path) -> None:
         agent.suspend()
     proc.kill()
     proc.communicate(timeout=10)
+    assert [len(list((tmp_path / h).glob("curve-*"))) for h in ("n0", "n1")] == [1, 1]
     down = cli("down", str(config))
     assert down.returncode == 0, down.stderr
     assert "1/1 worker process(es) gone" in down.stderr
+    for host in ("n0", "n1"):
+        assert list((tmp_path / host).glob("curve-*")) == [], f"`down` left the CURVE keys on {host}"
+    assert list((tmp_path / "run").glob("curve-*")) == [], "`down` left the dead launcher's CURVE keys"
     for agent in agents:
         agent.resume()
 

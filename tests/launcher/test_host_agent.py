@@ -245,3 +245,37 @@ def test_sigkilled_agent_takes_direct_children_with_it(tmp_path: Path) -> None:
                 psutil.Process(pid).kill()
             except psutil.Error:
                 pass
+
+
+@pytest.mark.parametrize("how", ["shutdown", "stdin EOF"])
+def test_curve_keys_are_written_private_and_removed_on_exit(tmp_path: Path, how: str) -> None:
+    agent = AgentProc(tmp_path)
+    try:
+        files = {"server.key": "public\n", "server.key_secret": "secret\n"}
+        agent.send(proto.OP_CURVE_KEYS, req=1, dir="curve-1-2-testhost", files=files)
+        path = Path(agent.expect(proto.EV_CURVE_KEYS, req=1)["path"])
+        assert path == (tmp_path / "curve-1-2-testhost").resolve()
+        assert oct(path.stat().st_mode & 0o777) == oct(0o700)
+        assert {p.name: p.read_text() for p in path.iterdir()} == files
+        assert all(p.stat().st_mode & 0o777 == 0o600 for p in path.iterdir())
+        for req, bad in enumerate(
+            [
+                {"dir": "../escape", "files": files},
+                {"dir": "curve-x/y", "files": files},
+                {"dir": "curve-ok", "files": {"../x": "y"}},
+                {"dir": "curve-ok", "files": {}},
+            ],
+            start=2,
+        ):
+            agent.send(proto.OP_CURVE_KEYS, req=req, **bad)
+            assert "bad curve_keys command" in agent.expect(proto.EV_ERROR, req=req)["error"]
+        assert not (tmp_path / "curve-ok").exists() and not (tmp_path.parent / "escape").exists()
+        if how == "shutdown":
+            agent.send(proto.OP_SHUTDOWN, grace_s=1)
+        else:
+            assert agent.proc.stdin is not None
+            agent.proc.stdin.close()
+        agent.expect(proto.EV_BYE)
+        assert not path.exists(), "the agent left the CURVE keys behind"
+    finally:
+        agent.close()

@@ -150,3 +150,29 @@ def test_command_spec_template_and_ports() -> None:
 def test_ssh_workdir_must_be_absolute(tmp_path: Path) -> None:
     message = _error(BASE.replace('workdir = "/tmp/a"', 'workdir = "rel/a"'), tmp_path)
     assert "hosts.toml:2: host 'a': workdir of an ssh host must be an absolute path on that host" in message
+
+
+def test_security_and_metrics_settings(tmp_path: Path) -> None:
+    path = tmp_path / "hosts.toml"
+    path.write_text(BASE)
+    config = load_config(path)
+    assert config.launcher.curve is True and config.launcher.metrics_sd_port == 0  # secure and discoverable
+    assert config.job.label == "actors.demo:main"
+    path.write_text(BASE + 'name = "grpo-7b"\n\n[launcher]\ncurve = false\nmetrics_sd_port = 9400\n')
+    config = load_config(path)
+    assert config.launcher.curve is False and config.launcher.metrics_sd_port == 9400
+    assert config.job.label == "grpo-7b"
+    message = _error(BASE + "\n[launcher]\ncurve = 3\n", tmp_path)
+    assert "launcher" in message and "curve" in message
+    message = _error(BASE + "\n[launcher]\nmetrics_sd_port = 65536\n", tmp_path)
+    assert "metrics_sd_port" in message
+    command = BASE.replace('entrypoint = "actors.demo:main"', 'command = ["/opt/bin/train.sh", "--fast"]')
+    path.write_text(command)
+    assert load_config(path).job.label == "train.sh"
+
+
+def test_command_spec_metrics_port_must_be_declared() -> None:
+    spec = CommandWorkerSpec(command="x --port {port} --metrics {mport}", ports={"port": "worker", "mport": "worker"})
+    assert spec.model_copy(update={"metrics_port": "mport"}).metrics_port == "mport"
+    with pytest.raises(ValueError, match="metrics_port 'other' is not a declared port"):
+        CommandWorkerSpec(command="x {port}", metrics_port="other")

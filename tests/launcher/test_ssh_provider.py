@@ -231,6 +231,8 @@ def test_status_and_down_over_ssh(loopback_sshd: Sshd, ssh_keys: SshKeys, tmp_pa
     )
     assert down.returncode == 0, down.stderr
     assert "host a: 1/1 worker process(es) gone" in down.stderr and "host b: 1/1" in down.stderr
+    for host in ("a", "b"):  # removed over SSH by `down`, the agents being stopped
+        assert list((tmp_path / host).glob("curve-*")) == [], f"`down` left the CURVE keys on {host}"
     for agent in agents:
         agent.resume()
     assert wait_no_sessions(loopback_sshd) == []

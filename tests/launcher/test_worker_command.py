@@ -96,3 +96,14 @@ def test_command_template_ports_and_readiness() -> None:
         "path": "/health",
         "probe_host": "127.0.0.1",
     }
+
+
+def test_curve_dir_is_set_for_every_worker_and_empty_when_off() -> None:
+    spec = ServeWorkerSpec(actor_class="m:C", env={"MILES_CURVE_DIR": "/elsewhere"})
+    host, placement = _setup(spec)
+    on = build_spawn(
+        host, spec, placement, ports={"port": 1}, master_addr="x", master_port=2, stream_logs=False, curve_dir="/w/k"
+    )
+    assert on["env"]["MILES_CURVE_DIR"] == "/w/k"  # the launch's keys win: both sides must agree
+    off = build_spawn(host, spec, placement, ports={"port": 1}, master_addr="x", master_port=2, stream_logs=False)
+    assert off["env"]["MILES_CURVE_DIR"] == ""  # an inherited value cannot turn CURVE on for one side only
