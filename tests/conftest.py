@@ -5,11 +5,12 @@ from __future__ import annotations
 import os
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import psutil
 import pytest
+from prometheus_server import Prometheus, prometheus_binary, start_prometheus
 
 ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
@@ -38,3 +39,24 @@ def no_leaks() -> Iterator[None]:
     for proc in leaked:
         proc.kill()
     pytest.fail(f"test left processes running: {[(p.pid, p.cmdline()[:4]) for p in leaked]}")
+
+
+@pytest.fixture
+def prometheus(tmp_path: Path) -> Iterator[Callable[..., Prometheus]]:
+    """Factory ``prometheus(sd_url, file_sd=None)``: a real Prometheus on loopback, stopped by pid afterwards."""
+    if prometheus_binary() is None:
+        pytest.fail("prometheus is not installed (Debian package `prometheus`; scripts/setup.sh installs it)")
+    started: list[Prometheus] = []
+
+    def start(sd_url: str, file_sd: Path | None = None) -> Prometheus:
+        workdir = tmp_path / f"prometheus-{len(started)}"
+        workdir.mkdir()
+        server = start_prometheus(workdir, sd_url, file_sd)
+        started.append(server)
+        return server
+
+    try:
+        yield start
+    finally:
+        for server in started:
+            server.stop()

@@ -6,14 +6,13 @@ Every process a fixture starts is stopped by pid when the test ends, also on fai
 
 from __future__ import annotations
 
-import shutil
 import subprocess
 import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
-from fault_helpers import HERE, LossyLinkProcess, PrometheusServer, free_port, read_line, stop_process
+from fault_helpers import HERE, LossyLinkProcess, read_line
 
 from transport import security
 
@@ -44,43 +43,3 @@ def lossy_link(no_leaks: None) -> Iterator[Callable[..., LossyLinkProcess]]:
 def curve_dir(tmp_path: Path) -> str:
     """A fresh set of cluster keys."""
     return security.generate_cluster_keys(tmp_path / "cluster-keys").directory
-
-
-@pytest.fixture
-def prometheus(tmp_path: Path) -> Iterator[Callable[[str], PrometheusServer]]:
-    """Factory: ``prometheus(sd_url)`` starts Prometheus scraping every target the HTTP SD endpoint lists."""
-    binary = shutil.which("prometheus")
-    if binary is None:
-        pytest.skip("the prometheus server is not installed (Debian package `prometheus`)")
-    started: list[subprocess.Popen[bytes]] = []
-
-    def start(sd_url: str) -> PrometheusServer:
-        config = tmp_path / "prometheus.yml"
-        config.write_text(
-            "global:\n  scrape_interval: 1s\n  scrape_timeout: 1s\n"
-            "scrape_configs:\n  - job_name: miles\n    http_sd_configs:\n"
-            f"      - url: {sd_url}\n        refresh_interval: 1s\n"
-        )
-        port = free_port()
-        log = (tmp_path / "prometheus.log").open("wb")
-        popen = subprocess.Popen(
-            [
-                binary,
-                f"--config.file={config}",
-                f"--storage.tsdb.path={tmp_path / 'tsdb'}",
-                f"--web.listen-address=127.0.0.1:{port}",
-                "--log.level=warn",
-            ],
-            stdout=log,
-            stderr=subprocess.STDOUT,
-        )
-        started.append(popen)
-        server = PrometheusServer(popen, f"http://127.0.0.1:{port}")
-        server.wait_ready(30)
-        return server
-
-    try:
-        yield start
-    finally:
-        for popen in started:
-            stop_process(popen)

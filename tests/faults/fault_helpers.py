@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import contextlib
 import json
 import select
 import signal
@@ -87,31 +86,3 @@ class LossyLinkProcess:
                 if line.startswith("LOSSY_PROXY_STATS "):
                     self.stats = json.loads(line.split(" ", 1)[1])
         return self.stats
-
-
-@dataclass
-class PrometheusServer:
-    """A real Prometheus on loopback: ``query()`` and ``targets()`` use its HTTP API."""
-
-    popen: subprocess.Popen[bytes]
-    url: str
-
-    def api(self, path: str, **params: str) -> Any:
-        query = f"?{urllib.parse.urlencode(params)}" if params else ""
-        body = json.loads(http_get(f"{self.url}/api/v1/{path}{query}"))
-        assert body["status"] == "success", body
-        return body["data"]
-
-    def query(self, promql: str) -> list[dict[str, Any]]:
-        return self.api("query", query=promql)["result"]
-
-    def wait_ready(self, timeout_s: float) -> None:
-        deadline = time.monotonic() + timeout_s
-        while time.monotonic() < deadline:
-            if self.popen.poll() is not None:
-                pytest.fail(f"prometheus exited with code {self.popen.returncode}")
-            with contextlib.suppress(OSError, urllib.error.URLError):
-                if http_get(f"{self.url}/-/ready", timeout_s=2).strip():
-                    return
-            time.sleep(0.2)
-        pytest.fail(f"prometheus was not ready within {timeout_s} s")

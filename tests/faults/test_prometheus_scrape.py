@@ -9,7 +9,7 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
-from fault_helpers import PrometheusServer
+from prometheus_server import Prometheus
 
 from launcher.service_discovery import ServiceDiscovery
 from runtime import spawn
@@ -27,9 +27,7 @@ def _eventually(what: str, probe: Callable[[], Any], timeout_s: float) -> Any:
     pytest.fail(f"{what} within {timeout_s} s (last answer: {last!r})")
 
 
-def test_prometheus_scrapes_an_actor_found_by_http_sd(
-    no_leaks: None, prometheus: Callable[[str], PrometheusServer]
-) -> None:
+def test_prometheus_scrapes_an_actor_found_by_http_sd(no_leaks: None, prometheus: Callable[[str], Prometheus]) -> None:
     actor = spawn("fault_actors:Tally", name="scraped")
     try:
         with ServiceDiscovery() as sd:

@@ -6,22 +6,20 @@ import contextlib
 import os
 import subprocess
 import time
-from collections.abc import Callable, Iterator
-from pathlib import Path
+from collections.abc import Iterator
 
 import psutil
 import pytest
 from launch_helpers import NETNS_OCTET, NETNS_SH, NetnsCluster
-from prometheus_server import Prometheus, prometheus_binary, start_prometheus
 from sshd_fixture import LISTENER_PIDS, Sshd, SshKeys, free_port, generate_keys, sshd_available
 
 
 @pytest.fixture(scope="session")
 def ssh_keys(tmp_path_factory: pytest.TempPathFactory) -> SshKeys:
-    """Generated host and client keys (skips without root/openssh)."""
+    """Generated host and client keys (fails without root/openssh)."""
     reason = sshd_available()
     if reason:
-        pytest.skip(f"real sshd {reason}")
+        pytest.fail(f"real sshd {reason} (scripts/setup.sh installs openssh-server; the tests need root)")
     return generate_keys(tmp_path_factory.mktemp("ssh-keys"))
 
 
@@ -60,27 +58,6 @@ def netns_cluster(ssh_keys: SshKeys, tmp_path_factory: pytest.TempPathFactory) -
                     with contextlib.suppress(psutil.Error):
                         psutil.Process(pid).kill()
         subprocess.run([str(NETNS_SH), "down", tag], check=False)
-
-
-@pytest.fixture
-def prometheus(tmp_path: Path) -> Iterator[Callable[..., Prometheus]]:
-    """Factory ``prometheus(sd_url, file_sd=None)``: a real Prometheus on loopback, stopped by pid afterwards."""
-    if prometheus_binary() is None:
-        pytest.skip("the prometheus server is not installed (Debian package `prometheus`)")
-    started: list[Prometheus] = []
-
-    def start(sd_url: str, file_sd: Path | None = None) -> Prometheus:
-        workdir = tmp_path / f"prometheus-{len(started)}"
-        workdir.mkdir()
-        server = start_prometheus(workdir, sd_url, file_sd)
-        started.append(server)
-        return server
-
-    try:
-        yield start
-    finally:
-        for server in started:
-            server.stop()
 
 
 def _descendants() -> dict[int, str]:
