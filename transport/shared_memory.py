@@ -22,7 +22,7 @@ SHM_DIR = Path(os.environ.get("MILES_SHM_DIR", "/dev/shm"))
 #: Set to ``0`` to keep every buffer on the socket, even between processes of one machine.
 SHM_ENV = "MILES_SHM"
 #: Buffers at least this large use shared memory when both ends are on one machine.
-SHM_THRESHOLD = 1024 * 1024
+SHM_THRESHOLD = 4 * 1024 * 1024  # below this, one zero-copy TCP frame is as fast as a file in /dev/shm
 _NAME = re.compile(r"^miles-(\d+)-[0-9a-f]{16}$")
 _MAX_WRITE = 1 << 30
 

@@ -49,7 +49,7 @@ def test_serial_group_keeps_submission_order(counter: ActorHandle) -> None:
 def test_registered_types_and_arrays_round_trip(counter: ActorHandle) -> None:
     mid, color = counter.midpoint(Point(0, 0), Point(2, 4), Color.BLUE).result(10)
     assert mid == Point(1.0, 2.0) and color is Color.BLUE
-    data = np.arange(3 << 20, dtype=np.uint8)  # large: shared memory on this machine
+    data = np.arange(6 << 20, dtype=np.uint8)  # large: shared memory on this machine
     assert counter.nbytes(data).result(10) == data.nbytes
     returned = counter.array(2 << 20).result(10)
     assert returned.dtype == np.uint8 and returned.shape == (2 << 20,) and returned[255] == 255
