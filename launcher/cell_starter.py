@@ -175,9 +175,9 @@ class CellStarter:
     def _publish_names(self) -> None:
         """Write every attached actor's handle into each host's registry (runtime.get_actor by name there)."""
         entries = {
-            w.worker_id: w.handle._state()  # the runtime's own registry format (runtime.naming)
+            w.worker_id: w.handle.to_state()  # the runtime's own registry format (runtime.naming)
             for w in self.provider.worker_infos()
-            if w.handle is not None and hasattr(w.handle, "_state")
+            if w.handle is not None
         }
         for host in list(self.provider.connected_hosts()):
             self.provider.link(host).request(proto.OP_REGISTRY, timeout_s=min(30.0, self._remaining()), entries=entries)

@@ -193,7 +193,9 @@ class ActorHandle:
                 pass
         self.mark_dead(f"actor {self.actor_name!r} was killed by its owner")
 
-    def _state(self) -> dict[str, Any]:
+    def to_state(self) -> dict[str, Any]:
+        """What identifies this handle (endpoint, name, class, boot id, host, pid, ...), JSON-safe:
+        ``ActorHandle(**state)`` rebuilds it in another process."""
         return {
             "endpoint": self.endpoint,
             "name": self.actor_name,
@@ -224,6 +226,6 @@ def _handle_from_state(state: dict[str, Any]) -> ActorHandle:
     return ActorHandle(**state)
 
 
-register_type(ActorHandle, to_state=ActorHandle._state, from_state=_handle_from_state)
+register_type(ActorHandle, to_state=ActorHandle.to_state, from_state=_handle_from_state)
 
 __all__ = ["ActorHandle", "CallRejected", "MethodRef", "PendingCall"]

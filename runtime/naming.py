@@ -34,7 +34,7 @@ def register_name(name: str, handle: ActorHandle) -> None:
     if directory is not None:
         directory.mkdir(parents=True, exist_ok=True)
         tmp = directory / f".{name}.json.tmp"
-        tmp.write_text(json.dumps(handle._state()))
+        tmp.write_text(json.dumps(handle.to_state()))
         tmp.replace(directory / f"{name}.json")
 
 
