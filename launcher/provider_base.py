@@ -322,6 +322,9 @@ class BaseWorkerProvider(ABC):
                 for link in links:
                     pool.submit(link.close, grace_s=grace, timeout_s=grace + 10)
         self._links.clear()
+        for worker in list(self._workers.values()):
+            if worker.handle is not None:  # its process is gone: calls fail at once, its address may be reused
+                worker.handle.mark_dead(f"actor {worker.worker_id} was stopped by the launcher")
         self._host_key_dirs.clear()
         curve_keys.remove_keys(self.curve_dir)
         if self.service_discovery is not None:
