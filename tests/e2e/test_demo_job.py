@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import re
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import psutil
@@ -73,3 +75,30 @@ def test_bad_demo_settings_fail_clearly(tmp_path: Path, bad: str) -> None:
                             cwd=ROOT)  # fmt: skip
     assert result.returncode != 0
     assert ("iterations" in result.stdout + result.stderr) or ("bogus" in result.stdout + result.stderr)
+
+
+def test_ctrl_c_mid_loop_stops_everything(tmp_path: Path) -> None:
+    before = {p.pid for p in miles_processes()}
+    config = small_config(tmp_path, iterations=200)
+    proc = subprocess.Popen([*LAUNCH, str(config), "--no-logs"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                            text=True, cwd=ROOT)  # fmt: skip
+    seen: list[str] = []
+    try:
+        deadline = time.monotonic() + 240
+        assert proc.stdout is not None
+        for line in proc.stdout:
+            seen.append(line)
+            if ROW.match(line) or time.monotonic() > deadline:
+                break
+        assert any(ROW.match(line) for line in seen), "".join(seen[-30:])
+        proc.send_signal(signal.SIGINT)
+        rest, _ = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(10)
+    assert proc.returncode != 0
+    assert "teardown complete" in rest, rest[-3000:]
+    left = [p for p in miles_processes() if p.pid not in before]
+    psutil.wait_procs(left, timeout=10)
+    assert not [p for p in left if p.is_running() and p.status() != psutil.STATUS_ZOMBIE], "processes left behind"
