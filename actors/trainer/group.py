@@ -9,21 +9,14 @@ survivors' collectives time out after ``collective_timeout_s``.
 
 from __future__ import annotations
 
-import socket
 from collections.abc import Sequence
 from typing import Any
 
+from actors.processes import free_port
 from actors.trainer.config import TrainerConfig
 from runtime import ActorError, ActorGroup, ActorHandle, spawn_many
 
 TRAINER_CLASS = "actors.trainer.actor:TrainerActor"
-
-
-def free_port(host: str = "127.0.0.1") -> int:
-    """A TCP port free on this machine right now (for the torch.distributed master)."""
-    with socket.socket() as sock:
-        sock.bind((host, 0))
-        return int(sock.getsockname()[1])
 
 
 def rank_kwargs(rank: int, world_size: int, master_addr: str, master_port: int, config: TrainerConfig) -> dict:
