@@ -27,6 +27,7 @@ from actors.cpu_engine.metrics import EngineMetrics
 from actors.cpu_engine.model import LlamaForCausalLM
 from actors.cpu_engine.protocol import GenerationItem, RequestError
 from actors.cpu_engine.weights import WeightsError, check_named_tensors, load_named_tensors, read_weights_dir
+from actors.weights_group import WeightsGroup, dtype_from_name
 from actors.weights_wire import decode_named_tensors
 
 logger = logging.getLogger(__name__)
@@ -50,6 +51,9 @@ class EngineSettings(BaseModel):
     batch_window_s: float = Field(default=0.002, ge=0.0)
     pause_wait_timeout_s: float = Field(default=300.0, gt=0.0)
     health_timeout_s: float = Field(default=30.0, gt=0.0)
+    weights_group_timeout_s: float = Field(
+        default=120.0, gt=0.0, description="Deadline to join a weight-update group and for each broadcast."
+    )
 
 
 @dataclass(eq=False)
@@ -78,6 +82,7 @@ class CPUEngine:
         self._closing = False
         self._in_flight: dict[str, Sequence] = {}
         self._rng = torch.Generator().manual_seed(settings.random_seed)
+        self._weights_groups: dict[str, WeightsGroup] = {}
         self._queue: asyncio.Queue[_Group] = asyncio.Queue()
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="cpu-engine-compute")
         self._scheduler: asyncio.Task[None] | None = None
@@ -100,6 +105,8 @@ class CPUEngine:
             if not group.future.done():
                 group.future.set_exception(RequestError("engine shutting down", status=503))
         self._executor.shutdown(wait=True, cancel_futures=True)
+        for name in list(self._weights_groups):
+            self._drop_group(name)
 
     async def __aenter__(self) -> CPUEngine:
         await self.start()
@@ -217,6 +224,102 @@ class CPUEngine:
         count = await self._update(read_and_load, weight_version, abort_all_requests)
         self.model_path = model_path
         return count
+
+    async def init_weights_update_group(
+        self, *, master_address: str, master_port: int, rank_offset: int, world_size: int, group_name: str, backend: str
+    ) -> None:
+        """Join the trainer's weight-update group as rank ``rank_offset`` (one TP rank here), in a thread."""
+        if group_name in self._weights_groups:
+            raise RequestError(f"group_name: weight-update group {group_name!r} already exists; destroy it first")
+        if backend != "gloo":
+            raise RequestError(f"backend: the CPU engine supports 'gloo' only, got {backend!r}")
+        if rank_offset >= world_size:
+            raise RequestError(f"rank_offset {rank_offset} must be below world_size {world_size}")
+        timeout_s = self.settings.weights_group_timeout_s
+
+        def join() -> WeightsGroup:
+            return WeightsGroup(
+                master_address=master_address,
+                master_port=master_port,
+                rank=rank_offset,
+                world_size=world_size,
+                group_name=group_name,
+                backend=backend,
+                timeout_s=timeout_s,
+            )
+
+        try:
+            group = await asyncio.wait_for(asyncio.to_thread(join), timeout_s + 5.0)
+        except asyncio.TimeoutError as exc:
+            raise RequestError(
+                f"could not join weight-update group {group_name!r} at {master_address}:{master_port} "
+                f"within {timeout_s}s",
+                status=504,
+            ) from exc
+        except Exception as exc:
+            raise RequestError(
+                f"could not join weight-update group {group_name!r} at {master_address}:{master_port}: {exc}",
+                status=500,
+            ) from exc
+        self._weights_groups[group_name] = group
+        logger.info("joined weight-update group %r as rank %d/%d", group_name, rank_offset, world_size)
+
+    async def update_weights_from_distributed(
+        self,
+        *,
+        names: list[str],
+        dtypes: list[str],
+        shapes: list[list[int]],
+        group_name: str,
+        weight_version: str | None,
+        abort_all_requests: bool,
+    ) -> int:
+        """Receive the named tensors by broadcast from rank 0, then load them all (or none)."""
+        group = self._weights_groups.get(group_name)
+        if group is None:
+            raise RequestError(f"group_name: no weight-update group {group_name!r}; call /init_weights_update_group")
+        if not len(names) == len(dtypes) == len(shapes):
+            raise RequestError(
+                f"names, dtypes and shapes must have the same length, got {len(names)}, {len(dtypes)}, {len(shapes)}"
+            )
+        empties: list[tuple[str, torch.Tensor]] = []
+        for name, dtype, shape in zip(names, dtypes, shapes, strict=True):
+            try:
+                empties.append((name, torch.empty(shape, dtype=dtype_from_name(dtype), device="meta")))
+            except (ValueError, RuntimeError, TypeError) as exc:
+                raise RequestError(f"parameter {name!r}: {exc}") from exc
+        try:  # refuse before receiving anything: nothing has been broadcast into this engine yet
+            check_named_tensors(self.model.config, empties, require_all=False)
+        except WeightsError as exc:
+            raise RequestError(str(exc)) from exc
+
+        def receive_and_load() -> int:
+            received: list[tuple[str, torch.Tensor]] = []
+            for name, meta in empties:
+                tensor = torch.empty(meta.shape, dtype=meta.dtype)
+                try:
+                    group.broadcast(tensor)
+                except Exception as exc:
+                    self._drop_group(group_name, abort=True)  # out of step with the trainer: unusable
+                    raise RequestError(
+                        f"receiving parameter {name!r} in group {group_name!r} failed: {exc}", status=500
+                    ) from exc
+                received.append((name, tensor))
+            return self._load_locked(received, require_all=False)
+
+        return await self._update(receive_and_load, weight_version, abort_all_requests)
+
+    def destroy_weights_update_group(self, group_name: str) -> None:
+        if group_name not in self._weights_groups:
+            raise RequestError(f"group_name: no weight-update group {group_name!r}")
+        # abort, not a graceful shutdown: after a refused update the trainer may still have a send pending
+        self._drop_group(group_name, abort=True)
+
+    def _drop_group(self, group_name: str, *, abort: bool = False) -> None:
+        group = self._weights_groups.pop(group_name, None)
+        if group is not None:
+            group.close(abort=abort)
+            logger.info("left weight-update group %r", group_name)
 
     def release_memory(self, tags: list[str] | None) -> list[str]:
         """Mark memory released; refused while requests are in flight (as SGLang requires idle)."""

@@ -284,6 +284,34 @@ class UpdateWeightsFromDiskRequest(_Strict):
     weight_version: str | None = None
 
 
+class InitWeightsUpdateGroupRequest(_Strict):
+    """Join a weight-update group hosted by the trainer (rank 0); this engine is rank ``rank_offset``."""
+
+    master_address: str = Field(min_length=1)
+    master_port: int = Field(gt=0, lt=65536)
+    rank_offset: int = Field(ge=1)
+    world_size: int = Field(ge=2)
+    group_name: str = Field(default="weight_update_group", min_length=1)
+    backend: Literal["gloo", "nccl"] = "gloo"
+
+
+class UpdateWeightsFromDistributedRequest(_Strict):
+    """Receive ``names[i]`` (``dtypes[i]`` as a torch dtype name, ``shapes[i]``) by broadcast from rank 0."""
+
+    names: list[str] = Field(min_length=1)
+    dtypes: list[str]
+    shapes: list[list[int]]
+    group_name: str = "weight_update_group"
+    flush_cache: bool = True
+    abort_all_requests: bool = False
+    weight_version: str | None = None
+    load_format: None = None
+
+
+class DestroyWeightsUpdateGroupRequest(_Strict):
+    group_name: str = "weight_update_group"
+
+
 class MemoryOccupationRequest(_Strict):
     """Which memory to release/resume; ``None`` means all of it."""
 

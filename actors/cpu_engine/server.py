@@ -17,10 +17,13 @@ from aiohttp import web
 from actors.cpu_engine.engine import CPUEngine
 from actors.cpu_engine.protocol import (
     AbortRequest,
+    DestroyWeightsUpdateGroupRequest,
+    InitWeightsUpdateGroupRequest,
     MemoryOccupationRequest,
     PauseGenerationRequest,
     RequestError,
     UpdateWeightsFromDiskRequest,
+    UpdateWeightsFromDistributedRequest,
     UpdateWeightsFromTensorRequest,
     expand_generate_request,
     parse,
@@ -147,6 +150,32 @@ async def update_weights_from_disk(request: web.Request) -> web.Response:
     )
 
 
+async def init_weights_update_group(request: web.Request) -> web.Response:
+    body: InitWeightsUpdateGroupRequest = parse(InitWeightsUpdateGroupRequest, await _body(request))
+    await request.app[ENGINE].init_weights_update_group(**body.model_dump())
+    return _ok(message=f"joined weight-update group {body.group_name!r} as rank {body.rank_offset}")
+
+
+async def update_weights_from_distributed(request: web.Request) -> web.Response:
+    engine = request.app[ENGINE]
+    body: UpdateWeightsFromDistributedRequest = parse(UpdateWeightsFromDistributedRequest, await _body(request))
+    count = await engine.update_weights_from_distributed(
+        names=body.names,
+        dtypes=body.dtypes,
+        shapes=body.shapes,
+        group_name=body.group_name,
+        weight_version=body.weight_version,
+        abort_all_requests=body.abort_all_requests,
+    )
+    return _ok(message=f"loaded {count} tensors", num_tensors=count, weight_version=engine.weight_version)
+
+
+async def destroy_weights_update_group(request: web.Request) -> web.Response:
+    body: DestroyWeightsUpdateGroupRequest = parse(DestroyWeightsUpdateGroupRequest, await _body(request))
+    request.app[ENGINE].destroy_weights_update_group(body.group_name)
+    return _ok(message=f"destroyed weight-update group {body.group_name!r}")
+
+
 async def release_memory_occupation(request: web.Request) -> web.Response:
     body: MemoryOccupationRequest = parse(MemoryOccupationRequest, await _body(request))
     return _ok(released=request.app[ENGINE].release_memory(body.tags))
@@ -201,6 +230,9 @@ def create_app(engine: CPUEngine, *, host: str, port: int) -> web.Application:
             post("/continue_generation", continue_generation),
             post("/update_weights_from_tensor", update_weights_from_tensor),
             post("/update_weights_from_disk", update_weights_from_disk),
+            post("/init_weights_update_group", init_weights_update_group),
+            post("/update_weights_from_distributed", update_weights_from_distributed),
+            post("/destroy_weights_update_group", destroy_weights_update_group),
             post("/release_memory_occupation", release_memory_occupation),
             post("/resume_memory_occupation", resume_memory_occupation),
             post("/abort_request", abort_request),

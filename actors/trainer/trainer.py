@@ -38,7 +38,7 @@ from actors.trainer.errors import BatchRejected, TrainerError, TrainerFailed, We
 from actors.trainer.grads import allreduce_gradients, clip_gradients
 from actors.trainer.hf_export import export_hf
 from actors.trainer.loss import policy_gradient_loss_sum
-from actors.trainer.weights_push import push_to_engines
+from actors.trainer.weights_push import push_over_group, push_to_engines
 
 logger = logging.getLogger(__name__)
 
@@ -327,6 +327,51 @@ class Trainer:
                     )
                 except WeightPushError as exc:
                     error = str(exc)
+            if not all_ok(not error):
+                raise WeightPushError(error or f"rank {self._layout.rank}: rank 0 failed to push the weights")
+            return replies
+
+    def push_weights_over_group(
+        self,
+        urls: list[str],
+        weight_version: str,
+        *,
+        master_address: str,
+        master_port: int,
+        backend: str | None = None,
+        bucket_bytes: int | None = None,
+        timeout_s: float = 120.0,
+    ) -> list[dict[str, object]]:
+        """Broadcast the current weights to each engine over a torch.distributed group (collective).
+
+        SGLang's protocol (``/init_weights_update_group``, ``/update_weights_from_distributed``,
+        ``/destroy_weights_update_group``): global rank 0 hosts the group at ``master_address:master_port``
+        as its rank 0, engine ``i`` joins as rank ``1 + i``. ``backend`` defaults to ``nccl`` with CUDA and
+        ``gloo`` otherwise. DP replica 0 gathers its TP shards, rank 0 pushes, other ranks return ``[]``; if
+        any engine fails, every rank raises :class:`WeightPushError`. Keep the push (about ``timeout_s`` per
+        bucket plus two) under ``collective_timeout_s``: the other ranks wait for rank 0 meanwhile.
+        """
+        with self._running("push_weights_over_group"):
+            replies: list[dict[str, object]] = []
+            error = ""
+            pairs = self._export() if self._layout.dp_rank == 0 else []
+            if self._layout.rank == 0:
+                chosen = backend or ("nccl" if self._layout.device.type == "cuda" else "gloo")
+                try:
+                    replies = push_over_group(
+                        urls,
+                        pairs,
+                        weight_version=weight_version,
+                        master_address=master_address,
+                        master_port=master_port,
+                        backend=chosen,
+                        bucket_bytes=bucket_bytes,
+                        timeout_s=timeout_s,
+                    )
+                except WeightPushError as exc:
+                    error = str(exc)
+                except Exception as exc:  # anything else from the group: report it as a push failure
+                    error = f"weight push over {chosen} group failed: {type(exc).__name__}: {exc}"
             if not all_ok(not error):
                 raise WeightPushError(error or f"rank {self._layout.rank}: rank 0 failed to push the weights")
             return replies
