@@ -106,7 +106,26 @@ class ReadinessCheck(BaseModel):
         return self
 
 
-class ServeWorkerSpec(BaseModel):
+class _ProcessSpec(BaseModel):
+    """What every worker process has: its environment and its GPUs (validated alike for both kinds)."""
+
+    model_config = _FROZEN
+
+    env: dict[str, str] = Field(default_factory=dict)
+    gpus: float = Field(default=0.0, description="GPUs per worker; fractions share one GPU (colocation)")
+
+    @field_validator("env")
+    @classmethod
+    def _env(cls, value: dict[str, str]) -> dict[str, str]:
+        return _check_env(value)
+
+    @field_validator("gpus")
+    @classmethod
+    def _gpus(cls, value: float) -> float:
+        return _check_gpus(value)
+
+
+class ServeWorkerSpec(_ProcessSpec):
     """An actor (class by dotted path, keyword-only constructor) hosted in a ``runtime.worker`` process."""
 
     model_config = _FROZEN
@@ -115,8 +134,6 @@ class ServeWorkerSpec(BaseModel):
     actor_class: str = Field(description="'pkg.module:Class'")
     kwargs: dict[str, Any] = Field(default_factory=dict, description="keyword-only constructor arguments")
     concurrency_groups: dict[str, int] | None = Field(default=None, description="group name -> max concurrency")
-    gpus: float = Field(default=0.0, description="GPUs per worker; fractions share one GPU (colocation)")
-    env: dict[str, str] = Field(default_factory=dict)
     plan_kwargs: tuple[str, ...] = Field(
         default=(),
         description="plan values added to the constructor kwargs, e.g. ['rank', 'world_size', 'master_addr', "
@@ -148,23 +165,13 @@ class ServeWorkerSpec(BaseModel):
                 raise ValueError(f"concurrency group {name!r} must allow at least 1 call, got {limit}")
         return value
 
-    @field_validator("env")
-    @classmethod
-    def _env(cls, value: dict[str, str]) -> dict[str, str]:
-        return _check_env(value)
-
-    @field_validator("gpus")
-    @classmethod
-    def _gpus(cls, value: float) -> float:
-        return _check_gpus(value)
-
     @property
     def port_names(self) -> dict[str, PortScope]:
         """Ports the launcher allocates for this worker (the actor endpoint)."""
         return {"port": PortScope.WORKER}
 
 
-class CommandWorkerSpec(BaseModel):
+class CommandWorkerSpec(_ProcessSpec):
     """A process started from a command template, with named ports and a readiness check."""
 
     model_config = _FROZEN
@@ -172,23 +179,11 @@ class CommandWorkerSpec(BaseModel):
     kind: Literal["command"] = "command"
     command: str = Field(description="split shell-style after formatting; no pipes (wrap in `sh -c` if needed)")
     ports: dict[str, PortScope] = Field(default_factory=lambda: {"port": PortScope.WORKER})
-    env: dict[str, str] = Field(default_factory=dict)
     ready: ReadinessCheck = Field(default_factory=lambda: ReadinessCheck(kind="tcp", port="port"))
-    gpus: float = 0.0
     stop_grace_s: float = Field(default=10.0, ge=0, description="SIGTERM to SIGKILL on stop")
     metrics_port: str | None = Field(
         default=None, description="name of a declared port serving Prometheus /metrics (listed for discovery)"
     )
-
-    @field_validator("env")
-    @classmethod
-    def _env(cls, value: dict[str, str]) -> dict[str, str]:
-        return _check_env(value)
-
-    @field_validator("gpus")
-    @classmethod
-    def _gpus(cls, value: float) -> float:
-        return _check_gpus(value)
 
     @model_validator(mode="after")
     def _template(self) -> CommandWorkerSpec:

@@ -83,6 +83,21 @@ async def _construct(
         ) from None
 
 
+def handle_from_record(endpoint: str, record: dict[str, Any], **extra: Any) -> ActorHandle:
+    """A handle to the incarnation described by ``__construct__``'s or ``__health__``'s record."""
+    return ActorHandle(
+        endpoint=endpoint,
+        name=record["name"],
+        class_path=record["class_path"],
+        boot_id=record["boot_id"],
+        host=record["host"],
+        pid=record["pid"],
+        machine_id=record["machine_id"],
+        metrics_port=record.get("metrics_port"),
+        **extra,
+    )
+
+
 async def attach_async(
     endpoint: str,
     actor_class: type | str,
@@ -116,19 +131,7 @@ async def attach_async(
     )
     options = _options(name, concurrency_groups, max_concurrency, limits)
     built = await _construct(bootstrap, ref, kwargs, options, deadline_s, label)
-    handle = ActorHandle(
-        endpoint=endpoint,
-        name=built["name"],
-        class_path=built["class_path"],
-        boot_id=built["boot_id"],
-        host=built["host"],
-        pid=built["pid"],
-        machine_id=built["machine_id"],
-        info=info,
-        metrics_port=built.get("metrics_port"),
-        curve_dir=curve_dir,
-        **liveness,
-    )
+    handle = handle_from_record(endpoint, built, info=info, curve_dir=curve_dir, **liveness)
     if name:
         register_name(name, handle)
     return handle
@@ -279,17 +282,7 @@ async def connect_async(endpoint: str, *, deadline_s: float = 10.0, curve_dir: C
     health = await probe.method("__health__").options(deadline_s=deadline_s)()
     if not health["constructed"]:
         raise RuntimeError(f"the worker at {endpoint} holds no actor yet; use attach() to construct one")
-    return ActorHandle(
-        endpoint=endpoint,
-        name=health["name"],
-        class_path=health["class_path"],
-        boot_id=health["boot_id"],
-        host=health["host"],
-        pid=health["pid"],
-        machine_id=health["machine_id"],
-        metrics_port=health.get("metrics_port"),
-        curve_dir=curve_dir,
-    )
+    return handle_from_record(endpoint, health, curve_dir=curve_dir)
 
 
 def connect(endpoint: str, *, deadline_s: float = 10.0, curve_dir: CurveDir = FROM_ENV) -> ActorHandle:
