@@ -114,3 +114,23 @@ def wait_for(what: str, probe: Any, timeout_s: float, interval_s: float = 0.1) -
             return last
         time.sleep(interval_s)
     raise AssertionError(f"{what} within {timeout_s}s (last: {last!r})")
+
+
+def launch_until_job_runs(argv: list[str], marker: Path, *, timeout_s: float = 60.0) -> subprocess.Popen[bytes]:
+    """Start a launcher (``argv``) whose job writes ``marker`` when it runs; return it once the job runs.
+
+    Fails the test, with the launcher's stderr, if it exits first or the job does not start within ``timeout_s``.
+    """
+    launcher = subprocess.Popen(
+        argv, env=subprocess_env(MILES_TEST_MARKER=str(marker)), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE
+    )
+    deadline = time.monotonic() + timeout_s
+    while not marker.exists():
+        if launcher.poll() is not None:
+            raise AssertionError(f"the launcher exited with {launcher.returncode}: {launcher.stderr.read().decode()}")
+        if time.monotonic() > deadline:
+            launcher.kill()
+            launcher.wait(10)
+            raise AssertionError(f"the launcher never started the job within {timeout_s} s")
+        time.sleep(0.1)
+    return launcher

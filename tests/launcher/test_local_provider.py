@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -14,7 +13,7 @@ from typing import Any
 import psutil
 import pytest
 import toml_text
-from launch_helpers import PYTHON, local_host, subprocess_env
+from launch_helpers import PYTHON, launch_until_job_runs, local_host
 
 from launcher.errors import HostCheckError, WorkerStartError
 from launcher.hosts_config import parse_config
@@ -157,18 +156,9 @@ def test_kill9_of_launcher_leaves_nothing(tmp_path: Path) -> None:
     )
     text = cfg_path.read_text().replace("launch_jobs:exit_code", "launch_jobs:wait_forever")
     cfg_path.write_text(text)
-    marker = tmp_path / "marker.json"
-    launcher = subprocess.Popen(
-        [PYTHON, "-m", "launcher.cli", str(cfg_path), "--no-logs"],
-        env=subprocess_env(MILES_TEST_MARKER=str(marker)),
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
+    launcher = launch_until_job_runs(
+        [PYTHON, "-m", "launcher.cli", str(cfg_path), "--no-logs"], tmp_path / "marker.json"
     )
-    deadline = time.monotonic() + 60
-    while not marker.exists():
-        assert launcher.poll() is None, launcher.stderr.read().decode() if launcher.stderr else ""
-        assert time.monotonic() < deadline, "launcher never started the job"
-        time.sleep(0.1)
     everything = [p.pid for p in psutil.Process(launcher.pid).children(recursive=True)]
     assert len(everything) >= 5  # 2 agents + 3 workers
     launcher.send_signal(signal.SIGKILL)

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import toml_text
-from launch_helpers import PYTHON, NetnsCluster, ssh_host, subprocess_env
+from launch_helpers import PYTHON, NetnsCluster, launch_until_job_runs, ssh_host, subprocess_env
 from sshd_fixture import SshKeys
 
 COUNTER = {"kind": "serve", "actor_class": "launch_actors:Counter", "kwargs": {"start": 1}}
@@ -70,17 +70,7 @@ def test_actors_on_two_hosts_call_across(netns_cluster: NetnsCluster, ssh_keys: 
 def test_kill9_of_launcher_empties_every_host(netns_cluster: NetnsCluster, ssh_keys: SshKeys, tmp_path: Path) -> None:
     marker = tmp_path / "marker.json"
     config = write(tmp_path, netns_cluster, ssh_keys, "launch_jobs:wait_forever")
-    launcher = subprocess.Popen(
-        launcher_argv(netns_cluster, config),
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-        env=subprocess_env(MILES_TEST_MARKER=str(marker)),
-    )
-    deadline = time.monotonic() + 90
-    while not marker.exists():
-        assert launcher.poll() is None, launcher.stderr.read().decode() if launcher.stderr else ""
-        assert time.monotonic() < deadline
-        time.sleep(0.1)
+    launcher = launch_until_job_runs(launcher_argv(netns_cluster, config), marker, timeout_s=90)
     before = netns_cluster.stray_pids()
     assert all(len(pids) >= 3 for pids in before.values()), before  # sshd session + agent + 2 workers each
     launcher.send_signal(signal.SIGKILL)

@@ -10,8 +10,7 @@ from typing import Any
 
 import psutil
 import pytest
-import toml_text
-from launch_helpers import PYTHON, ssh_host, subprocess_env
+from launch_helpers import PYTHON, launch_until_job_runs, ssh_host, subprocess_env, write_hosts_toml
 from sshd_fixture import Sshd, SshKeys, free_port
 
 from launcher.errors import HostAuthError, HostCheckError, HostUnreachable, WorkerStartError
@@ -19,24 +18,6 @@ from launcher.hosts_config import parse_config
 from launcher.ssh_provider import SSHProvider
 
 COUNTER = {"kind": "serve", "actor_class": "launch_actors:Counter", "kwargs": {"start": 1}}
-
-
-def write_config(
-    tmp_path: Path,
-    hosts: list[dict[str, Any]],
-    pools: list[dict[str, Any]],
-    job: str = "launch_jobs:exit_code",
-    **launcher: Any,
-) -> Path:
-    data = {
-        "launcher": {"workdir": str(tmp_path / "run"), "stop_grace_s": 2, "connect_timeout_s": 5, **launcher},
-        "hosts": hosts,
-        "job": {"entrypoint": job},
-        "pools": pools,
-    }
-    path = tmp_path / "hosts.toml"
-    path.write_text(toml_text.dump(data))
-    return path
 
 
 def load(path: Path) -> Any:
@@ -55,7 +36,7 @@ def wait_no_sessions(sshd: Sshd, timeout: float = 10.0) -> list[int]:
 
 
 def test_serve_actors_on_two_ssh_hosts(loopback_sshd: Sshd, ssh_keys: SshKeys, tmp_path: Path) -> None:
-    path = write_config(
+    path = write_hosts_toml(
         tmp_path,
         two_hosts(loopback_sshd, ssh_keys, tmp_path, gpus=2),
         [{"id": "c", "cells": 2, "workers_per_cell": 2, "strategy": "SPREAD", "worker": {**COUNTER, "gpus": 1}}],
@@ -76,7 +57,7 @@ def test_serve_actors_on_two_ssh_hosts(loopback_sshd: Sshd, ssh_keys: SshKeys, t
 
 
 def test_worker_death_over_ssh_is_reported(loopback_sshd: Sshd, ssh_keys: SshKeys, tmp_path: Path) -> None:
-    path = write_config(
+    path = write_hosts_toml(
         tmp_path,
         two_hosts(loopback_sshd, ssh_keys, tmp_path),
         [{"id": "c", "cells": 2, "strategy": "SPREAD", "worker": COUNTER}],
@@ -95,7 +76,7 @@ def test_bad_key_gives_clear_error_fast(loopback_sshd: Sshd, ssh_keys: SshKeys, 
     host = ssh_host("a", "127.0.0.1", loopback_sshd.port, ssh_keys, tmp_path / "a")
     host["ssh"]["key_file"] = str(ssh_keys.bad_client_key)
     started = time.monotonic()
-    with SSHProvider(load(write_config(tmp_path, [host], [{"id": "c", "worker": COUNTER}]))) as provider:
+    with SSHProvider(load(write_hosts_toml(tmp_path, [host], [{"id": "c", "worker": COUNTER}]))) as provider:
         with pytest.raises(HostAuthError) as info:
             provider.connect()
     assert time.monotonic() - started < 5
@@ -106,7 +87,7 @@ def test_bad_key_gives_clear_error_fast(loopback_sshd: Sshd, ssh_keys: SshKeys, 
 def test_missing_key_file(loopback_sshd: Sshd, ssh_keys: SshKeys, tmp_path: Path) -> None:
     host = ssh_host("a", "127.0.0.1", loopback_sshd.port, ssh_keys, tmp_path / "a")
     host["ssh"]["key_file"] = str(tmp_path / "nope")
-    with SSHProvider(load(write_config(tmp_path, [host], [{"id": "c", "worker": COUNTER}]))) as provider:
+    with SSHProvider(load(write_hosts_toml(tmp_path, [host], [{"id": "c", "worker": COUNTER}]))) as provider:
         with pytest.raises(HostAuthError, match="does not exist"):
             provider.connect()
 
@@ -114,7 +95,7 @@ def test_missing_key_file(loopback_sshd: Sshd, ssh_keys: SshKeys, tmp_path: Path
 def test_refused_port_gives_clear_error_fast(ssh_keys: SshKeys, tmp_path: Path) -> None:
     host = ssh_host("a", "127.0.0.1", free_port(), ssh_keys, tmp_path / "a")
     started = time.monotonic()
-    with SSHProvider(load(write_config(tmp_path, [host], [{"id": "c", "worker": COUNTER}]))) as provider:
+    with SSHProvider(load(write_hosts_toml(tmp_path, [host], [{"id": "c", "worker": COUNTER}]))) as provider:
         with pytest.raises(HostUnreachable, match=r"host 'a' \(root@127.0.0.1:\d+\): cannot connect"):
             provider.connect()
     assert time.monotonic() - started < 5
@@ -134,7 +115,7 @@ def test_host_python_and_package_are_checked(
         pytest.skip("no system python3")
     host = ssh_host("a", "127.0.0.1", loopback_sshd.port, ssh_keys, tmp_path / "a", python=python)
     host["env"] = {}  # no PYTHONPATH: the system python must not see the package
-    with SSHProvider(load(write_config(tmp_path, [host], [{"id": "c", "worker": COUNTER}]))) as provider:
+    with SSHProvider(load(write_hosts_toml(tmp_path, [host], [{"id": "c", "worker": COUNTER}]))) as provider:
         with pytest.raises(HostCheckError, match=expected) as info:
             provider.connect()
     assert "host 'a'" in str(info.value)
@@ -148,7 +129,7 @@ def test_start_failure_over_ssh_cleans_up(loopback_sshd: Sshd, ssh_keys: SshKeys
         "ports": {},
         "ready": {"kind": "none"},
     }
-    path = write_config(
+    path = write_hosts_toml(
         tmp_path,
         two_hosts(loopback_sshd, ssh_keys, tmp_path),
         [{"id": "ok", "worker": COUNTER}, {"id": "bad", "hosts": ["b"], "worker": bad}],
@@ -160,24 +141,13 @@ def test_start_failure_over_ssh_cleans_up(loopback_sshd: Sshd, ssh_keys: SshKeys
 
 
 def test_kill9_of_launcher_leaves_nothing_over_ssh(loopback_sshd: Sshd, ssh_keys: SshKeys, tmp_path: Path) -> None:
-    path = write_config(
+    path = write_hosts_toml(
         tmp_path,
         two_hosts(loopback_sshd, ssh_keys, tmp_path),
         [{"id": "c", "cells": 4, "strategy": "SPREAD", "worker": COUNTER}],
         job="launch_jobs:wait_forever",
     )
-    marker = tmp_path / "marker.json"
-    launcher = subprocess.Popen(
-        [PYTHON, "-m", "launcher.cli", str(path), "--no-logs"],
-        env=subprocess_env(MILES_TEST_MARKER=str(marker)),
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-    )
-    deadline = time.monotonic() + 60
-    while not marker.exists():
-        assert launcher.poll() is None, launcher.stderr.read().decode() if launcher.stderr else ""
-        assert time.monotonic() < deadline
-        time.sleep(0.1)
+    launcher = launch_until_job_runs([PYTHON, "-m", "launcher.cli", str(path), "--no-logs"], tmp_path / "marker.json")
     remote = loopback_sshd.session_pids()
     workers = [p for p in remote if "runtime.worker" in " ".join(psutil.Process(p).cmdline())]
     assert len(workers) == 4
@@ -187,23 +157,13 @@ def test_kill9_of_launcher_leaves_nothing_over_ssh(loopback_sshd: Sshd, ssh_keys
 
 
 def test_status_and_down_over_ssh(loopback_sshd: Sshd, ssh_keys: SshKeys, tmp_path: Path) -> None:
-    path = write_config(
+    path = write_hosts_toml(
         tmp_path,
         two_hosts(loopback_sshd, ssh_keys, tmp_path),
         [{"id": "c", "cells": 2, "strategy": "SPREAD", "worker": COUNTER}],
         job="launch_jobs:wait_forever",
     )
-    marker = tmp_path / "marker.json"
-    launcher = subprocess.Popen(
-        [PYTHON, "-m", "launcher.cli", str(path), "--no-logs"],
-        env=subprocess_env(MILES_TEST_MARKER=str(marker)),
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-    )
-    deadline = time.monotonic() + 60
-    while not marker.exists():
-        assert launcher.poll() is None and time.monotonic() < deadline
-        time.sleep(0.1)
+    launcher = launch_until_job_runs([PYTHON, "-m", "launcher.cli", str(path), "--no-logs"], tmp_path / "marker.json")
     status = subprocess.run(
         [PYTHON, "-m", "launcher.cli", "status", str(path)],
         capture_output=True,
