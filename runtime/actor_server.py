@@ -3,6 +3,7 @@
 Message handling happens on the event loop and never blocks: SUBMITs are deduplicated and routed (sync methods
 to their group's thread lane, async methods as tasks, control-plane methods inline), POLL/ACK/PING are answered
 at once. That loop is the control lane: it keeps answering health checks and polls while a sync method runs.
+A lane thread records and sends its own results (the call store and the socket are thread-safe).
 """
 
 from __future__ import annotations
@@ -87,7 +88,7 @@ class ActorServer:
             curve=self.curve,
         )
         self.endpoint.start()
-        self._lanes["__construct__"] = ThreadLane("construct", 1, self._loop, self._finish)
+        self._lanes["__construct__"] = ThreadLane("construct", 1, self._finish)
         self.set_limits(self.store.limits)
         return self.address
 
@@ -117,7 +118,7 @@ class ActorServer:
     def configure(self, info: ActorClassInfo, instance: Any, name: str, max_concurrency: int | None) -> None:
         """Install the constructed instance and its lanes (called by ``__construct__``)."""
         for group, threads in info.concurrency_groups.items():
-            self._lanes[group] = ThreadLane(group, threads, self._loop, self._finish)
+            self._lanes[group] = ThreadLane(group, threads, self._finish)
             slots = (max_concurrency or DEFAULT_ASYNC_CONCURRENCY) if group == "default" else threads
             self._async_slots[group] = asyncio.Semaphore(slots)
         self.name, self.instance = name, instance
@@ -357,11 +358,10 @@ class ActorServer:
                 hook(method_name, outcome, elapsed)
 
     def _finish(self, done: tuple[CallRecord, list[Buffer]]) -> None:
+        """Record a call's result and send it; runs on the loop or on the lane thread that ran the call."""
         record, frames = done
-        if self.store.records.get(record.call_id) is not record:
-            return  # forgotten meanwhile (e.g. expired): nobody to answer
-        self.store.finish(record, frames, time.monotonic())
-        self._send(record.peer, frames)
+        if self.store.finish(record, frames, time.monotonic()):
+            self._send(record.peer, frames)  # else forgotten meanwhile (e.g. expired): nobody to answer
 
     def in_flight(self) -> dict[str, int]:
         """Calls running or queued, per lane."""

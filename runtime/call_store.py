@@ -4,12 +4,14 @@ A call is recorded when its SUBMIT is accepted and keeps its encoded result unti
 a small tombstone remains, so a late duplicate SUBMIT is recognised and never runs again. Results never
 acknowledged are expired by a timer after ``result_ttl_s``. Stored bytes (arguments of queued calls and
 results) count against ``memory_budget_bytes``: past it, new calls are refused with an over-capacity error.
+The store is changed from the event loop and from lane threads (which record results): a lock guards changes.
 """
 
 from __future__ import annotations
 
 import collections
 import enum
+import threading
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -69,6 +71,7 @@ class CallStore:
     tombstones: collections.OrderedDict[bytes, tuple[Tombstone, float]] = field(default_factory=collections.OrderedDict)
     nbytes: int = 0
     expired_total: int = 0
+    lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
     def lookup(self, call_id: bytes) -> CallRecord | Tombstone | None:
         record = self.records.get(call_id)
@@ -93,40 +96,49 @@ class CallStore:
         return None
 
     def add(self, record: CallRecord, incoming_bytes: int) -> None:
-        record.nbytes = incoming_bytes
-        self.nbytes += incoming_bytes
-        self.records[record.call_id] = record
+        with self.lock:
+            record.nbytes = incoming_bytes
+            self.nbytes += incoming_bytes
+            self.records[record.call_id] = record
 
-    def finish(self, record: CallRecord, result: list[Buffer], now: float) -> None:
-        """Keep ``result`` (frames) until acknowledged; argument bytes are released."""
+    def finish(self, record: CallRecord, result: list[Buffer], now: float) -> bool:
+        """Keep ``result`` (frames) until acknowledged; argument bytes are released. False if the call was
+        forgotten meanwhile (expired, or refused before it ran): nobody waits for its result."""
         size = sum(memoryview(frame).nbytes for frame in result)
-        self.nbytes += size - record.nbytes
-        record.nbytes = size
-        record.result = result
-        record.state = CallState.DONE
-        record.finished_at = now
+        with self.lock:
+            if self.records.get(record.call_id) is not record:
+                shared_memory.unlink(record.shared)
+                return False
+            self.nbytes += size - record.nbytes
+            record.nbytes = size
+            record.result = result
+            record.finished_at = now
+            record.state = CallState.DONE  # last: a reader that sees DONE finds the result
+        return True
 
     def ack(self, call_id: bytes, now: float) -> bool:
         """Drop a finished call's result, leaving a tombstone; returns whether anything was freed."""
-        record = self.records.get(call_id)
-        if record is None or record.state is not CallState.DONE:
-            return False
-        self._bury(record, Tombstone.ACKED, now)
-        return True
+        with self.lock:
+            record = self.records.get(call_id)
+            if record is None or record.state is not CallState.DONE:
+                return False
+            self._bury(record, Tombstone.ACKED, now)
+            return True
 
     def expire(self, now: float) -> int:
         """Free results older than the TTL and tombstones past theirs; returns how many results expired."""
         cutoff = now - self.limits.result_ttl_s
-        stale = [r for r in self.records.values() if r.state is CallState.DONE and r.finished_at <= cutoff]
-        for record in stale:
-            self._bury(record, Tombstone.EXPIRED, now)
-        self.expired_total += len(stale)
-        tomb_cutoff = now - self.limits.tombstone_ttl_s
-        while self.tombstones:
-            _, (_, buried_at) = next(iter(self.tombstones.items()))
-            if buried_at > tomb_cutoff and len(self.tombstones) <= self.limits.max_tombstones:
-                break
-            self.tombstones.popitem(last=False)
+        with self.lock:
+            stale = [r for r in self.records.values() if r.state is CallState.DONE and r.finished_at <= cutoff]
+            for record in stale:
+                self._bury(record, Tombstone.EXPIRED, now)
+            self.expired_total += len(stale)
+            tomb_cutoff = now - self.limits.tombstone_ttl_s
+            while self.tombstones:
+                _, (_, buried_at) = next(iter(self.tombstones.items()))
+                if buried_at > tomb_cutoff and len(self.tombstones) <= self.limits.max_tombstones:
+                    break
+                self.tombstones.popitem(last=False)
         return len(stale)
 
     def _bury(self, record: CallRecord, why: Tombstone, now: float) -> None:
@@ -137,11 +149,12 @@ class CallStore:
 
     def forget(self, record: CallRecord) -> None:
         """Remove a call that failed before running (no tombstone: resending it may succeed)."""
-        if self.records.pop(record.call_id, None) is not None:
-            self.nbytes -= record.nbytes
+        with self.lock:
+            if self.records.pop(record.call_id, None) is not None:
+                self.nbytes -= record.nbytes
 
     def stats(self) -> dict[str, Any]:
-        running = sum(1 for r in self.records.values() if r.state is CallState.RUNNING)
+        running = sum(1 for r in list(self.records.values()) if r.state is CallState.RUNNING)
         return {
             "calls": len(self.records),
             "running": running,

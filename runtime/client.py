@@ -2,14 +2,13 @@
 
 In an actor process it is the actor's own loop. In a driver script it is a loop on a background thread, so the
 same handles serve plain synchronous code (``call.result()``) and asyncio code (``await call``). Calls are
-encoded on the caller's thread and handed to the loop in batches: one wake-up carries every call queued since.
+encoded and sent on the caller's thread (see :class:`~runtime.connection.Connection`); replies arrive on the loop.
 """
 
 from __future__ import annotations
 
 import asyncio
 import atexit
-import collections
 import concurrent.futures
 import threading
 from collections.abc import Callable, Coroutine
@@ -17,7 +16,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
 
 import zmq
 
-from runtime.connection import DEFAULT_LIVENESS_TIMEOUT_S, Call, Connection
+from runtime.connection import DEFAULT_LIVENESS_TIMEOUT_S, Connection
 from runtime.errors import DeadlineExceeded
 from runtime.event_loop import new_event_loop
 from transport.security import CurveConfig
@@ -41,8 +40,6 @@ class ClientRuntime:
         self.connections: dict[tuple[str, str | None], Connection] = {}  # by (endpoint, CURVE key directory)
         self.processes: list[ActorProcess] = []
         self._loop_thread_id = thread.ident if thread is not None else threading.get_ident()
-        self._inbox: collections.deque[tuple[Connection, Call]] = collections.deque()
-        self._inbox_scheduled = False
         self.closing = False  # set by shutdown: spawned actors that exit now are not restarted
 
     @classmethod
@@ -120,23 +117,6 @@ class ClientRuntime:
                     conn.actor, conn.host = actor, host
                     conn.same_machine = Connection.shares_memory(machine_id)
             return conn
-
-    def dispatch(self, conn: Connection, call: Call) -> None:
-        """Send ``call`` on ``conn`` from any thread."""
-        if self.on_loop_thread():
-            conn.submit(call)
-            return
-        self._inbox.append((conn, call))
-        if not self._inbox_scheduled:
-            self._inbox_scheduled = True
-            self.loop.call_soon_threadsafe(self._drain_inbox)
-
-    def _drain_inbox(self) -> None:
-        self._inbox_scheduled = False
-        inbox = self._inbox
-        while inbox:
-            conn, call = inbox.popleft()
-            conn.submit(call)
 
     def call_soon(self, fn: Callable[..., Any], *args: Any) -> None:
         """Run ``fn(*args)`` on the loop, from any thread."""

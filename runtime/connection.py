@@ -6,15 +6,23 @@ which is safe because the server dedupes by call id). PINGs while calls are pend
 actor; a process watcher (when we spawned it) reports an exit at once. Replies carry the server's boot id: a
 new one means the actor restarted, and the calls in flight fail with ActorRestarted instead of hanging. While a
 spawner restarts the actor (``hold``), new calls wait for the new incarnation (``release``) or their deadline.
+
+A call may be submitted from any thread. Once the socket is open, the calling thread packs and sends its
+SUBMIT itself (the endpoint's send is thread-safe); everything else runs on the runtime's loop. One lock
+guards the calls table and the state that decides where a call goes, so a call never slips past a restart
+or a death, and calls from one thread leave in the order they were made.
 """
 
 from __future__ import annotations
 
 import asyncio
+import collections
 import concurrent.futures
 import logging
 import os
+import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -57,7 +65,7 @@ class Call:
 
 
 class Connection:
-    """All calls from this process to one actor endpoint. Every method runs on the runtime's loop."""
+    """All calls from this process to one actor endpoint. ``submit`` runs on any thread; the rest on the loop."""
 
     def __init__(
         self,
@@ -86,6 +94,9 @@ class Connection:
         self._acks: list[bytes] = []
         self._heartbeat: asyncio.Task[None] | None = None
         self._last_heard = time.monotonic()
+        self._lock = threading.RLock()
+        self._backlog: collections.deque[Call] = collections.deque()  # calls waiting for the loop to send them
+        self._unarmed: list[Call] = []  # sent from other threads; their deadline timers are set on the loop
 
     @staticmethod
     def shares_memory(machine_id: str) -> bool:
@@ -112,6 +123,38 @@ class Connection:
     # ---- sending ---------------------------------------------------------------------------------------------
 
     def submit(self, call: Call) -> None:
+        """Send ``call`` from any thread: at once when the socket is open, else through the loop."""
+        on_loop = self.runtime.on_loop_thread()
+        wake: Callable[[], None] | None = None
+        with self._lock:
+            if self._backlog or self._socket is None or self._held is not None or self.dead is not None:
+                self._backlog.append(call)  # behind earlier calls that wait for the loop: order is kept
+                if len(self._backlog) == 1:
+                    wake = self._send_backlog
+            else:
+                self._send_submit(call)
+                if call.deadline is not None and on_loop:
+                    self._arm_deadline(call)
+                elif call.deadline is not None:
+                    self._unarmed.append(call)
+                    if len(self._unarmed) == 1:
+                        wake = self._arm_unarmed
+        if wake is not None:
+            self.runtime.call_soon(wake)
+
+    def _send_backlog(self) -> None:
+        with self._lock:
+            while self._backlog:
+                self._submit_on_loop(self._backlog.popleft())
+
+    def _arm_unarmed(self) -> None:
+        with self._lock:
+            calls, self._unarmed = self._unarmed, []
+            for call in calls:
+                if not call.future.done():
+                    self._arm_deadline(call)
+
+    def _submit_on_loop(self, call: Call) -> None:
         if self.dead is not None:
             self._settle(call)
             call.future.set_exception(ActorDied(self.dead, site=self.site(call.method)))
@@ -120,7 +163,11 @@ class Connection:
             self._held[call.call_id] = call
             self._arm_deadline(call)
             return
-        socket = self._ensure_open()
+        self._ensure_open()
+        self._send_submit(call)
+        self._arm_deadline(call)
+
+    def _send_submit(self, call: Call) -> None:
         if not self.calls:
             self._last_heard = time.monotonic()  # silence while idle says nothing about liveness
         self.calls[call.call_id] = call
@@ -135,8 +182,7 @@ class Connection:
         ]
         call.frames = wire.pack(Kind.SUBMIT, meta, call.payload)
         call.sent_at = call.polled_at = time.monotonic()
-        socket.send(call.frames)
-        self._arm_deadline(call)
+        self._socket.send(call.frames)
 
     def _arm_deadline(self, call: Call) -> None:
         if call.deadline is not None and call.timer is None:
@@ -152,8 +198,10 @@ class Connection:
             shared_memory.unlink(call.shared)
 
     def _expire(self, call: Call) -> None:
-        held = self._held.pop(call.call_id, None) if self._held is not None else None
-        if self.calls.pop(call.call_id, None) is call or held is call:
+        with self._lock:
+            held = self._held.pop(call.call_id, None) if self._held is not None else None
+            mine = self.calls.pop(call.call_id, None) is call or held is call
+        if mine:
             self._settle(call)
             call.future.set_exception(
                 DeadlineExceeded(
@@ -164,7 +212,8 @@ class Connection:
 
     def _take_acks(self) -> list[bytes]:
         """Acknowledgements ride on the next SUBMIT; a timer sends them alone when no SUBMIT comes soon."""
-        acks, self._acks = self._acks, []
+        with self._lock:
+            acks, self._acks = self._acks, []
         return acks
 
     def _flush_acks(self) -> None:
@@ -173,9 +222,10 @@ class Connection:
             self._socket.send(wire.pack(Kind.ACK, [acks]))
 
     def _ack(self, call_id: bytes) -> None:
-        if not self._acks:
-            asyncio.get_running_loop().call_later(ACK_DELAY_S, self._flush_acks)
-        self._acks.append(call_id)
+        with self._lock:
+            if not self._acks:
+                asyncio.get_running_loop().call_later(ACK_DELAY_S, self._flush_acks)
+            self._acks.append(call_id)
 
     # ---- receiving -------------------------------------------------------------------------------------------
 
@@ -194,7 +244,8 @@ class Connection:
 
     def _on_result(self, message: wire.Message) -> None:
         call_id, ok, boot_id = bytes(message.meta[0]), message.meta[1], message.meta[2]
-        call = self.calls.pop(call_id, None)
+        with self._lock:
+            call = self.calls.pop(call_id, None)
         self._ack(call_id)  # also for results we no longer wait for: lets the server free them
         if call is None:
             return
@@ -212,26 +263,30 @@ class Connection:
     def _on_status(self, message: wire.Message) -> None:
         call_id, state, boot_id = bytes(message.meta[0]), message.meta[1], message.meta[2]
         self._check_boot(boot_id)
-        call = self.calls.get(call_id)
-        if call is None:
-            return
-        if state == "unknown":  # the SUBMIT never arrived: resending is safe (dedupe by id)
-            self._socket.send(call.frames)
-        elif state in ("acked", "expired"):
+        with self._lock:
+            call = self.calls.get(call_id)
+            if call is None:
+                return
+            if state == "unknown":  # the SUBMIT never arrived: resending is safe (dedupe by id)
+                self._socket.send(call.frames)
+                return
+            if state not in ("acked", "expired"):
+                return
             del self.calls[call_id]
-            self._settle(call)
-            call.future.set_exception(
-                NotDelivered(
-                    f"the actor reports this call's result as {state} before this caller received it "
-                    "(result_ttl_s too short, or the call id was reused)",
-                    site=self.site(call.method),
-                )
+        self._settle(call)
+        call.future.set_exception(
+            NotDelivered(
+                f"the actor reports this call's result as {state} before this caller received it "
+                "(result_ttl_s too short, or the call id was reused)",
+                site=self.site(call.method),
             )
+        )
 
     def _check_boot(self, boot_id: str) -> None:
-        if self.boot_id is None:
-            self.boot_id = boot_id
-        elif boot_id != self.boot_id:
+        with self._lock:
+            if self.boot_id is None or boot_id == self.boot_id:
+                self.boot_id = boot_id
+                return
             old, self.boot_id = self.boot_id, boot_id
             self._fail_all(
                 ActorRestarted, f"the actor restarted (boot id {old} → {boot_id}); calls in flight were lost"
@@ -254,27 +309,31 @@ class Connection:
                 return
             nonce += 1
             self._socket.send(wire.pack(Kind.PING, [nonce]))
-            quiet = [c.call_id for c in self.calls.values() if now - c.polled_at > POLL_AFTER_S]
+            with self._lock:
+                quiet = [c for c in self.calls.values() if now - c.polled_at > POLL_AFTER_S]
+                for call in quiet:
+                    call.polled_at = now
             if quiet:
-                for call_id in quiet:
-                    self.calls[call_id].polled_at = now
-                self._socket.send(wire.pack(Kind.POLL, [quiet]))
+                self._socket.send(wire.pack(Kind.POLL, [[call.call_id for call in quiet]]))
 
     def mark_dead(self, reason: str) -> None:
         """The actor is gone: fail every call in flight and every later call with ActorDied."""
-        if self.dead is None:
+        with self._lock:
+            if self.dead is not None:
+                return
             self.dead = reason
-            if self._heartbeat is not None:
-                self._heartbeat.cancel()
-            self._fail_all(ActorDied, reason)
             held, self._held = self._held, None
-            self._fail(list((held or {}).values()), ActorDied, reason)
+        if self._heartbeat is not None:
+            self._heartbeat.cancel()
+        self._fail_all(ActorDied, reason)
+        self._fail(list((held or {}).values()), ActorDied, reason)
 
     def _refused(self, reason: str) -> None:
         self.mark_dead(f"cannot talk to {self.address}: {reason}")
 
     def _fail_all(self, error: type[Exception], reason: str) -> None:
-        calls, self.calls = self.calls, {}
+        with self._lock:
+            calls, self.calls = self.calls, {}
         self._fail(list(calls.values()), error, reason)
 
     def _fail(self, calls: list[Call], error: type[Exception], reason: str) -> None:
@@ -287,20 +346,23 @@ class Connection:
     def hold(self, reason: str) -> None:
         """The actor's process exited and is being restarted: calls in flight fail with ActorRestarted
         (``reason``); later calls wait for :meth:`release` (or their deadline)."""
-        if self.dead is None:
+        with self._lock:
+            if self.dead is not None:
+                return
             if self._held is None:
                 self._held = {}
-            self._fail_all(ActorRestarted, reason)
+        self._fail_all(ActorRestarted, reason)
 
     def release(self, boot_id: str) -> None:
         """The new incarnation ``boot_id`` is up: send the calls that waited for it."""
-        held, self._held = self._held, None
-        if self.dead is not None:
-            return
-        self.boot_id = boot_id
-        self._last_heard = time.monotonic()
-        for call in (held or {}).values():
-            self.submit(call)
+        with self._lock:
+            held, self._held = self._held, None
+            if self.dead is not None:
+                return
+            self.boot_id = boot_id
+            self._last_heard = time.monotonic()
+            for call in (held or {}).values():
+                self._submit_on_loop(call)
 
     def close(self) -> None:
         self.mark_dead("the connection was closed by this process")

@@ -162,14 +162,14 @@ class ActorHandle:
         shared: list[str] = []
         try:
             if self._conn.same_machine:
-                payload, shared = encode_shared((list(args), kwargs))
+                payload, shared = encode_shared([list(args), kwargs])
             else:
-                payload = encode((list(args), kwargs))
+                payload = encode([list(args), kwargs])
         except UnsupportedTypeError as exc:
             raise _argument_error(self.actor_name, method, args, kwargs, exc) from None
         deadline = time.time() + deadline_s if deadline_s is not None else None
         call = Call(os.urandom(16), method, payload, deadline, validated, shared)
-        self._runtime.dispatch(self._conn, call)
+        self._conn.submit(call)
         return PendingCall(call, self._runtime, f"actor {self.actor_name!r} method {method!r}")
 
     def process_health(self) -> PendingCall:

@@ -5,6 +5,10 @@ sends, which is much cheaper per message than awaiting ``zmq.asyncio`` futures. 
 edge-triggered, so every send re-checks for pending input. A send that meets the high-water mark waits in a
 local queue until the socket is writable again; nothing is dropped on the sending side.
 
+``send`` may be called from any thread: a lock serialises every use of the socket (ZeroMQ allows a socket to
+move between threads behind a full memory barrier, which the lock gives). A thread that sends directly saves
+the hand-off to the loop thread and back, the largest cost of a synchronous call.
+
 Both take an optional :class:`~transport.security.CurveConfig`: the ROUTER then admits only the cluster's
 clients, the DEALER proves it is one. A DEALER can report handshake failures that reconnecting cannot heal
 (a refused key, CURVE on one side only), so a caller fails at once instead of waiting for a liveness timeout.
@@ -15,6 +19,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import logging
+import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -78,6 +83,8 @@ class ZmqEndpoint:
         self.stats = EndpointStats()
         self._on_frames = on_frames
         self._loop: asyncio.AbstractEventLoop | None = None
+        self._loop_thread = 0
+        self._lock = threading.Lock()  # every use of the socket, from any thread
         self._pending: collections.deque[list[Buffer]] = collections.deque()
         self._drain_scheduled = False
         self._closed = False
@@ -90,6 +97,7 @@ class ZmqEndpoint:
     def start(self) -> None:
         """Begin reading; must be called on the loop that will own the socket."""
         self._loop = asyncio.get_running_loop()
+        self._loop_thread = threading.get_ident()
         self._loop.add_reader(self.socket.FD, self._drain)
         self._schedule_drain()
         if self._monitor is not None:
@@ -112,15 +120,35 @@ class ZmqEndpoint:
                     log.exception("%s: handshake failure handler failed", self.name)
 
     def send(self, frames: list[Buffer]) -> None:
-        """Queue a multipart message; large frames go without copying. Must run on the owning loop."""
+        """Send a multipart message from any thread; large frames go without copying.
+
+        If the socket is full, the message waits in a queue that the loop flushes once it is writable again.
+        """
         if self._closed:
             raise ConnectionError(f"{self.name}: endpoint is closed")
-        if self._pending or not self._try_send(frames):
-            self._pending.append(frames)
-            if len(self._pending) == 1:
+        with self._lock:
+            if self._closed:
+                raise ConnectionError(f"{self.name}: endpoint is closed")
+            queued = bool(self._pending) or not self._try_send(frames)
+            if queued:
+                self._pending.append(frames)
+            watch_writable = queued and len(self._pending) == 1
+            # Any socket operation may consume the descriptor's wake-up: look for input the loop would miss.
+            readable = bool(self.socket.getsockopt(zmq.EVENTS) & zmq.POLLIN)
+        if threading.get_ident() == self._loop_thread:
+            if watch_writable:
                 self._loop.add_writer(self.socket.FD, self._flush)
-        if self.socket.getsockopt(zmq.EVENTS) & zmq.POLLIN:
-            self._schedule_drain()
+            if readable:
+                self._schedule_drain()
+        elif watch_writable or readable:
+            self._loop.call_soon_threadsafe(self._after_foreign_send, watch_writable)
+
+    def _after_foreign_send(self, watch_writable: bool) -> None:
+        if self._closed:
+            return
+        if watch_writable and self._pending:
+            self._loop.add_writer(self.socket.FD, self._flush)
+        self._schedule_drain()
 
     def _try_send(self, frames: list[Buffer]) -> bool:
         last = len(frames) - 1
@@ -143,11 +171,14 @@ class ZmqEndpoint:
         return True
 
     def _flush(self) -> None:
-        while self._pending:
-            if not self._try_send(self._pending[0]):
+        with self._lock:
+            if self._closed:
                 return
-            self._pending.popleft()
-        self._loop.remove_writer(self.socket.FD)
+            while self._pending:
+                if not self._try_send(self._pending[0]):
+                    return
+                self._pending.popleft()
+            self._loop.remove_writer(self.socket.FD)
         self._schedule_drain()
 
     def _schedule_drain(self) -> None:
@@ -157,13 +188,12 @@ class ZmqEndpoint:
 
     def _drain(self) -> None:
         self._drain_scheduled = False
-        if self._closed:
-            return
         socket = self.socket
         for _ in range(_DRAIN_BATCH):
-            if not socket.getsockopt(zmq.EVENTS) & zmq.POLLIN:
-                return
-            frames = socket.recv_multipart(zmq.NOBLOCK, copy=False)
+            with self._lock:
+                if self._closed or not socket.getsockopt(zmq.EVENTS) & zmq.POLLIN:
+                    return
+                frames = socket.recv_multipart(zmq.NOBLOCK, copy=False)
             self.stats.messages_in += 1
             self.stats.bytes_in += sum(len(frame) for frame in frames)
             try:
@@ -174,22 +204,23 @@ class ZmqEndpoint:
         self._schedule_drain()  # more may be waiting: yield to other tasks first
 
     def close(self) -> None:
-        """Stop reading and close the socket at once (pending sends are discarded)."""
-        if self._closed:
-            return
-        self._closed = True
-        if self._loop is not None and not self._loop.is_closed():
-            self._loop.remove_reader(self.socket.FD)
-            if self._pending:
-                self._loop.remove_writer(self.socket.FD)
-        self._pending.clear()
-        if self._monitor is not None:
+        """Stop reading and close the socket at once (pending sends are discarded). Call it on the loop."""
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
             if self._loop is not None and not self._loop.is_closed():
-                self._loop.remove_reader(self._monitor.FD)
-            self.socket.disable_monitor()
-            self._monitor.close(linger=0)
-            self._monitor = None
-        self.socket.close(linger=0)
+                self._loop.remove_reader(self.socket.FD)
+                if self._pending:
+                    self._loop.remove_writer(self.socket.FD)
+            self._pending.clear()
+            if self._monitor is not None:
+                if self._loop is not None and not self._loop.is_closed():
+                    self._loop.remove_reader(self._monitor.FD)
+                self.socket.disable_monitor()
+                self._monitor.close(linger=0)
+                self._monitor = None
+            self.socket.close(linger=0)
 
 
 def router(

@@ -26,7 +26,7 @@ class RawClient:
     ) -> tuple[bytes, list[Any]]:
         call_id = call_id or os.urandom(16)
         meta = [call_id, method, None, None, False, acks or [], False]
-        return call_id, wire.pack(Kind.SUBMIT, meta, encode((list(args), kwargs)))
+        return call_id, wire.pack(Kind.SUBMIT, meta, encode([list(args), kwargs]))
 
     def send(self, frames: list[Any]) -> None:
         self.socket.send_multipart(frames)
