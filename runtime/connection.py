@@ -35,6 +35,7 @@ from transport.endpoints import ZmqEndpoint, dealer
 from transport.frames import FrameError
 from transport.protocol import DEFAULT_MAX_HEADER_BYTES, Kind
 from transport.security import CurveConfig
+from transport.waker import Waker
 
 if TYPE_CHECKING:
     from runtime.client import ClientRuntime
@@ -45,6 +46,7 @@ PING_INTERVAL_S = 0.5
 POLL_AFTER_S = 1.0
 DEFAULT_LIVENESS_TIMEOUT_S = 10.0
 ACK_DELAY_S = 0.02
+_WAIT_SLICE_S = 1.0  # a waiting thread looks again at least this often, whatever woke it or not
 
 
 @dataclass(slots=True, eq=False)
@@ -189,11 +191,10 @@ class Connection:
             loop = asyncio.get_running_loop()
             call.timer = loop.call_at(loop.time() + call.deadline - time.time(), self._expire, call)
 
-    @staticmethod
-    def _settle(call: Call) -> None:
+    def _settle(self, call: Call) -> None:
         """The call is over for us: stop its timer, drop the shared-memory files holding its arguments."""
         if call.timer is not None:
-            call.timer.cancel()
+            self.runtime.call_soon(call.timer.cancel)  # timers belong to the loop
         if call.shared:
             shared_memory.unlink(call.shared)
 
@@ -223,11 +224,29 @@ class Connection:
 
     def _ack(self, call_id: bytes) -> None:
         with self._lock:
-            if not self._acks:
+            if not self._acks and self.runtime.on_loop_thread():
                 asyncio.get_running_loop().call_later(ACK_DELAY_S, self._flush_acks)
-            self._acks.append(call_id)
+            self._acks.append(call_id)  # taken by another thread: the next SUBMIT or heartbeat carries it
 
     # ---- receiving -------------------------------------------------------------------------------------------
+
+    def wait(self, call: Call, timeout_s: float | None) -> None:
+        """Block this (non-loop) thread until ``call`` is settled or ``timeout_s`` passes, reading replies off
+        the socket here: the reply then wakes this thread directly, not the loop thread and then this one."""
+        socket = self._socket
+        if socket is None or call.future.done():
+            return
+        waker = Waker.for_this_thread()
+        call.future.add_done_callback(waker.wake)  # settled by another thread (the loop, a death, a timer)
+        until = None if timeout_s is None else time.monotonic() + timeout_s
+        try:
+            while not call.future.done() and not socket.closed:
+                slice_s = _WAIT_SLICE_S if until is None else min(_WAIT_SLICE_S, until - time.monotonic())
+                if slice_s <= 0:
+                    return
+                socket.receive_here(slice_s, waker)
+        finally:
+            waker.clear()
 
     def _on_frames(self, frames: list[Any]) -> None:
         self._last_heard = time.monotonic()
@@ -298,6 +317,7 @@ class Connection:
         nonce = 0
         while self.dead is None:
             await asyncio.sleep(PING_INTERVAL_S)
+            self._flush_acks()
             if not self.calls:
                 continue
             now = time.monotonic()

@@ -27,10 +27,11 @@ from transport.type_registry import register_type
 class PendingCall:
     """A call in flight. ``await call`` in async code, ``call.result(timeout)`` in plain code."""
 
-    __slots__ = ("_call", "_runtime", "_site")
+    __slots__ = ("_call", "_conn", "_runtime", "_site")
 
-    def __init__(self, call: Call, runtime: ClientRuntime, site: str) -> None:
+    def __init__(self, call: Call, conn: Connection, runtime: ClientRuntime, site: str) -> None:
         self._call = call
+        self._conn = conn
         self._runtime = runtime
         self._site = site
 
@@ -52,8 +53,11 @@ class PendingCall:
         """Block until the result arrives; ``timeout`` (s) bounds the wait (the call itself may go on)."""
         if self._runtime.on_loop_thread():
             raise RuntimeError(f"{self._site}: .result() would block the event loop it waits on; use await")
+        started = time.monotonic()
+        self._conn.wait(self._call, timeout)
+        left = None if timeout is None else max(0.0, timeout - (time.monotonic() - started))
         try:
-            return self._call.future.result(timeout)
+            return self._call.future.result(left)
         except concurrent.futures.TimeoutError:
             if self._call.future.done():  # the call's own DeadlineExceeded (a TimeoutError too): keep its message
                 raise
@@ -170,7 +174,7 @@ class ActorHandle:
         deadline = time.time() + deadline_s if deadline_s is not None else None
         call = Call(os.urandom(16), method, payload, deadline, validated, shared)
         self._conn.submit(call)
-        return PendingCall(call, self._runtime, f"actor {self.actor_name!r} method {method!r}")
+        return PendingCall(call, self._conn, self._runtime, f"actor {self.actor_name!r} method {method!r}")
 
     def process_health(self) -> PendingCall:
         """The actor process's health record (answered on the control lane, even during a long sync method)."""

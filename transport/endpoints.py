@@ -19,6 +19,8 @@ from __future__ import annotations
 import asyncio
 import collections
 import logging
+import math
+import select
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -30,11 +32,14 @@ from transport import security
 from transport.codec import Buffer
 from transport.protocol import OUT_OF_BAND_THRESHOLD
 from transport.security import CurveConfig
+from transport.waker import Waker
 
 log = logging.getLogger(__name__)
 
 _DRAIN_BATCH = 512
 _HIGH_WATER_MARK = 100_000
+_RECHECK_MIN_S = 0.001  # a loop that left the socket to a waiting thread looks again after this ...
+_RECHECK_MAX_S = 0.01  # ... doubling up to this, until no thread waits
 
 
 @dataclass
@@ -67,7 +72,11 @@ def _tune(socket: zmq.Socket, *, max_message_bytes: int | None) -> None:
 
 
 class ZmqEndpoint:
-    """One socket driven by the running event loop; ``on_frames`` gets every received multipart message."""
+    """One socket driven by the running event loop; ``on_frames`` gets every received multipart message.
+
+    Readers: the loop, and any thread inside :meth:`receive_here`. While such a thread waits, the loop stops
+    watching the socket (so the reply wakes that thread alone) and looks again after a short, growing delay.
+    """
 
     def __init__(
         self,
@@ -81,11 +90,15 @@ class ZmqEndpoint:
         self.socket = socket
         self.name = name
         self.stats = EndpointStats()
+        self._fd = socket.FD
         self._on_frames = on_frames
         self._loop: asyncio.AbstractEventLoop | None = None
         self._loop_thread = 0
         self._lock = threading.Lock()  # every use of the socket, from any thread
         self._pending: collections.deque[list[Buffer]] = collections.deque()
+        self._waiters: list[Waker] = []  # threads inside receive_here
+        self._loop_reading = False
+        self._recheck_s = _RECHECK_MIN_S
         self._drain_scheduled = False
         self._closed = False
         self._on_handshake_failure = on_handshake_failure
@@ -98,8 +111,7 @@ class ZmqEndpoint:
         """Begin reading; must be called on the loop that will own the socket."""
         self._loop = asyncio.get_running_loop()
         self._loop_thread = threading.get_ident()
-        self._loop.add_reader(self.socket.FD, self._drain)
-        self._schedule_drain()
+        self._resume_reading()
         if self._monitor is not None:
             self._loop.add_reader(self._monitor.FD, self._drain_monitor)
             self._loop.call_soon(self._drain_monitor)
@@ -119,13 +131,13 @@ class ZmqEndpoint:
                 except Exception:
                     log.exception("%s: handshake failure handler failed", self.name)
 
+    # ---- sending ---------------------------------------------------------------------------------------------
+
     def send(self, frames: list[Buffer]) -> None:
         """Send a multipart message from any thread; large frames go without copying.
 
         If the socket is full, the message waits in a queue that the loop flushes once it is writable again.
         """
-        if self._closed:
-            raise ConnectionError(f"{self.name}: endpoint is closed")
         with self._lock:
             if self._closed:
                 raise ConnectionError(f"{self.name}: endpoint is closed")
@@ -133,22 +145,12 @@ class ZmqEndpoint:
             if queued:
                 self._pending.append(frames)
             watch_writable = queued and len(self._pending) == 1
-            # Any socket operation may consume the descriptor's wake-up: look for input the loop would miss.
+            # Any use of the socket may consume its descriptor's wake-up: look for input nobody would notice.
             readable = bool(self.socket.getsockopt(zmq.EVENTS) & zmq.POLLIN)
-        if threading.get_ident() == self._loop_thread:
-            if watch_writable:
-                self._loop.add_writer(self.socket.FD, self._flush)
-            if readable:
-                self._schedule_drain()
-        elif watch_writable or readable:
-            self._loop.call_soon_threadsafe(self._after_foreign_send, watch_writable)
-
-    def _after_foreign_send(self, watch_writable: bool) -> None:
-        if self._closed:
-            return
-        if watch_writable and self._pending:
-            self._loop.add_writer(self.socket.FD, self._flush)
-        self._schedule_drain()
+        if watch_writable:
+            self._on_loop(self._watch_writable)
+        if readable:
+            self._nudge()
 
     def _try_send(self, frames: list[Buffer]) -> bool:
         last = len(frames) - 1
@@ -170,6 +172,11 @@ class ZmqEndpoint:
         self.stats.messages_out += 1
         return True
 
+    def _watch_writable(self) -> None:
+        with self._lock:
+            if self._pending and not self._closed:
+                self._loop.add_writer(self._fd, self._flush)
+
     def _flush(self) -> None:
         with self._lock:
             if self._closed:
@@ -178,8 +185,53 @@ class ZmqEndpoint:
                 if not self._try_send(self._pending[0]):
                     return
                 self._pending.popleft()
-            self._loop.remove_writer(self.socket.FD)
+            self._loop.remove_writer(self._fd)
+        self._nudge()
+
+    # ---- receiving -------------------------------------------------------------------------------------------
+
+    def _on_loop(self, fn: Callable[[], None]) -> None:
+        if threading.get_ident() == self._loop_thread:
+            fn()
+        elif not self._loop.is_closed():
+            self._loop.call_soon_threadsafe(fn)
+
+    def _nudge(self) -> None:
+        """Input may be waiting that no reader was woken for: wake a waiting thread, or else the loop."""
+        with self._lock:
+            waiter = self._waiters[0] if self._waiters else None
+        if waiter is not None:
+            waiter.wake()
+        else:
+            self._on_loop(self._resume_reading)
+
+    def _resume_reading(self) -> None:
+        if self._closed:
+            return
+        if not self._loop_reading:
+            self._loop_reading = True
+            self._loop.add_reader(self._fd, self._drain)
         self._schedule_drain()
+
+    def _pause_reading(self) -> None:
+        """A thread waits in receive_here: leave the socket to it, and look again later."""
+        if self._loop_reading:
+            self._loop_reading = False
+            self._loop.remove_reader(self._fd)
+            self._recheck_s = _RECHECK_MIN_S
+            self._loop.call_later(self._recheck_s, self._recheck)
+
+    def _recheck(self) -> None:
+        """While paused: resume reading once no thread waits (checked after 1, 2, 4 ... 10 ms)."""
+        if self._closed or self._loop_reading:
+            return
+        with self._lock:
+            waiting = bool(self._waiters)
+        if not waiting:
+            self._resume_reading()
+            return
+        self._recheck_s = min(2 * self._recheck_s, _RECHECK_MAX_S)
+        self._loop.call_later(self._recheck_s, self._recheck)
 
     def _schedule_drain(self) -> None:
         if not self._drain_scheduled and not self._closed:
@@ -188,11 +240,20 @@ class ZmqEndpoint:
 
     def _drain(self) -> None:
         self._drain_scheduled = False
+        with self._lock:
+            waiting = bool(self._waiters)
+        if waiting:
+            self._pause_reading()
+        elif self._receive_batch() == _DRAIN_BATCH:
+            self._schedule_drain()  # more may be waiting: yield to other tasks first
+
+    def _receive_batch(self) -> int:
+        """Hand up to ``_DRAIN_BATCH`` received messages to ``on_frames``; returns how many."""
         socket = self.socket
-        for _ in range(_DRAIN_BATCH):
+        for count in range(_DRAIN_BATCH):
             with self._lock:
                 if self._closed or not socket.getsockopt(zmq.EVENTS) & zmq.POLLIN:
-                    return
+                    return count
                 frames = socket.recv_multipart(zmq.NOBLOCK, copy=False)
             self.stats.messages_in += 1
             self.stats.bytes_in += sum(len(frame) for frame in frames)
@@ -201,7 +262,34 @@ class ZmqEndpoint:
             except Exception:  # a handler bug must not stop the socket
                 log.exception("%s: message handler failed", self.name)
                 self.stats.drop("handler_error")
-        self._schedule_drain()  # more may be waiting: yield to other tasks first
+        return _DRAIN_BATCH
+
+    def receive_here(self, timeout_s: float, waker: Waker) -> None:
+        """Receive on the calling thread: handle what has arrived, or else wait up to ``timeout_s`` for input
+        (or for ``waker``) and handle that. ``on_frames`` then runs on this thread.
+
+        A thread that blocks on a reply takes it straight off the socket: the reply wakes that thread, not
+        the loop thread, which would then have to wake it (two thread switches, not one).
+        """
+        with self._lock:
+            if self._closed:
+                return
+            self._waiters.append(waker)
+        received = 0
+        try:
+            received = self._receive_batch()
+            if received == 0:
+                poller = select.poll()
+                poller.register(self._fd, select.POLLIN)
+                poller.register(waker.fd, select.POLLIN)
+                poller.poll(max(0, math.ceil(timeout_s * 1000)))
+                waker.clear()
+                received = self._receive_batch()
+        finally:
+            with self._lock:
+                self._waiters.remove(waker)
+        if received == _DRAIN_BATCH:
+            self._nudge()  # this thread stops here with input left: someone else must read it
 
     def close(self) -> None:
         """Stop reading and close the socket at once (pending sends are discarded). Call it on the loop."""
@@ -209,10 +297,12 @@ class ZmqEndpoint:
             if self._closed:
                 return
             self._closed = True
+            waiters = list(self._waiters)
             if self._loop is not None and not self._loop.is_closed():
-                self._loop.remove_reader(self.socket.FD)
+                if self._loop_reading:
+                    self._loop.remove_reader(self._fd)
                 if self._pending:
-                    self._loop.remove_writer(self.socket.FD)
+                    self._loop.remove_writer(self._fd)
             self._pending.clear()
             if self._monitor is not None:
                 if self._loop is not None and not self._loop.is_closed():
@@ -221,6 +311,8 @@ class ZmqEndpoint:
                 self._monitor.close(linger=0)
                 self._monitor = None
             self.socket.close(linger=0)
+        for waiter in waiters:  # they poll a descriptor that is gone now
+            waiter.wake()
 
 
 def router(

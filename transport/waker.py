@@ -1,0 +1,47 @@
+"""A thread's wake-up descriptor: lets one thread wake another that sleeps in ``poll`` on a socket.
+
+A thread waiting for input on an endpoint (see :meth:`ZmqEndpoint.receive_here`) also polls its waker, so
+another thread can wake it when what it waits for happened elsewhere: its call was settled by the loop, a job
+was queued for it, or a message arrived that only it is there to read.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+
+
+class Waker:
+    """An eventfd (a pipe where there is none): readable once ``wake`` was called, until ``clear``."""
+
+    _local = threading.local()
+
+    def __init__(self) -> None:
+        if hasattr(os, "eventfd"):
+            self.fd = os.eventfd(0, os.EFD_NONBLOCK | os.EFD_CLOEXEC)
+            self._write_fd = self.fd
+        else:  # pragma: no cover - non-Linux
+            self.fd, self._write_fd = os.pipe()
+            os.set_blocking(self.fd, False)
+            os.set_blocking(self._write_fd, False)
+
+    @classmethod
+    def for_this_thread(cls) -> Waker:
+        """The calling thread's waker (made on first use, kept for the thread's life)."""
+        waker = getattr(cls._local, "waker", None)
+        if waker is None:
+            waker = cls._local.waker = cls()
+        return waker
+
+    def wake(self, *_: object) -> None:
+        """Make ``fd`` readable (usable as a callback: extra arguments are ignored)."""
+        try:
+            os.write(self._write_fd, b"\x01\x00\x00\x00\x00\x00\x00\x00")
+        except BlockingIOError:  # already awake: the counter or pipe is full
+            pass
+
+    def clear(self) -> None:
+        try:
+            os.read(self.fd, 4096)
+        except BlockingIOError:
+            pass
