@@ -15,7 +15,7 @@ import os
 import socket
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Coroutine
 from typing import Any
 
 import zmq
@@ -24,7 +24,7 @@ from runtime import builtin_methods
 from runtime.call_store import CallRecord, CallState, CallStore, StoreLimits, Tombstone
 from runtime.errors import CallRejected
 from runtime.lanes import ThreadLane
-from runtime.metadata import DEFAULT_ASYNC_CONCURRENCY, ActorClassInfo, MethodInfo
+from runtime.metadata import DEFAULT_ASYNC_CONCURRENCY, DEFAULT_GROUP, ActorClassInfo, MethodInfo
 from runtime.outcome import error_frames, result_frames
 from transport import frames as wire
 from transport import shared_memory
@@ -33,8 +33,11 @@ from transport.endpoints import ZmqEndpoint, router
 from transport.frames import FrameError
 from transport.protocol import DEFAULT_MAX_HEADER_BYTES, DEFAULT_MAX_MESSAGE_BYTES, Kind
 from transport.security import CurveConfig
+from transport.waker import Waker
 
 log = logging.getLogger(__name__)
+
+_IDLE_RECEIVE_SLICE_S = 1.0  # an idle lane thread reading the socket looks at its queue at least this often
 
 
 class ActorServer:
@@ -67,6 +70,7 @@ class ActorServer:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._loop_thread = 0
         self._lanes: dict[str, ThreadLane] = {}
+        self._dispatch_lock = threading.RLock()
         self._async_slots: dict[str, asyncio.Semaphore] = {}
         self._tasks: set[asyncio.Task[Any]] = set()
         self._sweeper: asyncio.Task[None] | None = None
@@ -118,7 +122,9 @@ class ActorServer:
     def configure(self, info: ActorClassInfo, instance: Any, name: str, max_concurrency: int | None) -> None:
         """Install the constructed instance and its lanes (called by ``__construct__``)."""
         for group, threads in info.concurrency_groups.items():
-            self._lanes[group] = ThreadLane(group, threads, self._finish)
+            # The default lane's idle thread reads the socket itself: a call for it runs with no hand-off.
+            idle_receive = self._receive_while_idle if group == DEFAULT_GROUP else None
+            self._lanes[group] = ThreadLane(group, threads, self._finish, idle_receive=idle_receive)
             slots = (max_concurrency or DEFAULT_ASYNC_CONCURRENCY) if group == "default" else threads
             self._async_slots[group] = asyncio.Semaphore(slots)
         self.name, self.instance = name, instance
@@ -149,7 +155,25 @@ class ActorServer:
 
     # ---- receiving -------------------------------------------------------------------------------------------
 
+    def _receive_while_idle(self, waker: Waker) -> bool:
+        endpoint = self.endpoint
+        if endpoint is None or endpoint.closed:
+            return False
+        endpoint.receive_here(_IDLE_RECEIVE_SLICE_S, waker)
+        return True
+
+    def _on_loop(self, fn: Callable[[], Any]) -> None:
+        """Run ``fn`` on the event loop: async tasks, control-plane and built-in methods belong there."""
+        if threading.get_ident() == self._loop_thread:
+            fn()
+        else:
+            self._loop.call_soon_threadsafe(fn)
+
     def _on_frames(self, frames: list[Any]) -> None:
+        with self._dispatch_lock:  # the loop and an idle lane thread both read: one message at a time
+            self._handle(frames)
+
+    def _handle(self, frames: list[Any]) -> None:
         peer = frames[0].bytes
         try:
             message = wire.unpack(frames[1:], max_header_bytes=DEFAULT_MAX_HEADER_BYTES)
@@ -261,19 +285,19 @@ class ActorServer:
         def run() -> tuple[CallRecord, list[Buffer]]:
             return record, self._execute(record, info, builtin, deadline, validated, body, buffers)
 
-        if builtin is not None:
-            if builtin.threaded:
-                self._lanes["__construct__"].submit(run)
-            else:
-                self._finish(run())
+        if builtin is not None and builtin.threaded:
+            self._lanes["__construct__"].submit(run)
+        elif builtin is not None or info.options.control_plane:
+            self._on_loop(lambda: self._finish(run()))
         elif info.is_async:
-            task = self._loop.create_task(self._run_async(record, info, deadline, validated, body, buffers))
-            self._tasks.add(task)
-            task.add_done_callback(self._tasks.discard)
-        elif info.options.control_plane:
-            self._finish(run())
+            self._on_loop(lambda: self._start_task(self._run_async(record, info, deadline, validated, body, buffers)))
         else:
             self._lanes[info.options.concurrency_group].submit(run)
+
+    def _start_task(self, coro: Coroutine[Any, Any, None]) -> None:
+        task = self._loop.create_task(coro)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
 
     def _reject(self, peer: bytes, call_id: bytes, code: str, message: str) -> None:
         self.stats["rejected_total"] += 1

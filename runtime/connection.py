@@ -239,14 +239,11 @@ class Connection:
         waker = Waker.for_this_thread()
         call.future.add_done_callback(waker.wake)  # settled by another thread (the loop, a death, a timer)
         until = None if timeout_s is None else time.monotonic() + timeout_s
-        try:
-            while not call.future.done() and not socket.closed:
-                slice_s = _WAIT_SLICE_S if until is None else min(_WAIT_SLICE_S, until - time.monotonic())
-                if slice_s <= 0:
-                    return
-                socket.receive_here(slice_s, waker)
-        finally:
-            waker.clear()
+        while not call.future.done() and not socket.closed:
+            slice_s = _WAIT_SLICE_S if until is None else min(_WAIT_SLICE_S, until - time.monotonic())
+            if slice_s <= 0:
+                return
+            socket.receive_here(slice_s, waker)
 
     def _on_frames(self, frames: list[Any]) -> None:
         self._last_heard = time.monotonic()

@@ -3,6 +3,9 @@
 A lane with one thread runs its calls one at a time in submission order (the default group is such a lane).
 Each finished job goes to ``deliver`` on the thread that ran it: the server records the result and sends it
 from there, so a call's answer does not wait for a hand-off back to the event loop.
+
+A lane may also be given ``idle_receive``: its idle threads then read the actor's socket themselves, so a call
+that arrives for an idle lane is taken off the socket and run by the same thread, with no hand-off at all.
 """
 
 from __future__ import annotations
@@ -13,18 +16,35 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
+from transport.waker import Waker
+
 log = logging.getLogger(__name__)
 
 Job = Callable[[], Any]
 
 
 class ThreadLane:
-    """``threads`` worker threads sharing one FIFO queue; each result goes to ``deliver`` on its own thread."""
+    """``threads`` worker threads sharing one FIFO queue; each result goes to ``deliver`` on its own thread.
 
-    def __init__(self, name: str, threads: int, deliver: Callable[[Any], None]) -> None:
+    ``idle_receive(waker)``: what an idle thread does instead of sleeping on the queue; it must return soon
+    after ``waker`` is woken (a job was queued) and may queue jobs itself. It returns False when it cannot
+    receive any more (the socket closed): idle threads then sleep on the queue.
+    """
+
+    def __init__(
+        self,
+        name: str,
+        threads: int,
+        deliver: Callable[[Any], None],
+        *,
+        idle_receive: Callable[[Waker], bool] | None = None,
+    ) -> None:
         self.name = name
         self._deliver = deliver
+        self._idle_receive = idle_receive
         self._queue: queue.SimpleQueue[Job | None] = queue.SimpleQueue()
+        self._idle: list[Waker] = []  # threads inside idle_receive
+        self._idle_lock = threading.Lock()
         self._busy = 0
         self._threads = [
             threading.Thread(target=self._work, name=f"lane-{name}-{index}", daemon=True) for index in range(threads)
@@ -41,12 +61,34 @@ class ThreadLane:
     def queued(self) -> int:
         return self._queue.qsize()
 
-    def submit(self, job: Job) -> None:
+    def submit(self, job: Job | None) -> None:
         self._queue.put(job)
+        with self._idle_lock:
+            idle = self._idle[0] if self._idle else None
+        if idle is not None:
+            idle.wake()
+
+    def _next_job(self, waker: Waker) -> Job | None:
+        while True:
+            try:
+                return self._queue.get_nowait()
+            except queue.Empty:
+                if self._idle_receive is None:
+                    return self._queue.get()
+            with self._idle_lock:
+                self._idle.append(waker)
+            try:
+                # A job queued before this thread was listed woke nobody: look once more before waiting.
+                if self._queue.empty() and not self._idle_receive(waker):
+                    self._idle_receive = None
+            finally:
+                with self._idle_lock:
+                    self._idle.remove(waker)
 
     def _work(self) -> None:
+        waker = Waker.for_this_thread()
         while True:
-            job = self._queue.get()
+            job = self._next_job(waker)
             if job is None:
                 return
             self._busy += 1
@@ -62,4 +104,4 @@ class ThreadLane:
     def stop(self) -> None:
         """Let the threads exit once the jobs already queued have run."""
         for _ in self._threads:
-            self._queue.put(None)
+            self.submit(None)

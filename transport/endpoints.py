@@ -38,6 +38,11 @@ log = logging.getLogger(__name__)
 
 _DRAIN_BATCH = 512
 _HIGH_WATER_MARK = 100_000
+# Plain ints: pyzmq's enum wrappers cost microseconds per message on the call path.
+_EVENTS = int(zmq.EVENTS)
+_POLLIN = int(zmq.POLLIN)
+_NOBLOCK = int(zmq.NOBLOCK)
+_NOBLOCK_MORE = int(zmq.NOBLOCK | zmq.SNDMORE)
 _RECHECK_MIN_S = 0.001  # a loop that left the socket to a waiting thread looks again after this ...
 _RECHECK_MAX_S = 0.01  # ... doubling up to this, until no thread waits
 
@@ -146,7 +151,7 @@ class ZmqEndpoint:
                 self._pending.append(frames)
             watch_writable = queued and len(self._pending) == 1
             # Any use of the socket may consume its descriptor's wake-up: look for input nobody would notice.
-            readable = bool(self.socket.getsockopt(zmq.EVENTS) & zmq.POLLIN)
+            readable = bool(self.socket.getsockopt(_EVENTS) & _POLLIN)
         if watch_writable:
             self._on_loop(self._watch_writable)
         if readable:
@@ -154,11 +159,11 @@ class ZmqEndpoint:
 
     def _try_send(self, frames: list[Buffer]) -> bool:
         last = len(frames) - 1
+        index = 0
         try:
             for index, frame in enumerate(frames):
-                flags = zmq.NOBLOCK | (zmq.SNDMORE if index < last else 0)
                 size = _frame_size(frame)
-                self.socket.send(frame, flags, copy=size < OUT_OF_BAND_THRESHOLD)
+                self.socket.send(frame, _NOBLOCK_MORE if index < last else _NOBLOCK, copy=size < OUT_OF_BAND_THRESHOLD)
                 self.stats.bytes_out += size
         except zmq.Again:
             if index == 0:
@@ -252,11 +257,11 @@ class ZmqEndpoint:
         socket = self.socket
         for count in range(_DRAIN_BATCH):
             with self._lock:
-                if self._closed or not socket.getsockopt(zmq.EVENTS) & zmq.POLLIN:
+                if self._closed or not socket.getsockopt(_EVENTS) & _POLLIN:
                     return count
-                frames = socket.recv_multipart(zmq.NOBLOCK, copy=False)
+                frames = socket.recv_multipart(_NOBLOCK, copy=False)
             self.stats.messages_in += 1
-            self.stats.bytes_in += sum(len(frame) for frame in frames)
+            self.stats.bytes_in += sum(map(len, frames))
             try:
                 self._on_frames(frames)
             except Exception:  # a handler bug must not stop the socket
@@ -282,8 +287,9 @@ class ZmqEndpoint:
                 poller = select.poll()
                 poller.register(self._fd, select.POLLIN)
                 poller.register(waker.fd, select.POLLIN)
-                poller.poll(max(0, math.ceil(timeout_s * 1000)))
-                waker.clear()
+                for fd, _ in poller.poll(max(0, math.ceil(timeout_s * 1000))):
+                    if fd == waker.fd:
+                        waker.clear()
                 received = self._receive_batch()
         finally:
             with self._lock:

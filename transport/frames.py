@@ -19,6 +19,7 @@ from transport.codec import Buffer
 from transport.protocol import MAGIC, PREFIX_LEN, VERSION, Kind
 
 _PREFIXES = {kind: MAGIC + bytes([VERSION, kind]) for kind in Kind}
+_KINDS = {int(kind): kind for kind in Kind}
 _META_LEN = struct.Struct("<I")
 _HEAD_FIXED = PREFIX_LEN + _META_LEN.size
 
@@ -64,8 +65,10 @@ def unpack(frames: list[Buffer], *, max_header_bytes: int) -> Message:
     if body_start > len(head):
         raise FrameError(f"meta length {meta_len} runs past the head frame ({len(head)} bytes)")
     try:
-        kind = Kind(head[3])
+        kind = _KINDS[head[3]]
         meta = msgpack.unpackb(head[_HEAD_FIXED:body_start], raw=False, use_list=True, strict_map_key=False)
+    except KeyError:
+        raise FrameError(f"unknown message kind {head[3]}") from None
     except (ValueError, msgpack.UnpackException) as exc:
         raise FrameError(f"malformed meta: {exc}") from exc
     if type(meta) is not list:

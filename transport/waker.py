@@ -12,11 +12,13 @@ import threading
 
 
 class Waker:
-    """An eventfd (a pipe where there is none): readable once ``wake`` was called, until ``clear``."""
+    """An eventfd (a pipe where there is none) owned by one thread: readable once another thread called
+    ``wake``, until ``clear``."""
 
     _local = threading.local()
 
     def __init__(self) -> None:
+        self.owner = threading.get_ident()
         if hasattr(os, "eventfd"):
             self.fd = os.eventfd(0, os.EFD_NONBLOCK | os.EFD_CLOEXEC)
             self._write_fd = self.fd
@@ -34,7 +36,10 @@ class Waker:
         return waker
 
     def wake(self, *_: object) -> None:
-        """Make ``fd`` readable (usable as a callback: extra arguments are ignored)."""
+        """Make ``fd`` readable, unless called by the owning thread itself (it is awake: nothing to do).
+        Usable as a callback: extra arguments are ignored."""
+        if threading.get_ident() == self.owner:
+            return
         try:
             os.write(self._write_fd, b"\x01\x00\x00\x00\x00\x00\x00\x00")
         except BlockingIOError:  # already awake: the counter or pipe is full

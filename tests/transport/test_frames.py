@@ -31,7 +31,7 @@ def test_pack_unpack_round_trip_with_buffers() -> None:
         ([b"XX\x01\x01\x00\x00\x00\x00"], "magic"),
         ([b"MA" + bytes([VERSION + 1, 1]) + b"\x00\x00\x00\x00"], "version"),
         ([b"MA" + bytes([VERSION, 1]) + b"\xff\x00\x00\x00"], "runs past"),
-        ([b"MA" + bytes([VERSION, 99]) + b"\x01\x00\x00\x00\x90"], "malformed meta"),
+        ([b"MA" + bytes([VERSION, 99]) + b"\x01\x00\x00\x00\x90"], "unknown message kind 99"),
         ([b"MA" + bytes([VERSION, 1]) + b"\x01\x00\x00\x00\x07"], "not a list"),
     ],
 )
