@@ -1,15 +1,16 @@
 """Runtime benchmark: spawn time, call latency, pipelined throughput, N:N, transfer GB/s.
 
-Run ``python bench/actor_bench.py`` (add ``--json`` for one JSON object as the last line). A raw ZeroMQ
-baseline measured in the same run is printed first, so numbers can be read as ratios on a noisy machine.
+Run ``python bench/actor_bench.py`` (add ``--json`` for one JSON object as the last line). Sync calls are
+measured interleaved with round trips of a bare ZeroMQ echo server in another process, so the latency can be
+read as a ratio to that floor on a noisy machine.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import subprocess
 import sys
-import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -27,40 +28,58 @@ from runtime import ActorGroup, spawn, spawn_many
 MIB = 1 << 20
 
 
-def raw_zmq_baseline() -> dict[str, float]:
-    """Round-trip latency and 64 MiB throughput of bare blocking ZeroMQ sockets in two threads."""
-    context = zmq.Context.instance()
-    server = context.socket(zmq.ROUTER)
-    port = server.bind_to_random_port("tcp://127.0.0.1")
+RAW_ECHO_SERVER = """
+import sys, zmq
+server = zmq.Context.instance().socket(zmq.ROUTER)
+port = server.bind_to_random_port("tcp://127.0.0.1")
+print(port, flush=True)
+while True:
+    frames = server.recv_multipart(copy=False)
+    if frames[1].bytes == b"stop":
+        break
+    server.send_multipart([frames[0], frames[1]])
+"""
 
-    def serve() -> None:
-        while True:
-            frames = server.recv_multipart(copy=False)
-            if frames[1].bytes == b"stop":
-                return
-            server.send_multipart([frames[0], b"ok"])
 
-    thread = threading.Thread(target=serve, daemon=True)
-    thread.start()
-    client = context.socket(zmq.DEALER)
-    client.connect(f"tcp://127.0.0.1:{port}")
-    samples = []
-    for _ in range(1000):
+class RawZmqEcho:
+    """A bare blocking ZeroMQ echo server in another process: the floor under any actor call on this machine."""
+
+    def __init__(self) -> None:
+        self.process = subprocess.Popen([sys.executable, "-c", RAW_ECHO_SERVER], stdout=subprocess.PIPE, text=True)
+        port = int(self.process.stdout.readline())
+        self.client = zmq.Context.instance().socket(zmq.DEALER)
+        self.client.connect(f"tcp://127.0.0.1:{port}")
+
+    def round_trip_s(self, payload: bytes) -> float:
         started = time.perf_counter()
-        client.send(b"x")
-        client.recv()
-        samples.append(time.perf_counter() - started)
-    data = np.zeros(64 * MIB, dtype=np.uint8)
-    started = time.perf_counter()
-    for _ in range(3):
-        client.send(memoryview(data), copy=False)
-        client.recv()
-    gbps = 3 * data.nbytes / (time.perf_counter() - started) / 1e9
-    client.send(b"stop")
-    thread.join(5)
-    client.close(linger=0)
-    server.close(linger=0)
-    return {"raw_zmq_rtt_p50_us": percentile(samples, 50) * 1e6, "raw_zmq_gbps_64mib": gbps}
+        self.client.send(payload, copy=len(payload) < 65536)
+        self.client.recv(copy=False)
+        return time.perf_counter() - started
+
+    def close(self) -> None:
+        self.client.send(b"stop")
+        self.process.wait(10)
+        self.client.close(linger=0)
+
+
+def sync_latency(echo: Any, raw: RawZmqEcho, calls: int, rounds: int = 10) -> tuple[list[float], list[float]]:
+    """Sync call latencies and raw ZeroMQ round trips, interleaved in ``rounds`` so both see the same noise."""
+    actor_samples: list[float] = []
+    raw_samples: list[float] = []
+    for round_index in range(rounds):
+        raw_samples.extend(raw.round_trip_s(b"x") for _ in range(calls // rounds))
+        for i in range(calls // rounds):
+            started = time.perf_counter()
+            echo.noop(round_index * calls + i).result(timeout=10)
+            actor_samples.append(time.perf_counter() - started)
+    return actor_samples, raw_samples
+
+
+def raw_gbps(raw: RawZmqEcho, size: int, repeats: int) -> float:
+    """Bytes/s of ``size``-byte messages echoed by the raw server (counted one way, as the actor benchmark)."""
+    data = bytes(size)
+    raw.round_trip_s(data)
+    return repeats * size / sum(raw.round_trip_s(data) for _ in range(repeats)) / 1e9
 
 
 def transfer_gbps(actor: Any, size: int, repeats: int) -> float:
@@ -82,13 +101,7 @@ def return_gbps(actor: Any, size: int, repeats: int) -> float:
 
 def run() -> dict[str, float]:
     results: dict[str, float] = {}
-    baseline = raw_zmq_baseline()
-    print(
-        f"raw ZeroMQ baseline: rtt p50 {baseline['raw_zmq_rtt_p50_us']:.0f} us, "
-        f"64 MiB {baseline['raw_zmq_gbps_64mib']:.2f} GB/s",
-        flush=True,
-    )
-
+    raw = RawZmqEcho()
     started = time.perf_counter()
     actors = spawn_many("bench_actors:Echo", 8)
     results["spawn_s_per_actor"] = (time.perf_counter() - started) / 8
@@ -98,14 +111,19 @@ def run() -> dict[str, float]:
 
     for i in range(200):
         echo.noop(i).result(timeout=10)
-    samples = []
-    for i in range(2000):
-        started = time.perf_counter()
-        echo.noop(i).result(timeout=10)
-        samples.append(time.perf_counter() - started)
+        raw.round_trip_s(b"x")
+    samples, raw_samples = sync_latency(echo, raw, 2000)
     results["sync_p50_us"] = percentile(samples, 50) * 1e6
     results["sync_p99_us"] = percentile(samples, 99) * 1e6
-    print(f"sync call latency: p50 {results['sync_p50_us']:.0f} us, p99 {results['sync_p99_us']:.0f} us", flush=True)
+    raw_p50_us = percentile(raw_samples, 50) * 1e6
+    print(
+        f"sync call latency: p50 {results['sync_p50_us']:.0f} us, p99 {results['sync_p99_us']:.0f} us; "
+        f"raw ZeroMQ round trip to another process, interleaved: p50 {raw_p50_us:.0f} us "
+        f"(actor call / raw = {results['sync_p50_us'] / raw_p50_us:.2f})",
+        flush=True,
+    )
+    print(f"raw ZeroMQ echo, 64 MiB: {raw_gbps(raw, 64 * MIB, 3):.2f} GB/s", flush=True)
+    raw.close()
 
     results["pipelined_calls_per_s"] = pipelined(echo.noop, 20000, 1000)
     print(f"1->1 pipelined: {results['pipelined_calls_per_s']:.0f} calls/s (20000 calls, 1000 in flight)", flush=True)

@@ -9,11 +9,11 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
-import os
 import time
 from collections.abc import Generator
 from typing import Any
 
+from runtime.call_ids import new_call_id
 from runtime.client import ClientRuntime
 from runtime.connection import DEFAULT_LIVENESS_TIMEOUT_S, Call, Connection
 from runtime.errors import CallRejected, DeadlineExceeded
@@ -172,7 +172,7 @@ class ActorHandle:
         except UnsupportedTypeError as exc:
             raise _argument_error(self.actor_name, method, args, kwargs, exc) from None
         deadline = time.time() + deadline_s if deadline_s is not None else None
-        call = Call(os.urandom(16), method, payload, deadline, validated, shared)
+        call = Call(new_call_id(), method, payload, deadline, validated, shared)
         self._conn.submit(call)
         return PendingCall(call, self._conn, self._runtime, f"actor {self.actor_name!r} method {method!r}")
 

@@ -61,8 +61,18 @@ class MethodInfo:
     is_async: bool
     options: MethodOptions
 
+    @functools.cached_property
+    def _plain(self) -> tuple[tuple[str, ...], frozenset[str]] | None:
+        """(names, required names) of the parameters after ``self`` when all are plain positional-or-keyword."""
+        params = list(self.signature.parameters.values())[1:]
+        if any(p.kind is not inspect.Parameter.POSITIONAL_OR_KEYWORD for p in params):
+            return None
+        return tuple(p.name for p in params), frozenset(p.name for p in params if p.default is p.empty)
+
     def bind(self, args: tuple[Any, ...], kwargs: dict[str, Any], *, actor: str) -> None:
         """Check arity and types against the hints; raises CallRejected naming the argument."""
+        if self._plain is not None and self._bind_plain(self._plain, args, kwargs, actor):
+            return
         try:
             bound = self.signature.bind(None, *args, **kwargs)
         except TypeError as exc:
@@ -78,11 +88,31 @@ class MethodInfo:
                 else (value if kind is inspect.Parameter.VAR_POSITIONAL else (value,))
             )
             for item in values:
-                if not matches(item, hint):
-                    raise CallRejected(
-                        f"argument {name!r} of {actor}.{self.name} expects {_hint_name(hint)}, "
-                        f"got {type(item).__name__}: {_short(item)}"
-                    )
+                self._check(name, hint, item, actor)
+
+    def _bind_plain(
+        self, plain: tuple[tuple[str, ...], frozenset[str]], args: tuple[Any, ...], kwargs: dict[str, Any], actor: str
+    ) -> bool:
+        """The fast path of :meth:`bind` for plain parameters; False when the slow path must explain an error."""
+        names, required = plain
+        if len(args) > len(names):
+            return False
+        rest = names[len(args) :]
+        if any(name not in rest for name in kwargs) or any(n in required and n not in kwargs for n in rest):
+            return False
+        hints = self.hints
+        for name, value in zip(names[: len(args)], args, strict=True):
+            self._check(name, hints.get(name), value, actor)
+        for name, value in kwargs.items():
+            self._check(name, hints.get(name), value, actor)
+        return True
+
+    def _check(self, name: str, hint: Any, value: Any, actor: str) -> None:
+        if hint is not None and not matches(value, hint):
+            raise CallRejected(
+                f"argument {name!r} of {actor}.{self.name} expects {_hint_name(hint)}, "
+                f"got {type(value).__name__}: {_short(value)}"
+            )
 
 
 @dataclasses.dataclass(frozen=True)
@@ -188,6 +218,8 @@ def _register_hinted_types(hint: Any) -> None:
 
 def matches(value: Any, hint: Any) -> bool:
     """A shallow, fast isinstance check of ``value`` against a type hint (unknown hints accept anything)."""
+    if type(hint) is type and hint is not float:  # the common case first: a plain class
+        return isinstance(value, hint)
     if hint is Any or hint is object or isinstance(hint, typing.TypeVar):
         return True
     if hint is None or hint is type(None):

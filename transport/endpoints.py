@@ -100,7 +100,10 @@ class ZmqEndpoint:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._loop_thread = 0
         self._lock = threading.Lock()  # every use of the socket, from any thread
-        self._pending: collections.deque[list[Buffer]] = collections.deque()
+        self._pending: collections.deque[list[Buffer]] = collections.deque()  # waiting for writability
+        self._outbox: collections.deque[list[Buffer]] = collections.deque()  # waiting for the loop
+        self._flush_requested = False
+        self._read_requested = False
         self._waiters: list[Waker] = []  # threads inside receive_here
         self._loop_reading = False
         self._recheck_s = _RECHECK_MIN_S
@@ -141,21 +144,55 @@ class ZmqEndpoint:
     def send(self, frames: list[Buffer]) -> None:
         """Send a multipart message from any thread; large frames go without copying.
 
-        If the socket is full, the message waits in a queue that the loop flushes once it is writable again.
+        A thread sends at once when the socket is free. When another thread is using it, the message joins
+        an outbox that the loop sends in one go: nobody waits for the socket, and messages keep their order.
+        If the socket is full, messages wait in a queue that the loop flushes once it is writable again.
         """
-        with self._lock:
-            if self._closed:
-                raise ConnectionError(f"{self.name}: endpoint is closed")
-            queued = bool(self._pending) or not self._try_send(frames)
-            if queued:
-                self._pending.append(frames)
-            watch_writable = queued and len(self._pending) == 1
-            # Any use of the socket may consume its descriptor's wake-up: look for input nobody would notice.
-            readable = bool(self.socket.getsockopt(_EVENTS) & _POLLIN)
+        if self._closed:
+            raise ConnectionError(f"{self.name}: endpoint is closed")
+        if self._outbox or not self._lock.acquire(blocking=False):
+            self._outbox.append(frames)
+            self._request_flush()
+            return
+        try:
+            watch_writable = self._put(frames)
+            readable = self._readable()
+        finally:
+            self._lock.release()
+        self._after_sending(watch_writable, readable)
+
+    def _put(self, frames: list[Buffer]) -> bool:
+        """Send or queue one message (lock held); True if the queue just started, so writability matters."""
+        if self._pending or not self._try_send(frames):
+            self._pending.append(frames)
+            return len(self._pending) == 1
+        return False
+
+    def _readable(self) -> bool:
+        # Any use of the socket may consume its descriptor's wake-up: look for input nobody would notice.
+        return bool(self.socket.getsockopt(_EVENTS) & _POLLIN)
+
+    def _after_sending(self, watch_writable: bool, readable: bool) -> None:
         if watch_writable:
             self._on_loop(self._watch_writable)
         if readable:
             self._nudge()
+
+    def _request_flush(self) -> None:
+        if not self._flush_requested:
+            self._flush_requested = True
+            self._on_loop(self._flush_outbox)
+
+    def _flush_outbox(self) -> None:
+        self._flush_requested = False  # first: a message added from now on asks for another flush
+        with self._lock:
+            if self._closed:
+                return
+            watch_writable = False
+            while self._outbox:
+                watch_writable |= self._put(self._outbox.popleft())
+            readable = self._readable()
+        self._after_sending(watch_writable, readable)
 
     def _try_send(self, frames: list[Buffer]) -> bool:
         last = len(frames) - 1
@@ -203,14 +240,15 @@ class ZmqEndpoint:
 
     def _nudge(self) -> None:
         """Input may be waiting that no reader was woken for: wake a waiting thread, or else the loop."""
-        with self._lock:
-            waiter = self._waiters[0] if self._waiters else None
+        waiter = next(iter(self._waiters), None)
         if waiter is not None:
             waiter.wake()
-        else:
+        elif not self._read_requested:
+            self._read_requested = True
             self._on_loop(self._resume_reading)
 
     def _resume_reading(self) -> None:
+        self._read_requested = False
         if self._closed:
             return
         if not self._loop_reading:
@@ -310,6 +348,7 @@ class ZmqEndpoint:
                 if self._pending:
                     self._loop.remove_writer(self._fd)
             self._pending.clear()
+            self._outbox.clear()
             if self._monitor is not None:
                 if self._loop is not None and not self._loop.is_closed():
                     self._loop.remove_reader(self._monitor.FD)
