@@ -9,6 +9,7 @@ A lane thread records and sends its own results (the call store and the socket a
 from __future__ import annotations
 
 import asyncio
+import collections
 import hashlib
 import logging
 import os
@@ -71,6 +72,8 @@ class ActorServer:
         self._loop_thread = 0
         self._lanes: dict[str, ThreadLane] = {}
         self._dispatch_lock = threading.RLock()
+        self._loop_work: collections.deque[Callable[[], Any]] = collections.deque()  # from lane threads
+        self._loop_work_scheduled = False
         self._async_slots: dict[str, asyncio.Semaphore] = {}
         self._tasks: set[asyncio.Task[Any]] = set()
         self._sweeper: asyncio.Task[None] | None = None
@@ -163,11 +166,24 @@ class ActorServer:
         return True
 
     def _on_loop(self, fn: Callable[[], Any]) -> None:
-        """Run ``fn`` on the event loop: async tasks, control-plane and built-in methods belong there."""
+        """Run ``fn`` on the event loop: async tasks, control-plane and built-in methods belong there.
+        From another thread, work queues up and one wake-up of the loop runs all of it."""
         if threading.get_ident() == self._loop_thread:
             fn()
-        else:
-            self._loop.call_soon_threadsafe(fn)
+            return
+        self._loop_work.append(fn)
+        if not self._loop_work_scheduled:
+            self._loop_work_scheduled = True
+            self._loop.call_soon_threadsafe(self._run_loop_work)
+
+    def _run_loop_work(self) -> None:
+        self._loop_work_scheduled = False  # first: work added from now on schedules another run
+        work = self._loop_work
+        while work:
+            try:
+                work.popleft()()
+            except Exception:  # e.g. the socket closed during shutdown: the rest must still run
+                log.exception("%s: work handed to the loop failed", self.name)
 
     def _on_frames(self, frames: list[Any]) -> None:
         with self._dispatch_lock:  # the loop and an idle lane thread both read: one message at a time

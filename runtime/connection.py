@@ -47,6 +47,8 @@ POLL_AFTER_S = 1.0
 DEFAULT_LIVENESS_TIMEOUT_S = 10.0
 ACK_DELAY_S = 0.02
 _WAIT_SLICE_S = 1.0  # a waiting thread looks again at least this often, whatever woke it or not
+#: How long a thread blocked on a result polls the socket before it sleeps (0: never spin).
+WAIT_SPIN_S = float(os.environ.get("MILES_WAIT_SPIN_US", "200")) / 1e6
 
 
 @dataclass(slots=True, eq=False)
@@ -243,7 +245,7 @@ class Connection:
             slice_s = _WAIT_SLICE_S if until is None else min(_WAIT_SLICE_S, until - time.monotonic())
             if slice_s <= 0:
                 return
-            socket.receive_here(slice_s, waker)
+            socket.receive_here(slice_s, waker, spin_s=WAIT_SPIN_S)
 
     def _on_frames(self, frames: list[Any]) -> None:
         self._last_heard = time.monotonic()

@@ -22,6 +22,7 @@ import logging
 import math
 import select
 import threading
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -307,20 +308,25 @@ class ZmqEndpoint:
                 self.stats.drop("handler_error")
         return _DRAIN_BATCH
 
-    def receive_here(self, timeout_s: float, waker: Waker) -> None:
+    def receive_here(self, timeout_s: float, waker: Waker, *, spin_s: float = 0.0) -> None:
         """Receive on the calling thread: handle what has arrived, or else wait up to ``timeout_s`` for input
         (or for ``waker``) and handle that. ``on_frames`` then runs on this thread.
 
         A thread that blocks on a reply takes it straight off the socket: the reply wakes that thread, not
-        the loop thread, which would then have to wake it (two thread switches, not one).
+        the loop thread, which would then have to wake it (two thread switches, not one). ``spin_s``: first
+        poll the socket for this long without sleeping (only the first waiting thread does): a reply that comes
+        within it is taken with no wake-up at all, which on a virtual machine saves tens of microseconds.
         """
         with self._lock:
             if self._closed:
                 return
             self._waiters.append(waker)
+            first = len(self._waiters) == 1
         received = 0
         try:
             received = self._receive_batch()
+            if received == 0 and first and spin_s > 0 and self._spin(spin_s):
+                received = self._receive_batch()
             if received == 0:
                 poller = select.poll()
                 poller.register(self._fd, select.POLLIN)
@@ -334,6 +340,15 @@ class ZmqEndpoint:
                 self._waiters.remove(waker)
         if received == _DRAIN_BATCH:
             self._nudge()  # this thread stops here with input left: someone else must read it
+
+    def _spin(self, spin_s: float) -> bool:
+        """Poll the socket for up to ``spin_s`` (holding the GIL: this is meant to be short); True if input came."""
+        until = time.perf_counter() + spin_s
+        while time.perf_counter() < until:
+            with self._lock:
+                if self._closed or self.socket.getsockopt(_EVENTS) & _POLLIN:
+                    return True
+        return False
 
     def close(self) -> None:
         """Stop reading and close the socket at once (pending sends are discarded). Call it on the loop."""
