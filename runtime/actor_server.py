@@ -71,7 +71,6 @@ class ActorServer:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._loop_thread = 0
         self._lanes: dict[str, ThreadLane] = {}
-        self._dispatch_lock = threading.RLock()
         self._loop_work: collections.deque[Callable[[], Any]] = collections.deque()  # from lane threads
         self._loop_work_scheduled = False
         self._async_slots: dict[str, asyncio.Semaphore] = {}
@@ -124,9 +123,14 @@ class ActorServer:
 
     def configure(self, info: ActorClassInfo, instance: Any, name: str, max_concurrency: int | None) -> None:
         """Install the constructed instance and its lanes (called by ``__construct__``)."""
+        # The default lane's idle thread reads the socket itself, so a call for it runs with no hand-off (in
+        # an actor whose default-group methods are all async, that would only add one).
+        lane_reads = any(
+            not m.is_async and not m.options.control_plane and m.options.concurrency_group == DEFAULT_GROUP
+            for m in info.methods.values()
+        )
         for group, threads in info.concurrency_groups.items():
-            # The default lane's idle thread reads the socket itself: a call for it runs with no hand-off.
-            idle_receive = self._receive_while_idle if group == DEFAULT_GROUP else None
+            idle_receive = self._receive_while_idle if group == DEFAULT_GROUP and lane_reads else None
             self._lanes[group] = ThreadLane(group, threads, self._finish, idle_receive=idle_receive)
             slots = (max_concurrency or DEFAULT_ASYNC_CONCURRENCY) if group == "default" else threads
             self._async_slots[group] = asyncio.Semaphore(slots)
@@ -186,10 +190,7 @@ class ActorServer:
                 log.exception("%s: work handed to the loop failed", self.name)
 
     def _on_frames(self, frames: list[Any]) -> None:
-        with self._dispatch_lock:  # the loop and an idle lane thread both read: one message at a time
-            self._handle(frames)
-
-    def _handle(self, frames: list[Any]) -> None:
+        """Handle one message, on the loop or on an idle lane thread (the endpoint runs one at a time)."""
         peer = frames[0].bytes
         try:
             message = wire.unpack(frames[1:], max_header_bytes=DEFAULT_MAX_HEADER_BYTES)

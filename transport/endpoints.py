@@ -101,6 +101,7 @@ class ZmqEndpoint:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._loop_thread = 0
         self._lock = threading.Lock()  # every use of the socket, from any thread
+        self._receive_lock = threading.Lock()  # one reader at a time: on_frames runs in arrival order
         self._pending: collections.deque[list[Buffer]] = collections.deque()  # waiting for writability
         self._outbox: collections.deque[list[Buffer]] = collections.deque()  # waiting for the loop
         self._flush_requested = False
@@ -295,17 +296,18 @@ class ZmqEndpoint:
         """Hand up to ``_DRAIN_BATCH`` received messages to ``on_frames``; returns how many."""
         socket = self.socket
         for count in range(_DRAIN_BATCH):
-            with self._lock:
-                if self._closed or not socket.getsockopt(_EVENTS) & _POLLIN:
-                    return count
-                frames = socket.recv_multipart(_NOBLOCK, copy=False)
-            self.stats.messages_in += 1
-            self.stats.bytes_in += sum(map(len, frames))
-            try:
-                self._on_frames(frames)
-            except Exception:  # a handler bug must not stop the socket
-                log.exception("%s: message handler failed", self.name)
-                self.stats.drop("handler_error")
+            with self._receive_lock:  # receive and handle as one step: messages are handled in arrival order
+                with self._lock:
+                    if self._closed or not socket.getsockopt(_EVENTS) & _POLLIN:
+                        return count
+                    frames = socket.recv_multipart(_NOBLOCK, copy=False)
+                self.stats.messages_in += 1
+                self.stats.bytes_in += sum(map(len, frames))
+                try:
+                    self._on_frames(frames)
+                except Exception:  # a handler bug must not stop the socket
+                    log.exception("%s: message handler failed", self.name)
+                    self.stats.drop("handler_error")
         return _DRAIN_BATCH
 
     def receive_here(self, timeout_s: float, waker: Waker, *, spin_s: float = 0.0) -> None:

@@ -75,6 +75,19 @@ class Counter:
     def heartbeat(self) -> float:
         return time.time()
 
+    def sync_thread(self) -> str:
+        return threading.current_thread().name
+
+    async def async_thread(self) -> str:
+        return threading.current_thread().name
+
+    @method(control_plane=True)
+    def control_thread(self) -> str:
+        return threading.current_thread().name
+
+    def record_from(self, tag: int, i: int) -> None:
+        self.order.append((tag, i))
+
     def fail(self, message: str) -> None:
         raise ValueError(message)
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
+import time
 
 import numpy as np
 import pytest
@@ -86,6 +87,44 @@ def test_calls_from_many_threads(counter: ActorHandle) -> None:
     for thread in threads:
         thread.join(30)
     assert sorted(results) == list(range(11, 211))
+
+
+def test_calls_from_many_threads_keep_each_threads_order(counter: ActorHandle) -> None:
+    def worker(tag: int) -> None:
+        gather([counter.record_from(tag, i) for i in range(200)], timeout=30)
+
+    threads = [threading.Thread(target=worker, args=(tag,)) for tag in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(60)
+    recorded = counter.recorded().result(10)
+    assert len(recorded) == 800
+    for tag in range(4):
+        assert [i for t, i in recorded if t == tag] == list(range(200)), f"thread {tag}'s calls ran out of order"
+
+
+def test_each_kind_of_method_runs_on_its_own_thread(counter: ActorHandle) -> None:
+    # The default lane's idle thread reads the socket itself; what it reads for the loop must still run there.
+    calls = [(kind, getattr(counter, f"{kind}_thread")()) for _ in range(40) for kind in ("sync", "async", "control")]
+    names: dict[str, set[str]] = {"sync": set(), "async": set(), "control": set()}
+    for kind, call in calls:
+        names[kind].add(call.result(10))
+    assert names["sync"] == {"lane-default-0"}
+    assert names["async"] == names["control"] and len(names["async"]) == 1
+    assert names["async"] != names["sync"]
+
+
+def test_results_of_sync_calls_are_acknowledged_and_freed(counter: ActorHandle) -> None:
+    for _ in range(100):
+        counter.add(1).result(10)
+    deadline = time.monotonic() + 5
+    while True:
+        store = counter.method("__stats__")().result(10)["store"]
+        if store["unacked_results"] <= 1:  # at most the previous __stats__ call
+            break
+        assert time.monotonic() < deadline, f"results never acknowledged: {store}"
+        time.sleep(0.1)
 
 
 def test_named_lookup_and_handle_passing(counter: ActorHandle, no_leaks: None) -> None:
