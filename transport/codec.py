@@ -12,7 +12,7 @@ from __future__ import annotations
 import enum
 import sys
 import warnings
-from collections.abc import Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 import msgpack
@@ -88,30 +88,26 @@ class _Encoder:
         if kind is bytes or kind is bytearray or kind is memoryview:
             return _LargeBytes(obj) if memoryview(obj).nbytes >= self.threshold else obj
         if kind is list or kind is tuple:
-            lifted: list[Any] | None = None
-            for index, item in enumerate(obj):
-                if type(item) in _SCALARS:
-                    continue
-                new = self.lift(item)
-                if new is not item:
-                    if lifted is None:
-                        lifted = list(obj)
-                    lifted[index] = new
+            lifted = self._lift_entries(enumerate(obj), obj, list)
             if lifted is None:
                 return obj
             return tuple(lifted) if kind is tuple else lifted
         if kind is dict:
-            changed: dict[Any, Any] | None = None
-            for key, value in obj.items():
-                if type(value) in _SCALARS:
-                    continue
-                new = self.lift(value)
-                if new is not value:
-                    if changed is None:
-                        changed = dict(obj)
-                    changed[key] = new
-            return obj if changed is None else changed
+            return self._lift_entries(obj.items(), obj, dict) or obj
         return obj
+
+    def _lift_entries(self, entries: Iterable[tuple[Any, Any]], container: Any, copy: Callable[[Any], Any]) -> Any:
+        """A lifted copy of ``container`` (made by ``copy``) if lifting changed any of its entries, else None."""
+        changed = None
+        for key, value in entries:
+            if type(value) in _SCALARS:
+                continue
+            new = self.lift(value)
+            if new is not value:
+                if changed is None:
+                    changed = copy(container)
+                changed[key] = new
+        return changed
 
     def data(self, raw: Buffer, nbytes: int) -> Any:
         """Inline small payloads; reference large ones by buffer index, or by shared-memory name."""
