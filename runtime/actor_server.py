@@ -60,6 +60,7 @@ class ActorServer:
         self.machine_id = shared_memory.machine_id()
         self.started_at = time.time()
         self.store = CallStore(limits or StoreLimits())
+        self.store.release_files = lambda names: self._on_loop(lambda: shared_memory.unlink(names))
         self.context = context or zmq.Context.instance()
         self.instance: Any = None
         self.info: ActorClassInfo | None = None
@@ -172,7 +173,7 @@ class ActorServer:
     def _on_loop(self, fn: Callable[[], Any]) -> None:
         """Run ``fn`` on the event loop: async tasks, control-plane and built-in methods belong there.
         From another thread, work queues up and one wake-up of the loop runs all of it."""
-        if threading.get_ident() == self._loop_thread:
+        if threading.get_ident() == self._loop_thread or self._loop.is_closed():
             fn()
             return
         self._loop_work.append(fn)

@@ -12,6 +12,7 @@ from __future__ import annotations
 import collections
 import enum
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -72,6 +73,9 @@ class CallStore:
     nbytes: int = 0
     expired_total: int = 0
     lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+    #: Deletes shared-memory files of results that are gone; the server hands this to its loop (freeing a
+    #: large file takes milliseconds, which should not delay the thread that handled an ACK).
+    release_files: Callable[[list[str]], None] = field(default=shared_memory.unlink, repr=False)
 
     def lookup(self, call_id: bytes) -> CallRecord | Tombstone | None:
         record = self.records.get(call_id)
@@ -106,15 +110,16 @@ class CallStore:
         forgotten meanwhile (expired, or refused before it ran): nobody waits for its result."""
         size = sum(memoryview(frame).nbytes for frame in result)
         with self.lock:
-            if self.records.get(record.call_id) is not record:
-                shared_memory.unlink(record.shared)
-                return False
-            self.nbytes += size - record.nbytes
-            record.nbytes = size
-            record.result = result
-            record.finished_at = now
-            record.state = CallState.DONE  # last: a reader that sees DONE finds the result
-        return True
+            forgotten = self.records.get(record.call_id) is not record
+            if not forgotten:
+                self.nbytes += size - record.nbytes
+                record.nbytes = size
+                record.result = result
+                record.finished_at = now
+                record.state = CallState.DONE  # last: a reader that sees DONE finds the result
+        if forgotten and record.shared:
+            self.release_files(record.shared)
+        return not forgotten
 
     def ack(self, call_id: bytes, now: float) -> bool:
         """Drop a finished call's result, leaving a tombstone; returns whether anything was freed."""
@@ -123,7 +128,9 @@ class CallStore:
             if record is None or record.state is not CallState.DONE:
                 return False
             self._bury(record, Tombstone.ACKED, now)
-            return True
+        if record.shared:
+            self.release_files(record.shared)
+        return True
 
     def expire(self, now: float) -> int:
         """Free results older than the TTL and tombstones past theirs; returns how many results expired."""
@@ -133,18 +140,20 @@ class CallStore:
             for record in stale:
                 self._bury(record, Tombstone.EXPIRED, now)
             self.expired_total += len(stale)
+            files = [name for record in stale for name in record.shared]
             tomb_cutoff = now - self.limits.tombstone_ttl_s
             while self.tombstones:
                 _, (_, buried_at) = next(iter(self.tombstones.items()))
                 if buried_at > tomb_cutoff and len(self.tombstones) <= self.limits.max_tombstones:
                     break
                 self.tombstones.popitem(last=False)
+        if files:
+            self.release_files(files)
         return len(stale)
 
     def _bury(self, record: CallRecord, why: Tombstone, now: float) -> None:
         del self.records[record.call_id]
         self.nbytes -= record.nbytes
-        shared_memory.unlink(record.shared)
         self.tombstones[record.call_id] = (why, now)
 
     def forget(self, record: CallRecord) -> None:

@@ -119,8 +119,8 @@ class ClientRuntime:
             return conn
 
     def call_soon(self, fn: Callable[..., Any], *args: Any) -> None:
-        """Run ``fn(*args)`` on the loop, from any thread."""
-        if self.on_loop_thread():
+        """Run ``fn(*args)`` on the loop, from any thread (at once if the loop is gone, e.g. at exit)."""
+        if self.on_loop_thread() or self.loop.is_closed():
             fn(*args)
         else:
             self.loop.call_soon_threadsafe(fn, *args)

@@ -197,8 +197,8 @@ class Connection:
         """The call is over for us: stop its timer, drop the shared-memory files holding its arguments."""
         if call.timer is not None:
             self.runtime.call_soon(call.timer.cancel)  # timers belong to the loop
-        if call.shared:
-            shared_memory.unlink(call.shared)
+        if call.shared:  # freeing a large file takes milliseconds: not on the waiting caller's time
+            self.runtime.call_soon(shared_memory.unlink, call.shared)
 
     def _expire(self, call: Call) -> None:
         with self._lock:

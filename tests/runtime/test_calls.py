@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import os
 import threading
 import time
 
@@ -12,6 +13,7 @@ import torch
 from sample_actors import Color, Counter, Point
 
 from runtime import ActorGroup, ActorHandle, DeadlineExceeded, RemoteError, gather, get_actor, spawn, spawn_many
+from transport import shared_memory
 
 
 def test_sync_result_and_await(counter: ActorHandle) -> None:
@@ -124,6 +126,18 @@ def test_results_of_sync_calls_are_acknowledged_and_freed(counter: ActorHandle) 
         if store["unacked_results"] <= 1:  # at most the previous __stats__ call
             break
         assert time.monotonic() < deadline, f"results never acknowledged: {store}"
+        time.sleep(0.1)
+
+
+def test_shared_memory_files_are_removed_once_large_calls_are_done(counter: ActorHandle) -> None:
+    size = shared_memory.SHM_THRESHOLD * 2  # above the threshold: both directions go through /dev/shm
+    for _ in range(3):
+        assert counter.nbytes(np.ones(size, dtype=np.uint8)).result(10) == size
+        assert counter.array(size).result(10).nbytes == size
+    mine = [f"miles-{os.getpid()}-", f"miles-{counter.pid}-"]
+    deadline = time.monotonic() + 5
+    while left := [p.name for p in shared_memory.SHM_DIR.iterdir() if p.name.startswith(tuple(mine))]:
+        assert time.monotonic() < deadline, f"shared-memory files left behind: {left}"
         time.sleep(0.1)
 
 
