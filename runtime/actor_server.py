@@ -1,15 +1,16 @@
 """The server side of an actor process: one ROUTER socket, the call store, and the lanes that run methods.
 
-Message handling happens on the event loop and never blocks: SUBMITs are deduplicated and routed (sync methods
-to their group's thread lane, async methods as tasks, control-plane methods inline), POLL/ACK/PING are answered
-at once. That loop is the control lane: it keeps answering health checks and polls while a sync method runs.
-A lane thread records and sends its own results (the call store and the socket are thread-safe).
+Messages are handled one at a time, quickly and without blocking, by whichever reader holds the socket: the
+event loop, or the default lane's thread while it is idle (a call for that lane then runs on the thread that
+read it, with no hand-off). SUBMITs are deduplicated and routed: sync methods to their group's thread lane,
+async methods as tasks and control-plane and built-in methods on the loop; POLL/ACK/PING are answered at once.
+The loop is the control lane: it keeps answering health checks and polls while a sync method runs. A lane
+thread records and sends its own results (the call store and the socket are thread-safe).
 """
 
 from __future__ import annotations
 
 import asyncio
-import collections
 import hashlib
 import logging
 import os
@@ -25,6 +26,7 @@ from runtime import builtin_methods
 from runtime.call_store import CallRecord, CallState, CallStore, StoreLimits, Tombstone
 from runtime.errors import CallRejected
 from runtime.lanes import ThreadLane
+from runtime.loop_work import LoopWork
 from runtime.metadata import DEFAULT_ASYNC_CONCURRENCY, DEFAULT_GROUP, ActorClassInfo, MethodInfo
 from runtime.outcome import error_frames, result_frames
 from transport import frames as wire
@@ -72,8 +74,7 @@ class ActorServer:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._loop_thread = 0
         self._lanes: dict[str, ThreadLane] = {}
-        self._loop_work: collections.deque[Callable[[], Any]] = collections.deque()  # from lane threads
-        self._loop_work_scheduled = False
+        self._loop_work: LoopWork | None = None  # what lane threads hand to the loop
         self._async_slots: dict[str, asyncio.Semaphore] = {}
         self._tasks: set[asyncio.Task[Any]] = set()
         self._sweeper: asyncio.Task[None] | None = None
@@ -87,6 +88,7 @@ class ActorServer:
         """Bind and start serving; returns the bound address."""
         self._loop = asyncio.get_running_loop()
         self._loop_thread = threading.get_ident()
+        self._loop_work = LoopWork(self._loop, self._loop_thread, name=self.name)
         self.endpoint, self.address = router(
             self.context,
             self.bind_address,
@@ -171,24 +173,8 @@ class ActorServer:
         return True
 
     def _on_loop(self, fn: Callable[[], Any]) -> None:
-        """Run ``fn`` on the event loop: async tasks, control-plane and built-in methods belong there.
-        From another thread, work queues up and one wake-up of the loop runs all of it."""
-        if threading.get_ident() == self._loop_thread or self._loop.is_closed():
-            fn()
-            return
-        self._loop_work.append(fn)
-        if not self._loop_work_scheduled:
-            self._loop_work_scheduled = True
-            self._loop.call_soon_threadsafe(self._run_loop_work)
-
-    def _run_loop_work(self) -> None:
-        self._loop_work_scheduled = False  # first: work added from now on schedules another run
-        work = self._loop_work
-        while work:
-            try:
-                work.popleft()()
-            except Exception:  # e.g. the socket closed during shutdown: the rest must still run
-                log.exception("%s: work handed to the loop failed", self.name)
+        """Run ``fn`` on the event loop: async tasks, control-plane and built-in methods belong there."""
+        self._loop_work.run_soon(fn)
 
     def _on_frames(self, frames: list[Any]) -> None:
         """Handle one message, on the loop or on an idle lane thread (the endpoint runs one at a time)."""

