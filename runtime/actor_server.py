@@ -32,10 +32,11 @@ from runtime.outcome import error_frames, result_frames
 from transport import frames as wire
 from transport import shared_memory
 from transport.codec import Buffer, decode
-from transport.endpoints import ZmqEndpoint, router
+from transport.endpoints import ZmqEndpoint
 from transport.frames import FrameError
 from transport.protocol import DEFAULT_MAX_HEADER_BYTES, DEFAULT_MAX_MESSAGE_BYTES, Kind
 from transport.security import CurveConfig
+from transport.sockets import router
 from transport.waker import Waker
 
 log = logging.getLogger(__name__)

@@ -32,10 +32,11 @@ from runtime.outcome import decode_result
 from transport import frames as wire
 from transport import shared_memory
 from transport.codec import Buffer, DecodeError
-from transport.endpoints import ZmqEndpoint, dealer
+from transport.endpoints import ZmqEndpoint
 from transport.frames import FrameError
 from transport.protocol import DEFAULT_MAX_HEADER_BYTES, Kind
 from transport.security import CurveConfig
+from transport.sockets import dealer
 from transport.waker import Waker
 
 if TYPE_CHECKING:

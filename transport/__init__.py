@@ -5,8 +5,9 @@ This layer knows nothing of actors. Public surface:
 - :func:`encode` / :func:`decode`: objects ⇄ (msgpack body, out-of-band buffers)
 - :func:`register_type`: allow a dataclass, pydantic model, enum (or a class with custom state) on the wire
 - :mod:`transport.frames`: ``pack``/``unpack`` of the versioned frame layout
-- :mod:`transport.endpoints`: ``router``/``dealer`` sockets driven by an asyncio loop, optionally with CURVE;
-  ``send`` works from any thread, and a thread may ``receive_here`` while it waits for a reply
+- :mod:`transport.endpoints`: sockets driven by an asyncio loop; ``send`` works from any thread, and a thread
+  may ``receive_here`` while it waits for a reply
+- :mod:`transport.sockets`: ``router``/``dealer``, the sockets behind endpoints, optionally with CURVE
 - :mod:`transport.waker`: the per-thread descriptor that wakes a thread waiting in ``receive_here``
 - :mod:`transport.security`: cluster CURVE keys (``generate_cluster_keys``, ``load_curve_keys``) and the ZAP handler
 """

@@ -1,4 +1,4 @@
-"""asyncio ROUTER (server) and DEALER (client) endpoints over plain ZeroMQ sockets.
+"""asyncio endpoints over plain ZeroMQ sockets (ROUTER and DEALER sockets are opened in transport.sockets).
 
 Sockets are driven from the event loop with ``add_reader`` on the ZeroMQ file descriptor and non-blocking
 sends, which is much cheaper per message than awaiting ``zmq.asyncio`` futures. The ZeroMQ descriptor is
@@ -9,9 +9,9 @@ local queue until the socket is writable again; nothing is dropped on the sendin
 move between threads behind a full memory barrier, which the lock gives). A thread that sends directly saves
 the hand-off to the loop thread and back, the largest cost of a synchronous call.
 
-Both take an optional :class:`~transport.security.CurveConfig`: the ROUTER then admits only the cluster's
-clients, the DEALER proves it is one. A DEALER can report handshake failures that reconnecting cannot heal
-(a refused key, CURVE on one side only), so a caller fails at once instead of waiting for a liveness timeout.
+A thread that waits for a reply may read the socket itself (``receive_here``): the loop then leaves the socket
+to it, so the reply wakes that thread directly. A DEALER can report handshake failures that reconnecting cannot
+heal (a refused key, CURVE on one side only), so a caller fails at once instead of waiting for a liveness timeout.
 """
 
 from __future__ import annotations
@@ -32,13 +32,11 @@ from zmq.utils.monitor import recv_monitor_message
 from transport import security
 from transport.codec import Buffer
 from transport.protocol import OUT_OF_BAND_THRESHOLD
-from transport.security import CurveConfig
 from transport.waker import Waker
 
 log = logging.getLogger(__name__)
 
 _DRAIN_BATCH = 512
-_HIGH_WATER_MARK = 100_000
 # Plain ints: pyzmq's enum wrappers cost microseconds per message on the call path.
 _EVENTS = int(zmq.EVENTS)
 _POLLIN = int(zmq.POLLIN)
@@ -64,17 +62,6 @@ class EndpointStats:
 
 def _frame_size(frame: Buffer) -> int:
     return len(frame) if isinstance(frame, bytes) else memoryview(frame).nbytes
-
-
-def _tune(socket: zmq.Socket, *, max_message_bytes: int | None) -> None:
-    socket.setsockopt(zmq.LINGER, 0)
-    socket.setsockopt(zmq.SNDHWM, _HIGH_WATER_MARK)
-    socket.setsockopt(zmq.RCVHWM, _HIGH_WATER_MARK)
-    socket.setsockopt(zmq.HEARTBEAT_IVL, 1000)
-    socket.setsockopt(zmq.HEARTBEAT_TIMEOUT, 5000)
-    socket.setsockopt(zmq.HEARTBEAT_TTL, 10000)
-    if max_message_bytes is not None:
-        socket.setsockopt(zmq.MAXMSGSIZE, max_message_bytes)
 
 
 class ZmqEndpoint:
@@ -392,63 +379,3 @@ class ZmqEndpoint:
             self.socket.close(linger=0)
         for waiter in waiters:  # they poll a descriptor that is gone now
             waiter.wake()
-
-
-def router(
-    context: zmq.Context,
-    address: str,
-    on_frames: Callable[[list[Buffer]], None],
-    *,
-    max_message_bytes: int,
-    curve: CurveConfig | None = None,
-) -> tuple[ZmqEndpoint, str]:
-    """Bind a ROUTER socket; returns the endpoint and the address actually bound (port 0 resolved).
-
-    With ``curve``, only clients holding an authorised client key get through the handshake.
-    """
-    socket = context.socket(zmq.ROUTER)
-    _tune(socket, max_message_bytes=max_message_bytes)
-    socket.setsockopt(zmq.ROUTER_HANDOVER, 1)  # a reconnecting client keeps its routing id
-    socket.setsockopt(zmq.ROUTER_MANDATORY, 1)  # sends to a vanished peer fail visibly instead of silently
-    try:
-        if curve is not None:
-            security.secure_server(socket, curve)
-        socket.bind(address)
-    except zmq.ZMQError as exc:
-        socket.close(linger=0)
-        raise OSError(f"cannot bind {address}: {exc}") from exc
-    bound = socket.getsockopt_string(zmq.LAST_ENDPOINT)
-    return ZmqEndpoint(socket, on_frames, name=f"router {bound}"), bound
-
-
-def dealer(
-    context: zmq.Context,
-    address: str,
-    on_frames: Callable[[list[Buffer]], None],
-    *,
-    routing_id: bytes,
-    curve: CurveConfig | None = None,
-    on_handshake_failure: Callable[[str], None] | None = None,
-) -> ZmqEndpoint:
-    """Connect a DEALER socket with a stable routing id (so the server can push to it after a reconnect).
-
-    With ``curve``, the socket authenticates with the cluster's client key and checks the server's key.
-    ``on_handshake_failure(reason)`` runs on the loop when handshakes fail for good (a refused key, another
-    cluster's server key, CURVE on one side only): reconnecting would not help.
-    """
-    socket = context.socket(zmq.DEALER)
-    _tune(socket, max_message_bytes=None)
-    socket.setsockopt(zmq.ROUTING_ID, routing_id)
-    socket.setsockopt(zmq.RECONNECT_IVL, 100)
-    socket.setsockopt(zmq.RECONNECT_IVL_MAX, 1000)
-    if curve is not None:
-        security.secure_client(socket, curve)
-    endpoint = ZmqEndpoint(
-        socket,
-        on_frames,
-        name=f"dealer {address}",
-        on_handshake_failure=on_handshake_failure,
-        curve=curve is not None,
-    )
-    socket.connect(address)
-    return endpoint

@@ -11,7 +11,7 @@ import pytest
 import zmq
 
 from transport import security, shared_memory
-from transport.endpoints import dealer, router
+from transport.sockets import dealer, router
 
 
 async def _exchange(config: security.CurveConfig, client: security.CurveConfig | None) -> tuple[list, list, list]:

@@ -13,7 +13,8 @@ from typing import Any
 import pytest
 import zmq
 
-from transport.endpoints import ZmqEndpoint, dealer, router
+from transport.endpoints import ZmqEndpoint
+from transport.sockets import dealer, router
 from transport.waker import Waker
 
 

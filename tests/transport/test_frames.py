@@ -9,8 +9,8 @@ import zmq
 
 from transport import frames as wire
 from transport.codec import decode, encode
-from transport.endpoints import dealer, router
 from transport.protocol import VERSION, Kind
+from transport.sockets import dealer, router
 
 
 def test_pack_unpack_round_trip_with_buffers() -> None:

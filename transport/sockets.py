@@ -1,0 +1,89 @@
+"""Opening the ZeroMQ sockets behind the endpoints: a bound ROUTER (an actor) and a connected DEALER (a caller).
+
+Both take an optional :class:`~transport.security.CurveConfig`: the ROUTER then admits only the cluster's
+clients, the DEALER proves it is one.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import zmq
+
+from transport import security
+from transport.codec import Buffer
+from transport.endpoints import ZmqEndpoint
+from transport.security import CurveConfig
+
+_HIGH_WATER_MARK = 100_000
+
+
+def _tune(socket: zmq.Socket, *, max_message_bytes: int | None) -> None:
+    socket.setsockopt(zmq.LINGER, 0)
+    socket.setsockopt(zmq.SNDHWM, _HIGH_WATER_MARK)
+    socket.setsockopt(zmq.RCVHWM, _HIGH_WATER_MARK)
+    socket.setsockopt(zmq.HEARTBEAT_IVL, 1000)
+    socket.setsockopt(zmq.HEARTBEAT_TIMEOUT, 5000)
+    socket.setsockopt(zmq.HEARTBEAT_TTL, 10000)
+    if max_message_bytes is not None:
+        socket.setsockopt(zmq.MAXMSGSIZE, max_message_bytes)
+
+
+def router(
+    context: zmq.Context,
+    address: str,
+    on_frames: Callable[[list[Buffer]], None],
+    *,
+    max_message_bytes: int,
+    curve: CurveConfig | None = None,
+) -> tuple[ZmqEndpoint, str]:
+    """Bind a ROUTER socket; returns the endpoint and the address actually bound (port 0 resolved).
+
+    With ``curve``, only clients holding an authorised client key get through the handshake.
+    """
+    socket = context.socket(zmq.ROUTER)
+    _tune(socket, max_message_bytes=max_message_bytes)
+    socket.setsockopt(zmq.ROUTER_HANDOVER, 1)  # a reconnecting client keeps its routing id
+    socket.setsockopt(zmq.ROUTER_MANDATORY, 1)  # sends to a vanished peer fail visibly instead of silently
+    try:
+        if curve is not None:
+            security.secure_server(socket, curve)
+        socket.bind(address)
+    except zmq.ZMQError as exc:
+        socket.close(linger=0)
+        raise OSError(f"cannot bind {address}: {exc}") from exc
+    bound = socket.getsockopt_string(zmq.LAST_ENDPOINT)
+    return ZmqEndpoint(socket, on_frames, name=f"router {bound}"), bound
+
+
+def dealer(
+    context: zmq.Context,
+    address: str,
+    on_frames: Callable[[list[Buffer]], None],
+    *,
+    routing_id: bytes,
+    curve: CurveConfig | None = None,
+    on_handshake_failure: Callable[[str], None] | None = None,
+) -> ZmqEndpoint:
+    """Connect a DEALER socket with a stable routing id (so the server can push to it after a reconnect).
+
+    With ``curve``, the socket authenticates with the cluster's client key and checks the server's key.
+    ``on_handshake_failure(reason)`` runs on the loop when handshakes fail for good (a refused key, another
+    cluster's server key, CURVE on one side only): reconnecting would not help.
+    """
+    socket = context.socket(zmq.DEALER)
+    _tune(socket, max_message_bytes=None)
+    socket.setsockopt(zmq.ROUTING_ID, routing_id)
+    socket.setsockopt(zmq.RECONNECT_IVL, 100)
+    socket.setsockopt(zmq.RECONNECT_IVL_MAX, 1000)
+    if curve is not None:
+        security.secure_client(socket, curve)
+    endpoint = ZmqEndpoint(
+        socket,
+        on_frames,
+        name=f"dealer {address}",
+        on_handshake_failure=on_handshake_failure,
+        curve=curve is not None,
+    )
+    socket.connect(address)
+    return endpoint
