@@ -49,8 +49,21 @@ POLL_AFTER_S = 1.0
 DEFAULT_LIVENESS_TIMEOUT_S = 10.0
 ACK_DELAY_S = 0.02
 _WAIT_SLICE_S = 1.0  # a waiting thread looks again at least this often, whatever woke it or not
-#: How long a thread blocked on a result polls the socket before it sleeps (0: never spin).
-WAIT_SPIN_S = float(os.environ.get("MILES_WAIT_SPIN_US", "200")) / 1e6
+
+
+def _wait_spin_s() -> float:
+    """``MILES_WAIT_SPIN_US``: how long a thread blocked on a result polls the socket before it sleeps."""
+    text = os.environ.get("MILES_WAIT_SPIN_US", "200")
+    try:
+        micros = float(text)
+    except ValueError:
+        micros = -1.0
+    if not 0 <= micros <= 1e6:
+        raise ValueError(f"MILES_WAIT_SPIN_US must be microseconds between 0 (never spin) and 1000000, got {text!r}")
+    return micros / 1e6
+
+
+WAIT_SPIN_S = _wait_spin_s()
 
 
 @dataclass(slots=True, eq=False)

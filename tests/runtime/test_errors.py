@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 import threading
+from pathlib import Path
 
 import pytest
 from sample_actors import BrokenConstructor, Positional
@@ -49,3 +53,31 @@ def test_unsendable_return_value_is_a_clear_remote_error(counter: ActorHandle) -
     with pytest.raises(RemoteError, match="returned a value that cannot be sent"):
         counter.unsendable().result(10)
     assert counter.add(0).result(10) == 10  # the actor keeps serving
+
+
+_DRIVER = """
+from runtime import spawn
+actor = spawn("sample_actors:Counter", kwargs={"start": 1})
+try:
+    print(sum(actor.add(1).result(10) for _ in range(20)))
+finally:
+    actor.kill()
+"""
+
+
+def test_wait_spin_setting_is_checked_and_zero_turns_spinning_off(no_leaks: None) -> None:
+    tests_dir = Path(__file__).parent
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tests_dir), str(tests_dir.parent.parent)])}
+    bad = subprocess.run(
+        [sys.executable, "-c", _DRIVER], env={**env, "MILES_WAIT_SPIN_US": "fast"}, capture_output=True, text=True
+    )
+    assert bad.returncode != 0 and "MILES_WAIT_SPIN_US must be microseconds" in bad.stderr and "'fast'" in bad.stderr
+    off = subprocess.run(
+        [sys.executable, "-c", _DRIVER],
+        env={**env, "MILES_WAIT_SPIN_US": "0"},
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert off.returncode == 0, off.stderr
+    assert off.stdout.split() == [str(sum(range(2, 22)))]  # every call answered, waiting without spinning
