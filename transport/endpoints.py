@@ -88,7 +88,9 @@ class ZmqEndpoint:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._loop_thread = 0
         self._lock = threading.Lock()  # every use of the socket, from any thread
-        self._receive_lock = threading.Lock()  # one reader at a time: on_frames runs in arrival order
+        # One reader at a time, so on_frames runs in arrival order; reentrant, because a handler's callback may
+        # itself wait for a reply on this socket (a done-callback calling .result()) and must then read it.
+        self._receive_lock = threading.RLock()
         self._pending: collections.deque[list[Buffer]] = collections.deque()  # waiting for writability
         self._outbox: collections.deque[list[Buffer]] = collections.deque()  # waiting for the loop
         self._flush_requested = False

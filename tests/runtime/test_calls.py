@@ -173,3 +173,17 @@ def test_torch_tensors_keep_dtype_and_strides(counter: ActorHandle) -> None:
     tensor = torch.arange(12, dtype=torch.bfloat16).reshape(3, 4).t()
     (args, _kwargs) = counter.echo(tensor).result(10)
     assert torch.equal(args[0], tensor) and args[0].stride() == tensor.stride() and args[0].dtype == torch.bfloat16
+
+
+@pytest.mark.timeout(60)  # the bug this guards against is a deadlock
+def test_a_done_callback_may_wait_for_another_call(counter: ActorHandle) -> None:
+    # The callback runs on whichever thread reads the reply, possibly one that is waiting on this very socket.
+    seen: list[int] = []
+    first = counter.add(1)
+    first.future.add_done_callback(lambda _: seen.append(counter.add(100).result(10)))
+    assert first.result(10) == 11
+    deadline = time.monotonic() + 10
+    while not seen:
+        assert time.monotonic() < deadline, "the callback's own call never finished"
+        time.sleep(0.01)
+    assert seen == [111]
