@@ -27,6 +27,13 @@ class Waker:
             os.set_blocking(self.fd, False)
             os.set_blocking(self._write_fd, False)
 
+    def __del__(self) -> None:  # the thread ended (its thread-local went away) and nobody holds the waker
+        for fd in {self.fd, self._write_fd}:
+            try:
+                os.close(fd)
+            except OSError:
+                pass
+
     @classmethod
     def for_this_thread(cls) -> Waker:
         """The calling thread's waker (made on first use, kept for the thread's life)."""

@@ -106,6 +106,22 @@ def test_calls_from_many_threads_keep_each_threads_order(counter: ActorHandle) -
         assert [i for t, i in recorded if t == tag] == list(range(200)), f"thread {tag}'s calls ran out of order"
 
 
+def test_short_lived_calling_threads_leave_no_descriptors_behind(counter: ActorHandle) -> None:
+    def one_call() -> None:
+        counter.add(1).result(10)
+
+    def open_descriptors() -> int:
+        return len(os.listdir("/proc/self/fd"))
+
+    one_call()
+    before = open_descriptors()
+    for _ in range(100):  # each thread gets its own wake-up descriptor while it waits
+        thread = threading.Thread(target=one_call)
+        thread.start()
+        thread.join(10)
+    assert open_descriptors() < before + 10
+
+
 def test_each_kind_of_method_runs_on_its_own_thread(counter: ActorHandle) -> None:
     # The default lane's idle thread reads the socket itself; what it reads for the loop must still run there.
     calls = [(kind, getattr(counter, f"{kind}_thread")()) for _ in range(40) for kind in ("sync", "async", "control")]
