@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import atexit
 import concurrent.futures
+import functools
 import threading
 from collections.abc import Callable, Coroutine
 from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
@@ -19,6 +20,7 @@ import zmq
 from runtime.connection import DEFAULT_LIVENESS_TIMEOUT_S, Connection
 from runtime.errors import DeadlineExceeded
 from runtime.event_loop import new_event_loop
+from runtime.loop_work import LoopWork
 from transport.security import CurveConfig
 
 if TYPE_CHECKING:
@@ -40,6 +42,7 @@ class ClientRuntime:
         self.connections: dict[tuple[str, str | None], Connection] = {}  # by (endpoint, CURVE key directory)
         self.processes: list[ActorProcess] = []
         self._loop_thread_id = thread.ident if thread is not None else threading.get_ident()
+        self._loop_work = LoopWork(loop, self._loop_thread_id, name="client runtime")
         self.closing = False  # set by shutdown: spawned actors that exit now are not restarted
 
     @classmethod
@@ -120,10 +123,7 @@ class ClientRuntime:
 
     def call_soon(self, fn: Callable[..., Any], *args: Any) -> None:
         """Run ``fn(*args)`` on the loop, from any thread (at once if the loop is gone, e.g. at exit)."""
-        if self.on_loop_thread() or self.loop.is_closed():
-            fn(*args)
-        else:
-            self.loop.call_soon_threadsafe(fn, *args)
+        self._loop_work.run_soon(functools.partial(fn, *args) if args else fn)
 
     def run(self, coro: Coroutine[Any, Any, T], *, timeout_s: float, what: str) -> T:
         """Run ``coro`` on the loop and wait for it from another thread, at most ``timeout_s``."""

@@ -143,7 +143,6 @@ class Connection:
 
     def submit(self, call: Call) -> None:
         """Send ``call`` from any thread: at once when the socket is open, else through the loop."""
-        on_loop = self.runtime.on_loop_thread()
         wake: Callable[[], None] | None = None
         with self._lock:
             if self._backlog or self._socket is None or self._held is not None or self.dead is not None:
@@ -152,12 +151,13 @@ class Connection:
                     wake = self._send_backlog
             else:
                 self._send_submit(call)
-                if call.deadline is not None and on_loop:
-                    self._arm_deadline(call)
-                elif call.deadline is not None:
-                    self._unarmed.append(call)
-                    if len(self._unarmed) == 1:
-                        wake = self._arm_unarmed
+                if call.deadline is not None:
+                    if self.runtime.on_loop_thread():
+                        self._arm_deadline(call)
+                    else:  # timers belong to the loop
+                        self._unarmed.append(call)
+                        if len(self._unarmed) == 1:
+                            wake = self._arm_unarmed
         if wake is not None:
             self.runtime.call_soon(wake)
 

@@ -71,7 +71,7 @@ class MethodInfo:
 
     def bind(self, args: tuple[Any, ...], kwargs: dict[str, Any], *, actor: str) -> None:
         """Check arity and types against the hints; raises CallRejected naming the argument."""
-        if self._plain is not None and self._bind_plain(self._plain, args, kwargs, actor):
+        if self._plain is not None and self._bind_plain(args, kwargs, actor):
             return
         try:
             bound = self.signature.bind(None, *args, **kwargs)
@@ -90,11 +90,9 @@ class MethodInfo:
             for item in values:
                 self._check(name, hint, item, actor)
 
-    def _bind_plain(
-        self, plain: tuple[tuple[str, ...], frozenset[str]], args: tuple[Any, ...], kwargs: dict[str, Any], actor: str
-    ) -> bool:
+    def _bind_plain(self, args: tuple[Any, ...], kwargs: dict[str, Any], actor: str) -> bool:
         """The fast path of :meth:`bind` for plain parameters; False when the slow path must explain an error."""
-        names, required = plain
+        names, required = self._plain
         if len(args) > len(names):
             return False
         rest = names[len(args) :]

@@ -189,7 +189,6 @@ class ZmqEndpoint:
 
     def _try_send(self, frames: list[Buffer]) -> bool:
         last = len(frames) - 1
-        index = 0
         try:
             for index, frame in enumerate(frames):
                 size = _frame_size(frame)
@@ -257,10 +256,14 @@ class ZmqEndpoint:
             self._recheck_s = _RECHECK_MIN_S
             self._loop.call_later(self._recheck_s, self._recheck)
 
+    def _waited(self) -> bool:
+        """Whether a thread waits in receive_here now or has since the last recheck (lock held)."""
+        return bool(self._waiters) or self._waited_since_recheck
+
     def _pause_if_waited(self) -> None:
         self._pause_requested = False
         with self._lock:
-            waited = bool(self._waiters) or self._waited_since_recheck
+            waited = self._waited()
         if waited and not self._closed:
             self._pause_reading()
 
@@ -270,7 +273,7 @@ class ZmqEndpoint:
         if self._closed or self._loop_reading:
             return
         with self._lock:
-            waiting = bool(self._waiters) or self._waited_since_recheck
+            waiting = self._waited()
             self._waited_since_recheck = False
         if not waiting:
             self._resume_reading()
