@@ -201,8 +201,11 @@ class ActorServer:
         self._send(peer, wire.pack(Kind.PONG, [message.meta[0], self.boot_id, stats]))
 
     def _on_ack(self, peer: bytes, message: wire.Message) -> None:
+        self._ack(message.meta[0])
+
+    def _ack(self, call_ids: list[bytes]) -> None:
         now = time.monotonic()
-        for call_id in message.meta[0]:
+        for call_id in call_ids:
             self.store.ack(bytes(call_id), now)
 
     def _on_poll(self, peer: bytes, message: wire.Message) -> None:
@@ -224,7 +227,7 @@ class ActorServer:
         call_id, method_name, deadline, expected_boot, validated, acks, shm_ok = message.meta[:7]
         call_id = bytes(call_id)
         if acks:
-            self._on_ack(peer, wire.Message(Kind.ACK, [acks], None, []))
+            self._ack(acks)
         if expected_boot is not None and expected_boot != self.boot_id:
             self._send(
                 peer,
@@ -279,7 +282,9 @@ class ActorServer:
             except CallRejected as exc:
                 self._reject(peer, call_id, "rejected", str(exc))
                 return
-        incoming = memoryview(body).nbytes + sum(memoryview(b).nbytes for b in buffers)
+        incoming = memoryview(body).nbytes
+        if buffers:
+            incoming += sum(memoryview(b).nbytes for b in buffers)
         problem = self.store.capacity_problem(incoming)
         if problem is not None:
             self._reject(peer, call_id, "over_capacity", f"actor {self.name!r} refused {method_name!r}: {problem}")

@@ -122,6 +122,11 @@ class Connection:
         """Whether an actor on ``machine_id`` can read our /dev/shm."""
         return bool(machine_id) and machine_id == shared_memory.machine_id() and shared_memory.available()
 
+    @property
+    def transport_address(self) -> str | None:
+        """Where the socket is connected: ``address``, or the actor's same-host twin; None before the first call."""
+        return self._socket.address if self._socket is not None else None
+
     def site(self, method: str) -> CallSite:
         return CallSite(self.actor, method, self.host)
 
@@ -316,6 +321,8 @@ class Connection:
         )
 
     def _check_boot(self, boot_id: str) -> None:
+        if boot_id == self.boot_id:  # the common case, decided without the lock
+            return
         with self._lock:
             if self.boot_id is None or boot_id == self.boot_id:
                 self.boot_id = boot_id

@@ -69,19 +69,20 @@ class PendingCall:
 class MethodRef:
     """A bound remote method; call it to start a call."""
 
-    __slots__ = ("_deadline_s", "_handle", "_name")
+    __slots__ = ("_deadline_s", "_handle", "_name", "_site")
 
     def __init__(self, handle: ActorHandle, name: str, deadline_s: float | None) -> None:
         self._handle = handle
         self._name = name
         self._deadline_s = deadline_s
+        self._site = f"actor {handle.actor_name!r} method {name!r}"
 
     def options(self, *, deadline_s: float | None = None) -> MethodRef:
         """The same method with a deadline (seconds from the call) after which it fails with DeadlineExceeded."""
         return MethodRef(self._handle, self._name, deadline_s)
 
     def __call__(self, *args: Any, **kwargs: Any) -> PendingCall:
-        return self._handle._submit(self._name, args, kwargs, self._deadline_s)
+        return self._handle._submit(self._name, args, kwargs, self._deadline_s, self._site)
 
 
 class ActorHandle:
@@ -141,7 +142,8 @@ class ActorHandle:
     def __getattr__(self, name: str) -> MethodRef:
         if name.startswith("_"):
             raise AttributeError(name)
-        return MethodRef(self, name, None)
+        ref = self.__dict__[name] = MethodRef(self, name, None)  # found without __getattr__ from now on
+        return ref
 
     def method(self, name: str) -> MethodRef:
         """The method ``name`` (also built-ins such as ``__health__``, or names shadowed by handle attributes)."""
@@ -157,7 +159,7 @@ class ActorHandle:
         return self._conn.dead
 
     def _submit(
-        self, method: str, args: tuple[Any, ...], kwargs: dict[str, Any], deadline_s: float | None
+        self, method: str, args: tuple[Any, ...], kwargs: dict[str, Any], deadline_s: float | None, site: str
     ) -> PendingCall:
         validated = False
         if self.info is not None and not method.startswith("__"):
@@ -174,7 +176,7 @@ class ActorHandle:
         deadline = time.time() + deadline_s if deadline_s is not None else None
         call = Call(new_call_id(), method, payload, deadline, validated, shared)
         self._conn.submit(call)
-        return PendingCall(call, self._conn, self._runtime, f"actor {self.actor_name!r} method {method!r}")
+        return PendingCall(call, self._conn, self._runtime, site)
 
     def process_health(self) -> PendingCall:
         """The actor process's health record (answered on the control lane, even during a long sync method)."""

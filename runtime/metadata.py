@@ -93,14 +93,18 @@ class MethodInfo:
     def _bind_plain(self, args: tuple[Any, ...], kwargs: dict[str, Any], actor: str) -> bool:
         """The fast path of :meth:`bind` for plain parameters; False when the slow path must explain an error."""
         names, required = self._plain
-        if len(args) > len(names):
+        count = len(args)
+        if count > len(names):
             return False
-        rest = names[len(args) :]
-        if any(name not in rest for name in kwargs) or any(n in required and n not in kwargs for n in rest):
-            return False
+        if kwargs or count < len(names):
+            rest = names[count:]
+            if any(name not in rest for name in kwargs) or any(n in required and n not in kwargs for n in rest):
+                return False
         hints = self.hints
-        for name, value in zip(names[: len(args)], args, strict=True):
-            self._check(name, hints.get(name), value, actor)
+        for name, value in zip(names, args, strict=False):  # stops after the last positional argument
+            hint = hints.get(name)
+            if hint is not None and not matches(value, hint):
+                self._check(name, hint, value, actor)
         for name, value in kwargs.items():
             self._check(name, hints.get(name), value, actor)
         return True

@@ -250,8 +250,39 @@ class _Decoder:
         return tensor.permute(_inverse(perm)) if perm else tensor
 
 
+def _plain(obj: Any, threshold: int, depth: int = 2) -> bool:
+    """Whether msgpack packs ``obj`` as it is: scalars and short bytes, in lists and dicts up to ``depth`` deep.
+
+    Most calls carry such values (``[[1, "a"], {"k": 2.0}]``); they skip the encoder's walk.
+    """
+    kind = type(obj)
+    if kind in _SCALARS:
+        return True
+    if kind is bytes:
+        return len(obj) < threshold
+    if depth == 0:
+        return False
+    if kind is list:
+        for item in obj:
+            if not _plain(item, threshold, depth - 1):
+                return False
+        return True
+    if kind is dict:
+        for key, value in obj.items():
+            if type(key) not in _SCALARS or not _plain(value, threshold, depth - 1):
+                return False
+        return True
+    return False
+
+
+def _pack_plain(obj: Any) -> bytes:
+    return msgpack.packb(obj, strict_types=True, use_bin_type=True, buf_size=_PACK_BUFFER)
+
+
 def encode(obj: Any, *, threshold: int = OUT_OF_BAND_THRESHOLD) -> tuple[bytes, list[Buffer]]:
     """Encode ``obj`` into a msgpack body and out-of-band buffers; raises UnsupportedTypeError."""
+    if _plain(obj, threshold):
+        return _pack_plain(obj), []
     encoder = _Encoder(threshold, use_shared_memory=False)
     body = encoder.pack(obj)
     return body, encoder.buffers
@@ -263,6 +294,8 @@ def encode_shared(obj: Any) -> tuple[tuple[bytes, list[Buffer]], list[str]]:
     Only for a receiver on this machine. Returns the payload and the names of the files written; the caller
     unlinks them (``shared_memory.unlink``) once the message is surely consumed or abandoned.
     """
+    if _plain(obj, OUT_OF_BAND_THRESHOLD):
+        return (_pack_plain(obj), []), []
     encoder = _Encoder(OUT_OF_BAND_THRESHOLD, use_shared_memory=True)
     try:
         body = encoder.pack(obj)

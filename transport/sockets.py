@@ -1,19 +1,22 @@
 """Opening the ZeroMQ sockets behind the endpoints: a bound ROUTER (an actor) and a connected DEALER (a caller).
 
 Both take an optional :class:`~transport.security.CurveConfig`: the ROUTER then admits only the cluster's
-clients, the DEALER proves it is one.
+clients, the DEALER proves it is one. Same-host calls skip TCP (see :mod:`transport.local_twin`).
 """
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable
 
 import zmq
 
-from transport import security
+from transport import local_twin, security
 from transport.codec import Buffer
 from transport.endpoints import ZmqEndpoint
 from transport.security import CurveConfig
+
+log = logging.getLogger(__name__)
 
 _HIGH_WATER_MARK = 100_000
 
@@ -53,7 +56,16 @@ def router(
         socket.close(linger=0)
         raise OSError(f"cannot bind {address}: {exc}") from exc
     bound = socket.getsockopt_string(zmq.LAST_ENDPOINT)
-    return ZmqEndpoint(socket, on_frames, name=f"router {bound}"), bound
+    twin = local_twin.name_for(bound) if local_twin.enabled() else None
+    if twin is not None:
+        try:
+            socket.bind(twin)
+        except zmq.ZMQError as exc:  # e.g. a dying predecessor still holds it: same-host callers use TCP
+            log.warning("%s: same-host socket %s not bound (%s); local callers use TCP", bound, twin, exc)
+            twin = None
+    endpoint = ZmqEndpoint(socket, on_frames, name=f"router {bound}" + (f" + {twin}" if twin else ""))
+    endpoint.address = bound
+    return endpoint, bound
 
 
 def dealer(
@@ -67,6 +79,9 @@ def dealer(
 ) -> ZmqEndpoint:
     """Connect a DEALER socket with a stable routing id (so the server can push to it after a reconnect).
 
+    An actor on this host (same network namespace) is reached through its same-host twin socket when it has
+    one; ``endpoint.address`` tells which address the socket is connected to.
+
     With ``curve``, the socket authenticates with the cluster's client key and checks the server's key.
     ``on_handshake_failure(reason)`` runs on the loop when handshakes fail for good (a refused key, another
     cluster's server key, CURVE on one side only): reconnecting would not help.
@@ -78,12 +93,14 @@ def dealer(
     socket.setsockopt(zmq.RECONNECT_IVL_MAX, 1000)
     if curve is not None:
         security.secure_client(socket, curve)
+    target = (local_twin.find(address) if local_twin.enabled() else None) or address
     endpoint = ZmqEndpoint(
         socket,
         on_frames,
-        name=f"dealer {address}",
+        name=f"dealer {address}" + (f" via {target}" if target != address else ""),
         on_handshake_failure=on_handshake_failure,
         curve=curve is not None,
     )
-    socket.connect(address)
+    endpoint.address = target
+    socket.connect(target)
     return endpoint

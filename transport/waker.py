@@ -8,6 +8,7 @@ was queued for it, or a message arrived that only it is there to read.
 from __future__ import annotations
 
 import os
+import select
 import threading
 
 
@@ -26,6 +27,7 @@ class Waker:
             self.fd, self._write_fd = os.pipe()
             os.set_blocking(self.fd, False)
             os.set_blocking(self._write_fd, False)
+        self._pollers: dict[int, select.poll] = {}
 
     def __del__(self) -> None:  # the thread ended (its thread-local went away) and nobody holds the waker
         for fd in {self.fd, self._write_fd}:
@@ -41,6 +43,15 @@ class Waker:
         if waker is None:
             waker = cls._local.waker = cls()
         return waker
+
+    def poller(self, fd: int) -> select.poll:
+        """A poll object watching ``fd`` and this waker for input (kept: waiting again makes no new one)."""
+        poller = self._pollers.get(fd)
+        if poller is None:
+            poller = self._pollers[fd] = select.poll()
+            poller.register(fd, select.POLLIN)
+            poller.register(self.fd, select.POLLIN)
+        return poller
 
     def wake(self, *_: object) -> None:
         """Make ``fd`` readable, unless called by the owning thread itself (it is awake: nothing to do).

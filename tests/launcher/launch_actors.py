@@ -51,6 +51,11 @@ class Counter:
         """Call ``peer.add(n)`` from inside this actor (a cross-host call when the peer is elsewhere)."""
         return await peer.add(n)
 
+    async def route_to(self, peer: ActorHandle) -> str:
+        """Call ``peer`` once; the address this actor's socket to it is connected to (TCP or a same-host twin)."""
+        await peer.add(0)
+        return str(peer.connection.transport_address)
+
     async def add_on_named(self, name: str, n: int) -> int:
         """Look the peer up by name (launcher-published registry on this host) and call it."""
         return await get_actor(name).add(n)

@@ -75,6 +75,11 @@ def cross_calls(ctx: Any) -> int:
         "by_handle": by_handle,
         "by_name": by_name,
         "endpoints": [w.endpoint for w in ctx.workers("c")],
+        "routes": {  # where each caller's socket goes: a twin only within one host's network namespace
+            "same_host": [on[first][1].endpoint, on[first][0].route_to(on[first][1]).result(timeout=20)],
+            "cross_host": [on[second][0].endpoint, on[first][0].route_to(on[second][0]).result(timeout=20)],
+            "from_launcher": [handles[0].endpoint, handles[0].connection.transport_address],
+        },
     }
     print("CROSS " + json.dumps(result), flush=True)
     return 0

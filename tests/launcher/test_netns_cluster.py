@@ -63,6 +63,12 @@ def test_actors_on_two_hosts_call_across(netns_cluster: NetnsCluster, ssh_keys: 
     assert sorted(cross["hosts"]) == ["h1", "h1", "h2", "h2"]
     assert cross["by_handle"] == 6 and cross["by_name"] == 8
     assert {e.rsplit(":", 1)[0] for e in cross["endpoints"]} == {"tcp://10.200.77.11", "tcp://10.200.77.12"}
+    # Actors bind 0.0.0.0 on SSH hosts: a caller on the same host uses the wildcard twin, others TCP.
+    target, route = cross["routes"]["same_host"]
+    assert route == f"ipc://@miles-tcp-*:{target.rsplit(':', 1)[1]}"
+    for kind in ("cross_host", "from_launcher"):  # another network namespace: the twin is out of sight
+        target, route = cross["routes"][kind]
+        assert route == target, kind
     assert "host=h2)" in result.stderr or "host=h2)" in result.stdout
     assert netns_cluster.stray_pids() == {ns: set() for _, ns, _ in netns_cluster.hosts}
 

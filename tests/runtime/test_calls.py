@@ -13,7 +13,7 @@ import torch
 from sample_actors import Color, Counter, Point
 
 from runtime import ActorGroup, ActorHandle, DeadlineExceeded, RemoteError, gather, get_actor, spawn, spawn_many
-from transport import shared_memory
+from transport import local_twin, shared_memory
 
 
 def test_sync_result_and_await(counter: ActorHandle) -> None:
@@ -203,3 +203,20 @@ def test_a_done_callback_may_wait_for_another_call(counter: ActorHandle) -> None
         assert time.monotonic() < deadline, "the callback's own call never finished"
         time.sleep(0.01)
     assert seen == [111]
+
+
+def test_same_host_calls_skip_tcp_unless_switched_off(
+    counter: ActorHandle, monkeypatch: pytest.MonkeyPatch, no_leaks: None
+) -> None:
+    assert counter.add(1).result(10) == 11
+    assert counter.endpoint.startswith("tcp://127.0.0.1:")  # what handles carry and other hosts would use
+    assert counter.connection.transport_address == "ipc://@miles-tcp-" + counter.endpoint.removeprefix("tcp://")
+
+    monkeypatch.setenv(local_twin.ENV, "0")  # the actor spawned now inherits it and binds no twin either
+    plain = spawn(Counter, kwargs={"start": 0})
+    try:
+        assert plain.add(2).result(10) == 2
+        assert plain.connection.transport_address == plain.endpoint
+        assert local_twin.find(plain.endpoint) is None
+    finally:
+        plain.kill()

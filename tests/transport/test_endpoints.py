@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 import zmq
 
+from transport import local_twin
 from transport.endpoints import ZmqEndpoint
 from transport.sockets import dealer, router
 from transport.waker import Waker
@@ -42,8 +43,10 @@ class Pair:
             time.sleep(0.005)
 
 
-@pytest.fixture
-def pair() -> Iterator[Pair]:
+@pytest.fixture(params=["twin", "tcp"])
+def pair(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> Iterator[Pair]:
+    """Over the same-host twin socket, and over loopback TCP."""
+    monkeypatch.setenv(local_twin.ENV, "1" if request.param == "twin" else "0")
     loop = asyncio.new_event_loop()
     thread = threading.Thread(target=loop.run_forever, name="test-loop", daemon=True)
     thread.start()
@@ -71,6 +74,16 @@ def pair() -> Iterator[Pair]:
         loop.call_soon_threadsafe(loop.stop)
         thread.join(5)
         loop.close()
+
+
+def test_the_dealer_is_connected_over_the_transport_asked_for(pair: Pair) -> None:
+    tcp = pair.server.address
+    assert tcp.startswith("tcp://127.0.0.1:")
+    twin = local_twin.enabled()
+    assert pair.client.address == (f"ipc://@miles-tcp-{tcp.removeprefix('tcp://')}" if twin else tcp)
+    pair.client.send([b"hello"])
+    pair.wait_for(lambda: len(pair.replies) == 1)
+    assert pair.replies[0][0] == b"hello"
 
 
 def test_sends_from_many_threads_all_arrive_in_each_threads_order(pair: Pair) -> None:
