@@ -29,10 +29,12 @@ MIB = 1 << 20
 
 
 RAW_ECHO_SERVER = """
-import sys, zmq
+import os, sys, zmq
 server = zmq.Context.instance().socket(zmq.ROUTER)
 port = server.bind_to_random_port("tcp://127.0.0.1")
-print(port, flush=True)
+unix = f"ipc://@miles-bench-echo-{os.getpid()}"
+server.bind(unix)
+print(port, unix, flush=True)
 while True:
     frames = server.recv_multipart(copy=False)
     if frames[1].bytes == b"stop":
@@ -42,32 +44,43 @@ while True:
 
 
 class RawZmqEcho:
-    """A bare blocking ZeroMQ echo server in another process: the floor under any actor call on this machine."""
+    """A bare blocking ZeroMQ echo server in another process: the floor under any actor call on this machine.
+
+    It listens on loopback TCP and on an abstract Unix socket (what same-host actor calls use).
+    """
 
     def __init__(self) -> None:
         self.process = subprocess.Popen([sys.executable, "-c", RAW_ECHO_SERVER], stdout=subprocess.PIPE, text=True)
-        port = int(self.process.stdout.readline())
-        self.client = zmq.Context.instance().socket(zmq.DEALER)
-        self.client.connect(f"tcp://127.0.0.1:{port}")
+        port, unix = self.process.stdout.readline().split()
+        context = zmq.Context.instance()
+        self.clients = {"tcp": context.socket(zmq.DEALER), "unix": context.socket(zmq.DEALER)}
+        self.clients["tcp"].connect(f"tcp://127.0.0.1:{port}")
+        self.clients["unix"].connect(unix)
 
-    def round_trip_s(self, payload: bytes) -> float:
+    def round_trip_s(self, payload: bytes, transport: str = "tcp") -> float:
+        client = self.clients[transport]
         started = time.perf_counter()
-        self.client.send(payload, copy=len(payload) < 65536)
-        self.client.recv(copy=False)
+        client.send(payload, copy=len(payload) < 65536)
+        client.recv(copy=False)
         return time.perf_counter() - started
 
     def close(self) -> None:
-        self.client.send(b"stop")
+        self.clients["tcp"].send(b"stop")
         self.process.wait(10)
-        self.client.close(linger=0)
+        for client in self.clients.values():
+            client.close(linger=0)
 
 
-def sync_latency(echo: Any, raw: RawZmqEcho, calls: int, rounds: int = 10) -> tuple[list[float], list[float]]:
-    """Sync call latencies and raw ZeroMQ round trips, interleaved in ``rounds`` so both see the same noise."""
+def sync_latency(
+    echo: Any, raw: RawZmqEcho, calls: int, rounds: int = 10
+) -> tuple[list[float], dict[str, list[float]]]:
+    """Sync call latencies and raw ZeroMQ round trips per transport, interleaved in ``rounds`` so that all see
+    the same noise."""
     actor_samples: list[float] = []
-    raw_samples: list[float] = []
+    raw_samples: dict[str, list[float]] = {transport: [] for transport in raw.clients}
     for round_index in range(rounds):
-        raw_samples.extend(raw.round_trip_s(b"x") for _ in range(calls // rounds))
+        for transport, samples in raw_samples.items():
+            samples.extend(raw.round_trip_s(b"x", transport) for _ in range(calls // rounds))
         for i in range(calls // rounds):
             started = time.perf_counter()
             echo.noop(round_index * calls + i).result(timeout=10)
@@ -115,14 +128,16 @@ def run() -> dict[str, float]:
     samples, raw_samples = sync_latency(echo, raw, 2000)
     results["sync_p50_us"] = percentile(samples, 50) * 1e6
     results["sync_p99_us"] = percentile(samples, 99) * 1e6
-    raw_p50_us = percentile(raw_samples, 50) * 1e6
+    raw_p50_us = {transport: percentile(values, 50) * 1e6 for transport, values in raw_samples.items()}
+    used = "unix" if str(echo.connection.transport_address).startswith("ipc://") else "tcp"
     print(
         f"sync call latency: p50 {results['sync_p50_us']:.0f} us, p99 {results['sync_p99_us']:.0f} us; "
-        f"raw ZeroMQ round trip to another process, interleaved: p50 {raw_p50_us:.0f} us "
-        f"(actor call / raw = {results['sync_p50_us'] / raw_p50_us:.2f})",
+        f"raw ZeroMQ round trip to another process, interleaved: p50 {raw_p50_us['tcp']:.0f} us over TCP, "
+        f"{raw_p50_us['unix']:.0f} us over a Unix socket (actor call over {used} / raw over {used} = "
+        f"{results['sync_p50_us'] / raw_p50_us[used]:.2f})",
         flush=True,
     )
-    print(f"raw ZeroMQ echo, 64 MiB: {raw_gbps(raw, 64 * MIB, 3):.2f} GB/s", flush=True)
+    print(f"raw ZeroMQ echo over TCP, 64 MiB: {raw_gbps(raw, 64 * MIB, 3):.2f} GB/s", flush=True)
     raw.close()
 
     results["pipelined_calls_per_s"] = pipelined(echo.noop, 20000, 1000)
