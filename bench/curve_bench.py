@@ -2,8 +2,9 @@
 
 Run ``python bench/curve_bench.py`` (``--json`` adds one JSON object as the last line). Between processes of
 one machine, large buffers normally go through shared memory and only their names cross the (encrypted)
-socket, so CURVE barely matters there; ``MILES_SHM=0`` puts every byte on TCP, which is what crossing hosts
-costs. A raw ZeroMQ baseline (two sockets in one process, no runtime) shows libzmq's own CURVE ceiling.
+socket, so CURVE barely matters there; ``MILES_SHM=0`` with ``MILES_SAME_HOST_IPC=0`` puts every byte on
+TCP, which is what crossing hosts costs. A raw ZeroMQ baseline (two sockets in one process, no runtime) shows
+libzmq's own CURVE ceiling.
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_common import pipelined
 
 from runtime import spawn
-from transport import security
+from transport import local_twin, security, shared_memory
 from transport.security import CurveConfig
 
 MIB = 1 << 20
@@ -74,9 +75,14 @@ def raw_zmq_gbps(curve: CurveConfig | None, size: int = 64 * MIB, repeats: int =
         context.destroy(linger=0)
 
 
+# Shared memory for large buffers and the Unix-socket twin for the socket: off, calls travel as between hosts.
+_SAME_HOST_PATHS = (shared_memory.SHM_ENV, local_twin.ENV)
+
+
 def measure(curve_dir: str | None, shm: bool, calls: int) -> dict[str, float]:
     """One actor with this configuration: calls/s, sync p50 latency, 64 MiB argument and return GB/s."""
-    os.environ["MILES_SHM"] = "1" if shm else "0"  # read by this process's connection and the child's
+    for variable in _SAME_HOST_PATHS:  # read by this process's connection and the child's
+        os.environ[variable] = "1" if shm else "0"
     actor = spawn("bench_actors:Echo", curve_dir=curve_dir)
     try:
         pipelined(actor.noop, 1000, 200)  # warm up
@@ -110,7 +116,7 @@ def run(calls: int) -> dict[str, float]:
         for label, config in (("plain", None), ("curve", keys)):
             results[f"raw_zmq_{label}_gbps_64mib"] = raw_zmq_gbps(config)
             print(f"raw ZeroMQ {label:5s}: 64 MiB {results[f'raw_zmq_{label}_gbps_64mib']:.2f} GB/s", flush=True)
-        previous = os.environ.get("MILES_SHM")
+        previous = {variable: os.environ.get(variable) for variable in _SAME_HOST_PATHS}
         try:
             for transfer, shm in (("shm", True), ("tcp", False)):
                 for label, curve_dir in (("plain", None), ("curve", keys.directory)):
@@ -124,10 +130,11 @@ def run(calls: int) -> dict[str, float]:
                         flush=True,
                     )
         finally:
-            if previous is None:
-                os.environ.pop("MILES_SHM", None)
-            else:
-                os.environ["MILES_SHM"] = previous
+            for variable, value in previous.items():
+                if value is None:
+                    os.environ.pop(variable, None)
+                else:
+                    os.environ[variable] = value
     for transfer in ("shm", "tcp"):
         for key in ("calls_per_s", "arg_gbps_64mib"):
             ratio = results[f"curve_{transfer}_{key}"] / results[f"plain_{transfer}_{key}"]
