@@ -5,7 +5,8 @@ event loop, or the default lane's thread while it is idle (a call for that lane 
 read it, with no hand-off). SUBMITs are deduplicated and routed: sync methods to their group's thread lane,
 async methods as tasks and control-plane and built-in methods on the loop; POLL/ACK/PING are answered at once.
 The loop is the control lane: it keeps answering health checks and polls while a sync method runs. A lane
-thread records and sends its own results (the call store and the socket are thread-safe).
+thread records and sends its own results (the call store and the socket are thread-safe). Running a call
+itself (checks, the method, its outcome as RESULT frames) is :mod:`runtime.call_runner`'s part.
 """
 
 from __future__ import annotations
@@ -23,15 +24,16 @@ from typing import Any
 import zmq
 
 from runtime import builtin_methods
+from runtime.call_runner import CallRunner
 from runtime.call_store import CallRecord, CallState, CallStore, StoreLimits, Tombstone
 from runtime.errors import CallRejected
 from runtime.lanes import ThreadLane
 from runtime.loop_work import LoopWork
 from runtime.metadata import DEFAULT_ASYNC_CONCURRENCY, DEFAULT_GROUP, ActorClassInfo, MethodInfo
-from runtime.outcome import error_frames, result_frames
+from runtime.outcome import error_frames
 from transport import frames as wire
 from transport import shared_memory
-from transport.codec import Buffer, decode
+from transport.codec import Buffer
 from transport.endpoints import ZmqEndpoint
 from transport.frames import FrameError
 from transport.protocol import DEFAULT_MAX_HEADER_BYTES, DEFAULT_MAX_MESSAGE_BYTES, Kind
@@ -82,6 +84,7 @@ class ActorServer:
         self.hooks: list[Callable[[str, str, float], None]] = []  # (method, outcome, seconds) observers
         self.metrics_port: int | None = None  # where /metrics is served, if it is
         self.restarts = 0  # how often the spawner restarted this actor before this incarnation
+        self._runner = CallRunner(self)
 
     # ---- lifecycle -------------------------------------------------------------------------------------------
 
@@ -293,7 +296,7 @@ class ActorServer:
         self.stats["calls_total"] += 1
 
         def run() -> tuple[CallRecord, list[Buffer]]:
-            return record, self._execute(record, info, builtin, deadline, validated, body, buffers)
+            return record, self._runner.run(record, info, builtin, deadline, validated, body, buffers)
 
         if builtin is not None and builtin.threaded:
             self._lanes["__construct__"].submit(run)
@@ -313,48 +316,6 @@ class ActorServer:
         self.stats["rejected_total"] += 1
         self._send(peer, error_frames(call_id, self.boot_id, code, message))
 
-    def _prepare(
-        self,
-        info: MethodInfo | None,
-        deadline: float | None,
-        validated: bool,
-        body: Buffer,
-        buffers: list[Buffer],
-    ) -> tuple[list[Any], dict[str, Any]]:
-        if deadline is not None and time.time() > deadline:
-            raise _Refused("deadline", "the deadline passed before the call started; it was not run")
-        args, kwargs = decode(body, buffers)
-        if info is not None and not validated:
-            try:
-                info.bind(tuple(args), kwargs, actor=self.name)
-            except CallRejected as exc:
-                raise _Refused("rejected", str(exc)) from None
-        return args, kwargs
-
-    def _execute(
-        self,
-        record: CallRecord,
-        info: MethodInfo | None,
-        builtin: Any,
-        deadline: float | None,
-        validated: bool,
-        body: Buffer,
-        buffers: list[Buffer],
-    ) -> list[Buffer]:
-        started = time.perf_counter()
-        try:
-            args, kwargs = self._prepare(info, deadline, validated, body, buffers)
-            if builtin is not None:
-                value = builtin.function(self, *args, **kwargs)
-            else:
-                value = getattr(self.instance, info.name)(*args, **kwargs)
-        except _Refused as refused:
-            return self._failed(record, refused.code, refused, started)
-        except Exception as exc:
-            return self._failed(record, "remote", exc, started)
-        self._observe(record.method, "ok", started)
-        return result_frames(record, self.boot_id, value)
-
     async def _run_async(
         self,
         record: CallRecord,
@@ -364,32 +325,8 @@ class ActorServer:
         body: Buffer,
         buffers: list[Buffer],
     ) -> None:
-        started = time.perf_counter()
-        async with self._async_slots[info.options.concurrency_group]:
-            try:
-                args, kwargs = self._prepare(info, deadline, validated, body, buffers)
-                value = await getattr(self.instance, info.name)(*args, **kwargs)
-            except _Refused as refused:
-                frames = self._failed(record, refused.code, refused, started)
-            except Exception as exc:
-                frames = self._failed(record, "remote", exc, started)
-            else:
-                self._observe(record.method, "ok", started)
-                frames = result_frames(record, self.boot_id, value)
-        self._finish((record, frames))
-
-    def _failed(self, record: CallRecord, code: str, exc: BaseException, started: float) -> list[Buffer]:
-        self.stats["errors_total"] += 1
-        self._observe(record.method, "error" if code == "remote" else code, started)
-        if isinstance(exc, _Refused):
-            return error_frames(record.call_id, self.boot_id, code, exc.message)
-        return error_frames(record.call_id, self.boot_id, code, exc=exc)
-
-    def _observe(self, method_name: str, outcome: str, started: float) -> None:
-        if self.hooks:
-            elapsed = time.perf_counter() - started
-            for hook in self.hooks:
-                hook(method_name, outcome, elapsed)
+        slots = self._async_slots[info.options.concurrency_group]
+        self._finish((record, await self._runner.run_async(record, info, deadline, validated, body, buffers, slots)))
 
     def _finish(self, done: tuple[CallRecord, list[Buffer]]) -> None:
         """Record a call's result and send it; runs on the loop or on the lane thread that ran the call."""
@@ -408,15 +345,6 @@ class ActorServer:
         lanes = {name: (lane.busy, lane.queued) for name, lane in list(self._lanes.items()) if name != "__construct__"}
         lanes["async"] = (len(self._tasks), 0)
         return lanes
-
-
-class _Refused(Exception):
-    """A call refused before user code ran (deadline passed, bad arguments)."""
-
-    def __init__(self, code: str, message: str) -> None:
-        super().__init__(message)
-        self.code = code
-        self.message = message
 
 
 def _fingerprint(method_name: Any, body: Buffer, buffers: list[Buffer]) -> bytes:

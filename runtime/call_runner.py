@@ -1,0 +1,119 @@
+"""Running one accepted call: the deadline and argument checks, the method itself, its outcome as RESULT frames.
+
+A sync call runs on the lane thread that takes it, an async one as a task on the actor's loop; either way the
+outcome (the value, or an error with its code) comes back as the frames the server records and sends, and the
+method's name, outcome and duration go to the server's hooks (the metrics).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from typing import TYPE_CHECKING, Any
+
+from runtime.call_store import CallRecord
+from runtime.errors import CallRejected
+from runtime.metadata import MethodInfo
+from runtime.outcome import error_frames, result_frames
+from transport.codec import Buffer, decode
+
+if TYPE_CHECKING:
+    from runtime.actor_server import ActorServer
+
+
+class CallRunner:
+    """Runs the calls of one actor server: its instance, name, boot id, hooks and error count."""
+
+    def __init__(self, server: ActorServer) -> None:
+        self._server = server
+
+    def run(
+        self,
+        record: CallRecord,
+        info: MethodInfo | None,
+        builtin: Any,
+        deadline: float | None,
+        validated: bool,
+        body: Buffer,
+        buffers: list[Buffer],
+    ) -> list[Buffer]:
+        """Run a sync method (or a built-in, ``builtin``) on this thread; returns the RESULT frames."""
+        server = self._server
+        started = time.perf_counter()
+        try:
+            args, kwargs = self._prepare(info, deadline, validated, body, buffers)
+            if builtin is not None:
+                value = builtin.function(server, *args, **kwargs)
+            else:
+                value = getattr(server.instance, info.name)(*args, **kwargs)
+        except _Refused as refused:
+            return self._failed(record, refused.code, refused, started)
+        except Exception as exc:
+            return self._failed(record, "remote", exc, started)
+        self._observe(record.method, "ok", started)
+        return result_frames(record, server.boot_id, value)
+
+    async def run_async(
+        self,
+        record: CallRecord,
+        info: MethodInfo,
+        deadline: float | None,
+        validated: bool,
+        body: Buffer,
+        buffers: list[Buffer],
+        slots: asyncio.Semaphore,
+    ) -> list[Buffer]:
+        """Await an async method once one of ``slots`` is free (its concurrency limit); returns the RESULT frames."""
+        started = time.perf_counter()  # waiting for a slot counts as part of the call
+        async with slots:
+            try:
+                args, kwargs = self._prepare(info, deadline, validated, body, buffers)
+                value = await getattr(self._server.instance, info.name)(*args, **kwargs)
+            except _Refused as refused:
+                return self._failed(record, refused.code, refused, started)
+            except Exception as exc:
+                return self._failed(record, "remote", exc, started)
+        self._observe(record.method, "ok", started)
+        return result_frames(record, self._server.boot_id, value)
+
+    def _prepare(
+        self,
+        info: MethodInfo | None,
+        deadline: float | None,
+        validated: bool,
+        body: Buffer,
+        buffers: list[Buffer],
+    ) -> tuple[list[Any], dict[str, Any]]:
+        if deadline is not None and time.time() > deadline:
+            raise _Refused("deadline", "the deadline passed before the call started; it was not run")
+        args, kwargs = decode(body, buffers)
+        if info is not None and not validated:
+            try:
+                info.bind(tuple(args), kwargs, actor=self._server.name)
+            except CallRejected as exc:
+                raise _Refused("rejected", str(exc)) from None
+        return args, kwargs
+
+    def _failed(self, record: CallRecord, code: str, exc: BaseException, started: float) -> list[Buffer]:
+        server = self._server
+        server.stats["errors_total"] += 1
+        self._observe(record.method, "error" if code == "remote" else code, started)
+        if isinstance(exc, _Refused):
+            return error_frames(record.call_id, server.boot_id, code, exc.message)
+        return error_frames(record.call_id, server.boot_id, code, exc=exc)
+
+    def _observe(self, method_name: str, outcome: str, started: float) -> None:
+        hooks = self._server.hooks
+        if hooks:
+            elapsed = time.perf_counter() - started
+            for hook in hooks:
+                hook(method_name, outcome, elapsed)
+
+
+class _Refused(Exception):
+    """A call refused before user code ran (deadline passed, bad arguments)."""
+
+    def __init__(self, code: str, message: str) -> None:
+        super().__init__(message)
+        self.code = code
+        self.message = message
