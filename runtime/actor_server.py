@@ -303,7 +303,13 @@ class ActorServer:
         elif builtin is not None or info.options.control_plane:
             self._on_loop(lambda: self._finish(run()))
         elif info.is_async:
-            self._on_loop(lambda: self._start_task(self._run_async(record, info, deadline, validated, body, buffers)))
+            slots = self._async_slots[info.options.concurrency_group]
+
+            async def run_async() -> None:
+                frames = await self._runner.run_async(record, info, deadline, validated, body, buffers, slots)
+                self._finish((record, frames))
+
+            self._on_loop(lambda: self._start_task(run_async()))
         else:
             self._lanes[info.options.concurrency_group].submit(run)
 
@@ -315,18 +321,6 @@ class ActorServer:
     def _reject(self, peer: bytes, call_id: bytes, code: str, message: str) -> None:
         self.stats["rejected_total"] += 1
         self._send(peer, error_frames(call_id, self.boot_id, code, message))
-
-    async def _run_async(
-        self,
-        record: CallRecord,
-        info: MethodInfo,
-        deadline: float | None,
-        validated: bool,
-        body: Buffer,
-        buffers: list[Buffer],
-    ) -> None:
-        slots = self._async_slots[info.options.concurrency_group]
-        self._finish((record, await self._runner.run_async(record, info, deadline, validated, body, buffers, slots)))
 
     def _finish(self, done: tuple[CallRecord, list[Buffer]]) -> None:
         """Record a call's result and send it; runs on the loop or on the lane thread that ran the call."""
