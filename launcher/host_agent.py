@@ -37,6 +37,7 @@ import psutil
 from launcher import agent_protocol as proto
 from launcher.process_tree import ProcessTree, pdeathsig_preexec, terminate_trees
 from launcher.readiness import free_ports, wait_ready
+from transport import shared_memory
 
 log = logging.getLogger("launcher.host_agent")
 
@@ -292,6 +293,7 @@ class HostAgent:
         managed.exited.set()
         self._adopt_orphans()
         terminate_trees([managed.tree], grace_s=2.0)  # leftovers of a dead worker: no orphans
+        shared_memory.remove_spares_of(managed.popen.pid)  # an actor killed by a signal leaves its spare file
         for reader in managed.readers:
             reader.join(timeout=3.0)
         with managed.log_lock:

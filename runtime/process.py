@@ -20,6 +20,7 @@ from collections.abc import Callable
 from typing import Any
 
 from runtime.errors import ActorDied, DeadlineExceeded
+from transport import shared_memory
 
 log = logging.getLogger(__name__)
 
@@ -93,6 +94,7 @@ class ActorProcess:
 
     def _watch(self) -> None:
         code = self.popen.wait()
+        shared_memory.remove_spares_of(self.pid)  # a killed process cannot remove its own
         self._ready_event.set()
         for callback in list(self.on_exit):
             callback(code)

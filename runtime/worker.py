@@ -23,7 +23,7 @@ from runtime import event_loop, metrics, object_refs, server_metrics
 from runtime.actor_server import ActorServer
 from runtime.call_store import StoreLimits
 from runtime.process import READY_PREFIX
-from transport import security
+from transport import security, shared_memory
 
 log = logging.getLogger(__name__)
 
@@ -113,6 +113,7 @@ def main(argv: list[str] | None = None) -> None:
     metrics_port = None if args.no_metrics else args.metrics_port
     metrics_host = metrics.host_of_bind(f"tcp://{args.metrics_host}:0") if args.metrics_host else None
     event_loop.run(serve(args.bind, args.parent_pid, metrics_port=metrics_port, metrics_host=metrics_host))
+    shared_memory.drop_spares()  # atexit does not run after os._exit
     os._exit(0)  # lane threads may still be inside user code: do not wait for them
 
 

@@ -3,12 +3,14 @@
 The sender writes a buffer into a fresh file ``/dev/shm/miles-<pid>-<random>`` (mode 0600) and sends only its
 name; the receiver maps the file and unlinks it at once, so the memory lives exactly as long as the arrays that
 use it. The sender also unlinks its files once the call is settled (covering messages never decoded), and
-``sweep_orphans`` removes files left by processes that died. ``MILES_SHM=0`` turns the path off (every byte then
-crosses the socket: useful to measure TCP, or where /dev/shm is small).
+``sweep_orphans`` removes files left by processes that died. A write fills a file allocated ahead of need
+when one of its size is ready (:mod:`transport.shm_spares`). ``MILES_SHM=0`` turns the path off (every byte
+then crosses the socket: useful to measure TCP, or where /dev/shm is small).
 """
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import mmap
 import os
@@ -18,12 +20,15 @@ from pathlib import Path
 
 import psutil
 
+from transport import shm_spares
+
 SHM_DIR = Path(os.environ.get("MILES_SHM_DIR", "/dev/shm"))
 #: Set to ``0`` to keep every buffer on the socket, even between processes of one machine.
 SHM_ENV = "MILES_SHM"
 #: Buffers at least this large use shared memory when both ends are on one machine.
 SHM_THRESHOLD = 4 * 1024 * 1024  # below this, one zero-copy TCP frame is as fast as a file in /dev/shm
 _NAME = re.compile(r"^miles-(\d+)-[0-9a-f]{16}$")
+_SPARE_NAME = re.compile(rf"^{shm_spares.PREFIX}(\d+)-[0-9a-f]{{16}}$")
 _MAX_WRITE = 1 << 30
 
 
@@ -40,10 +45,30 @@ def available() -> bool:
     return os.environ.get(SHM_ENV, "1") != "0" and SHM_DIR.is_dir() and os.access(SHM_DIR, os.W_OK)
 
 
+_spares = shm_spares.SpareFiles(SHM_DIR)
+
+
+def _fresh_spares() -> None:
+    global _spares
+    _spares = shm_spares.SpareFiles(SHM_DIR)  # a forked child must not take its parent's spare
+
+
+os.register_at_fork(after_in_child=_fresh_spares)
+atexit.register(lambda: drop_spares())
+
+
 def write(data: memoryview) -> str:
-    """Copy ``data`` into a new shared-memory file; returns its name."""
+    """Copy ``data`` into a new shared-memory file (a spare allocated ahead, if one fits); returns its name."""
     name = f"miles-{os.getpid()}-{os.urandom(8).hex()}"
-    fd = os.open(SHM_DIR / name, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600)
+    spare = _spares.take(data.nbytes)
+    _spares.want(data.nbytes)  # for the next write of this size
+    try:
+        if spare is None:
+            raise FileNotFoundError
+        os.rename(spare, SHM_DIR / name)
+        fd = os.open(SHM_DIR / name, os.O_WRONLY)
+    except FileNotFoundError:  # no spare, or someone removed it
+        fd = os.open(SHM_DIR / name, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600)
     try:
         view = data.cast("B") if data.format != "B" else data
         offset = 0
@@ -82,13 +107,27 @@ def unlink(names: Iterable[str]) -> None:
             os.unlink(SHM_DIR / name)
 
 
+def drop_spares() -> None:
+    """Remove this process's spare files now (a process that ends with ``os._exit`` skips ``atexit``)."""
+    _spares.drop()
+    remove_spares_of(os.getpid())  # one still being allocated, too
+
+
+def remove_spares_of(pid: int) -> None:
+    """Remove the spare files of process ``pid``, which is gone (its parent calls this once it reaped it).
+    Buffers it wrote stay: a receiver may still read them; ``sweep_orphans`` removes what nobody will."""
+    for path in SHM_DIR.glob(f"{shm_spares.PREFIX}{pid}-*"):
+        with contextlib.suppress(FileNotFoundError):
+            path.unlink()
+
+
 def sweep_orphans() -> int:
     """Remove buffers written by processes that no longer exist; returns how many were removed."""
     removed = 0
     if not SHM_DIR.is_dir():
         return 0
     for path in SHM_DIR.glob("miles-*"):
-        match = _NAME.match(path.name)
+        match = _NAME.match(path.name) or _SPARE_NAME.match(path.name)
         if match and not psutil.pid_exists(int(match.group(1))):
             with contextlib.suppress(FileNotFoundError):
                 path.unlink()

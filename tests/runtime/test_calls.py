@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import signal
 import threading
 import time
 
@@ -155,6 +156,25 @@ def test_shared_memory_files_are_removed_once_large_calls_are_done(counter: Acto
     while left := [p.name for p in shared_memory.SHM_DIR.iterdir() if p.name.startswith(tuple(mine))]:
         assert time.monotonic() < deadline, f"shared-memory files left behind: {left}"
         time.sleep(0.1)
+
+
+def test_an_actor_killed_by_a_signal_leaves_no_spare_shared_memory_file(no_leaks: None) -> None:
+    actor = spawn(Counter, kwargs={"start": 0})
+    try:
+        size = shared_memory.SHM_THRESHOLD * 2
+        assert actor.array(size).result(10).nbytes == size  # the actor wrote its result into /dev/shm
+        spares = f"miles-spare-{actor.pid}-*"
+        deadline = time.monotonic() + 5
+        while not list(shared_memory.SHM_DIR.glob(spares)):
+            assert time.monotonic() < deadline, "the actor allocated no spare file for its next large result"
+            time.sleep(0.01)
+        os.kill(actor.pid, signal.SIGKILL)  # no atexit: the spawner must remove it
+        deadline = time.monotonic() + 5
+        while left := list(shared_memory.SHM_DIR.glob(spares)):
+            assert time.monotonic() < deadline, f"a killed actor's spare was left behind: {left}"
+            time.sleep(0.05)
+    finally:
+        actor.kill()
 
 
 def test_named_lookup_and_handle_passing(counter: ActorHandle, no_leaks: None) -> None:
