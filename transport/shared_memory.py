@@ -28,7 +28,7 @@ SHM_ENV = "MILES_SHM"
 #: Buffers at least this large use shared memory when both ends are on one machine.
 SHM_THRESHOLD = 4 * 1024 * 1024  # below this, one zero-copy TCP frame is as fast as a file in /dev/shm
 _NAME = re.compile(r"^miles-(\d+)-[0-9a-f]{16}$")
-_SPARE_NAME = re.compile(rf"^{shm_spares.PREFIX}(\d+)-[0-9a-f]{{16}}$")
+_SPARE_NAME = re.compile(rf"^{shm_spares.PREFIX}(\d+)-[0-9a-f]{{16}}({re.escape(shm_spares.PARTIAL)})?$")
 _MAX_WRITE = 1 << 30
 
 
@@ -61,7 +61,7 @@ def write(data: memoryview) -> str:
     """Copy ``data`` into a new shared-memory file (a spare allocated ahead, if one fits); returns its name."""
     name = f"miles-{os.getpid()}-{os.urandom(8).hex()}"
     spare = _spares.take(data.nbytes)
-    _spares.want(data.nbytes)  # for the next write of this size
+    _spares.wrote(data.nbytes)  # a spare for the next write, if this size repeats
     try:
         if spare is None:
             raise FileNotFoundError

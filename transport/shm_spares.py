@@ -1,11 +1,12 @@
 """Shared-memory files allocated ahead of need, so that a large same-host transfer only copies its bytes.
 
 Most of the cost of writing a large buffer into ``/dev/shm`` is the kernel allocating the file's pages (on a
-small VM 33 of the 42 ms a 64 MiB write takes; the copy itself is the rest). After each large write a
-background thread allocates one spare file of the same size (``posix_fallocate``), named
-``miles-spare-<pid>-<random>``; the next write of that size renames it and copies into it. One spare at most,
-of at most ``MAX_SPARE_BYTES``, removed when unused for ``IDLE_S`` seconds and when the process exits (and by
-``shared_memory.sweep_orphans`` if the process died). A forked child starts with none of its parent's.
+small VM 33 of the 42 ms a 64 MiB write takes; the copy itself is the rest). Once two large writes in a row had
+the same size (a training loop sends the same shapes again and again), a background thread allocates one spare
+file of that size (``posix_fallocate``), named ``miles-spare-<pid>-<random>`` once allocated; the next write of
+that size renames it and copies into it. One spare at most, of at most ``MAX_SPARE_BYTES``, removed when unused
+for ``IDLE_S`` seconds and when the process exits (and by ``shared_memory.sweep_orphans`` if the process died).
+A forked child starts with none of its parent's.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from pathlib import Path
 log = logging.getLogger(__name__)
 
 PREFIX = "miles-spare-"
+PARTIAL = ".partial"  # suffix of a spare still being allocated
 MAX_SPARE_BYTES = 512 * 1024 * 1024
 IDLE_S = 10.0
 
@@ -31,6 +33,7 @@ class SpareFiles:
         self.directory = directory
         self._cond = threading.Condition()
         self._wanted = 0  # bytes of the spare to have ready (0: none)
+        self._last_written = 0
         self._spare: tuple[int, str] | None = None  # (bytes, file name)
         self._used_at = time.monotonic()
         self._thread: threading.Thread | None = None
@@ -44,6 +47,14 @@ class SpareFiles:
             self._spare = None
             self._cond.notify()  # the next one can be allocated now
         return self.directory / spare[1]
+
+    def wrote(self, nbytes: int) -> None:
+        """A buffer of ``nbytes`` was just written. Once two writes in a row had that size, keep a spare of it
+        ready: a size seen once may never come again, and allocating for it would double the work."""
+        with self._cond:
+            repeated, self._last_written = nbytes == self._last_written, nbytes
+        if repeated:
+            self.want(nbytes)
 
     def want(self, nbytes: int) -> None:
         """Have a file of ``nbytes`` ready for the next write (allocated in the background)."""
@@ -89,9 +100,9 @@ class SpareFiles:
 
     def _replace(self, nbytes: int) -> None:
         name = f"{PREFIX}{os.getpid()}-{os.urandom(8).hex()}"
-        path = self.directory / name
+        partial = self.directory / f"{name}{PARTIAL}"  # renamed once allocated: a visible spare is a ready one
         try:
-            fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600)
+            fd = os.open(partial, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600)
             try:
                 os.posix_fallocate(fd, 0, nbytes)
             finally:
@@ -99,14 +110,18 @@ class SpareFiles:
         except OSError as exc:  # e.g. /dev/shm is full: writes then allocate as they go
             log.debug("no spare shared-memory file of %d bytes: %s", nbytes, exc)
             with contextlib.suppress(FileNotFoundError):
-                os.unlink(path)
+                os.unlink(partial)
             with self._cond:
                 if self._wanted == nbytes:
                     self._wanted = 0
             return
         with self._cond:
-            wanted = self._wanted == nbytes  # else dropped (or another size asked for) meanwhile
-            old, self._spare = (self._spare, (nbytes, name)) if wanted else ((nbytes, name), self._spare)
+            if self._wanted != nbytes:  # dropped, or another size asked for, meanwhile
+                old: Path | None = partial
+            else:
+                os.rename(partial, self.directory / name)
+                old = self.directory / self._spare[1] if self._spare is not None else None
+                self._spare = (nbytes, name)
         if old is not None:
             with contextlib.suppress(FileNotFoundError):
-                os.unlink(self.directory / old[1])
+                os.unlink(old)
