@@ -41,10 +41,10 @@ class SpareFiles:
     def take(self, nbytes: int) -> Path | None:
         """The path of a ready file of exactly ``nbytes`` (now the caller's to rename and fill), or None."""
         with self._cond:
-            spare, self._used_at = self._spare, time.monotonic()
+            spare = self._spare
             if spare is None or spare[0] != nbytes:
-                return None
-            self._spare = None
+                return None  # writes of other sizes do not count as use: an unused spare still goes when idle
+            self._spare, self._used_at = None, time.monotonic()
             self._cond.notify()  # the next one can be allocated now
         return self.directory / spare[1]
 
