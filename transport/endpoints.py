@@ -76,12 +76,13 @@ class ZmqEndpoint:
         on_frames: Callable[[list[Buffer]], None],
         *,
         name: str,
+        address: str = "",
         on_handshake_failure: Callable[[str], None] | None = None,
         curve: bool = False,
     ) -> None:
         self.socket = socket
         self.name = name
-        self.address = ""  # what the socket is bound or connected to (set by transport.sockets)
+        self.address = address  # what the socket is bound or connected to
         self.stats = EndpointStats()
         self._fd = socket.FD
         self._on_frames = on_frames

@@ -60,15 +60,8 @@ atexit.register(lambda: drop_spares())
 def write(data: memoryview) -> str:
     """Copy ``data`` into a new shared-memory file (a spare allocated ahead, if one fits); returns its name."""
     name = f"miles-{os.getpid()}-{os.urandom(8).hex()}"
-    spare = _spares.take(data.nbytes)
+    fd = _open_new(name, _spares.take(data.nbytes))
     _spares.wrote(data.nbytes)  # a spare for the next write, if this size repeats
-    try:
-        if spare is None:
-            raise FileNotFoundError
-        os.rename(spare, SHM_DIR / name)
-        fd = os.open(SHM_DIR / name, os.O_WRONLY)
-    except FileNotFoundError:  # no spare, or someone removed it
-        fd = os.open(SHM_DIR / name, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600)
     try:
         view = data.cast("B") if data.format != "B" else data
         offset = 0
@@ -80,6 +73,16 @@ def write(data: memoryview) -> str:
         raise
     os.close(fd)
     return name
+
+
+def _open_new(name: str, spare: Path | None) -> int:
+    """A descriptor to write buffer ``name`` into: ``spare`` renamed to it if given (and still there), else a
+    new file."""
+    if spare is not None:
+        with contextlib.suppress(FileNotFoundError):  # someone removed the spare
+            os.rename(spare, SHM_DIR / name)
+            return os.open(SHM_DIR / name, os.O_WRONLY)
+    return os.open(SHM_DIR / name, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600)
 
 
 def read(name: str, nbytes: int) -> memoryview:

@@ -63,9 +63,8 @@ def router(
         except zmq.ZMQError as exc:  # e.g. a dying predecessor still holds it: same-host callers use TCP
             log.warning("%s: same-host socket %s not bound (%s); local callers use TCP", bound, twin, exc)
             twin = None
-    endpoint = ZmqEndpoint(socket, on_frames, name=f"router {bound}" + (f" + {twin}" if twin else ""))
-    endpoint.address = bound
-    return endpoint, bound
+    name = f"router {bound}" + (f" + {twin}" if twin else "")
+    return ZmqEndpoint(socket, on_frames, name=name, address=bound), bound
 
 
 def dealer(
@@ -98,9 +97,9 @@ def dealer(
         socket,
         on_frames,
         name=f"dealer {address}" + (f" via {target}" if target != address else ""),
+        address=target,
         on_handshake_failure=on_handshake_failure,
         curve=curve is not None,
     )
-    endpoint.address = target
     socket.connect(target)
     return endpoint
