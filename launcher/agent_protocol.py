@@ -2,7 +2,8 @@
 
 Commands (``op``; ``req`` echoes back in the reply):
   spawn      {id, argv, env, cwd, log_prefix, ready: {kind: line|tcp|http|none, prefix?, port?, path?, probe_host?,
-              deadline_s}} -> event ``spawned`` {id, pid, create_time, log_path} or ``spawn_failed`` {id, error}
+              deadline_s}, stdin?} -> event ``spawned`` {id, pid, create_time, log_path} or ``spawn_failed``
+              {id, error}; ``stdin``: text written to the child's stdin, then closed (a worker's spawn token)
   kill       {id, grace_s}  -> the process tree is stopped; its ``exited`` event follows; reply ``killed`` {id}
   list       {}             -> ``listing`` {procs: [{id, pid, alive, ready, returncode}]}
   ports      {n}            -> ``ports`` {ports: [int]} (free TCP ports on the host, never handed out twice)

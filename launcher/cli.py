@@ -6,7 +6,9 @@
 
 Every launch makes fresh CURVE keys, ships them to the hosts and authenticates every actor socket with them;
 ``--no-curve`` (or ``[launcher] curve = false``) turns that off for trusted networks (large transfers between
-hosts are about 4x faster without it). The launcher prints its Prometheus service discovery URL at start.
+hosts are about 4x faster without it). With CURVE off, actors of SSH hosts listen on every interface, so the
+launch is refused unless hosts.toml says ``[launcher] allow_open_binds_without_curve = true``; a launch with CURVE
+off warns at start who can then call the actors. The launcher prints its Prometheus service discovery URL at start.
 
 Ctrl-C, SIGTERM and errors tear everything down (SIGTERM, grace, SIGKILL on every host) before exiting.
 Exit codes: the job's code, 1 on launcher errors, 2 on bad configuration, 130 when interrupted;
@@ -25,13 +27,14 @@ import time
 from typing import Any
 
 from launcher.errors import ConfigError, LauncherError, PlacementError
-from launcher.hosts_config import ClusterConfig, load_config
+from launcher.hosts_config import LOOPBACK_BIND, ClusterConfig, check_open_binds, load_config, open_bind_hosts
 from launcher.job import JobContext, resolve_entrypoint, run_job
 from launcher.launch_control import launch_down, launch_status
 from launcher.launch_state import process_alive, read_state, state_path_for
 from launcher.placement import PlacementPlan, plan_placement
 from launcher.progress import ProgressPrinter
 from launcher.ssh_provider import make_provider
+from launcher.worker_command import bind_address
 from transport.security import CURVE_DIR_ENV
 
 log = logging.getLogger(__name__)
@@ -77,10 +80,14 @@ def main(argv: list[str] | None = None) -> int:
             return 0
         if getattr(args, "no_curve", False):
             config = config.model_copy(update={"launcher": config.launcher.model_copy(update={"curve": False})})
+            check_open_binds(config, curve_off_by="--no-curve")  # the file was checked with CURVE on
         plan = plan_placement(config.hosts, config.pools)
     except (ConfigError, PlacementError) as exc:
         printer.error(str(exc))
         return 2
+    warning = curve_off_warning(config)
+    if warning:
+        printer.warning(warning)
     if args.dry_run:
         print(_describe(config, plan))
         return 0
@@ -92,7 +99,7 @@ def _describe(config: ClusterConfig, plan: PlacementPlan) -> str:
     for host in config.hosts:
         lines.append(
             f"  {host.name:<14} {host.provider:<5} {host.address:<16} gpus={list(host.gpu_ids)} "
-            f"python={host.python} workdir={host.workdir}"
+            f"python={host.python} workdir={host.workdir} bind={bind_address(host)}"
         )
     lines.append("pools:")
     for pool in config.pools:
@@ -104,10 +111,28 @@ def _describe(config: ClusterConfig, plan: PlacementPlan) -> str:
     job = config.job
     lines.append(f"job: {job.entrypoint or ' '.join(job.command or ())}")
     settings = config.launcher
-    lines.append(f"security: {'CURVE (fresh keys per launch)' if settings.curve else 'none (curve = false)'}")
+    lines.append(f"security: {'CURVE (fresh keys per launch)' if settings.curve else 'none (CURVE off: plain TCP)'}")
     sd = "off" if settings.metrics_sd_port < 0 else f"{settings.metrics_sd_host}:{settings.metrics_sd_port or 'any'}"
     lines.append(f"prometheus service discovery: {sd}")
     return "\n".join(lines)
+
+
+def curve_off_warning(config: ClusterConfig) -> str | None:
+    """What a launch with CURVE off exposes, and to whom (None with CURVE on)."""
+    if config.launcher.curve:
+        return None
+    open_hosts = open_bind_hosts(config)
+    if not open_hosts:
+        return (
+            f"CURVE is off: actors listen on loopback only ({LOOPBACK_BIND}), so only processes on this machine can "
+            "reach their ports, but any of them (any user) can call any public method of any actor."
+        )
+    names = ", ".join(host.name for host in open_hosts)
+    return (
+        f"CURVE is off: actors on {names} listen on every interface ({bind_address(open_hosts[0])}) without "
+        "authentication, so any peer that can reach the actors' ports can call any public method of any actor.\n"
+        "Trusted networks only (allowed by `allow_open_binds_without_curve = true` in hosts.toml)."
+    )
 
 
 def _status(config: ClusterConfig) -> int:

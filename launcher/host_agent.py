@@ -215,7 +215,7 @@ class HostAgent:
                 argv,
                 env=env,
                 cwd=cwd,
-                stdin=subprocess.DEVNULL,
+                stdin=subprocess.PIPE if command.get("stdin") else subprocess.DEVNULL,
                 stdout=subprocess.PIPE,
                 stderr=subprocess.PIPE,
                 start_new_session=True,
@@ -224,6 +224,7 @@ class HostAgent:
         except OSError as exc:
             self.out.emit(proto.EV_SPAWN_FAILED, req=req, id=wid, error=f"cannot start {argv[0]!r}: {exc}")
             return
+        _hand_over_stdin(popen, str(command.get("stdin") or ""))
         log_file = open(log_path, "ab")
         log_file.write(f"==== {time.strftime('%Y-%m-%d %H:%M:%S')} start pid={popen.pid}: {argv}\n".encode())
         managed = Managed(
@@ -415,6 +416,17 @@ def _package_version() -> str | None:
         return metadata.version(proto.PACKAGE_NAME)
     except metadata.PackageNotFoundError:
         return None
+
+
+def _hand_over_stdin(popen: subprocess.Popen[bytes], text: str) -> None:
+    """Write ``text`` (a worker's spawn token line) to the child's stdin and close it; it is never logged."""
+    if popen.stdin is None:
+        return
+    try:
+        popen.stdin.write(text.encode())
+        popen.stdin.close()
+    except OSError:  # it died at once: its exit is reported as any other
+        pass
 
 
 def main(argv: list[str] | None = None) -> NoReturn:

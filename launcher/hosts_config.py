@@ -3,6 +3,10 @@
 ``load_config(path)`` reads the file with tomllib and raises ``ConfigError`` whose message names the file, the line
 (best effort), the host or pool (by name) and the field. ``[host_defaults]`` is merged into every ``[[hosts]]``
 entry before validation. Relative ``workdir``/``key_file`` paths are resolved against the file's directory.
+
+With CURVE off (``[launcher] curve = false``), actors of SSH hosts listen on every interface without
+authentication, so ``parse_config`` refuses such a file unless ``[launcher] allow_open_binds_without_curve = true``
+says so explicitly; ``check_open_binds`` runs the same check on a config changed after parsing (``--no-curve``).
 """
 
 from __future__ import annotations
@@ -26,6 +30,9 @@ else:  # pragma: no cover - Python 3.10
 _FROZEN = ConfigDict(frozen=True, extra="forbid")
 HOST_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
 LOCAL_ADDRESSES = frozenset({"localhost", "127.0.0.1", "::1"})
+LOOPBACK_BIND = "127.0.0.1"
+OPEN_BIND = "0.0.0.0"
+OPEN_BINDS_FIELD = "allow_open_binds_without_curve"
 
 
 class SSHConfig(BaseModel):
@@ -99,6 +106,12 @@ class HostConfig(BaseModel):
         """The address other processes use to reach this host ('localhost' becomes 127.0.0.1)."""
         return "127.0.0.1" if self.address == "localhost" else self.address
 
+    @property
+    def actor_bind_host(self) -> str:
+        """The interface this host's actors listen on: loopback for local hosts; every interface for SSH hosts,
+        whose actors the launcher and the other hosts must reach."""
+        return LOOPBACK_BIND if self.provider == "local" else OPEN_BIND
+
 
 class JobConfig(BaseModel):
     """What runs once every pool is ready: a ``module:function`` entrypoint or a command."""
@@ -156,6 +169,11 @@ class LauncherSettings(BaseModel):
     curve: bool = Field(
         default=True,
         description="CURVE-authenticate every actor socket with per-launch keys (false: plain TCP, trusted networks)",
+    )
+    allow_open_binds_without_curve: bool = Field(
+        default=False,
+        description="with curve off, let SSH hosts' actors listen on every interface anyway (anyone who can reach "
+        "their ports can call any public method); without it such a launch is refused",
     )
     metrics_sd_port: int = Field(
         default=0, ge=-1, le=65535, description="Prometheus HTTP service discovery port (0: any free, -1: off)"
@@ -229,9 +247,46 @@ def parse_config(text: str, *, source: Path | None = None) -> ClusterConfig:
     base = source.parent.resolve() if source else Path.cwd()
     data = _prepare(raw, base)
     try:
-        return ClusterConfig.model_validate({**data, "source": source})
+        config = ClusterConfig.model_validate({**data, "source": source})
     except ValidationError as exc:
         raise ConfigError(_describe(exc, raw, text, label)) from None
+    check_open_binds(config, text=text)
+    return config
+
+
+def open_bind_hosts(config: ClusterConfig) -> list[HostConfig]:
+    """The hosts whose actors listen beyond loopback."""
+    return [host for host in config.hosts if host.actor_bind_host != LOOPBACK_BIND]
+
+
+def check_open_binds(config: ClusterConfig, *, text: str | None = None, curve_off_by: str | None = None) -> None:
+    """Refuse CURVE off with actors listening beyond loopback unless hosts.toml opts in explicitly.
+
+    ``text``: the file's text, to name the line (read from ``config.source`` when None); ``curve_off_by``: what
+    turned CURVE off when not the file (e.g. ``--no-curve``). Raises ConfigError saying which hosts, which field
+    to add and how to turn CURVE back on.
+    """
+    settings = config.launcher
+    hosts = open_bind_hosts(config)
+    if settings.curve or settings.allow_open_binds_without_curve or not hosts:
+        return
+    label = str(config.source) if config.source else "<hosts.toml>"
+    if text is None and config.source is not None:
+        try:
+            text = config.source.read_text()
+        except OSError:
+            text = None
+    line = _find_line(text, "launcher", None, ["curve"]) if text else None
+    names = ", ".join(repr(host.name) for host in hosts)
+    off_by = curve_off_by or "`curve = false` in [launcher]"
+    undo = f"drop {curve_off_by}" if curve_off_by else "remove `curve = false` from [launcher]"
+    raise ConfigError(
+        f"{label}{f':{line}' if line else ''}: field 'launcher.curve': CURVE is off ({off_by}), and the actors "
+        f"of ssh host(s) {names} would listen on every interface ({OPEN_BIND}) without authentication: any peer "
+        "that can reach their ports could call any public method of any actor.\n"
+        f"Fix: turn CURVE back on ({undo}), or, on a trusted network only, add "
+        f"`{OPEN_BINDS_FIELD} = true` to the [launcher] table of {label}."
+    )
 
 
 def _prepare(raw: dict[str, Any], base: Path) -> dict[str, Any]:

@@ -29,6 +29,11 @@ class ProgressPrinter:
         for line in message.splitlines() or [""]:
             self._write(self._err, f"[miles-launch] error: {line}")
 
+    def warning(self, message: str) -> None:
+        """Something the user must weigh before trusting the launch (shown with --no-logs too), per line."""
+        for line in message.splitlines() or [""]:
+            self._write(self._err, f"[miles-launch] WARNING: {line}")
+
     def log_line(self, stream: str, text: str) -> None:
         """A worker's output line (``(pool-cell-worker pid=N host=H) ...``)."""
         if self.show_logs:

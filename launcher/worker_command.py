@@ -36,8 +36,10 @@ def plan_env(
 
 
 def bind_address(host: HostConfig) -> str:
-    """Local-provider workers listen on loopback only; SSH hosts on every interface."""
-    return "127.0.0.1" if host.provider == "local" else "0.0.0.0"
+    """Where a serve worker on ``host`` listens (``HostConfig.actor_bind_host``): loopback for local hosts, every
+    interface for SSH hosts. Open binds without CURVE are refused at parse time unless hosts.toml opts in
+    (``hosts_config.check_open_binds``)."""
+    return host.actor_bind_host
 
 
 def build_spawn(

@@ -12,7 +12,6 @@ itself (checks, the method, its outcome as RESULT frames) is :mod:`runtime.call_
 from __future__ import annotations
 
 import asyncio
-import hashlib
 import logging
 import os
 import socket
@@ -23,10 +22,11 @@ from typing import Any
 
 import zmq
 
-from runtime import builtin_methods
+from runtime import builtin_methods, control_auth, header_checks
 from runtime.call_runner import CallRunner
-from runtime.call_store import CallRecord, CallState, CallStore, StoreLimits, Tombstone
+from runtime.call_store import CallRecord, CallState, CallStore, StoreLimits, Tombstone, request_fingerprint
 from runtime.errors import CallRejected
+from runtime.header_checks import BadHeader
 from runtime.lanes import ThreadLane
 from runtime.loop_work import LoopWork
 from runtime.metadata import DEFAULT_ASYNC_CONCURRENCY, DEFAULT_GROUP, ActorClassInfo, MethodInfo
@@ -56,8 +56,10 @@ class ActorServer:
         limits: StoreLimits | None = None,
         context: zmq.Context | None = None,
         curve: CurveConfig | None = None,
+        spawn_token: bytes | None = None,
     ) -> None:
         self.bind_address = bind
+        self._spawn_token = spawn_token  # proves control calls (control_auth); None: no control call is accepted
         self.curve = curve
         self.boot_id = os.urandom(8).hex()
         self.host = socket.gethostname()
@@ -72,7 +74,13 @@ class ActorServer:
         self.name = f"actor-{self.pid}"
         self.endpoint: ZmqEndpoint | None = None
         self.address = ""
-        self.stats = {"calls_total": 0, "errors_total": 0, "rejected_total": 0, "duplicates_total": 0}
+        self.stats = {
+            "calls_total": 0,
+            "errors_total": 0,
+            "rejected_total": 0,
+            "duplicates_total": 0,
+            "unauthorized_total": 0,
+        }
         self.stopped = asyncio.Event()
         self._loop: asyncio.AbstractEventLoop | None = None
         self._loop_thread = 0
@@ -85,6 +93,7 @@ class ActorServer:
         self.metrics_port: int | None = None  # where /metrics is served, if it is
         self.restarts = 0  # how often the spawner restarted this actor before this incarnation
         self._runner = CallRunner(self)
+        self._constructing = False  # __construct__ accepted: no second one, nor a __prepare__, is
 
     # ---- lifecycle -------------------------------------------------------------------------------------------
 
@@ -186,93 +195,102 @@ class ActorServer:
         try:
             message = wire.unpack(frames[1:], max_header_bytes=DEFAULT_MAX_HEADER_BYTES)
             handler = self._handlers[message.kind]
+            handler(self, peer, message)
         except (FrameError, KeyError) as exc:
             self.endpoint.stats.drop("malformed")
             log.debug("%s: dropped a malformed message: %s", self.name, exc)
-            return
-        try:
-            handler(self, peer, message)
-        except (ValueError, TypeError, IndexError) as exc:  # wrong shapes inside a well-framed message
-            self.endpoint.stats.drop("malformed")
-            log.debug("%s: dropped a malformed %s: %s", self.name, message.kind.name, exc)
+        except BadHeader as exc:
+            self.endpoint.stats.drop(exc.reason)
+            log.debug("%s: dropped a %s: %s", self.name, exc.reason, exc)
 
     def _send(self, peer: bytes, frames: list[Buffer]) -> None:
         self.endpoint.send([peer, *frames])
 
     def _on_ping(self, peer: bytes, message: wire.Message) -> None:
+        nonce = header_checks.ping_nonce(message.meta)
         stats = {"constructed": self.instance is not None, "calls": len(self.store.records)}
-        self._send(peer, wire.pack(Kind.PONG, [message.meta[0], self.boot_id, stats]))
+        self._send(peer, wire.pack(Kind.PONG, [nonce, self.boot_id, stats]))
 
     def _on_ack(self, peer: bytes, message: wire.Message) -> None:
-        self._ack(message.meta[0])
+        self._ack(peer, header_checks.ids_only(message.meta))
 
-    def _ack(self, call_ids: list[bytes]) -> None:
+    def _ack(self, peer: bytes, call_ids: list[bytes]) -> None:
         now = time.monotonic()
         for call_id in call_ids:
-            self.store.ack(bytes(call_id), now)
+            self.store.ack(call_id, peer, now)
 
     def _on_poll(self, peer: bytes, message: wire.Message) -> None:
-        for call_id in message.meta[0]:
-            self._answer_known(peer, bytes(call_id), self.store.lookup(bytes(call_id)))
+        for call_id in header_checks.ids_only(message.meta):
+            self._answer_known(peer, call_id, self.store.lookup(call_id))
 
     def _answer_known(self, peer: bytes, call_id: bytes, known: CallRecord | Tombstone | None) -> None:
+        """Tell ``peer`` what became of a call it asked about; only the caller that submitted it gets its result
+        (its routing id is stable across reconnects), any other learns nothing of it."""
         if isinstance(known, CallRecord):
-            known.peer = peer  # the client may have reconnected: push the result to where it is now
-            if known.state is CallState.DONE:
+            if known.peer != peer:
+                state = "unknown"
+            elif known.state is CallState.DONE:
                 self._send(peer, known.result)
                 return
-            state = "running"
+            else:
+                state = "running"
         else:
             state = known.value if known is not None else "unknown"
         self._send(peer, wire.pack(Kind.STATUS, [call_id, state, self.boot_id]))
 
     def _on_submit(self, peer: bytes, message: wire.Message) -> None:
-        call_id, method_name, deadline, expected_boot, validated, acks, shm_ok = message.meta[:7]
-        call_id = bytes(call_id)
-        if acks:
-            self._ack(acks)
-        if expected_boot is not None and expected_boot != self.boot_id:
-            self._send(
+        head = header_checks.submit(message.meta)
+        call_id = head.call_id
+        if head.acks:
+            self._ack(peer, head.acks)
+        if head.expected_boot is not None and head.expected_boot != self.boot_id:
+            self._reject(
                 peer,
-                error_frames(
-                    call_id,
-                    self.boot_id,
-                    "restarted",
-                    (
-                        f"the call was meant for incarnation {expected_boot} but this process is {self.boot_id}; "
-                        "the actor restarted, so the call was not run"
-                    ),
-                ),
+                call_id,
+                "restarted",
+                f"the call was meant for incarnation {head.expected_boot} but this process is {self.boot_id}; "
+                "the actor restarted, so the call was not run",
             )
             return
         body = message.body if message.body is not None else b""
-        fingerprint = _fingerprint(method_name, body, message.buffers)
+        fingerprint = request_fingerprint(head.method, body, message.buffers)
         known = self.store.lookup(call_id)
         if known is not None:
             self.stats["duplicates_total"] += 1
-            if isinstance(known, CallRecord) and known.fingerprint != fingerprint:
-                self._send(
-                    peer,
-                    error_frames(
-                        call_id,
-                        self.boot_id,
-                        "rejected",
-                        "call id reused for a different request; use a fresh call id",
-                    ),
-                )
+            if isinstance(known, CallRecord) and (known.fingerprint != fingerprint or known.peer != peer):
+                problem = "call id reused for a different request or by another caller; use a fresh call id"
+                self._reject(peer, call_id, "rejected", problem)
                 return
             self._answer_known(peer, call_id, known)
             return
-        record = CallRecord(call_id, fingerprint, str(method_name), peer, shm_ok=bool(shm_ok))
-        self._accept(record, deadline, bool(validated), body, message.buffers)
+        if head.method in control_auth.CONTROL_METHODS:
+            problem = self._control_problem(head, fingerprint)
+            if problem is not None:
+                self.stats["unauthorized_total"] += 1
+                log.warning("%s: refused %s from peer %s: %s", self.name, head.method, peer.hex(), problem)
+                self._reject(peer, call_id, "rejected", problem)
+                return
+        record = CallRecord(call_id, fingerprint, head.method, peer, shm_ok=head.shm_ok)
+        self._accept(record, head.deadline, body, message.buffers)
+
+    def _control_problem(self, head: header_checks.SubmitHeader, fingerprint: bytes) -> str | None:
+        """Why a control call (construct, shutdown) may not run, or None."""
+        if not control_auth.verify(self._spawn_token, head.proof, head.call_id, head.method, fingerprint):
+            return (
+                f"{head.method} is a control call: only the process that spawned this actor may make it "
+                "(its request carries a proof made with the worker's spawn token)"
+            )
+        if head.method != "__shutdown__" and (self.instance is not None or self._constructing):
+            return f"actor {self.name!r} is already constructed; spawn a new process for another actor"
+        if head.method == "__construct__":
+            self._constructing = True
+        return None
 
     _handlers = {Kind.SUBMIT: _on_submit, Kind.POLL: _on_poll, Kind.ACK: _on_ack, Kind.PING: _on_ping}
 
     # ---- running ---------------------------------------------------------------------------------------------
 
-    def _accept(
-        self, record: CallRecord, deadline: float | None, validated: bool, body: Buffer, buffers: list[Buffer]
-    ) -> None:
+    def _accept(self, record: CallRecord, deadline: float | None, body: Buffer, buffers: list[Buffer]) -> None:
         peer, call_id, method_name = record.peer, record.call_id, record.method
         builtin = builtin_methods.BUILTINS.get(method_name)
         info: MethodInfo | None = None
@@ -288,7 +306,8 @@ class ActorServer:
         incoming = memoryview(body).nbytes
         if buffers:
             incoming += sum(memoryview(b).nbytes for b in buffers)
-        problem = self.store.capacity_problem(incoming)
+        control = builtin is not None or info.options.control_plane
+        problem = self.store.capacity_problem(incoming, peer, control=control)
         if problem is not None:
             self._reject(peer, call_id, "over_capacity", f"actor {self.name!r} refused {method_name!r}: {problem}")
             return
@@ -296,17 +315,17 @@ class ActorServer:
         self.stats["calls_total"] += 1
 
         def run() -> tuple[CallRecord, list[Buffer]]:
-            return record, self._runner.run(record, info, builtin, deadline, validated, body, buffers)
+            return record, self._runner.run(record, info, builtin, deadline, body, buffers)
 
         if builtin is not None and builtin.threaded:
             self._lanes["__construct__"].submit(run)
-        elif builtin is not None or info.options.control_plane:
+        elif control:
             self._on_loop(lambda: self._finish(run()))
         elif info.is_async:
             slots = self._async_slots[info.options.concurrency_group]
 
             async def run_async() -> None:
-                frames = await self._runner.run_async(record, info, deadline, validated, body, buffers, slots)
+                frames = await self._runner.run_async(record, info, deadline, body, buffers, slots)
                 self._finish((record, frames))
 
             self._on_loop(lambda: self._start_task(run_async()))
@@ -325,7 +344,10 @@ class ActorServer:
     def _finish(self, done: tuple[CallRecord, list[Buffer]]) -> None:
         """Record a call's result and send it; runs on the loop or on the lane thread that ran the call."""
         record, frames = done
-        if self.store.finish(record, frames, time.monotonic()):
+        if record.refused:  # refused before it ran: the id is not used up, a corrected resend may run
+            self.store.forget(record)
+            self._send(record.peer, frames)
+        elif self.store.finish(record, frames, time.monotonic()):
             self._send(record.peer, frames)  # else forgotten meanwhile (e.g. expired): nobody to answer
 
     def in_flight(self) -> dict[str, int]:
@@ -339,11 +361,3 @@ class ActorServer:
         lanes = {name: (lane.busy, lane.queued) for name, lane in list(self._lanes.items()) if name != "__construct__"}
         lanes["async"] = (len(self._tasks), 0)
         return lanes
-
-
-def _fingerprint(method_name: Any, body: Buffer, buffers: list[Buffer]) -> bytes:
-    digest = hashlib.blake2b(str(method_name).encode(), digest_size=16)
-    digest.update(body)
-    for buffer in buffers:
-        digest.update(memoryview(buffer).nbytes.to_bytes(8, "little"))
-    return digest.digest()

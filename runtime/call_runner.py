@@ -33,7 +33,6 @@ class CallRunner:
         info: MethodInfo | None,
         builtin: Any,
         deadline: float | None,
-        validated: bool,
         body: Buffer,
         buffers: list[Buffer],
     ) -> list[Buffer]:
@@ -41,7 +40,7 @@ class CallRunner:
         server = self._server
         started = time.perf_counter()
         try:
-            args, kwargs = self._prepare(info, deadline, validated, body, buffers)
+            args, kwargs = self._prepare(info, deadline, body, buffers)
             if builtin is not None:
                 value = builtin.function(server, *args, **kwargs)
             else:
@@ -58,7 +57,6 @@ class CallRunner:
         record: CallRecord,
         info: MethodInfo,
         deadline: float | None,
-        validated: bool,
         body: Buffer,
         buffers: list[Buffer],
         slots: asyncio.Semaphore,
@@ -67,7 +65,7 @@ class CallRunner:
         started = time.perf_counter()  # waiting for a slot counts as part of the call
         async with slots:
             try:
-                args, kwargs = self._prepare(info, deadline, validated, body, buffers)
+                args, kwargs = self._prepare(info, deadline, body, buffers)
                 value = await getattr(self._server.instance, info.name)(*args, **kwargs)
             except _Refused as refused:
                 return self._failed(record, refused.code, refused, started)
@@ -80,14 +78,13 @@ class CallRunner:
         self,
         info: MethodInfo | None,
         deadline: float | None,
-        validated: bool,
         body: Buffer,
         buffers: list[Buffer],
     ) -> tuple[list[Any], dict[str, Any]]:
         if deadline is not None and time.time() > deadline:
             raise _Refused("deadline", "the deadline passed before the call started; it was not run")
         args, kwargs = decode(body, buffers)
-        if info is not None and not validated:
+        if info is not None:  # never trust the caller's own check: it is another process
             try:
                 info.bind(tuple(args), kwargs, actor=self._server.name)
             except CallRejected as exc:
@@ -99,6 +96,7 @@ class CallRunner:
         server.stats["errors_total"] += 1
         self._observe(record.method, "error" if code == "remote" else code, started)
         if isinstance(exc, _Refused):
+            record.refused = True
             return error_frames(record.call_id, server.boot_id, code, exc.message)
         return error_frames(record.call_id, server.boot_id, code, exc=exc)
 

@@ -74,7 +74,7 @@ class Call:
     method: str
     payload: tuple[bytes, list[Buffer]]
     deadline: float | None  # unix seconds
-    validated: bool
+    proof: bytes | None  # a control call's proof (runtime.control_auth), else None
     shared: list[str] = field(default_factory=list)  # shared-memory files holding arguments
     future: concurrent.futures.Future[Any] = field(default_factory=concurrent.futures.Future)
     frames: list[Buffer] | None = None
@@ -200,7 +200,7 @@ class Connection:
             call.method,
             call.deadline,
             self.boot_id,
-            call.validated,
+            call.proof,
             self._take_acks(),
             self.same_machine,
         ]

@@ -13,12 +13,14 @@ import time
 from collections.abc import Generator
 from typing import Any
 
+from runtime import control_auth
 from runtime.call_ids import new_call_id
+from runtime.call_store import request_fingerprint
 from runtime.client import ClientRuntime
 from runtime.connection import DEFAULT_LIVENESS_TIMEOUT_S, Call, Connection
 from runtime.errors import CallRejected, DeadlineExceeded
 from runtime.metadata import ActorClassInfo
-from transport import security
+from transport import security, shared_memory
 from transport.codec import UnsupportedTypeError, encode, encode_shared
 from transport.security import FROM_ENV, CurveDir
 from transport.type_registry import register_type
@@ -108,6 +110,7 @@ class ActorHandle:
         metrics_port: int | None = None,
         curve_dir: CurveDir = FROM_ENV,
         connection: Connection | None = None,
+        spawn_token: bytes | None = None,
     ) -> None:
         self.endpoint = endpoint
         self.actor_name = name
@@ -119,22 +122,26 @@ class ActorHandle:
         self.info = info
         self.liveness_timeout_s = liveness_timeout_s
         self.metrics_port = metrics_port
+        self.spawn_token = spawn_token  # proves control calls (construct, shutdown); only the spawner has it
         self.process: Any = None  # runtime.process.ActorProcess when this process spawned it
         self.supervisor: Any = None  # runtime.supervisor.Supervisor when this process spawned it
         self._runtime = runtime or ClientRuntime.get()
-        self._conn = (
-            connection
-            if connection is not None
-            else self._runtime.connection(
-                endpoint,
-                actor=name,
-                host=host,
-                boot_id=boot_id,
-                machine_id=machine_id,
-                liveness_timeout_s=liveness_timeout_s,
-                curve=security.resolve(curve_dir),
+        self._curve_dir = curve_dir
+        self._connection = connection  # opened on first use: a handle that is only passed along costs nothing
+
+    @property
+    def _conn(self) -> Connection:
+        if self._connection is None:
+            self._connection = self._runtime.connection(
+                self.endpoint,
+                actor=self.actor_name,
+                host=self.host,
+                boot_id=self.boot_id,
+                machine_id=self.machine_id,
+                liveness_timeout_s=self.liveness_timeout_s,
+                curve=security.resolve(self._curve_dir),
             )
-        )
+        return self._connection
 
     def __repr__(self) -> str:
         return f"ActorHandle({self.actor_name!r}, {self.class_path}, {self.endpoint}, host={self.host}, pid={self.pid})"
@@ -161,10 +168,8 @@ class ActorHandle:
     def _submit(
         self, method: str, args: tuple[Any, ...], kwargs: dict[str, Any], deadline_s: float | None, site: str
     ) -> PendingCall:
-        validated = False
         if self.info is not None and not method.startswith("__"):
             self.info.method(method, actor=self.actor_name).bind(args, kwargs, actor=self.actor_name)
-            validated = True
         shared: list[str] = []
         try:
             if self._conn.same_machine:
@@ -174,9 +179,25 @@ class ActorHandle:
         except UnsupportedTypeError as exc:
             raise _argument_error(self.actor_name, method, args, kwargs, exc) from None
         deadline = time.time() + deadline_s if deadline_s is not None else None
-        call = Call(new_call_id(), method, payload, deadline, validated, shared)
+        call_id = new_call_id()
+        proof = None
+        if method in control_auth.CONTROL_METHODS:
+            proof = self._control_proof(call_id, method, payload, shared)
+        call = Call(call_id, method, payload, deadline, proof, shared)
         self._conn.submit(call)
         return PendingCall(call, self._conn, self._runtime, site)
+
+    def _control_proof(
+        self, call_id: bytes, method: str, payload: tuple[bytes, list[Any]], shared: list[str]
+    ) -> bytes:
+        if self.spawn_token is None:
+            shared_memory.unlink(shared)
+            raise CallRejected(
+                f"actor {self.actor_name!r}: {method} is a control call that only the process which spawned the "
+                "actor can make (it holds the worker's spawn token); ask the owner, or use the handle it returned"
+            )
+        body, buffers = payload
+        return control_auth.proof(self.spawn_token, call_id, method, request_fingerprint(method, body, buffers))
 
     def process_health(self) -> PendingCall:
         """The actor process's health record (answered on the control lane, even during a long sync method)."""
@@ -193,6 +214,11 @@ class ActorHandle:
         elif self.process is not None:
             self.process.kill()
         elif self._conn.dead is None:
+            if self.spawn_token is None:
+                raise CallRejected(
+                    f"actor {self.actor_name!r} can be killed only by the process that spawned or attached it "
+                    "(this handle came from elsewhere and holds no spawn token)"
+                )
             try:
                 self.method("__shutdown__")().result(timeout=5.0)
             except Exception:  # already gone, unreachable: either way it is dead to us
@@ -228,7 +254,28 @@ def _argument_error(
     return TypeError(f"arguments of actor {actor!r} method {method!r} cannot be sent: {exc}")
 
 
+_STATE_FIELDS = {
+    "endpoint": (str,),
+    "name": (str,),
+    "class_path": (str,),
+    "boot_id": (str, type(None)),
+    "host": (str,),
+    "pid": (int,),
+    "machine_id": (str,),
+    "metrics_port": (int, type(None)),
+}
+_MAX_STATE_TEXT = 1024
+
+
 def _handle_from_state(state: dict[str, Any]) -> ActorHandle:
+    """A handle from :meth:`ActorHandle.to_state` as it came off the wire: exactly those fields, checked."""
+    if type(state) is not dict or set(state) - _STATE_FIELDS.keys() or "endpoint" not in state:
+        raise ValueError(f"an actor handle's state has exactly the fields {sorted(_STATE_FIELDS)}")
+    for key, value in state.items():
+        if type(value) not in _STATE_FIELDS[key] or (type(value) is str and len(value) > _MAX_STATE_TEXT):
+            raise ValueError(f"an actor handle's field {key!r} is a {type(value).__name__} it cannot be")
+    if not state["endpoint"].startswith(("tcp://", "ipc://")):
+        raise ValueError(f"an actor handle's endpoint must be tcp:// or ipc://, got {state['endpoint'][:80]!r}")
     return ActorHandle(**state)
 
 

@@ -1,8 +1,9 @@
 """A local actor process started with subprocess: readiness handshake, log forwarding, exit watching.
 
-The child runs ``python -m runtime.worker`` in its own process group, dies with us (PR_SET_PDEATHSIG plus a
-parent watch), and prints one ready line; everything else it prints is forwarded to our stderr with a
-``(name pid=N)`` prefix. A watcher thread reports the exit code the moment the process ends.
+The child runs ``python -m runtime.worker`` in its own process group, dies with us (PR_SET_PDEATHSIG plus a parent
+watch), reads its spawn token from its stdin (:mod:`runtime.control_auth`), and prints one ready line; everything
+else it prints is forwarded to our stderr with a ``(name pid=N)`` prefix. A watcher thread reports the exit code the
+moment the process ends.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from runtime import control_auth
 from runtime.errors import ActorDied, DeadlineExceeded
 from transport import shared_memory
 
@@ -67,9 +69,10 @@ class ActorProcess:
         self.on_exit: list[Callable[[int], None]] = list(on_exit or [])  # called with the exit code
         self._ready: dict[str, Any] | None = None
         self._ready_event = threading.Event()
+        self.spawn_token = control_auth.new_token()  # proves our control calls to it; it never leaves us
         self.popen = subprocess.Popen(
             worker_command(bind, parent_pid=os.getpid(), metrics_port=metrics_port),
-            stdin=subprocess.DEVNULL,
+            stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
             env=child_environment(env),
@@ -79,6 +82,10 @@ class ActorProcess:
             bufsize=1,
         )
         self.pid = self.popen.pid
+        assert self.popen.stdin is not None
+        with contextlib.suppress(OSError):  # it died at once: the watcher reports that
+            self.popen.stdin.write(control_auth.token_line(self.spawn_token).decode())
+            self.popen.stdin.close()
         threading.Thread(target=self._forward_output, name=f"out-{label}", daemon=True).start()
         threading.Thread(target=self._watch, name=f"wait-{label}", daemon=True).start()
 

@@ -102,6 +102,7 @@ async def attach_async(
     endpoint: str,
     actor_class: type | str,
     *,
+    spawn_token: bytes,
     kwargs: dict[str, Any] | None = None,
     name: str | None = None,
     concurrency_groups: dict[str, int] | None = None,
@@ -112,7 +113,11 @@ async def attach_async(
     liveness_timeout_s: float | None = None,
     curve_dir: CurveDir = FROM_ENV,
 ) -> ActorHandle:
-    """Construct ``actor_class(**kwargs)`` inside the empty worker at ``endpoint``; returns its handle."""
+    """Construct ``actor_class(**kwargs)`` inside the empty worker at ``endpoint``; returns its handle.
+
+    ``spawn_token``: the token the worker read on its stdin when it was started (:mod:`runtime.control_auth`);
+    the returned handle keeps it, so its owner can later shut the actor down.
+    """
     cls, ref = _class_and_ref(actor_class)
     info: ActorClassInfo | None = None
     if cls is not None:
@@ -127,11 +132,14 @@ async def attach_async(
         host=host,
         pid=0,
         curve_dir=curve_dir,
+        spawn_token=spawn_token,
         **liveness,
     )
     options = _options(name, concurrency_groups, max_concurrency, limits)
     built = await _construct(bootstrap, ref, kwargs, options, deadline_s, label)
-    handle = handle_from_record(endpoint, built, info=info, curve_dir=curve_dir, **liveness)
+    handle = handle_from_record(
+        endpoint, built, info=info, curve_dir=curve_dir, spawn_token=spawn_token, **liveness
+    )
     if name:
         register_name(name, handle)
     return handle
@@ -188,6 +196,7 @@ async def spawn_async(
         handle = await attach_async(
             ready["endpoint"],
             actor_class,
+            spawn_token=process.spawn_token,
             kwargs=kwargs,
             name=name,
             concurrency_groups=concurrency_groups,
@@ -214,7 +223,7 @@ async def spawn_async(
             raise RuntimeError(f"the new process bound {ready['endpoint']}, not {handle.endpoint}")
         bootstrap = ActorHandle(
             endpoint=handle.endpoint, name=label, class_path=str(ref)[:200], boot_id=None, host=ready["host"],
-            pid=0, connection=conn,
+            pid=0, connection=conn, spawn_token=new.spawn_token,
         )  # fmt: skip
         again = {**options, "name": handle.actor_name, "restarts": restarts}  # the same name in logs and metrics
         return await _construct(bootstrap, ref, kwargs, again, deadline_s, label)

@@ -186,6 +186,7 @@ class Supervisor:
     def _adopt(self, process: ActorProcess, incarnation: int, built: dict[str, Any]) -> None:
         handle = self.handle
         handle.boot_id, handle.pid, handle.process = built["boot_id"], built["pid"], process
+        handle.spawn_token = process.spawn_token
         handle.metrics_port = built.get("metrics_port")
         with self._lock:
             self._restarting = False

@@ -1,10 +1,12 @@
 """Entry point of an actor process: ``python -m runtime.worker --bind tcp://HOST:PORT [--metrics-port N]``.
 
-The process starts empty, binds its ROUTER socket, starts serving Prometheus ``/metrics`` and prints one line
-``MILES_ACTOR_READY {json}`` (endpoint, boot id, pid, host, metrics_port) on stdout; the spawner then sends
-``__construct__`` with the class and keyword arguments. It exits on ``__shutdown__``, SIGTERM/SIGINT, or, when
-``--parent-pid`` is given, as soon as that parent is gone. With ``MILES_CURVE_DIR`` set, its socket admits only
-clients holding the cluster's CURVE client key (see :mod:`transport.security`).
+The process first reads its spawn token, one line of hex on stdin (:mod:`runtime.control_auth`): only requests
+proven with it may construct the actor or shut the process down. It then binds its ROUTER socket, starts serving
+Prometheus ``/metrics`` and prints one line ``MILES_ACTOR_READY {json}`` (endpoint, boot id, pid, host,
+metrics_port) on stdout; the spawner then sends ``__construct__`` with the class and keyword arguments. It exits on
+``__shutdown__``, SIGTERM/SIGINT, or, when ``--parent-pid`` is given, as soon as that parent is gone. With
+``MILES_CURVE_DIR`` set, its socket admits only clients holding the cluster's CURVE client key (see
+:mod:`transport.security`).
 """
 
 from __future__ import annotations
@@ -16,10 +18,11 @@ import ctypes
 import json
 import logging
 import os
+import resource
 import signal
 import sys
 
-from runtime import event_loop, metrics, object_refs, server_metrics
+from runtime import control_auth, event_loop, metrics, object_refs, server_metrics
 from runtime.actor_server import ActorServer
 from runtime.call_store import StoreLimits
 from runtime.process import READY_PREFIX
@@ -59,14 +62,27 @@ def _serve_metrics(server: ActorServer, host: str, port: int) -> None:
         server.metrics_port = metrics.serve(0, host).port
 
 
+def _raise_fd_limit() -> None:
+    """Take the soft limit on open files up to the hard one: every connection to this actor costs a descriptor."""
+    with contextlib.suppress(ValueError, OSError):
+        soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+        if hard == resource.RLIM_INFINITY or hard > soft:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+
+
 async def serve(
-    bind: str, parent_pid: int | None, *, metrics_port: int | None = 0, metrics_host: str | None = None
+    bind: str,
+    parent_pid: int | None,
+    *,
+    spawn_token: bytes,
+    metrics_port: int | None = 0,
+    metrics_host: str | None = None,
 ) -> None:
     """Run an actor server until it is stopped; ``metrics_port=None`` serves no metrics."""
     from runtime.client import ClientRuntime
 
     ClientRuntime.install_on_running_loop()  # calls made by this actor share its loop
-    server = ActorServer(bind=bind, limits=StoreLimits(), curve=security.resolve())
+    server = ActorServer(bind=bind, limits=StoreLimits(), curve=security.resolve(), spawn_token=spawn_token)
     address = await server.start()
     object_refs.bind_server(server)
     if metrics_port is not None:
@@ -110,9 +126,19 @@ def main(argv: list[str] | None = None) -> None:
     )
     if args.parent_pid:
         _die_with_parent(args.parent_pid)
+    try:
+        spawn_token = control_auth.read_token()
+    except control_auth.SpawnTokenError as exc:
+        log.error("%s", exc)
+        sys.exit(2)
+    _raise_fd_limit()
     metrics_port = None if args.no_metrics else args.metrics_port
     metrics_host = metrics.host_of_bind(f"tcp://{args.metrics_host}:0") if args.metrics_host else None
-    event_loop.run(serve(args.bind, args.parent_pid, metrics_port=metrics_port, metrics_host=metrics_host))
+    event_loop.run(
+        serve(
+            args.bind, args.parent_pid, spawn_token=spawn_token, metrics_port=metrics_port, metrics_host=metrics_host
+        )
+    )
     shared_memory.drop_spares()  # atexit does not run after os._exit
     os._exit(0)  # lane threads may still be inside user code: do not wait for them
 

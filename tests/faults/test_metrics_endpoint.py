@@ -11,7 +11,7 @@ import pytest
 from fault_helpers import HERE, http_get, read_line, stop_process
 from prometheus_client.parser import text_string_to_metric_families
 
-from runtime import RemoteError, metrics, spawn
+from runtime import RemoteError, control_auth, metrics, spawn
 from runtime.process import READY_PREFIX
 
 
@@ -82,10 +82,13 @@ def test_worker_reports_its_metrics_port_in_the_ready_line(no_leaks: None) -> No
     """The contract launchers rely on: ``--metrics-port 0`` allocates a port and the ready line names it."""
     popen = subprocess.Popen(
         [sys.executable, "-m", "runtime.worker", "--bind", "tcp://127.0.0.1:0", "--metrics-port", "0"],
+        stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
         text=True,
         cwd=HERE.parent.parent,
     )
+    popen.stdin.write(control_auth.token_line(control_auth.new_token()).decode())
+    popen.stdin.close()
     try:
         ready = read_line(popen, READY_PREFIX, 30)
         assert isinstance(ready["metrics_port"], int) and ready["metrics_port"] > 0

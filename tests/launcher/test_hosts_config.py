@@ -158,7 +158,10 @@ def test_security_and_metrics_settings(tmp_path: Path) -> None:
     config = load_config(path)
     assert config.launcher.curve is True and config.launcher.metrics_sd_port == 0  # secure and discoverable
     assert config.job.label == "actors.demo:main"
-    path.write_text(BASE + 'name = "grpo-7b"\n\n[launcher]\ncurve = false\nmetrics_sd_port = 9400\n')
+    path.write_text(
+        BASE + 'name = "grpo-7b"\n\n[launcher]\ncurve = false\nallow_open_binds_without_curve = true\n'
+        "metrics_sd_port = 9400\n"
+    )
     config = load_config(path)
     assert config.launcher.curve is False and config.launcher.metrics_sd_port == 9400
     assert config.job.label == "grpo-7b"

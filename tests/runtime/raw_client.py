@@ -25,7 +25,7 @@ class RawClient:
         self, method: str, *args: Any, call_id: bytes | None = None, acks: list[bytes] | None = None, **kwargs: Any
     ) -> tuple[bytes, list[Any]]:
         call_id = call_id or os.urandom(16)
-        meta = [call_id, method, None, None, False, acks or [], False]
+        meta = [call_id, method, None, None, None, acks or [], False]  # see runtime.header_checks.submit
         return call_id, wire.pack(Kind.SUBMIT, meta, encode([list(args), kwargs]))
 
     def send(self, frames: list[Any]) -> None:

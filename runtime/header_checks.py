@@ -1,0 +1,101 @@
+"""Type and size checks on the header (meta) fields of every client message, before anything is allocated.
+
+A message whose fields are not exactly of the expected types and sizes is dropped and counted under the reason
+these checks give (``bad_call_id``, ``bad_header``): a peer sending it is broken or hostile, and an answer would
+only help it probe. The limits here are far above what the runtime itself ever sends.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+#: Call ids are bytes of 1 to this many bytes (the runtime makes 16).
+MAX_CALL_ID_BYTES = 128
+#: Ids in one POLL or ACK, or acknowledgements piggybacked on one SUBMIT.
+MAX_IDS_PER_MESSAGE = 4096
+MAX_METHOD_NAME = 256
+MAX_BOOT_ID = 64
+MAX_PROOF_BYTES = 64
+
+
+class BadHeader(ValueError):
+    """A header field of the wrong type or size; ``reason`` is the drop counter's label."""
+
+    def __init__(self, reason: str, message: str) -> None:
+        super().__init__(message)
+        self.reason = reason
+
+
+@dataclass(frozen=True, slots=True)
+class SubmitHeader:
+    call_id: bytes
+    method: str
+    deadline: float | None
+    expected_boot: str | None
+    proof: bytes | None
+    acks: list[bytes]
+    shm_ok: bool
+
+
+def call_id(value: Any) -> bytes:
+    if type(value) is not bytes or not 0 < len(value) <= MAX_CALL_ID_BYTES:
+        raise BadHeader("bad_call_id", f"a call id must be 1 to {MAX_CALL_ID_BYTES} bytes, got {_describe(value)}")
+    return value
+
+
+def call_ids(value: Any) -> list[bytes]:
+    if type(value) is not list or len(value) > MAX_IDS_PER_MESSAGE:
+        raise BadHeader("bad_header", f"expected a list of at most {MAX_IDS_PER_MESSAGE} call ids")
+    return [call_id(item) for item in value]
+
+
+def _optional(value: Any, kind: type, limit: int, field: str) -> Any:
+    if value is None or (type(value) is kind and len(value) <= limit):
+        return value
+    problem = f"{field} must be None or a {kind.__name__} of at most {limit}, got {_describe(value)}"
+    raise BadHeader("bad_header", problem)
+
+
+def submit(meta: list[Any]) -> SubmitHeader:
+    """The fields of a SUBMIT: ``[call_id, method, deadline, expected_boot, proof, acks, shm_ok]``."""
+    if len(meta) != 7:
+        raise BadHeader("bad_header", f"a SUBMIT header has 7 fields, got {len(meta)}")
+    cid, method, deadline, expected_boot, proof, acks, shm_ok = meta
+    cid = call_id(cid)
+    if type(method) is not str or not 0 < len(method) <= MAX_METHOD_NAME:
+        raise BadHeader("bad_header", f"a method name must be a str of 1 to {MAX_METHOD_NAME}, got {_describe(method)}")
+    if deadline is not None and (type(deadline) not in (int, float) or not math.isfinite(deadline)):
+        raise BadHeader("bad_header", f"a deadline must be None or finite unix seconds, got {_describe(deadline)}")
+    if type(shm_ok) is not bool:
+        raise BadHeader("bad_header", f"shm_ok must be a bool, got {_describe(shm_ok)}")
+    return SubmitHeader(
+        cid,
+        method,
+        deadline,
+        _optional(expected_boot, str, MAX_BOOT_ID, "expected boot id"),
+        _optional(proof, bytes, MAX_PROOF_BYTES, "control proof"),
+        call_ids(acks),
+        shm_ok,
+    )
+
+
+def ids_only(meta: list[Any]) -> list[bytes]:
+    """The call ids of a POLL or ACK: ``[call_ids]``."""
+    if len(meta) != 1:
+        raise BadHeader("bad_header", f"a POLL/ACK header has 1 field, got {len(meta)}")
+    return call_ids(meta[0])
+
+
+def ping_nonce(meta: list[Any]) -> Any:
+    if len(meta) != 1 or type(meta[0]) not in (int, bytes, str, type(None)):
+        raise BadHeader("bad_header", "a PING header is [nonce] with a scalar nonce")
+    if type(meta[0]) in (bytes, str) and len(meta[0]) > MAX_CALL_ID_BYTES:
+        raise BadHeader("bad_header", f"a PING nonce has at most {MAX_CALL_ID_BYTES} bytes")
+    return meta[0]
+
+
+def _describe(value: Any) -> str:
+    size = f" of length {len(value)}" if isinstance(value, (bytes, str, list)) else ""
+    return f"{type(value).__name__}{size}"
