@@ -30,6 +30,7 @@ from bench_common import pipelined
 from runtime import spawn
 from transport import local_twin, security, shared_memory
 from transport.security import CurveConfig
+from transport.zap_gate import ZapGate
 
 MIB = 1 << 20
 log = logging.getLogger("curve_bench")
@@ -42,8 +43,10 @@ def raw_zmq_gbps(curve: CurveConfig | None, size: int = 64 * MIB, repeats: int =
     client = context.socket(zmq.DEALER)
     try:
         if curve is not None:
-            security.secure_server(server, curve)
-            security.secure_client(client, curve)
+            keys = security.ServerKeys.new()
+            security.secure_server(server, keys)
+            ZapGate.of(context).guard(server, max_connections=16, curve_keys=curve.authorized_clients)
+            security.secure_client(client, curve, keys.public)
         port = server.bind_to_random_port("tcp://127.0.0.1")
 
         def serve() -> None:
@@ -71,7 +74,7 @@ def raw_zmq_gbps(curve: CurveConfig | None, size: int = 64 * MIB, repeats: int =
     finally:
         client.close(linger=0)
         server.close(linger=0)
-        security.stop_authenticator(context)
+        ZapGate.stop(context)
         context.destroy(linger=0)
 
 

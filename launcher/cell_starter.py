@@ -13,7 +13,7 @@ from launcher.errors import WorkerStartError
 from launcher.placement import CellPlacement
 from launcher.specs import ServeWorkerSpec
 from launcher.worker_command import build_spawn, port_counts
-from runtime import control_auth
+from runtime.control_auth import SpawnTicket
 
 if TYPE_CHECKING:
     from launcher.provider_base import BaseWorkerProvider
@@ -111,8 +111,8 @@ class CellStarter:
             )
             worker.env = command["env"]
             if worker.kind == "serve":  # the token travels inside the agent's SSH channel, to the worker's stdin
-                worker.spawn_token = control_auth.new_token()
-                command["stdin"] = control_auth.token_line(worker.spawn_token).decode()
+                worker.ticket = SpawnTicket.new()  # its token proves the attach; its keys are the actor's own
+                command["stdin"] = worker.ticket.line()
             self.provider.link(worker.host).send(proto.OP_SPAWN, **command)
         hosts = sorted({w.host for w in workers})
         self._say(f"spawned {len(workers)} worker(s) on {len(hosts)} host(s): {', '.join(hosts)}")
@@ -153,7 +153,7 @@ class CellStarter:
                 worker.handle = runtime.attach(
                     worker.endpoint,
                     spec.actor_class,
-                    spawn_token=worker.spawn_token,
+                    ticket=worker.ticket,
                     kwargs=kwargs,
                     name=worker.worker_id,
                     concurrency_groups=spec.concurrency_groups,

@@ -23,9 +23,13 @@ Errors: RemoteError, ActorDied, ActorRestarted, DeadlineExceeded, NotDelivered, 
 Metrics: every actor process serves Prometheus ``/metrics`` (``handle.metrics_port``); actor code adds its own
 series with ``from runtime import metrics; metrics.counter(...)`` (see :mod:`runtime.metrics`).
 Security: with ``MILES_CURVE_DIR`` set (or ``curve_dir=``), every socket uses CURVE (see :mod:`transport.security`).
+Construction and shutdown are control calls that only the spawner can make: ``spawn`` does it all; a launcher
+that starts ``python -m runtime.worker`` itself writes a ``SpawnTicket`` to its stdin and passes the same ticket
+to ``attach`` (see :mod:`runtime.control_auth`).
 """
 
 from runtime.call_store import StoreLimits
+from runtime.control_auth import SpawnTicket
 from runtime.errors import (
     ActorDefinitionError,
     ActorDied,
@@ -63,6 +67,7 @@ __all__ = [
     "OverCapacity",
     "PendingCall",
     "RemoteError",
+    "SpawnTicket",
     "StoreLimits",
     "attach",
     "attach_async",

@@ -37,13 +37,14 @@ from transport.codec import Buffer
 from transport.endpoints import ZmqEndpoint
 from transport.frames import FrameError
 from transport.protocol import DEFAULT_MAX_HEADER_BYTES, DEFAULT_MAX_MESSAGE_BYTES, Kind
-from transport.security import CurveConfig
+from transport.security import CurveConfig, ServerKeys
 from transport.sockets import router
 from transport.waker import Waker
 
 log = logging.getLogger(__name__)
 
 _IDLE_RECEIVE_SLICE_S = 1.0  # an idle lane thread reading the socket looks at its queue at least this often
+_LOGGED_REFUSALS = 20  # refused control calls logged as warnings; the rest only counted (no log flood)
 
 
 class ActorServer:
@@ -57,10 +58,12 @@ class ActorServer:
         context: zmq.Context | None = None,
         curve: CurveConfig | None = None,
         spawn_token: bytes | None = None,
+        server_keys: ServerKeys | None = None,
     ) -> None:
         self.bind_address = bind
         self._spawn_token = spawn_token  # proves control calls (control_auth); None: no control call is accepted
         self.curve = curve
+        self.server_keys = server_keys if server_keys is not None else ServerKeys.new()  # the actor's own
         self.boot_id = os.urandom(8).hex()
         self.host = socket.gethostname()
         self.pid = os.getpid()
@@ -108,6 +111,7 @@ class ActorServer:
             self._on_frames,
             max_message_bytes=DEFAULT_MAX_MESSAGE_BYTES,
             curve=self.curve,
+            server_keys=self.server_keys,
         )
         self.endpoint.start()
         self._lanes["__construct__"] = ThreadLane("construct", 1, self._finish)
@@ -267,7 +271,8 @@ class ActorServer:
             problem = self._control_problem(head, fingerprint)
             if problem is not None:
                 self.stats["unauthorized_total"] += 1
-                log.warning("%s: refused %s from peer %s: %s", self.name, head.method, peer.hex(), problem)
+                level = logging.WARNING if self.stats["unauthorized_total"] <= _LOGGED_REFUSALS else logging.DEBUG
+                log.log(level, "%s: refused %s from peer %s: %s", self.name, head.method, peer.hex(), problem)
                 self._reject(peer, call_id, "rejected", problem)
                 return
         record = CallRecord(call_id, fingerprint, head.method, peer, shm_ok=head.shm_ok)

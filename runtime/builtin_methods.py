@@ -84,6 +84,7 @@ def _construct(server: ActorServer, class_ref: str | bytes, kwargs: dict[str, An
         "name": name,
         "machine_id": server.machine_id,
         "metrics_port": server.metrics_port,
+        "server_key": server.server_keys.public.decode(),
     }
 
 
@@ -102,6 +103,7 @@ def _health(server: ActorServer) -> dict[str, Any]:
         "metrics_port": server.metrics_port,
         "restarts": server.restarts,
         "curve": server.curve is not None,
+        "server_key": server.server_keys.public.decode(),
     }
 
 
@@ -115,6 +117,7 @@ def _stats(server: ActorServer) -> dict[str, Any]:
         "bytes_in": endpoint.bytes_in,
         "bytes_out": endpoint.bytes_out,
         "dropped": dict(endpoint.dropped),
+        "connections": server.endpoint.connections(),
     }
 
 

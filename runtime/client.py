@@ -93,9 +93,10 @@ class ClientRuntime:
         machine_id: str = "",
         liveness_timeout_s: float = DEFAULT_LIVENESS_TIMEOUT_S,
         curve: CurveConfig | None = None,
+        server_key: bytes | None = None,
     ) -> Connection:
         """The shared connection to ``endpoint`` with ``curve`` keys (a new one if the old one saw its actor die)."""
-        key = (endpoint, curve.directory if curve is not None else None)
+        key = (endpoint, curve.directory if curve is not None else None, server_key)
         with self._lock:
             conn = self.connections.get(key)
             # A pinned connection belongs to one incarnation: a process that now answers at the same address
@@ -111,6 +112,7 @@ class ClientRuntime:
                     machine_id=machine_id,
                     liveness_timeout_s=liveness_timeout_s,
                     curve=curve,
+                    server_key=server_key,
                 )
                 self.connections[key] = conn
             else:

@@ -27,6 +27,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from runtime import header_checks
 from runtime.errors import ActorDied, ActorRestarted, CallSite, DeadlineExceeded, NotDelivered
 from runtime.outcome import decode_result
 from transport import frames as wire
@@ -35,7 +36,7 @@ from transport.codec import Buffer, DecodeError
 from transport.endpoints import ZmqEndpoint
 from transport.frames import FrameError
 from transport.protocol import DEFAULT_MAX_HEADER_BYTES, Kind
-from transport.security import CurveConfig
+from transport.security import CurveConfig, CurveKeyError
 from transport.sockets import dealer
 from transport.waker import Waker
 
@@ -97,9 +98,16 @@ class Connection:
         machine_id: str = "",
         liveness_timeout_s: float = DEFAULT_LIVENESS_TIMEOUT_S,
         curve: CurveConfig | None = None,
+        server_key: bytes | None = None,
     ) -> None:
+        if curve is not None and server_key is None:
+            raise CurveKeyError(
+                f"actor {actor!r} at {endpoint}: CURVE is on but the actor's public key is unknown; a handle from "
+                "spawn/attach, get_actor or another handle carries it (connect() takes it as server_key=)"
+            )
         self.runtime = runtime
         self.curve = curve
+        self.server_key = server_key
         self.same_machine = self.shares_memory(machine_id)
         self.address = endpoint
         self.actor = actor
@@ -138,6 +146,7 @@ class Connection:
                 self._on_frames,
                 routing_id=os.urandom(12),
                 curve=self.curve,
+                server_key=self.server_key,
                 on_handshake_failure=self._refused,
             )
             self._socket.start()
@@ -275,13 +284,13 @@ class Connection:
                 self._on_result(message)
             elif message.kind is Kind.STATUS:
                 self._on_status(message)
-            elif message.kind is Kind.PONG:
+            elif message.kind is Kind.PONG and len(message.meta) == 3 and type(message.meta[1]) is str:
                 self._check_boot(message.meta[1])
         except (FrameError, DecodeError, ValueError, TypeError, IndexError) as exc:
             log.warning("dropped a malformed reply from %s at %s: %s", self.actor, self.address, exc)
 
     def _on_result(self, message: wire.Message) -> None:
-        call_id, ok, boot_id = bytes(message.meta[0]), message.meta[1], message.meta[2]
+        call_id, ok, boot_id = header_checks.reply(message.meta, bool)
         with self._lock:
             call = self.calls.pop(call_id, None)
         self._ack(call_id)  # also for results we no longer wait for: lets the server free them
@@ -299,7 +308,7 @@ class Connection:
             call.future.set_exception(value)
 
     def _on_status(self, message: wire.Message) -> None:
-        call_id, state, boot_id = bytes(message.meta[0]), message.meta[1], message.meta[2]
+        call_id, state, boot_id = header_checks.reply(message.meta, str)
         self._check_boot(boot_id)
         with self._lock:
             call = self.calls.get(call_id)

@@ -1,7 +1,8 @@
-"""Spawn tokens: the proof that a control call (construct, shutdown) comes from the process that spawned the actor.
+"""Spawn tickets: the proof that a control call (construct, shutdown) comes from the process that spawned the actor.
 
-Whoever starts a worker process draws a fresh random token and hands it over on the worker's stdin (never on its
-command line or environment, never over the network). A control call then carries
+Whoever starts a worker process draws a fresh ticket, a random token and the actor's own CURVE keypair
+(:class:`transport.security.ServerKeys`), and hands it over on the worker's stdin as one JSON line (never on its
+command line or environment, never over the network in clear). A control call then carries
 ``HMAC-SHA256(token, call_id | method | request fingerprint)`` in its SUBMIT header: the token itself never
 crosses the network, a proof is good for that one request only (a replay is a duplicate call id, answered from
 the call store and never run again), and no other peer can make one.
@@ -14,16 +15,20 @@ from __future__ import annotations
 
 import hashlib
 import hmac
+import json
 import os
 import select
 import sys
 import time
+from dataclasses import dataclass
 from typing import IO
+
+from transport.security import CurveKeyError, ServerKeys
 
 #: Methods a peer may call only with the spawner's proof.
 CONTROL_METHODS = frozenset({"__prepare__", "__construct__", "__shutdown__"})
 TOKEN_BYTES = 32
-_TOKEN_HEX = 2 * TOKEN_BYTES
+_MAX_LINE = 256  # {"token": 64 hex, "server_secret": 40 z85} and then some
 #: How long a worker waits for its token on stdin before it gives up.
 TOKEN_READ_DEADLINE_S = 30.0
 
@@ -32,13 +37,24 @@ class SpawnTokenError(RuntimeError):
     """A worker started without a valid spawn token on stdin."""
 
 
-def new_token() -> bytes:
-    return os.urandom(TOKEN_BYTES)
+@dataclass(frozen=True)
+class SpawnTicket:
+    """What a spawner hands one worker process: the token for its control calls and the actor's own keys."""
 
+    token: bytes
+    server_keys: ServerKeys
 
-def token_line(token: bytes) -> bytes:
-    """What the spawner writes to the worker's stdin."""
-    return token.hex().encode() + b"\n"
+    @classmethod
+    def new(cls, server_keys: ServerKeys | None = None) -> SpawnTicket:
+        """A fresh token; ``server_keys`` kept across restarts of one actor (its handles know the public key)."""
+        return cls(os.urandom(TOKEN_BYTES), server_keys or ServerKeys.new())
+
+    def line(self) -> str:
+        """What the spawner writes to the worker's stdin."""
+        return json.dumps({"token": self.token.hex(), "server_secret": self.server_keys.secret.decode()}) + "\n"
+
+    def __repr__(self) -> str:  # never print the secrets
+        return f"SpawnTicket(server_key={self.server_keys.public.decode()!r})"
 
 
 def proof(token: bytes, call_id: bytes, method: str, fingerprint: bytes) -> bytes:
@@ -54,29 +70,31 @@ def verify(token: bytes | None, given: object, call_id: bytes, method: str, fing
     return hmac.compare_digest(given, proof(token, call_id, method, fingerprint))
 
 
-def read_token(stream: IO[bytes] | None = None, deadline_s: float = TOKEN_READ_DEADLINE_S) -> bytes:
-    """Read the spawn token line from ``stream`` (stdin), waiting at most ``deadline_s``."""
+def read_ticket(stream: IO[bytes] | None = None, deadline_s: float = TOKEN_READ_DEADLINE_S) -> SpawnTicket:
+    """Read the spawn ticket line from ``stream`` (stdin), waiting at most ``deadline_s``."""
     stream = stream if stream is not None else sys.stdin.buffer
     how = (
-        "runtime.worker reads its spawn token (64 hex digits and a newline) from stdin; start workers with "
-        "runtime.spawn, miles-launch, or pipe the token you will attach with (runtime.attach(..., spawn_token=))"
+        "runtime.worker reads its spawn ticket (one JSON line: token, server_secret) from stdin; start workers "
+        "with runtime.spawn or miles-launch, or write runtime.control_auth.SpawnTicket.new().line() to it and "
+        "attach with that ticket"
     )
     fd = stream.fileno()
     deadline = time.monotonic() + deadline_s
     line = b""
-    while not line.endswith(b"\n") and len(line) <= _TOKEN_HEX:  # byte by byte: leave the rest of stdin alone
+    while not line.endswith(b"\n") and len(line) <= _MAX_LINE:  # byte by byte: leave the rest of stdin alone
         ready, _, _ = select.select([fd], [], [], max(0.0, deadline - time.monotonic()))
         if not ready:
-            raise SpawnTokenError(f"no spawn token on stdin within {deadline_s} s; {how}")
+            raise SpawnTokenError(f"no spawn ticket on stdin within {deadline_s} s; {how}")
         chunk = os.read(fd, 1)
         if not chunk:
             break
         line += chunk
-    text = line.strip()
     try:
-        token = bytes.fromhex(text.decode("ascii"))
-    except (UnicodeDecodeError, ValueError):
+        fields = json.loads(line)
+        token = bytes.fromhex(fields["token"])
+        keys = ServerKeys.from_secret(fields["server_secret"])
+    except (ValueError, TypeError, KeyError, CurveKeyError):
         token = b""
     if len(token) != TOKEN_BYTES:
-        raise SpawnTokenError(f"stdin did not start with a spawn token; {how}")
-    return token
+        raise SpawnTokenError(f"stdin did not start with a spawn ticket; {how}")
+    return SpawnTicket(token, keys)

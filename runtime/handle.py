@@ -90,7 +90,8 @@ class MethodRef:
 class ActorHandle:
     """A reference to one actor. A handle from ``spawn(..., max_restarts=N)`` follows the actor's restarts.
 
-    ``curve_dir``: the CURVE keys to call it with (default ``MILES_CURVE_DIR``; None: plain TCP).
+    ``curve_dir``: the CURVE client keys to call it with (default ``MILES_CURVE_DIR``; None: plain TCP).
+    ``server_key``: the actor's own CURVE public key (z85), which it must prove in the handshake.
     ``metrics_port``: where the actor process serves Prometheus ``/metrics`` (None if unknown or off).
     """
 
@@ -111,6 +112,7 @@ class ActorHandle:
         curve_dir: CurveDir = FROM_ENV,
         connection: Connection | None = None,
         spawn_token: bytes | None = None,
+        server_key: str | None = None,
     ) -> None:
         self.endpoint = endpoint
         self.actor_name = name
@@ -123,6 +125,7 @@ class ActorHandle:
         self.liveness_timeout_s = liveness_timeout_s
         self.metrics_port = metrics_port
         self.spawn_token = spawn_token  # proves control calls (construct, shutdown); only the spawner has it
+        self.server_key = server_key  # the actor's own CURVE public key (z85): only it can answer as this actor
         self.process: Any = None  # runtime.process.ActorProcess when this process spawned it
         self.supervisor: Any = None  # runtime.supervisor.Supervisor when this process spawned it
         self._runtime = runtime or ClientRuntime.get()
@@ -140,6 +143,7 @@ class ActorHandle:
                 machine_id=self.machine_id,
                 liveness_timeout_s=self.liveness_timeout_s,
                 curve=security.resolve(self._curve_dir),
+                server_key=self.server_key.encode() if self.server_key else None,
             )
         return self._connection
 
@@ -237,6 +241,7 @@ class ActorHandle:
             "pid": self.pid,
             "machine_id": self.machine_id,
             "metrics_port": self.metrics_port,
+            "server_key": self.server_key,
         }
 
 
@@ -263,6 +268,7 @@ _STATE_FIELDS = {
     "pid": (int,),
     "machine_id": (str,),
     "metrics_port": (int, type(None)),
+    "server_key": (str, type(None)),
 }
 _MAX_STATE_TEXT = 1024
 

@@ -88,6 +88,18 @@ def ids_only(meta: list[Any]) -> list[bytes]:
     return call_ids(meta[0])
 
 
+def reply(meta: list[Any], second: type) -> tuple[bytes, Any, str]:
+    """The fields of a RESULT ``[call_id, ok: bool, boot_id]`` or STATUS ``[call_id, state: str, boot_id]``."""
+    if len(meta) != 3:
+        raise BadHeader("bad_header", f"a reply header has 3 fields, got {len(meta)}")
+    cid, value, boot_id = meta
+    if type(value) is not second or (second is str and len(value) > MAX_METHOD_NAME):
+        raise BadHeader("bad_header", f"a reply's second field must be a {second.__name__}, got {_describe(value)}")
+    if type(boot_id) is not str or len(boot_id) > MAX_BOOT_ID:
+        raise BadHeader("bad_header", f"a boot id must be a str of at most {MAX_BOOT_ID}, got {_describe(boot_id)}")
+    return call_id(cid), value, boot_id
+
+
 def ping_nonce(meta: list[Any]) -> Any:
     if len(meta) != 1 or type(meta[0]) not in (int, bytes, str, type(None)):
         raise BadHeader("bad_header", "a PING header is [nonce] with a scalar nonce")

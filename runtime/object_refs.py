@@ -50,7 +50,7 @@ class ObjectStore:
         self._lock = threading.Lock()
 
     def put(self, value: Any) -> str:
-        key = os.urandom(8).hex()
+        key = os.urandom(16).hex()  # unguessable: holding the ref is what grants access
         with self._lock:
             self._values[key] = value
         return key
@@ -88,6 +88,7 @@ def put(value: Any) -> ObjectRef:
     owner = ActorHandle(
         endpoint=_server.public_address, name=_server.name, class_path=_server.info.path, boot_id=_server.boot_id,
         host=_server.host, pid=_server.pid, machine_id=_server.machine_id,
+        server_key=_server.server_keys.public.decode(),
     )  # fmt: skip
     return ObjectRef(owner, store.put(value))
 

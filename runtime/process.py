@@ -23,6 +23,7 @@ from typing import Any
 from runtime import control_auth
 from runtime.errors import ActorDied, DeadlineExceeded
 from transport import shared_memory
+from transport.security import ServerKeys
 
 log = logging.getLogger(__name__)
 
@@ -64,12 +65,15 @@ class ActorProcess:
         cwd: str | None = None,
         metrics_port: int | None = 0,
         on_exit: list[Callable[[int], None]] | None = None,
+        server_keys: ServerKeys | None = None,
     ) -> None:
         self.label = label
         self.on_exit: list[Callable[[int], None]] = list(on_exit or [])  # called with the exit code
         self._ready: dict[str, Any] | None = None
         self._ready_event = threading.Event()
-        self.spawn_token = control_auth.new_token()  # proves our control calls to it; it never leaves us
+        # Its token proves our control calls to it; its keys are the actor's own (``server_keys``: kept from the
+        # process it replaces, so handles stay valid). The ticket goes to its stdin and nowhere else.
+        self.ticket = control_auth.SpawnTicket.new(server_keys)
         self.popen = subprocess.Popen(
             worker_command(bind, parent_pid=os.getpid(), metrics_port=metrics_port),
             stdin=subprocess.PIPE,
@@ -84,7 +88,7 @@ class ActorProcess:
         self.pid = self.popen.pid
         assert self.popen.stdin is not None
         with contextlib.suppress(OSError):  # it died at once: the watcher reports that
-            self.popen.stdin.write(control_auth.token_line(self.spawn_token).decode())
+            self.popen.stdin.write(self.ticket.line())
             self.popen.stdin.close()
         threading.Thread(target=self._forward_output, name=f"out-{label}", daemon=True).start()
         threading.Thread(target=self._watch, name=f"wait-{label}", daemon=True).start()

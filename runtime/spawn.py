@@ -22,6 +22,7 @@ from runtime.builtin_methods import resolve_class
 from runtime.call_store import StoreLimits
 from runtime.client import ClientRuntime
 from runtime.connection import Connection
+from runtime.control_auth import SpawnTicket
 from runtime.errors import RemoteError
 from runtime.handle import ActorHandle
 from runtime.metadata import ActorClassInfo, class_info, class_path
@@ -94,6 +95,7 @@ def handle_from_record(endpoint: str, record: dict[str, Any], **extra: Any) -> A
         pid=record["pid"],
         machine_id=record["machine_id"],
         metrics_port=record.get("metrics_port"),
+        server_key=record.get("server_key"),
         **extra,
     )
 
@@ -102,7 +104,7 @@ async def attach_async(
     endpoint: str,
     actor_class: type | str,
     *,
-    spawn_token: bytes,
+    ticket: SpawnTicket,
     kwargs: dict[str, Any] | None = None,
     name: str | None = None,
     concurrency_groups: dict[str, int] | None = None,
@@ -115,8 +117,9 @@ async def attach_async(
 ) -> ActorHandle:
     """Construct ``actor_class(**kwargs)`` inside the empty worker at ``endpoint``; returns its handle.
 
-    ``spawn_token``: the token the worker read on its stdin when it was started (:mod:`runtime.control_auth`);
-    the returned handle keeps it, so its owner can later shut the actor down.
+    ``ticket``: the spawn ticket the worker read on its stdin when it was started (:mod:`runtime.control_auth`):
+    its token proves the construct call (the returned handle keeps it, so its owner can later shut the actor
+    down) and its public key is the one the actor must prove with CURVE.
     """
     cls, ref = _class_and_ref(actor_class)
     info: ActorClassInfo | None = None
@@ -132,13 +135,14 @@ async def attach_async(
         host=host,
         pid=0,
         curve_dir=curve_dir,
-        spawn_token=spawn_token,
+        spawn_token=ticket.token,
+        server_key=ticket.server_keys.public.decode(),
         **liveness,
     )
     options = _options(name, concurrency_groups, max_concurrency, limits)
     built = await _construct(bootstrap, ref, kwargs, options, deadline_s, label)
     handle = handle_from_record(
-        endpoint, built, info=info, curve_dir=curve_dir, spawn_token=spawn_token, **liveness
+        endpoint, built, info=info, curve_dir=curve_dir, spawn_token=ticket.token, **liveness
     )
     if name:
         register_name(name, handle)
@@ -196,7 +200,7 @@ async def spawn_async(
         handle = await attach_async(
             ready["endpoint"],
             actor_class,
-            spawn_token=process.spawn_token,
+            ticket=process.ticket,
             kwargs=kwargs,
             name=name,
             concurrency_groups=concurrency_groups,
@@ -215,7 +219,10 @@ async def spawn_async(
 
     def launch(on_exit: Callable[[int], None]) -> ActorProcess:
         port = None if metrics_port is None else (handle.metrics_port or metrics_port)
-        return ActorProcess(label, env=child_env, cwd=cwd, bind=handle.endpoint, metrics_port=port, on_exit=[on_exit])
+        return ActorProcess(
+            label, env=child_env, cwd=cwd, bind=handle.endpoint, metrics_port=port, on_exit=[on_exit],
+            server_keys=process.ticket.server_keys,  # the same actor keys: handles given out stay valid
+        )  # fmt: skip
 
     async def construct(new: ActorProcess, restarts: int, conn: Connection) -> dict[str, Any]:
         ready = await asyncio.get_running_loop().run_in_executor(None, new.wait_ready, deadline_s)
@@ -223,7 +230,7 @@ async def spawn_async(
             raise RuntimeError(f"the new process bound {ready['endpoint']}, not {handle.endpoint}")
         bootstrap = ActorHandle(
             endpoint=handle.endpoint, name=label, class_path=str(ref)[:200], boot_id=None, host=ready["host"],
-            pid=0, connection=conn, spawn_token=new.spawn_token,
+            pid=0, connection=conn, spawn_token=new.ticket.token,
         )  # fmt: skip
         again = {**options, "name": handle.actor_name, "restarts": restarts}  # the same name in logs and metrics
         return await _construct(bootstrap, ref, kwargs, again, deadline_s, label)
@@ -283,21 +290,27 @@ def spawn_many(
     return ClientRuntime.get().run(all_of(), timeout_s=2 * deadline + 5, what=f"spawn {count} x {actor_class!r}")
 
 
-async def connect_async(endpoint: str, *, deadline_s: float = 10.0, curve_dir: CurveDir = FROM_ENV) -> ActorHandle:
-    """A handle to an already constructed actor at ``endpoint``."""
+async def connect_async(
+    endpoint: str, *, deadline_s: float = 10.0, curve_dir: CurveDir = FROM_ENV, server_key: str | None = None
+) -> ActorHandle:
+    """A handle to an already constructed actor at ``endpoint``; with CURVE, ``server_key`` is the actor's public
+    key (``handle.server_key`` of a handle to it), which it must prove."""
     probe = ActorHandle(
-        endpoint=endpoint, name=endpoint, class_path="?", boot_id=None, host="", pid=0, curve_dir=curve_dir
-    )
+        endpoint=endpoint, name=endpoint, class_path="?", boot_id=None, host="", pid=0, curve_dir=curve_dir,
+        server_key=server_key,
+    )  # fmt: skip
     health = await probe.method("__health__").options(deadline_s=deadline_s)()
     if not health["constructed"]:
         raise RuntimeError(f"the worker at {endpoint} holds no actor yet; use attach() to construct one")
     return handle_from_record(endpoint, health, curve_dir=curve_dir)
 
 
-def connect(endpoint: str, *, deadline_s: float = 10.0, curve_dir: CurveDir = FROM_ENV) -> ActorHandle:
+def connect(
+    endpoint: str, *, deadline_s: float = 10.0, curve_dir: CurveDir = FROM_ENV, server_key: str | None = None
+) -> ActorHandle:
     """Blocking :func:`connect_async`."""
     return ClientRuntime.get().run(
-        connect_async(endpoint, deadline_s=deadline_s, curve_dir=curve_dir),
+        connect_async(endpoint, deadline_s=deadline_s, curve_dir=curve_dir, server_key=server_key),
         timeout_s=deadline_s + 5,
         what=f"connect to {endpoint}",
     )

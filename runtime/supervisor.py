@@ -153,7 +153,7 @@ class Supervisor:
             self.process = self._launch(self._exit_callback(incarnation))
             self._bootstrap = Connection(
                 self._runtime, self.handle.endpoint, actor=self.label, host=self.handle.host, boot_id=None,
-                curve=self._curve,
+                curve=self._curve, server_key=self.process.ticket.server_keys.public,
             )  # fmt: skip
             process = self.process
         processes = self._runtime.processes
@@ -186,7 +186,7 @@ class Supervisor:
     def _adopt(self, process: ActorProcess, incarnation: int, built: dict[str, Any]) -> None:
         handle = self.handle
         handle.boot_id, handle.pid, handle.process = built["boot_id"], built["pid"], process
-        handle.spawn_token = process.spawn_token
+        handle.spawn_token = process.ticket.token
         handle.metrics_port = built.get("metrics_port")
         with self._lock:
             self._restarting = False

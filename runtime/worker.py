@@ -1,7 +1,8 @@
 """Entry point of an actor process: ``python -m runtime.worker --bind tcp://HOST:PORT [--metrics-port N]``.
 
-The process first reads its spawn token, one line of hex on stdin (:mod:`runtime.control_auth`): only requests
-proven with it may construct the actor or shut the process down. It then binds its ROUTER socket, starts serving
+The process first reads its spawn ticket, one JSON line on stdin (:mod:`runtime.control_auth`): only requests
+proven with its token may construct the actor or shut the process down, and with CURVE its socket proves the
+ticket's keypair, the actor's own. It then binds its ROUTER socket, starts serving
 Prometheus ``/metrics`` and prints one line ``MILES_ACTOR_READY {json}`` (endpoint, boot id, pid, host,
 metrics_port) on stdout; the spawner then sends ``__construct__`` with the class and keyword arguments. It exits on
 ``__shutdown__``, SIGTERM/SIGINT, or, when ``--parent-pid`` is given, as soon as that parent is gone. With
@@ -74,7 +75,7 @@ async def serve(
     bind: str,
     parent_pid: int | None,
     *,
-    spawn_token: bytes,
+    ticket: control_auth.SpawnTicket,
     metrics_port: int | None = 0,
     metrics_host: str | None = None,
 ) -> None:
@@ -82,7 +83,13 @@ async def serve(
     from runtime.client import ClientRuntime
 
     ClientRuntime.install_on_running_loop()  # calls made by this actor share its loop
-    server = ActorServer(bind=bind, limits=StoreLimits(), curve=security.resolve(), spawn_token=spawn_token)
+    server = ActorServer(
+        bind=bind,
+        limits=StoreLimits(),
+        curve=security.resolve(),
+        spawn_token=ticket.token,
+        server_keys=ticket.server_keys,
+    )
     address = await server.start()
     object_refs.bind_server(server)
     if metrics_port is not None:
@@ -127,7 +134,7 @@ def main(argv: list[str] | None = None) -> None:
     if args.parent_pid:
         _die_with_parent(args.parent_pid)
     try:
-        spawn_token = control_auth.read_token()
+        ticket = control_auth.read_ticket()
     except control_auth.SpawnTokenError as exc:
         log.error("%s", exc)
         sys.exit(2)
@@ -136,7 +143,7 @@ def main(argv: list[str] | None = None) -> None:
     metrics_host = metrics.host_of_bind(f"tcp://{args.metrics_host}:0") if args.metrics_host else None
     event_loop.run(
         serve(
-            args.bind, args.parent_pid, spawn_token=spawn_token, metrics_port=metrics_port, metrics_host=metrics_host
+            args.bind, args.parent_pid, ticket=ticket, metrics_port=metrics_port, metrics_host=metrics_host
         )
     )
     shared_memory.drop_spares()  # atexit does not run after os._exit

@@ -79,8 +79,12 @@ class ZmqEndpoint:
         address: str = "",
         on_handshake_failure: Callable[[str], None] | None = None,
         curve: bool = False,
+        on_close: Callable[[], None] | None = None,
+        connection_counts: Callable[[], dict[str, int]] | None = None,
     ) -> None:
         self.socket = socket
+        self._on_close = on_close
+        self._connection_counts = connection_counts
         self.name = name
         self.address = address  # what the socket is bound or connected to
         self.stats = EndpointStats()
@@ -117,6 +121,10 @@ class ZmqEndpoint:
         if self._monitor is not None:
             self._loop.add_reader(self._monitor.FD, self._drain_monitor)
             self._loop.call_soon(self._drain_monitor)
+
+    def connections(self) -> dict[str, int]:
+        """Open and refused connections of a bound socket (see transport.zap_gate); empty for others."""
+        return self._connection_counts() if self._connection_counts is not None else {}
 
     @property
     def closed(self) -> bool:
@@ -390,5 +398,7 @@ class ZmqEndpoint:
                 self._monitor.close(linger=0)
                 self._monitor = None
             self.socket.close(linger=0)
+        if self._on_close is not None:
+            self._on_close()
         for waiter in waiters:  # they poll a descriptor that is gone now
             waiter.wake()

@@ -1,10 +1,16 @@
-"""CURVE security for the actor transport: cluster keys on disk, socket options, and the ZAP authenticator.
+"""CURVE security for the actor transport: keys by role, socket options, and the ZAP authenticator.
 
-A cluster has one server keypair (every actor's ROUTER) and one client keypair (every caller's DEALER). A
-launcher generates them once (:func:`generate_cluster_keys`), copies the directory to each host (files stay mode
-0600) and sets ``MILES_CURVE_DIR`` for every process; the runtime then secures every socket by itself. A server
-accepts a connection only when the client proves it holds an authorised client secret key (checked by a ZAP
-handler); any other peer fails the handshake, so none of its messages ever reach the actor.
+Keys by role, so that no process holds a secret it does not need:
+- **Actor (server) keys**: every actor process has a keypair of its own. Its spawner draws it and hands the
+  secret to that one process on its stdin (with the spawn token, :mod:`runtime.control_auth`); the public key
+  travels in the actor's handles. A client checks it in the handshake, so nobody can pose as an actor without
+  that actor's own secret, and one compromised worker can impersonate no other actor.
+- **Client keys**: one keypair per cluster, in a key directory (:func:`generate_cluster_keys`) that a launcher
+  ships to each host (files mode 0600) and names in ``MILES_CURVE_DIR``. A server accepts a connection only
+  when the client proves it holds an authorised client secret (checked by a ZAP handler); any other peer fails
+  the handshake, so none of its messages ever reach the actor. Holding the client key lets a process call any
+  actor's public methods with checked arguments, nothing more: construction and shutdown need the spawner's
+  token, which no key gives.
 
 Opting out (no ``MILES_CURVE_DIR``, or ``curve_dir=None``) is for trusted networks only. Its price is speed:
 CURVE encrypts and authenticates every byte on TCP (libsodium's XSalsa20-Poly1305), so large transfers between
@@ -18,22 +24,19 @@ import functools
 import logging
 import os
 import stat
-import threading
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Final
 
 import zmq
 import zmq.auth
-from zmq.auth.thread import ThreadAuthenticator
+
+from transport import zap_gate
 
 log = logging.getLogger(__name__)
 
 #: The environment variable naming the directory that holds this cluster's keys.
 CURVE_DIR_ENV: Final = "MILES_CURVE_DIR"
-#: The ZAP domain of every actor socket.
-ZAP_DOMAIN: Final = "miles"
-SERVER_KEY = "server.key"
 CLIENT_KEY = "client.key"
 #: Extra authorised client public keys (``*.key`` certificate files), e.g. for an operator's own tools.
 AUTHORIZED_DIR = "authorized_clients"
@@ -58,17 +61,40 @@ CurveDir = str | os.PathLike[str] | _FromEnv | None
 
 @dataclass(frozen=True)
 class CurveConfig:
-    """The keys of one cluster (z85-encoded, 40 bytes each) and the client keys its servers accept."""
+    """A cluster's client keypair (z85-encoded, 40 bytes each) and the client keys its servers accept."""
 
     directory: str
-    server_public: bytes
-    server_secret: bytes
     client_public: bytes
     client_secret: bytes
     authorized_clients: frozenset[bytes]
 
     def __repr__(self) -> str:  # never print secrets
         return f"CurveConfig({self.directory!r}, {len(self.authorized_clients)} authorised client key(s))"
+
+
+@dataclass(frozen=True)
+class ServerKeys:
+    """One actor's own CURVE keypair (z85)."""
+
+    public: bytes
+    secret: bytes
+
+    @classmethod
+    def new(cls) -> ServerKeys:
+        public, secret = zmq.curve_keypair()
+        return cls(public, secret)
+
+    @classmethod
+    def from_secret(cls, secret: str | bytes) -> ServerKeys:
+        """The keypair of a z85 secret; CurveKeyError if it is not one."""
+        raw = secret.encode() if isinstance(secret, str) else secret
+        try:
+            return cls(zmq.curve_public(raw), raw)
+        except (zmq.ZMQError, ValueError) as exc:
+            raise CurveKeyError(f"not a z85 CURVE secret key: {exc}") from None
+
+    def __repr__(self) -> str:  # never print the secret
+        return f"ServerKeys(public={self.public.decode()!r})"
 
 
 def _write_secret_file(path: Path, text: str) -> None:
@@ -93,21 +119,21 @@ def _certificate(public: bytes, secret: bytes | None) -> str:
 
 
 def generate_cluster_keys(directory: str | os.PathLike[str], *, overwrite: bool = False) -> CurveConfig:
-    """Create a server and a client keypair in ``directory`` (mode 0700, files 0600); returns them loaded."""
+    """Create the cluster's client keypair in ``directory`` (mode 0700, files 0600); returns it loaded.
+    (Actor keypairs are not kept on disk: each spawner draws one per actor, see :class:`ServerKeys`.)"""
     folder = Path(directory)
     folder.mkdir(mode=0o700, parents=True, exist_ok=True)
     os.chmod(folder, 0o700)
     if not overwrite:
-        existing = [name for name in (SERVER_KEY, CLIENT_KEY) if (folder / name).exists()]
+        existing = [name for name in (CLIENT_KEY,) if (folder / name).exists()]
         if existing:
             raise CurveKeyError(
                 f"{folder} already holds keys ({', '.join(existing)}); load them with load_curve_keys, "
                 "or pass overwrite=True to replace them (every process must then get the new files)"
             )
-    for name in (SERVER_KEY, CLIENT_KEY):
-        public, secret = zmq.curve_keypair()
-        _write_secret_file(folder / (name + _SECRET_SUFFIX), _certificate(public, secret))
-        _write_secret_file(folder / name, _certificate(public, None))
+    public, secret = zmq.curve_keypair()
+    _write_secret_file(folder / (CLIENT_KEY + _SECRET_SUFFIX), _certificate(public, secret))
+    _write_secret_file(folder / CLIENT_KEY, _certificate(public, None))
     return load_curve_keys(folder)
 
 
@@ -142,7 +168,6 @@ def load_curve_keys(directory: str | os.PathLike[str]) -> CurveConfig:
     folder = Path(directory)
     if not folder.is_dir():
         raise CurveKeyError(f"CURVE key directory {folder} does not exist ({CURVE_DIR_ENV} or curve_dir)")
-    server_public, server_secret = _load_pair(folder, SERVER_KEY)
     client_public, client_secret = _load_pair(folder, CLIENT_KEY)
     authorized = {client_public}
     extra = folder / AUTHORIZED_DIR
@@ -150,9 +175,7 @@ def load_curve_keys(directory: str | os.PathLike[str]) -> CurveConfig:
         for path in sorted(extra.glob("*.key")):
             public, _ = zmq.auth.load_certificate(path)
             authorized.add(public)
-    return CurveConfig(
-        str(folder.resolve()), server_public, server_secret, client_public, client_secret, frozenset(authorized)
-    )
+    return CurveConfig(str(folder.resolve()), client_public, client_secret, frozenset(authorized))
 
 
 @functools.lru_cache(maxsize=16)
@@ -172,73 +195,17 @@ def resolve(curve_dir: CurveDir = FROM_ENV) -> CurveConfig | None:
 # ---- sockets ---------------------------------------------------------------------------------------------------
 
 
-class _AllowedKeys:
-    """ZAP credentials provider: accepts exactly the authorised client public keys."""
-
-    def __init__(self) -> None:
-        self.keys: set[bytes] = set()
-        self._warned: set[bytes] = set()
-
-    def callback(self, domain: str, key: bytes) -> bool:
-        if key in self.keys:
-            return True
-        if len(self._warned) < 100 and key not in self._warned:
-            self._warned.add(key)
-            log.warning("refused a CURVE client with an unknown public key %s (domain %s)", key.decode(), domain)
-        return False
-
-
-_authenticators: dict[int, tuple[ThreadAuthenticator, _AllowedKeys]] = {}
-_auth_lock = threading.Lock()
-
-
-def ensure_authenticator(context: zmq.Context, authorized: frozenset[bytes]) -> None:
-    """Start (once per context) the ZAP handler that admits only ``authorized`` client keys."""
-    with _auth_lock:
-        entry = _authenticators.get(id(context))
-        if entry is None:
-            provider = _AllowedKeys()
-            auth = ThreadAuthenticator(context, log=logging.getLogger("zmq.auth"))
-            auth.start()  # waits at most 10 s for the thread, raising if it does not start
-            auth.configure_curve_callback(domain=ZAP_DOMAIN, credentials_provider=provider)
-            entry = _authenticators[id(context)] = (auth, provider)
-        entry[1].keys.update(authorized)
-
-
-def stop_authenticator(context: zmq.Context, timeout_s: float = 5.0) -> None:
-    """Stop ``context``'s ZAP handler, if any: call it before terminating a context of your own."""
-    with _auth_lock:
-        entry = _authenticators.pop(id(context), None)
-    if entry is None:
-        return
-    auth = entry[0]
-    auth.pipe.send(b"TERMINATE")
-    auth.thread.join(timeout_s)
-    if auth.thread.is_alive():
-        log.warning("the ZAP authenticator thread did not stop within %.1f s", timeout_s)
-        return
-    auth.pipe.close(linger=0)
-    auth.pipe = None
-    auth.zap_socket.close(linger=0)
-    auth.zap_socket = None
-
-
-def secure_server(socket: zmq.Socket, config: CurveConfig) -> None:
-    """Make ``socket`` (not yet bound) a CURVE server that admits only the cluster's clients."""
-    ensure_authenticator(socket.context, config.authorized_clients)
+def secure_server(socket: zmq.Socket, keys: ServerKeys) -> None:
+    """Make ``socket`` (not yet bound) a CURVE server holding the actor's own ``keys``. Which clients it admits
+    is the ZAP gate's part (:class:`transport.zap_gate.ZapGate`, which ``sockets.router`` puts in front)."""
     socket.curve_server = True
-    socket.curve_secretkey = config.server_secret
-    socket.curve_publickey = config.server_public
-    socket.zap_domain = ZAP_DOMAIN.encode()
-    try:  # refuse every client if the ZAP handler were ever missing (needs libzmq's draft API)
-        socket.setsockopt(zmq.ZAP_ENFORCE_DOMAIN, 1)
-    except (zmq.ZMQError, AttributeError):
-        pass
+    socket.curve_secretkey = keys.secret
+    socket.curve_publickey = keys.public
 
 
-def secure_client(socket: zmq.Socket, config: CurveConfig) -> None:
-    """Make ``socket`` (not yet connected) a CURVE client of the cluster's servers."""
-    socket.curve_serverkey = config.server_public
+def secure_client(socket: zmq.Socket, config: CurveConfig, server_key: bytes) -> None:
+    """Make ``socket`` (not yet connected) a CURVE client of the actor whose public key is ``server_key``."""
+    socket.curve_serverkey = server_key
     socket.curve_publickey = config.client_public
     socket.curve_secretkey = config.client_secret
 
@@ -269,6 +236,11 @@ class HandshakeFailures:
         if event == zmq.EVENT_HANDSHAKE_SUCCEEDED:
             self._failures = 0
             return None
+        if event == zmq.EVENT_HANDSHAKE_FAILED_AUTH and value == zap_gate.FULL_STATUS:
+            return (
+                "the actor refused the connection: it has as many open as it allows (MILES_MAX_CONNECTIONS on "
+                "the actor's host); close idle clients or raise the limit"
+            )
         if event == zmq.EVENT_HANDSHAKE_FAILED_AUTH:
             return (
                 f"the actor refused this process's CURVE client key (ZAP status {value}); "
@@ -283,7 +255,7 @@ class HandshakeFailures:
             self._failures += 1
             if self._failures >= self.streak:
                 return (
-                    f"{self._failures} CURVE handshakes failed in a row: the peer does not use CURVE, or its server "
-                    f"key is not the one in this process's keys (a different {CURVE_DIR_ENV}?)"
+                    f"{self._failures} CURVE handshakes failed in a row: the peer does not use CURVE, or it does "
+                    "not hold the actor key this handle names (another process now listens at that address?)"
                 )
         return None

@@ -14,7 +14,8 @@ import zmq
 from transport import local_twin, security
 from transport.codec import Buffer
 from transport.endpoints import ZmqEndpoint
-from transport.security import CurveConfig
+from transport.security import CurveConfig, ServerKeys
+from transport.zap_gate import ZapGate, default_max_connections
 
 log = logging.getLogger(__name__)
 
@@ -39,21 +40,35 @@ def router(
     *,
     max_message_bytes: int,
     curve: CurveConfig | None = None,
+    server_keys: ServerKeys | None = None,
+    max_connections: int | None = None,
 ) -> tuple[ZmqEndpoint, str]:
     """Bind a ROUTER socket; returns the endpoint and the address actually bound (port 0 resolved).
 
-    With ``curve``, only clients holding an authorised client key get through the handshake.
+    With ``curve``, the socket proves it holds ``server_keys`` (the actor's own) and only clients holding an
+    authorised client key get through the handshake. Past ``max_connections`` open connections (default:
+    ``MILES_MAX_CONNECTIONS``, 10000, within the open-file limit) new ones are refused until some close.
     """
     socket = context.socket(zmq.ROUTER)
     _tune(socket, max_message_bytes=max_message_bytes)
     socket.setsockopt(zmq.ROUTER_HANDOVER, 1)  # a reconnecting client keeps its routing id
     socket.setsockopt(zmq.ROUTER_MANDATORY, 1)  # sends to a vanished peer fail visibly instead of silently
+    gate, domain = ZapGate.of(context), None
     try:
         if curve is not None:
-            security.secure_server(socket, curve)
+            if server_keys is None:
+                raise ValueError("a CURVE server needs its own keypair (server_keys)")
+            security.secure_server(socket, server_keys)
+        domain = gate.guard(
+            socket,
+            max_connections=max_connections or default_max_connections(),
+            curve_keys=curve.authorized_clients if curve is not None else None,
+        )
         socket.bind(address)
     except zmq.ZMQError as exc:
         socket.close(linger=0)
+        if domain is not None:
+            gate.release(domain)
         raise OSError(f"cannot bind {address}: {exc}") from exc
     bound = socket.getsockopt_string(zmq.LAST_ENDPOINT)
     twin = local_twin.name_for(bound) if local_twin.enabled() else None
@@ -64,7 +79,15 @@ def router(
             log.warning("%s: same-host socket %s not bound (%s); local callers use TCP", bound, twin, exc)
             twin = None
     name = f"router {bound}" + (f" + {twin}" if twin else "")
-    return ZmqEndpoint(socket, on_frames, name=name, address=bound), bound
+    endpoint = ZmqEndpoint(
+        socket,
+        on_frames,
+        name=name,
+        address=bound,
+        on_close=lambda: gate.release(domain),
+        connection_counts=lambda: gate.counts(domain),
+    )
+    return endpoint, bound
 
 
 def dealer(
@@ -74,6 +97,7 @@ def dealer(
     *,
     routing_id: bytes,
     curve: CurveConfig | None = None,
+    server_key: bytes | None = None,
     on_handshake_failure: Callable[[str], None] | None = None,
 ) -> ZmqEndpoint:
     """Connect a DEALER socket with a stable routing id (so the server can push to it after a reconnect).
@@ -81,7 +105,8 @@ def dealer(
     An actor on this host (same network namespace) is reached through its same-host twin socket when it has
     one; ``endpoint.address`` tells which address the socket is connected to.
 
-    With ``curve``, the socket authenticates with the cluster's client key and checks the server's key.
+    With ``curve``, the socket authenticates with the cluster's client key and checks that the actor holds the
+    secret of ``server_key`` (its public key).
     ``on_handshake_failure(reason)`` runs on the loop when handshakes fail for good (a refused key, another
     cluster's server key, CURVE on one side only): reconnecting would not help.
     """
@@ -91,7 +116,10 @@ def dealer(
     socket.setsockopt(zmq.RECONNECT_IVL, 100)
     socket.setsockopt(zmq.RECONNECT_IVL_MAX, 1000)
     if curve is not None:
-        security.secure_client(socket, curve)
+        if server_key is None:
+            socket.close(linger=0)
+            raise ValueError(f"a CURVE connection to {address} needs the actor's public key (server_key)")
+        security.secure_client(socket, curve, server_key)
     target = (local_twin.find(address) if local_twin.enabled() else None) or address
     endpoint = ZmqEndpoint(
         socket,

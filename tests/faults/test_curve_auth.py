@@ -18,15 +18,15 @@ from transport.protocol import Kind
 
 
 def _submit_hit(socket: zmq.Socket, key: int) -> None:
-    meta = [os.urandom(16), "hit", None, None, False, [], False]
+    meta = [os.urandom(16), "hit", None, None, None, [], False]
     socket.send_multipart(wire.pack(Kind.SUBMIT, meta, encode(([key], {}))))
 
 
-def _raw_client(endpoint: str, config: security.CurveConfig | None) -> zmq.Socket:
+def _raw_client(endpoint: str, config: security.CurveConfig | None, server_key: str | None = None) -> zmq.Socket:
     socket = zmq.Context.instance().socket(zmq.DEALER)
     socket.setsockopt(zmq.LINGER, 0)
     if config is not None:
-        security.secure_client(socket, config)
+        security.secure_client(socket, config, (server_key or "").encode())
     socket.connect(endpoint)
     return socket
 
@@ -38,7 +38,8 @@ def test_key_files_are_private_and_checked(tmp_path: Path) -> None:
     for path in folder.iterdir():
         assert stat.S_IMODE(path.stat().st_mode) == 0o600, path
     assert security.load_curve_keys(folder) == keys
-    assert keys.client_secret.decode() not in repr(keys) and keys.server_secret.decode() not in repr(keys)
+    assert keys.client_secret.decode() not in repr(keys)
+    assert sorted(path.name for path in folder.iterdir()) == ["client.key", "client.key_secret"]  # no actor keys
     with pytest.raises(security.CurveKeyError, match="already holds keys"):
         security.generate_cluster_keys(folder)
     os.chmod(folder / "client.key_secret", 0o644)
@@ -67,10 +68,8 @@ def test_clients_without_the_keys_are_refused_and_nothing_runs(no_leaks: None, c
     actor = spawn("fault_actors:Tally", name="guarded", curve_dir=curve_dir)
     keys = security.load_curve_keys(curve_dir)
     public, secret = zmq.curve_keypair()
-    impostor = security.CurveConfig(  # knows the server's public key, but not an authorised client key
-        keys.directory, keys.server_public, keys.server_secret, public, secret, frozenset()
-    )
-    raw = [_raw_client(actor.endpoint, None), _raw_client(actor.endpoint, impostor)]
+    impostor = security.CurveConfig(keys.directory, public, secret, frozenset())  # not an authorised client key
+    raw = [_raw_client(actor.endpoint, None), _raw_client(actor.endpoint, impostor, actor.server_key)]
     try:
         for index, socket in enumerate(raw):
             for key in range(100 * index, 100 * index + 20):
@@ -82,8 +81,8 @@ def test_clients_without_the_keys_are_refused_and_nothing_runs(no_leaks: None, c
         with pytest.raises(ActorDied, match="one side uses CURVE and the other does not"):
             connect(actor.endpoint, curve_dir=None, deadline_s=10)  # the server always says so to a plain client
         other = security.generate_cluster_keys(tmp_path / "other-cluster").directory
-        with pytest.raises(ActorDied, match="CURVE handshakes failed in a row"):
-            connect(actor.endpoint, curve_dir=other, deadline_s=10)
+        with pytest.raises(ActorDied, match="refused this process's CURVE client key"):
+            connect(actor.endpoint, curve_dir=other, deadline_s=10, server_key=actor.server_key)
         assert time.monotonic() - started < 8.0
         assert actor.counts().result(10) == {}  # nothing of theirs ran
         stats = actor.method("__stats__")().result(10)
@@ -98,7 +97,36 @@ def test_a_curve_client_calling_a_plain_actor_fails_clearly(no_leaks: None, curv
     plain = spawn("fault_actors:Tally", curve_dir=None)
     try:
         with pytest.raises(ActorDied, match=r"one side uses CURVE|the peer does not use CURVE"):
-            connect(plain.endpoint, curve_dir=curve_dir, deadline_s=10)
+            connect(plain.endpoint, curve_dir=curve_dir, deadline_s=10, server_key=plain.server_key)
         assert plain.hit(3).result(10) == 3
     finally:
         plain.kill()
+
+
+def test_each_actor_has_its_own_key_and_nobody_else_can_answer_for_it(no_leaks: None, curve_dir: str) -> None:
+    """A process holding the cluster's client key (any worker) cannot pose as an actor: it lacks that actor's own
+    secret, which only the actor and its spawner hold (handed over on the worker's stdin, never on disk)."""
+    first = spawn("fault_actors:Tally", name="first", curve_dir=curve_dir)
+    second = spawn("fault_actors:Tally", name="second", curve_dir=curve_dir)
+    rogue = zmq.Context.instance().socket(zmq.ROUTER)
+    try:
+        assert first.server_key and second.server_key and first.server_key != second.server_key
+        secret = first.process.ticket.server_keys.secret
+        for pid in (first.pid, second.pid):
+            for part in ("cmdline", "environ"):
+                assert secret not in Path(f"/proc/{pid}/{part}").read_bytes()
+        for path in Path(curve_dir).rglob("*"):
+            assert path.is_dir() or secret not in path.read_bytes()
+        # The rogue holds the cluster's keys and a keypair of its own, and listens where "first" is expected.
+        security.secure_server(rogue, security.ServerKeys.new())
+        port = rogue.bind_to_random_port("tcp://127.0.0.1")
+        started = time.monotonic()
+        with pytest.raises(ActorDied, match="CURVE handshakes failed in a row"):
+            connect(f"tcp://127.0.0.1:{port}", curve_dir=curve_dir, deadline_s=10, server_key=first.server_key)
+        assert time.monotonic() - started < 8.0
+        assert not rogue.poll(200), "a message reached the impostor"
+        assert first.hit(5).result(10) == 5 and second.hit(6).result(10) == 6
+    finally:
+        rogue.close(linger=0)
+        second.kill()
+        first.kill()

@@ -87,7 +87,7 @@ def test_worker_reports_its_metrics_port_in_the_ready_line(no_leaks: None) -> No
         text=True,
         cwd=HERE.parent.parent,
     )
-    popen.stdin.write(control_auth.token_line(control_auth.new_token()).decode())
+    popen.stdin.write(control_auth.SpawnTicket.new().line())
     popen.stdin.close()
     try:
         ready = read_line(popen, READY_PREFIX, 30)

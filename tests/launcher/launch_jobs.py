@@ -97,7 +97,7 @@ def security(ctx: Any) -> int:
     import runtime
 
     (handle,) = ctx.handles("c")
-    by_env = runtime.connect(handle.endpoint, deadline_s=10)  # MILES_CURVE_DIR of the launcher process
+    by_env = runtime.connect(handle.endpoint, deadline_s=10, server_key=handle.server_key)  # MILES_CURVE_DIR here
     with urllib.request.urlopen(ctx.metrics_sd_url, timeout=5) as response:
         targets = json.loads(response.read())
     report = {

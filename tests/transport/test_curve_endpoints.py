@@ -14,8 +14,13 @@ from transport import security, shared_memory
 from transport.sockets import dealer, router
 
 
-async def _exchange(config: security.CurveConfig, client: security.CurveConfig | None) -> tuple[list, list, list]:
-    """One message from a DEALER with ``client`` keys to a CURVE ROUTER; returns (served, replies, failures)."""
+async def _exchange(
+    config: security.CurveConfig, client: security.CurveConfig | None, *, expect_other_server: bool = False
+) -> tuple[list, list, list]:
+    """One message from a DEALER with ``client`` keys to a CURVE ROUTER; returns (served, replies, failures).
+    ``expect_other_server``: the client expects another actor's public key than the server's own."""
+    server_keys = security.ServerKeys.new()
+    expected = security.ServerKeys.new().public if expect_other_server else server_keys.public
     context = zmq.Context.instance()
     served: list[bytes] = []
     replies: list[bytes] = []
@@ -26,7 +31,9 @@ async def _exchange(config: security.CurveConfig, client: security.CurveConfig |
         served.append(frames[1].bytes)
         server.send([frames[0], b"re:" + frames[1].bytes])
 
-    server, address = router(context, "tcp://127.0.0.1:0", on_server, max_message_bytes=1 << 20, curve=config)
+    server, address = router(
+        context, "tcp://127.0.0.1:0", on_server, max_message_bytes=1 << 20, curve=config, server_keys=server_keys
+    )
     server.start()
     endpoint = dealer(
         context,
@@ -34,11 +41,12 @@ async def _exchange(config: security.CurveConfig, client: security.CurveConfig |
         lambda frames: replies.append(frames[0].bytes),
         routing_id=os.urandom(8),
         curve=client,
+        server_key=expected if client is not None else None,
         on_handshake_failure=failures.append,
     )
     endpoint.start()
     endpoint.send([b"hello"])
-    for _ in range(40):
+    for _ in range(80):
         if replies or failures:
             break
         await asyncio.sleep(0.05)
@@ -60,6 +68,14 @@ def test_unknown_client_key_is_refused(tmp_path: Path) -> None:
     served, replies, failures = asyncio.run(_exchange(keys, stranger))
     assert not served and not replies
     assert failures and "refused this process's CURVE client key" in failures[0]
+
+
+def test_a_server_without_the_expected_actor_key_is_refused(tmp_path: Path) -> None:
+    """A server holding the cluster's keys but not the actor key the client expects gets nothing."""
+    keys = security.generate_cluster_keys(tmp_path / "keys")
+    served, replies, failures = asyncio.run(_exchange(keys, keys, expect_other_server=True))
+    assert not served and not replies
+    assert failures and "does not hold the actor key this handle names" in failures[0]
 
 
 def test_plain_client_is_refused(tmp_path: Path) -> None:

@@ -28,6 +28,11 @@ class RawClient:
         meta = [call_id, method, None, None, None, acks or [], False]  # see runtime.header_checks.submit
         return call_id, wire.pack(Kind.SUBMIT, meta, encode([list(args), kwargs]))
 
+    @staticmethod
+    def pack_submit(meta: list[Any], *args: Any, **kwargs: Any) -> list[Any]:
+        """SUBMIT frames with a header of your own making (see runtime.header_checks.submit for the fields)."""
+        return wire.pack(Kind.SUBMIT, meta, encode([list(args), kwargs]))
+
     def send(self, frames: list[Any]) -> None:
         self.socket.send_multipart(frames)
 
