@@ -5,6 +5,10 @@ a small msgpack list (ids, flags) and body, when present, is a codec body (argum
 after the head are that body's out-of-band buffers. Keeping meta apart from the body lets a server route,
 dedupe and fingerprint a call without decoding its arguments; keeping small messages in one frame keeps each
 send to a single ZeroMQ operation.
+
+``unpack`` bounds what it parses: at most ``max_frames`` frames and ``max_header_bytes`` of head, and a meta list
+of scalars and short lists or maps (``META_MAX_DEPTH``, ``META_MAX_ITEMS``, ``META_MAX_BYTES``, no extension
+types). The runtime checks the fields themselves (runtime.header_checks).
 """
 
 from __future__ import annotations
@@ -15,8 +19,17 @@ from typing import Any
 
 import msgpack
 
-from transport.codec import Buffer
-from transport.protocol import MAGIC, PREFIX_LEN, VERSION, Kind
+from transport.codec import Buffer, nesting_depth
+from transport.protocol import (
+    DEFAULT_MAX_FRAMES,
+    MAGIC,
+    META_MAX_BYTES,
+    META_MAX_DEPTH,
+    META_MAX_ITEMS,
+    PREFIX_LEN,
+    VERSION,
+    Kind,
+)
 
 _PREFIXES = {kind: MAGIC + bytes([VERSION, kind]) for kind in Kind}
 _KINDS = {int(kind): kind for kind in Kind}
@@ -48,10 +61,41 @@ def pack(kind: Kind, meta: list[Any], payload: tuple[bytes, list[Buffer]] | None
     return [head + body, *buffers]
 
 
-def unpack(frames: list[Buffer], *, max_header_bytes: int) -> Message:
+def _refuse_extension(code: int, data: bytes) -> Any:
+    raise ValueError(f"meta holds a msgpack extension (code {code})")
+
+
+def _unpack_meta(packed: bytes) -> list[Any]:
+    try:
+        meta = msgpack.unpackb(
+            packed,
+            raw=False,
+            use_list=True,
+            strict_map_key=False,
+            ext_hook=_refuse_extension,
+            max_str_len=META_MAX_BYTES,
+            max_bin_len=META_MAX_BYTES,
+            max_array_len=META_MAX_ITEMS,
+            max_map_len=META_MAX_ITEMS,
+            max_ext_len=0,
+        )
+    except msgpack.StackError:
+        raise FrameError(f"meta nests more than {META_MAX_DEPTH} deep") from None
+    except (ValueError, TypeError, msgpack.UnpackException) as exc:  # TypeError: a list or map as a map key
+        raise FrameError(f"malformed meta: {type(exc).__name__}: {exc}") from exc
+    if type(meta) is not list:
+        raise FrameError("meta is not a list")
+    if nesting_depth(meta, META_MAX_DEPTH) > META_MAX_DEPTH:
+        raise FrameError(f"meta nests more than {META_MAX_DEPTH} deep")
+    return meta
+
+
+def unpack(frames: list[Buffer], *, max_header_bytes: int, max_frames: int = DEFAULT_MAX_FRAMES) -> Message:
     """Parse frames (bytes or zmq.Frame); raises FrameError on anything malformed."""
     if not frames:
         raise FrameError("empty message")
+    if len(frames) > max_frames:
+        raise FrameError(f"a message of {len(frames)} frames exceeds the limit of {max_frames}")
     head = frames[0]
     head = head.bytes if hasattr(head, "bytes") else bytes(head)
     if len(head) < _HEAD_FIXED or head[:2] != MAGIC:
@@ -64,14 +108,9 @@ def unpack(frames: list[Buffer], *, max_header_bytes: int) -> Message:
     body_start = _HEAD_FIXED + meta_len
     if body_start > len(head):
         raise FrameError(f"meta length {meta_len} runs past the head frame ({len(head)} bytes)")
-    try:
-        kind = _KINDS[head[3]]
-        meta = msgpack.unpackb(head[_HEAD_FIXED:body_start], raw=False, use_list=True, strict_map_key=False)
-    except KeyError:
-        raise FrameError(f"unknown message kind {head[3]}") from None
-    except (ValueError, msgpack.UnpackException) as exc:
-        raise FrameError(f"malformed meta: {exc}") from exc
-    if type(meta) is not list:
-        raise FrameError("meta is not a list")
+    kind = _KINDS.get(head[3])
+    if kind is None:
+        raise FrameError(f"unknown message kind {head[3]}")
+    meta = _unpack_meta(head[_HEAD_FIXED:body_start])
     body = memoryview(head)[body_start:] if body_start < len(head) else None
     return Message(kind, meta, body, list(frames[1:]))

@@ -1,8 +1,10 @@
 """Wire constants: the frame layout version, message kinds and size limits, in one place.
 
 A message is a list of ZeroMQ frames: ``[header, *buffers]``. The header frame starts with a 4-byte prefix
-``MAGIC (2 bytes) | VERSION (1) | kind (1)`` followed by a msgpack body; buffers are raw out-of-band payloads
-(large bytes, numpy arrays, torch tensors) that the body refers to by index.
+``MAGIC (2 bytes) | VERSION (1) | kind (1)`` followed by msgpack meta and body (:mod:`transport.frames`); buffers
+are raw out-of-band payloads (large bytes, numpy arrays, torch tensors) that the body refers to by index.
+
+Every peer is untrusted: the limits below bound what a receiver parses and builds from a message.
 """
 
 from __future__ import annotations
@@ -19,6 +21,23 @@ OUT_OF_BAND_THRESHOLD = 64 * 1024
 DEFAULT_MAX_MESSAGE_BYTES = 4 * 1024**3
 #: Default ceiling on one head frame (meta plus inline body).
 DEFAULT_MAX_HEADER_BYTES = 64 * 1024**2
+#: Default ceiling on frames in one message (the head and its out-of-band buffers); the encoder never makes more.
+DEFAULT_MAX_FRAMES = 1024
+
+#: How deep lists, maps, tuples and registered objects may nest in a decoded body.
+MAX_DEPTH = 64
+#: How deep msgpack extensions (tuples, arrays, tensors, registered objects) may nest: msgpack's C unpacker
+#: takes about 40 KiB of stack per level, so a decode needs less than 768 KiB (a thread has 8 MiB by default).
+MAX_EXT_DEPTH = 16
+#: The most dimensions an array or tensor may have.
+MAX_RANK = 32
+
+#: Meta, the small list that routes a message, holds ids, flags and short names: it nests at most this deep,
+META_MAX_DEPTH = 3
+#: its lists and maps hold at most this many items (runtime.header_checks.MAX_IDS_PER_MESSAGE fits),
+META_MAX_ITEMS = 4096
+#: and its strings and bytes are at most this long.
+META_MAX_BYTES = 1024
 
 
 class Kind(enum.IntEnum):

@@ -27,6 +27,16 @@ class Point:
     y: float
 
 
+class TensorEcho:
+    """Echoes its arguments. It imports torch itself: a tensor from the wire never makes a process import it."""
+
+    def __init__(self) -> None:
+        import torch  # noqa: F401
+
+    def echo(self, *args: Any) -> list[Any]:
+        return list(args)
+
+
 class Counter:
     """A plain actor: sync, async and control-plane methods."""
 
@@ -45,7 +55,7 @@ class Counter:
     def record(self, i: int) -> None:
         self.order.append(i)
 
-    def recorded(self) -> list[int]:
+    def recorded(self) -> list[Any]:  # ints from record, (tag, i) pairs from record_from
         return self.order
 
     def call_count(self) -> int:

@@ -208,8 +208,14 @@ def test_group_broadcast_and_map(no_leaks: None) -> None:
 
 def test_torch_tensors_keep_dtype_and_strides(counter: ActorHandle) -> None:
     tensor = torch.arange(12, dtype=torch.bfloat16).reshape(3, 4).t()
-    (args, _kwargs) = counter.echo(tensor).result(10)
-    assert torch.equal(args[0], tensor) and args[0].stride() == tensor.stride() and args[0].dtype == torch.bfloat16
+    with pytest.raises(RemoteError, match="has not imported torch"):  # the counter's process never imports torch
+        counter.echo(tensor).result(10)
+    echo = spawn("sample_actors:TensorEcho")
+    try:
+        (back,) = echo.echo(tensor).result(30)
+        assert torch.equal(back, tensor) and back.stride() == tensor.stride() and back.dtype == torch.bfloat16
+    finally:
+        echo.kill()
 
 
 @pytest.mark.timeout(60)  # the bug this guards against is a deadlock
