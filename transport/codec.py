@@ -35,7 +35,7 @@ from transport.codec_types import (
     UnsupportedTypeError,
 )
 from transport.decoder import decode, nesting_depth
-from transport.protocol import DEFAULT_MAX_FRAMES, MAX_RANK, OUT_OF_BAND_THRESHOLD
+from transport.protocol import DEFAULT_MAX_FRAMES, MAX_DEPTH, MAX_RANK, OUT_OF_BAND_THRESHOLD
 from transport.type_registry import registered_name, to_fields
 
 __all__ = ["Buffer", "DecodeError", "UnsupportedTypeError", "decode", "encode", "encode_shared", "nesting_depth"]
@@ -231,10 +231,19 @@ def _pack_plain(obj: Any) -> bytes:
     return msgpack.packb(obj, strict_types=True, use_bin_type=True, buf_size=_PACK_BUFFER)
 
 
+def _check_depth(obj: Any) -> None:
+    """Refuse what every receiver would refuse (transport.decoder), here, where the error can name the value."""
+    if nesting_depth(obj, MAX_DEPTH) > MAX_DEPTH:
+        raise UnsupportedTypeError(
+            f"cannot send a value whose lists, dicts and tuples nest more than {MAX_DEPTH} deep: receivers refuse it"
+        )
+
+
 def encode(obj: Any, *, threshold: int = OUT_OF_BAND_THRESHOLD) -> tuple[bytes, list[Buffer]]:
     """Encode ``obj`` into a msgpack body and out-of-band buffers; raises UnsupportedTypeError."""
     if _plain(obj, threshold):
         return _pack_plain(obj), []
+    _check_depth(obj)
     encoder = _Encoder(threshold, use_shared_memory=False)
     body = encoder.pack(obj)
     return body, encoder.buffers
@@ -248,6 +257,7 @@ def encode_shared(obj: Any) -> tuple[tuple[bytes, list[Buffer]], list[str]]:
     """
     if _plain(obj, OUT_OF_BAND_THRESHOLD):
         return (_pack_plain(obj), []), []
+    _check_depth(obj)
     encoder = _Encoder(OUT_OF_BAND_THRESHOLD, use_shared_memory=True)
     try:
         body = encoder.pack(obj)

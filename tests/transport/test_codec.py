@@ -14,6 +14,7 @@ import torch
 
 from transport import DecodeError, UnsupportedTypeError, decode, encode, register_type, shared_memory
 from transport.codec import encode_shared
+from transport.protocol import MAX_DEPTH
 
 
 @register_type
@@ -134,3 +135,12 @@ def test_shared_memory_path_maps_and_unlinks() -> None:
         decode(body, buffers)
     with pytest.raises(ValueError, match="invalid shared-memory reference"):
         shared_memory.read("../../etc/passwd", 10)
+
+
+def test_a_value_nested_deeper_than_receivers_accept_is_refused_when_sent() -> None:
+    value: list = []
+    for _ in range(MAX_DEPTH):
+        value = [value]
+    with pytest.raises(UnsupportedTypeError, match=f"nest more than {MAX_DEPTH} deep"):
+        encode(value)
+    assert decode(*encode(value[0])) == value[0]  # one level less goes through
