@@ -18,6 +18,9 @@ Public surface::
 
     spawn(Counter, max_restarts=3)   # restarted on the same endpoint, constructor re-run (runtime.supervisor)
 
+    exit_actor()                     # inside a method: leave on purpose (exit code 0, not restarted); calls in
+                                     # flight get ActorDied (runtime.actor_exit: SystemExit and other exits)
+
 Errors: RemoteError, ActorDied, ActorRestarted, DeadlineExceeded, NotDelivered, OverCapacity, CallRejected.
 
 Metrics: every actor process serves Prometheus ``/metrics`` (``handle.metrics_port``); actor code adds its own
@@ -28,6 +31,7 @@ that starts ``python -m runtime.worker`` itself writes a ``SpawnTicket`` to its 
 to ``attach`` (see :mod:`runtime.control_auth`).
 """
 
+from runtime.actor_exit import exit_actor
 from runtime.call_store import StoreLimits
 from runtime.control_auth import SpawnTicket
 from runtime.errors import (
@@ -73,6 +77,7 @@ __all__ = [
     "attach_async",
     "connect",
     "connect_async",
+    "exit_actor",
     "gather",
     "get_actor",
     "method",

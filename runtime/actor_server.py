@@ -12,6 +12,7 @@ itself (checks, the method, its outcome as RESULT frames) is :mod:`runtime.call_
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import os
 import socket
@@ -22,7 +23,7 @@ from typing import Any
 
 import zmq
 
-from runtime import builtin_methods, control_auth, header_checks
+from runtime import actor_exit, builtin_methods, control_auth, header_checks
 from runtime.call_runner import CallRunner
 from runtime.call_store import CallRecord, CallState, CallStore, StoreLimits, Tombstone, request_fingerprint
 from runtime.errors import CallRejected
@@ -45,6 +46,8 @@ log = logging.getLogger(__name__)
 
 _IDLE_RECEIVE_SLICE_S = 1.0  # an idle lane thread reading the socket looks at its queue at least this often
 _LOGGED_REFUSALS = 20  # refused control calls logged as warnings; the rest only counted (no log flood)
+_LEAVE_GRACE_S = 1.0  # a leaving process waits at most this long for its last answers to be acknowledged
+_LEAVE_CHECK_S = 0.01
 
 
 class ActorServer:
@@ -83,6 +86,7 @@ class ActorServer:
             "rejected_total": 0,
             "duplicates_total": 0,
             "unauthorized_total": 0,
+            "stale_ids_total": 0,  # SUBMITs refused because the store may have forgotten their id (call_store)
         }
         self.stopped = asyncio.Event()
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -97,6 +101,12 @@ class ActorServer:
         self.restarts = 0  # how often the spawner restarted this actor before this incarnation
         self._runner = CallRunner(self)
         self._constructing = False  # __construct__ accepted: no second one, nor a __prepare__, is
+        self.leaving: str | None = None  # why the process leaves: from then on every call gets ActorDied
+        self.exit_code = 0  # the process's exit code once it has stopped (runtime.actor_exit)
+        self._leave_lock = threading.Lock()
+        self._stopping = False
+        self._stopper: asyncio.Future[None] | None = None
+        self._farewells: list[CallRecord] = []  # calls answered with ActorDied as the process leaves
 
     # ---- lifecycle -------------------------------------------------------------------------------------------
 
@@ -116,6 +126,7 @@ class ActorServer:
         self.endpoint.start()
         self._lanes["__construct__"] = ThreadLane("construct", 1, self._finish)
         self.set_limits(self.store.limits)
+        actor_exit.mark_serving(self.name)
         return self.address
 
     @property
@@ -157,10 +168,61 @@ class ActorServer:
         self.name, self.instance = name, instance
         self.info = info  # last: calls are routed once this is set
 
+    def leave(self, code: int, cause: str) -> str:
+        """Leave the process with exit ``code`` because of ``cause`` (runtime.actor_exit): every call in flight
+        or queued is answered with ActorDied at once, later ones are refused the same way, and the process stops
+        once those answers are acknowledged (at most ``_LEAVE_GRACE_S`` later). Any thread; the first call
+        decides the code. Returns what callers are told."""
+        if self._begin_leaving(code, f"actor {self.name!r} exits with code {code}: {cause}"):
+            log.warning("%s", self.leaving)
+            self._answer_in_flight()
+            self._on_loop(self._stop_soon)
+        return self.leaving
+
+    def _begin_leaving(self, code: int, reason: str) -> bool:
+        with self._leave_lock:
+            if self.leaving is not None:
+                return False
+            self.exit_code, self.leaving = code, f"{reason}; calls in flight did not finish"
+        # New SUBMITs get ActorDied from now on; an instance attribute, so the common path pays nothing.
+        self._handlers = {**ActorServer._handlers, Kind.SUBMIT: ActorServer._on_submit_while_leaving}
+        for lane in list(self._lanes.values()):
+            lane.discard_queued()  # answered below: they must not run
+        return True
+
+    def _answer_in_flight(self) -> None:
+        """Answer every call still running or queued with ActorDied (``leaving`` says why)."""
+        with self.store.lock:
+            running = [r for r in self.store.records.values() if r.state is CallState.RUNNING]
+        now = time.monotonic()
+        for record in running:
+            frames = error_frames(record.call_id, self.boot_id, "exited", self.leaving)
+            if self.store.finish(record, frames, now):  # else it was answered meanwhile
+                self._farewells.append(record)
+                with contextlib.suppress(ConnectionError):
+                    self._send(record.peer, frames)
+
+    def _stop_soon(self) -> None:
+        if self._stopper is None:
+            self._stopper = asyncio.ensure_future(self.stop())
+
     async def stop(self) -> None:
+        """Stop serving, then set ``stopped``: calls in flight or queued are answered with ActorDied first, and
+        those answers get up to ``_LEAVE_GRACE_S`` to be acknowledged (callers do so at once). Idempotent."""
+        if self._stopping:
+            return
+        self._stopping = True
+        self._begin_leaving(0, f"actor {self.name!r} is shutting down (shutdown call, a signal, or its parent left)")
         for task in [self._sweeper, *self._tasks]:
             if task is not None:
-                task.cancel()
+                task.cancel()  # their calls are answered: what they return now is not sent
+        deadline = time.monotonic() + _LEAVE_GRACE_S
+        while True:
+            self._answer_in_flight()  # also a call accepted while this process began to leave
+            records = self.store.records
+            if not any(records.get(r.call_id) is r for r in self._farewells) or time.monotonic() >= deadline:
+                break
+            await asyncio.sleep(_LEAVE_CHECK_S)
         for lane in self._lanes.values():
             lane.stop()
         if self.endpoint is not None:
@@ -267,6 +329,11 @@ class ActorServer:
                 return
             self._answer_known(peer, call_id, known)
             return
+        problem = self.store.id_problem(call_id, time.time())  # after lookup: see id_problem
+        if problem is not None:
+            self.stats["stale_ids_total"] += 1
+            self._reject(peer, call_id, "rejected", f"actor {self.name!r} refused {head.method!r}: {problem}")
+            return
         if head.method in control_auth.CONTROL_METHODS:
             problem = self._control_problem(head, fingerprint)
             if problem is not None:
@@ -290,6 +357,16 @@ class ActorServer:
         if head.method == "__construct__":
             self._constructing = True
         return None
+
+    def _on_submit_while_leaving(self, peer: bytes, message: wire.Message) -> None:
+        head = header_checks.submit(message.meta)
+        if head.acks:
+            self._ack(peer, head.acks)
+        known = self.store.lookup(head.call_id)
+        if known is not None:  # a resend: it gets the answer its call got
+            self._answer_known(peer, head.call_id, known)
+        else:
+            self._reject(peer, head.call_id, "exited", self.leaving)
 
     _handlers = {Kind.SUBMIT: _on_submit, Kind.POLL: _on_poll, Kind.ACK: _on_ack, Kind.PING: _on_ping}
 

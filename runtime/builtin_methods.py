@@ -117,6 +117,7 @@ def _stats(server: ActorServer) -> dict[str, Any]:
         "bytes_in": endpoint.bytes_in,
         "bytes_out": endpoint.bytes_out,
         "dropped": dict(endpoint.dropped),
+        "lane_failures": sum(lane.failures for lane in list(server._lanes.values())),
         "connections": server.endpoint.connections(),
     }
 

@@ -11,6 +11,7 @@ import asyncio
 import time
 from typing import TYPE_CHECKING, Any
 
+from runtime import actor_exit
 from runtime.call_store import CallRecord
 from runtime.errors import CallRejected
 from runtime.metadata import MethodInfo
@@ -45,10 +46,13 @@ class CallRunner:
                 value = builtin.function(server, *args, **kwargs)
             else:
                 value = getattr(server.instance, info.name)(*args, **kwargs)
+                info.check_result(value, actor=server.name)  # a mismatch: a RemoteError naming the types
         except _Refused as refused:
             return self._failed(record, refused.code, refused, started)
         except Exception as exc:
             return self._failed(record, "remote", exc, started)
+        except BaseException as exc:  # SystemExit, KeyboardInterrupt, exit_actor(): the process leaves
+            return self._leave(record, exc, started)
         self._observe(record.method, "ok", started)
         return result_frames(record, server.boot_id, value)
 
@@ -63,14 +67,21 @@ class CallRunner:
     ) -> list[Buffer]:
         """Await an async method once one of ``slots`` is free (its concurrency limit); returns the RESULT frames."""
         started = time.perf_counter()  # waiting for a slot counts as part of the call
-        async with slots:
-            try:
+        try:
+            async with slots:
                 args, kwargs = self._prepare(info, deadline, body, buffers)
                 value = await getattr(self._server.instance, info.name)(*args, **kwargs)
-            except _Refused as refused:
-                return self._failed(record, refused.code, refused, started)
-            except Exception as exc:
-                return self._failed(record, "remote", exc, started)
+                info.check_result(value, actor=self._server.name)
+        except _Refused as refused:
+            return self._failed(record, refused.code, refused, started)
+        except Exception as exc:
+            return self._failed(record, "remote", exc, started)
+        except asyncio.CancelledError as exc:  # raised by the method, or its task cancelled: never silence
+            if self._server.leaving is not None:  # cancelled because the process leaves: already answered
+                return self._failed(record, "exited", exc, started, self._server.leaving)
+            return self._failed(record, "remote", exc, started, "the method was cancelled before it returned")
+        except BaseException as exc:  # SystemExit, KeyboardInterrupt, exit_actor(): the process leaves
+            return self._leave(record, exc, started)
         self._observe(record.method, "ok", started)
         return result_frames(record, self._server.boot_id, value)
 
@@ -91,14 +102,22 @@ class CallRunner:
                 raise _Refused("rejected", str(exc)) from None
         return args, kwargs
 
-    def _failed(self, record: CallRecord, code: str, exc: BaseException, started: float) -> list[Buffer]:
+    def _failed(
+        self, record: CallRecord, code: str, exc: BaseException, started: float, message: str = ""
+    ) -> list[Buffer]:
         server = self._server
         server.stats["errors_total"] += 1
         self._observe(record.method, "error" if code == "remote" else code, started)
         if isinstance(exc, _Refused):
             record.refused = True
             return error_frames(record.call_id, server.boot_id, code, exc.message)
-        return error_frames(record.call_id, server.boot_id, code, exc=exc)
+        return error_frames(record.call_id, server.boot_id, code, message, exc=exc)
+
+    def _leave(self, record: CallRecord, exc: BaseException, started: float) -> list[Buffer]:
+        """The method raised a BaseException that is not an error but a way out: the process leaves with the
+        exit code it implies, after answering this call and every other one in flight (ActorDied)."""
+        reason = self._server.leave(actor_exit.exit_code_of(exc), actor_exit.describe(exc, record.method))
+        return self._failed(record, "exited", exc, started, reason)
 
     def _observe(self, method_name: str, outcome: str, started: float) -> None:
         hooks = self._server.hooks

@@ -8,6 +8,13 @@ Budgets are also per peer (``max_calls_per_peer``, ``memory_budget_per_peer_byte
 acknowledges cannot lock the others out; control-plane calls (health, stats, object fetches) have a reserve of
 their own on top of ``max_calls`` (``control_reserve_calls``), so a full store never silences health checks.
 The store is changed from the event loop and from lane threads (which record results): a lock guards changes.
+
+Never twice: a call id, once accepted, is remembered (as a record, then a tombstone) until ``tombstone_ttl_s``
+after its call was acknowledged or expired, and at most ``max_tombstones`` tombstones are kept (oldest dropped
+first). Call ids carry the time they were made (:mod:`runtime.call_ids`), so an id the store may have forgotten is
+refused instead of run (:meth:`CallStore.id_problem`): one no newer than the newest id it has dropped, or older than
+``tombstone_ttl_s - max_clock_skew_s`` by this host's clock; and one made more than ``max_clock_skew_s`` ahead of it
+(a caller whose clock runs ahead would otherwise outlive its own tombstones).
 """
 
 from __future__ import annotations
@@ -20,12 +27,14 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from runtime.call_ids import CALL_ID_BYTES, made_at_ms, order_key
 from transport import shared_memory
 from transport.codec import Buffer
 
 DEFAULT_RESULT_TTL_S = 12 * 3600.0
 DEFAULT_TOMBSTONE_TTL_S = 600.0
-DEFAULT_MAX_TOMBSTONES = 100_000  # ~25 MB at most; late duplicates older than this are not expected
+DEFAULT_MAX_TOMBSTONES = 100_000  # ~25 MB at most; past it the oldest go, and ids no newer are refused as stale
+DEFAULT_MAX_CLOCK_SKEW_S = 60.0
 DEFAULT_MEMORY_BUDGET_BYTES = 4 * 1024**3
 DEFAULT_MAX_CALLS = 100_000
 DEFAULT_CONTROL_RESERVE_CALLS = 256
@@ -70,6 +79,16 @@ class StoreLimits:
     max_calls_per_peer: int = DEFAULT_MAX_CALLS // 2
     memory_budget_per_peer_bytes: int = DEFAULT_MEMORY_BUDGET_BYTES // 2
     control_reserve_calls: int = DEFAULT_CONTROL_RESERVE_CALLS
+    #: How far callers' clocks may differ from this host's: ids made further ahead are refused, and ids older than
+    #: ``tombstone_ttl_s - max_clock_skew_s`` are refused as stale.
+    max_clock_skew_s: float = DEFAULT_MAX_CLOCK_SKEW_S
+
+    def __post_init__(self) -> None:
+        if not self.tombstone_ttl_s > 2 * self.max_clock_skew_s >= 0:
+            raise ValueError(
+                f"tombstone_ttl_s={self.tombstone_ttl_s} must exceed twice max_clock_skew_s={self.max_clock_skew_s} "
+                "(ids older than their difference are refused as stale); raise the TTL or lower the skew"
+            )
 
 
 @dataclass
@@ -81,6 +100,10 @@ class CallStore:
     tombstones: collections.OrderedDict[bytes, tuple[Tombstone, float]] = field(default_factory=collections.OrderedDict)
     nbytes: int = 0
     expired_total: int = 0
+    #: The order key (runtime.call_ids.order_key) of the newest id whose tombstone was dropped: no newer id is
+    #: accepted unless it is in the store. -1: nothing was dropped yet.
+    forgotten_key: int = -1
+    crowded_out_total: int = 0  # tombstones dropped before their TTL because max_tombstones was reached
     peer_calls: collections.Counter[bytes] = field(default_factory=collections.Counter)
     peer_bytes: collections.Counter[bytes] = field(default_factory=collections.Counter)
     lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
@@ -94,6 +117,41 @@ class CallStore:
             return record
         tomb = self.tombstones.get(call_id)
         return tomb[0] if tomb is not None else None
+
+    def id_problem(self, call_id: bytes, now: float) -> str | None:
+        """Why a new call may not use ``call_id`` (unknown to :meth:`lookup`) at ``now`` (unix seconds), or None.
+
+        Call it after :meth:`lookup` found nothing: a tombstone's key joins ``forgotten_key`` before it is dropped,
+        so an id dropped between the two is refused here."""
+        if len(call_id) != CALL_ID_BYTES:
+            return (
+                f"a call id is {CALL_ID_BYTES} bytes made by runtime.call_ids (a random prefix, then the time it was "
+                f"made), got {len(call_id)} bytes; the call was not run"
+            )
+        limits = self.limits
+        key = order_key(call_id)
+        age_s = now - (key >> 16) / 1000  # the key is the time made (ms) and a 16-bit counter
+        skew_s = limits.max_clock_skew_s
+        if -skew_s <= age_s <= limits.tombstone_ttl_s - skew_s and key > self.forgotten_key:
+            return None  # the common case, decided first
+        if age_s < -skew_s:
+            return (
+                f"the call id was made {-age_s:.1f} s in the future by this actor's clock, more than max_clock_skew_s="
+                f"{skew_s}; the caller's clock runs ahead: synchronise the clocks (NTP). Not run"
+            )
+        if age_s > limits.tombstone_ttl_s - skew_s:
+            return (
+                f"stale call id: made {age_s:.1f} s ago, older than this actor remembers calls (tombstone_ttl_s="
+                f"{limits.tombstone_ttl_s} minus max_clock_skew_s={skew_s}); it may be a late duplicate of a call "
+                "that already ran, so it was not run. A new call gets a new id; if this was a new call, the "
+                "caller's clock runs behind this host's"
+            )
+        return (
+            "stale call id: made no later than calls this actor has already forgotten (it keeps at most "
+            f"max_tombstones={limits.max_tombstones} finished ids, and drops the oldest); it may be a late "
+            "duplicate of a call that already ran, so it was not run. A new call gets a new id; raise "
+            "max_tombstones if this happens to new calls"
+        )
 
     def capacity_problem(self, incoming_bytes: int, peer: bytes, *, control: bool = False) -> str | None:
         """Why a new call of ``incoming_bytes`` from ``peer`` cannot be accepted now, or None. ``control``
@@ -134,10 +192,11 @@ class CallStore:
 
     def finish(self, record: CallRecord, result: list[Buffer], now: float) -> bool:
         """Keep ``result`` (frames) until acknowledged; argument bytes are released. False if the call was
-        forgotten meanwhile (expired, or refused before it ran): nobody waits for its result."""
+        forgotten meanwhile (expired, or refused before it ran) or already answered (the process is leaving and
+        told its caller so): nobody waits for this result."""
         size = sum(memoryview(frame).nbytes for frame in result)
         with self.lock:
-            forgotten = self.records.get(record.call_id) is not record
+            forgotten = self.records.get(record.call_id) is not record or record.state is CallState.DONE
             if not forgotten:
                 self.nbytes += size - record.nbytes
                 self.peer_bytes[record.peer] += size - record.nbytes
@@ -172,18 +231,31 @@ class CallStore:
             files = [name for record in stale for name in record.shared]
             tomb_cutoff = now - self.limits.tombstone_ttl_s
             while self.tombstones:
-                _, (_, buried_at) = next(iter(self.tombstones.items()))
+                call_id, (_, buried_at) = next(iter(self.tombstones.items()))
                 if buried_at > tomb_cutoff and len(self.tombstones) <= self.limits.max_tombstones:
                     break
-                self.tombstones.popitem(last=False)
+                self.crowded_out_total += buried_at > tomb_cutoff
+                self._drop_oldest_tombstone(call_id)
         if files:
             self.release_files(files)
         return len(stale)
 
     def _bury(self, record: CallRecord, why: Tombstone, now: float) -> None:
+        """Replace ``record`` by a tombstone (under the lock). The tombstone goes in first: a reader that looks
+        the id up meanwhile (lock-free) finds one or the other, never neither."""
+        self.tombstones[record.call_id] = (why, now)
         del self.records[record.call_id]
         self._release(record)
-        self.tombstones[record.call_id] = (why, now)
+        if len(self.tombstones) > self.limits.max_tombstones:
+            self.crowded_out_total += 1
+            self._drop_oldest_tombstone(next(iter(self.tombstones)))
+
+    def _drop_oldest_tombstone(self, call_id: bytes) -> None:
+        """Forget the oldest tombstone, ``call_id`` (under the lock): its key joins ``forgotten_key`` first, so
+        from then on a SUBMIT with that id (or an older one) is refused by :meth:`id_problem`."""
+        if made_at_ms(call_id) is not None:
+            self.forgotten_key = max(self.forgotten_key, order_key(call_id))
+        self.tombstones.popitem(last=False)
 
     def _release(self, record: CallRecord) -> None:
         """Take ``record``'s bytes and call off the totals (under the lock)."""
@@ -209,6 +281,7 @@ class CallStore:
             "bytes": self.nbytes,
             "tombstones": len(self.tombstones),
             "expired_total": self.expired_total,
+            "tombstones_crowded_out_total": self.crowded_out_total,
         }
 
 

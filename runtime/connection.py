@@ -12,6 +12,12 @@ SUBMIT itself (the endpoint's send is thread-safe). Replies are read by the loop
 result (``wait``), which takes them off the socket itself; timers, heartbeats and restarts stay on the loop.
 One lock guards the calls table and the state that decides where a call goes, so a call never slips past a
 restart or a death, and calls from one thread leave in the order they were made.
+
+A death is seen at once by every holder, not only the spawner: the socket monitor (read on the loop, off the call
+path) reports a dropped link, a probe PING goes out, and when the reconnects are refused, a connect of our own is
+refused too and the probe got no answer, the actor's process is gone (:mod:`transport.link_watch`). A busy actor
+keeps its link and its control lane answers PINGs, so it is never taken for dead. Where a process watcher of ours
+reports the exit with its code (``exit_watched``: the spawner, its supervisor), the link is left to it.
 """
 
 from __future__ import annotations
@@ -28,6 +34,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from runtime import header_checks
+from runtime.call_ids import new_call_id
 from runtime.errors import ActorDied, ActorRestarted, CallSite, DeadlineExceeded, NotDelivered
 from runtime.outcome import decode_result
 from transport import frames as wire
@@ -35,6 +42,7 @@ from transport import shared_memory
 from transport.codec import Buffer, DecodeError
 from transport.endpoints import ZmqEndpoint
 from transport.frames import FrameError
+from transport.link_watch import LinkChange, nothing_listens
 from transport.protocol import DEFAULT_MAX_HEADER_BYTES, Kind
 from transport.security import CurveConfig, CurveKeyError
 from transport.sockets import dealer
@@ -82,6 +90,7 @@ class Call:
     sent_at: float = 0.0
     polled_at: float = 0.0
     timer: asyncio.TimerHandle | None = None
+    boot_id: str | None = None  # the incarnation the SUBMIT was pinned to: only its reply is the result
 
 
 class Connection:
@@ -124,6 +133,12 @@ class Connection:
         self._lock = threading.RLock()
         self._backlog: collections.deque[Call] = collections.deque()  # calls waiting for the loop to send them
         self._unarmed: list[Call] = []  # sent from other threads; their deadline timers are set on the loop
+        self.exit_watched = False  # a process watcher of ours reports the actor's exit: link loss is left to it
+        self._probes = 0
+        self._probe: str | None = None  # the nonce of the PING sent when the link last dropped
+        self._probe_answered = False
+        self._link_down = False
+        self._confirming: asyncio.Task[None] | None = None  # is the listener really gone? (see _on_link)
 
     @staticmethod
     def shares_memory(machine_id: str) -> bool:
@@ -148,6 +163,8 @@ class Connection:
                 curve=self.curve,
                 server_key=self.server_key,
                 on_handshake_failure=self._refused,
+                on_link=self._on_link,
+                peer_known_up=self.boot_id is not None,  # a constructed incarnation: it was listening
             )
             self._socket.start()
             self._heartbeat = asyncio.get_running_loop().create_task(self._heartbeat_forever())
@@ -190,7 +207,7 @@ class Connection:
     def _submit_on_loop(self, call: Call) -> None:
         if self.dead is not None:
             self._settle(call)
-            call.future.set_exception(ActorDied(self.dead, site=self.site(call.method)))
+            _set_exception(call.future, ActorDied(self.dead, site=self.site(call.method)))
             return
         if self._held is not None:
             self._held[call.call_id] = call
@@ -204,11 +221,12 @@ class Connection:
         if not self.calls:
             self._last_heard = time.monotonic()  # silence while idle says nothing about liveness
         self.calls[call.call_id] = call
+        call.boot_id = self.boot_id
         meta = [
             call.call_id,
             call.method,
             call.deadline,
-            self.boot_id,
+            call.boot_id,
             call.proof,
             self._take_acks(),
             self.same_machine,
@@ -235,11 +253,12 @@ class Connection:
             mine = self.calls.pop(call.call_id, None) is call or held is call
         if mine:
             self._settle(call)
-            call.future.set_exception(
+            _set_exception(
+                call.future,
                 DeadlineExceeded(
                     "the deadline passed with no result; the call may still run on the actor",
                     site=self.site(call.method),
-                )
+                ),
             )
 
     def _take_acks(self) -> list[bytes]:
@@ -285,6 +304,8 @@ class Connection:
             elif message.kind is Kind.STATUS:
                 self._on_status(message)
             elif message.kind is Kind.PONG and len(message.meta) == 3 and type(message.meta[1]) is str:
+                if message.meta[0] == self._probe:
+                    self._probe_answered = True  # it answered after the link dropped: alive
                 self._check_boot(message.meta[1])
         except (FrameError, DecodeError, ValueError, TypeError, IndexError) as exc:
             log.warning("dropped a malformed reply from %s at %s: %s", self.actor, self.address, exc)
@@ -297,15 +318,27 @@ class Connection:
         if call is None:
             return
         self._settle(call)
-        try:
-            good, value = decode_result(ok, message.body, message.buffers, self.site(call.method))
-        except Exception as exc:  # e.g. a type this process has not registered
-            good, value = False, exc
-        self._check_boot(boot_id)
-        if good:
-            call.future.set_result(value)
+        if call.boot_id is not None and boot_id != call.boot_id:  # another incarnation: never taken as the result
+            good, value = False, ActorRestarted(
+                f"the reply came from incarnation {boot_id}, but the call was sent to incarnation {call.boot_id}: "
+                "the actor restarted, so its reply was refused",
+                site=self.site(call.method),
+            )
         else:
-            call.future.set_exception(value)
+            try:
+                good, value = decode_result(ok, message.body, message.buffers, self.site(call.method))
+            except Exception as exc:  # e.g. a type this process has not registered
+                good, value = False, exc
+        self._check_boot(boot_id)
+        try:
+            if good:
+                call.future.set_result(value)
+            else:
+                call.future.set_exception(value)
+        except concurrent.futures.InvalidStateError:  # the caller cancelled its future: nobody waits
+            pass
+        if not good and isinstance(value, ActorDied):  # the actor is leaving and waits for this acknowledgement
+            self.runtime.call_soon(self._flush_acks)
 
     def _on_status(self, message: wire.Message) -> None:
         call_id, state, boot_id = header_checks.reply(message.meta, str)
@@ -321,12 +354,13 @@ class Connection:
                 return
             del self.calls[call_id]
         self._settle(call)
-        call.future.set_exception(
+        _set_exception(
+            call.future,
             NotDelivered(
                 f"the actor reports this call's result as {state} before this caller received it "
                 "(result_ttl_s too short, or the call id was reused)",
                 site=self.site(call.method),
-            )
+            ),
         )
 
     def _check_boot(self, boot_id: str) -> None:
@@ -381,6 +415,36 @@ class Connection:
     def _refused(self, reason: str) -> None:
         self.mark_dead(f"cannot talk to {self.address}: {reason}")
 
+    def _on_link(self, change: LinkChange, reason: str) -> None:
+        """The socket monitor's word on the link (on the loop). A drop sends a probe; a peer whose listener is
+        gone is confirmed gone (:meth:`_confirm_gone`), unless a process watcher of ours reports it."""
+        socket = self._socket
+        if socket is None or socket.closed or self.dead is not None:
+            return
+        self._link_down = change is not LinkChange.BACK
+        if change is LinkChange.LOST:
+            self._probes += 1
+            self._probe, self._probe_answered = f"probe-{self._probes}", False
+            socket.send(wire.pack(Kind.PING, [self._probe]))  # answered as soon as a reconnect lands
+        elif change is LinkChange.GONE and not self._leave_link_alone() and self._confirming is None:
+            self._confirming = asyncio.get_running_loop().create_task(self._confirm_gone(socket, reason))
+
+    def _leave_link_alone(self) -> bool:
+        """A process watcher of ours reports this actor's exit (with its code), or a restart is under way, or the
+        actor answered the probe after the link dropped."""
+        return self.exit_watched or self._held is not None or self._probe_answered
+
+    async def _confirm_gone(self, socket: ZmqEndpoint, reason: str) -> None:
+        """Failed reconnects do not say why; a connect of our own does: refused means nothing listens there."""
+        try:
+            refused = await nothing_listens(socket.address)
+        finally:
+            self._confirming = None
+        if not refused or socket.closed or self.dead is not None or not self._link_down or self._leave_link_alone():
+            return  # not proven: a link that stays silent is still caught by the liveness timeout
+        self.mark_dead(f"the actor's process is gone ({self.address}): {reason}")
+        socket.close()  # no more reconnects to an address nobody listens at
+
     def _fail_all(self, error: type[Exception], reason: str) -> None:
         with self._lock:
             calls, self.calls = self.calls, {}
@@ -389,7 +453,7 @@ class Connection:
     def _fail(self, calls: list[Call], error: type[Exception], reason: str) -> None:
         for call in calls:
             self._settle(call)
-            call.future.set_exception(error(reason, site=self.site(call.method)))
+            _set_exception(call.future, error(reason, site=self.site(call.method)))
 
     # ---- restarts (driven by runtime.supervisor) -------------------------------------------------------------
 
@@ -412,11 +476,23 @@ class Connection:
             self.boot_id = boot_id
             self._last_heard = time.monotonic()
             for call in (held or {}).values():
+                if call.proof is None:  # never sent: a fresh id, so a long restart does not make it stale
+                    call.call_id = new_call_id()
                 self._submit_on_loop(call)
 
     def close(self) -> None:
         self.mark_dead("the connection was closed by this process")
         if self._heartbeat is not None:
             self._heartbeat.cancel()
+        if self._confirming is not None:
+            self._confirming.cancel()
         if self._socket is not None:
             self._socket.close()
+
+
+def _set_exception(future: concurrent.futures.Future[Any], error: BaseException) -> None:
+    """Fail ``future`` unless its caller cancelled it (then nobody waits for it)."""
+    try:
+        future.set_exception(error)
+    except concurrent.futures.InvalidStateError:
+        pass

@@ -3,7 +3,8 @@
 | error              | when                                                        | retry safe? |
 |--------------------|-------------------------------------------------------------|-------------|
 | RemoteError        | the method raised; carries the remote type and traceback    | app decides |
-| ActorDied          | the actor's process is gone (exit seen, or unreachable)      | no          |
+| ActorDied          | the actor's process is gone (exit seen, or unreachable), or | no          |
+|                    | is leaving (exit_actor, SystemExit) and said so first       |             |
 | ActorRestarted     | a new incarnation (boot id) answered; in-flight calls lost  | resubmit    |
 | DeadlineExceeded   | the call's deadline passed before a result arrived          | new call id |
 | NotDelivered       | the call never reached the actor (e.g. unknown after reconnect and deadline passed) | yes |
@@ -87,4 +88,5 @@ ERROR_CODES: dict[str, type[ActorError]] = {
     "rejected": CallRejected,
     "deadline": DeadlineExceeded,
     "restarted": ActorRestarted,
+    "exited": ActorDied,  # the actor process is leaving (exit_actor, SystemExit, shutdown); the call never finishes
 }

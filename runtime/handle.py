@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import inspect
+import itertools
 import time
 from collections.abc import Generator
 from typing import Any
@@ -180,8 +182,8 @@ class ActorHandle:
                 payload, shared = encode_shared([list(args), kwargs])
             else:
                 payload = encode([list(args), kwargs])
-        except UnsupportedTypeError as exc:
-            raise _argument_error(self.actor_name, method, args, kwargs, exc) from None
+        except _UNSENDABLE as exc:
+            raise _argument_error(self.actor_name, method, args, kwargs, exc, self._parameter_names(method)) from None
         deadline = time.time() + deadline_s if deadline_s is not None else None
         call_id = new_call_id()
         proof = None
@@ -190,6 +192,13 @@ class ActorHandle:
         call = Call(call_id, method, payload, deadline, proof, shared)
         self._conn.submit(call)
         return PendingCall(call, self._conn, self._runtime, site)
+
+    def _parameter_names(self, method: str) -> tuple[str, ...]:
+        """The names of ``method``'s parameters after ``self``, where the class is known here."""
+        info = self.info.methods.get(method) if self.info is not None else None
+        params = list(info.signature.parameters.values())[1:] if info is not None else []
+        positional = (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
+        return tuple(p.name for p in itertools.takewhile(lambda p: p.kind in positional, params))
 
     def _control_proof(
         self, call_id: bytes, method: str, payload: tuple[bytes, list[Any]], shared: list[str]
@@ -245,18 +254,33 @@ class ActorHandle:
         }
 
 
+#: What encoding an argument may raise: OverflowError is msgpack's for an int outside 64 bits (it has no bigger).
+_UNSENDABLE = (UnsupportedTypeError, OverflowError)
+
+
 def _argument_error(
-    actor: str, method: str, args: tuple[Any, ...], kwargs: dict[str, Any], exc: UnsupportedTypeError
+    actor: str,
+    method: str,
+    args: tuple[Any, ...],
+    kwargs: dict[str, Any],
+    exc: Exception,
+    names: tuple[str, ...] = (),
 ) -> TypeError:
-    named = [(f"positional argument {i}", v) for i, v in enumerate(args)] + [
-        (f"argument {k!r}", v) for k, v in kwargs.items()
-    ]
+    named = [
+        (f"argument {names[i]!r}" if i < len(names) else f"positional argument {i}", v) for i, v in enumerate(args)
+    ] + [(f"argument {k!r}", v) for k, v in kwargs.items()]
     for label, value in named:
         try:
             encode(value)
-        except UnsupportedTypeError as inner:
-            return TypeError(f"{label} of actor {actor!r} method {method!r} cannot be sent: {inner}")
-    return TypeError(f"arguments of actor {actor!r} method {method!r} cannot be sent: {exc}")
+        except _UNSENDABLE as inner:
+            return TypeError(f"{label} of actor {actor!r} method {method!r} cannot be sent: {_unsendable(inner)}")
+    return TypeError(f"arguments of actor {actor!r} method {method!r} cannot be sent: {_unsendable(exc)}")
+
+
+def _unsendable(exc: Exception) -> str:
+    if isinstance(exc, OverflowError):
+        return f"it holds an int outside the 64 bits msgpack carries (-2**63 to 2**64-1) ({exc})"
+    return str(exc)
 
 
 _STATE_FIELDS = {

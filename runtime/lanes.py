@@ -6,6 +6,9 @@ from there, so a call's answer does not wait for a hand-off back to the event lo
 
 A lane may also be given ``idle_receive``: its idle threads then read the actor's socket themselves, so a call
 that arrives for an idle lane is taken off the socket and run by the same thread, with no hand-off at all.
+
+A lane thread never dies while its lane is open: whatever escapes a job, its delivery or an idle read is
+logged and counted (``failures``), and the thread goes on to the next job.
 """
 
 from __future__ import annotations
@@ -46,6 +49,7 @@ class ThreadLane:
         self._idle: list[Waker] = []  # threads inside idle_receive
         self._idle_lock = threading.Lock()
         self._busy = 0
+        self.failures = 0  # exceptions that escaped a job, a delivery or an idle read (each one logged)
         self._threads = [
             threading.Thread(target=self._work, name=f"lane-{name}-{index}", daemon=True) for index in range(threads)
         ]
@@ -81,6 +85,9 @@ class ThreadLane:
                 # A job queued before this thread was listed woke nobody: look once more before waiting.
                 if self._queue.empty() and not self._idle_receive(waker):
                     self._idle_receive = None
+            except Exception:  # the loop reads the socket too: this thread falls back to sleeping on the queue
+                self._failed("reading the socket while idle")
+                self._idle_receive = None
             finally:
                 with self._idle_lock:
                     self._idle.remove(waker)
@@ -94,12 +101,32 @@ class ThreadLane:
             self._busy += 1
             try:
                 done = job()
+            except BaseException:  # jobs answer their own calls: this is a bug, reported, never a dead lane
+                self._failed("a job raised")
+                continue
             finally:
                 self._busy -= 1
             try:
                 self._deliver(done)
-            except Exception:  # e.g. the socket closed during shutdown: the lane must keep serving
-                log.exception("lane %s: delivering a result failed", self.name)
+            except BaseException:  # e.g. the socket closed during shutdown: the lane must keep serving
+                self._failed("delivering a result failed")
+
+    def _failed(self, what: str) -> None:
+        self.failures += 1
+        log.exception("lane %s: %s; the lane keeps serving", self.name, what)
+
+    def discard_queued(self) -> int:
+        """Drop the jobs not yet started (the process is leaving and has answered their calls); how many."""
+        dropped = 0
+        while True:
+            try:
+                job = self._queue.get_nowait()
+            except queue.Empty:
+                return dropped
+            if job is None:  # a stop request: keep it
+                self._queue.put(None)
+                return dropped
+            dropped += 1
 
     def stop(self) -> None:
         """Let the threads exit once the jobs already queued have run."""

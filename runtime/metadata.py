@@ -6,16 +6,15 @@ reaches the wire; the server uses the same metadata to route calls to the right 
 
 from __future__ import annotations
 
-import collections.abc as cabc
 import dataclasses
 import functools
 import inspect
-import types
 import typing
 from collections.abc import Callable
 from typing import Any, TypeVar
 
 from runtime.errors import ActorDefinitionError, CallRejected
+from runtime.type_checks import DeepCheck, deep_check, hint_name, is_checked_result, matches, short
 from transport.type_registry import is_registrable, register_type
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -23,7 +22,7 @@ F = TypeVar("F", bound=Callable[..., Any])
 DEFAULT_GROUP = "default"
 #: Tasks of async methods allowed at once per actor unless the group says otherwise (as in Ray).
 DEFAULT_ASYNC_CONCURRENCY = 1000
-_CHECKED_ITEMS = 64  # containers: check this many elements, not millions
+_MAX_WRAPPERS = 8  # how many decorators deep @method options are looked for
 
 
 @dataclasses.dataclass(frozen=True)
@@ -60,6 +59,17 @@ class MethodInfo:
     hints: dict[str, Any]
     is_async: bool
     options: MethodOptions
+    #: The return annotation to check results against, or None (``-> None``, ``Any`` or none at all).
+    returns: Any = None
+    #: Checks beyond the shallow one, by parameter name (and "return"), for hints that need pydantic
+    #: (constraints in ``Annotated[...]``, TypedDicts): see runtime.type_checks.
+    deep: dict[str, DeepCheck] = dataclasses.field(default_factory=dict)
+
+    @functools.cached_property
+    def _deep_positions(self) -> tuple[tuple[int, str], ...]:
+        """(position after ``self``, name) of the plain parameters with a deep check."""
+        names = self._plain[0] if self._plain is not None else ()
+        return tuple((index, name) for index, name in enumerate(names) if name in self.deep)
 
     @functools.cached_property
     def _plain(self) -> tuple[tuple[str, ...], frozenset[str]] | None:
@@ -107,13 +117,37 @@ class MethodInfo:
                 self._check(name, hint, value, actor)
         for name, value in kwargs.items():
             self._check(name, hints.get(name), value, actor)
+        if self.deep:
+            for index, name in self._deep_positions:
+                if index < count:
+                    self._check(name, hints[name], args[index], actor)
         return True
 
     def _check(self, name: str, hint: Any, value: Any, actor: str) -> None:
-        if hint is not None and not matches(value, hint):
+        if hint is None:
+            return
+        problem = None if matches(value, hint) else ""
+        if problem is None and name in self.deep:
+            problem = self.deep[name](value)
+        if problem is not None:
             raise CallRejected(
-                f"argument {name!r} of {actor}.{self.name} expects {_hint_name(hint)}, "
-                f"got {type(value).__name__}: {_short(value)}"
+                f"argument {name!r} of {actor}.{self.name} expects {hint_name(hint)}, "
+                f"got {type(value).__name__}: {short(value)}{': ' if problem else ''}{problem}"
+            )
+
+    def check_result(self, value: Any, *, actor: str) -> None:
+        """Raise TypeError naming the method, the annotation and what came back when ``value`` (what the method
+        returned) does not match its return annotation."""
+        hint = self.returns
+        if hint is None:
+            return
+        problem = None if matches(value, hint) else ""
+        if problem is None and "return" in self.deep:
+            problem = self.deep["return"](value)
+        if problem is not None:
+            raise TypeError(
+                f"{actor}.{self.name} returned {type(value).__name__}: {short(value)}, but its return annotation "
+                f"is {hint_name(hint)}{': ' if problem else ''}{problem}"
             )
 
 
@@ -164,19 +198,91 @@ def class_info(cls: type, groups: tuple[tuple[str, int], ...] = ()) -> ActorClas
         _hints(cls.__init__, cls)  # registers the types of constructor arguments for the wire
     methods: dict[str, MethodInfo] = {}
     for name, function in inspect.getmembers(cls, inspect.isfunction):
-        if name.startswith("_"):
-            continue
-        options = getattr(function, "__actor_method__", MethodOptions())
+        if name.startswith("_") or isinstance(inspect.getattr_static(cls, name), (staticmethod, classmethod)):
+            continue  # static and class methods are not actor methods: they have no instance to run on
+        where = f"{class_path(cls)}.{name}"
+        signature = inspect.signature(function)
+        _check_receiver(where, signature)
+        options = _method_options(where, function)
         if options.concurrency_group not in declared:
             raise ActorDefinitionError(
-                f"{class_path(cls)}.{name} uses concurrency group {options.concurrency_group!r}, which is not "
+                f"{where} uses concurrency group {options.concurrency_group!r}, which is not "
                 f"declared; declared groups: {sorted(declared)} (declare it in concurrency_groups={{...}})"
             )
         hints = _hints(function, cls)
+        returns = hints.get("return")
+        returns = returns if is_checked_result(returns) else None
+        checked = {**{n: h for n, h in hints.items() if n != "return"}, **({"return": returns} if returns else {})}
+        deep = {n: check for n, h in checked.items() if (check := deep_check(h)) is not None}
         methods[name] = MethodInfo(
-            name, inspect.signature(function), hints, inspect.iscoroutinefunction(function), options
+            name, signature, hints, inspect.iscoroutinefunction(function), options, returns, deep
         )
     return ActorClassInfo(cls, class_path(cls), methods, declared)
+
+
+def _check_receiver(where: str, signature: inspect.Signature) -> None:
+    """Refuse a public function on the class that takes no ``self``: called on the instance, it would get the
+    instance as its first argument (or fail on every call)."""
+    params = list(signature.parameters.values())
+    first = params[0] if params else None
+    if first is not None and (
+        first.kind is inspect.Parameter.VAR_POSITIONAL
+        or (first.name == "self" and first.kind is not inspect.Parameter.KEYWORD_ONLY)
+    ):
+        return
+    took = f"its first parameter is {first.name!r}" if first is not None else "it takes no parameters"
+    name, params = where.rpartition(".")[2], ", ".join(signature.parameters)
+    raise ActorDefinitionError(
+        f"{where}({params}) takes no `self` ({took}): an actor method is called on the instance, which would be "
+        f"passed as that first argument. Write `def {name}(self, ...)`, make it a @staticmethod (not callable "
+        "remotely), or make it private (a leading underscore)"
+    )
+
+
+def _method_options(where: str, function: Callable[..., Any]) -> MethodOptions:
+    """The ``@method`` options of ``function``, or of what it wraps (``functools.wraps`` copies them, and marks
+    ``__wrapped__``). A wrapper that hides them (a decorator without ``functools.wraps`` around a ``@method``
+    function) is refused: it would run silently on the wrong lane."""
+    layer: Any = function
+    for _ in range(_MAX_WRAPPERS):
+        options = getattr(layer, "__actor_method__", None)
+        if isinstance(options, MethodOptions):
+            return options
+        layer = getattr(layer, "__wrapped__", None)
+        if layer is None:
+            break
+    hidden = _hidden_options(function, _MAX_WRAPPERS)
+    if hidden is not None and hidden != MethodOptions():
+        raise ActorDefinitionError(
+            f"{where} wraps a function marked {hidden} but does not carry those options itself (a decorator "
+            "without functools.wraps), so it would run on the default lane; use functools.wraps(fn) in the "
+            "decorator, or put @method(...) outermost"
+        )
+    return MethodOptions()
+
+
+def _hidden_options(function: Any, depth: int) -> MethodOptions | None:
+    """``@method`` options of a function that ``function`` holds in its closure or defaults (a wrapper's
+    wrapped function), looked for ``depth`` wrappers deep."""
+    if depth <= 0 or not inspect.isfunction(function):
+        return None
+    held = [*(function.__defaults__ or ()), *(function.__kwdefaults__ or {}).values()]
+    for cell in function.__closure__ or ():
+        try:
+            held.append(cell.cell_contents)
+        except ValueError:  # an empty cell
+            continue
+    for item in held:
+        inner = getattr(item, "__func__", item) if inspect.ismethod(item) else item
+        if not inspect.isfunction(inner):
+            continue
+        options = getattr(inner, "__actor_method__", None)
+        if isinstance(options, MethodOptions):
+            return options
+        options = _hidden_options(inner, depth - 1)
+        if options is not None:
+            return options
+    return None
 
 
 def coerce_constructor_kwargs(cls: type, kwargs: dict[str, Any]) -> dict[str, Any]:
@@ -203,7 +309,7 @@ def _is_model(hint: Any) -> bool:
 
 def _hints(function: Callable[..., Any], cls: type) -> dict[str, Any]:
     try:
-        hints = typing.get_type_hints(function)
+        hints = typing.get_type_hints(function, include_extras=True)  # keeps constraints in Annotated[...]
     except Exception:  # unresolvable forward references: skip validation rather than refuse the class
         return {}
     for hint in hints.values():
@@ -216,57 +322,6 @@ def _register_hinted_types(hint: Any) -> None:
         register_type(hint)
     for arg in typing.get_args(hint):
         _register_hinted_types(arg)
-
-
-def matches(value: Any, hint: Any) -> bool:
-    """A shallow, fast isinstance check of ``value`` against a type hint (unknown hints accept anything)."""
-    if type(hint) is type and hint is not float:  # the common case first: a plain class
-        return isinstance(value, hint)
-    if hint is Any or hint is object or isinstance(hint, typing.TypeVar):
-        return True
-    if hint is None or hint is type(None):
-        return value is None
-    if hint is float:
-        return isinstance(value, (int, float)) and not isinstance(value, bool)
-    origin = typing.get_origin(hint)
-    if origin is None:
-        return isinstance(value, hint) if isinstance(hint, type) else True
-    args = typing.get_args(hint)
-    if origin is typing.Union or origin is types.UnionType:
-        return any(matches(value, arg) for arg in args)
-    if origin is typing.Literal:
-        return value in args
-    if origin is typing.Annotated:
-        return matches(value, args[0])
-    if not isinstance(origin, type):
-        return True
-    if not isinstance(value, origin):
-        return False
-    return _items_match(value, origin, args)
-
-
-def _items_match(value: Any, origin: type, args: tuple[Any, ...]) -> bool:
-    if not args or isinstance(value, (str, bytes)):
-        return True
-    if issubclass(origin, cabc.Mapping) and len(args) == 2:
-        items = list(value.items())[:_CHECKED_ITEMS]
-        return all(matches(k, args[0]) and matches(v, args[1]) for k, v in items)
-    if origin is tuple:
-        if len(args) == 2 and args[1] is Ellipsis:
-            return all(matches(item, args[0]) for item in value[:_CHECKED_ITEMS])
-        return len(value) == len(args) and all(matches(item, arg) for item, arg in zip(value, args, strict=True))
-    if issubclass(origin, cabc.Iterable) and len(args) == 1 and isinstance(value, cabc.Sequence):
-        return all(matches(item, args[0]) for item in value[:_CHECKED_ITEMS])
-    return True
-
-
-def _hint_name(hint: Any) -> str:
-    return hint.__name__ if isinstance(hint, type) and not typing.get_args(hint) else repr(hint)
-
-
-def _short(value: Any) -> str:
-    text = repr(value)
-    return text if len(text) <= 80 else text[:77] + "..."
 
 
 __all__ = [

@@ -8,7 +8,8 @@ from typing import Any
 from runtime.call_store import CallRecord
 from runtime.errors import ERROR_CODES, ActorError, CallSite, RemoteError
 from transport import frames as wire
-from transport.codec import Buffer, UnsupportedTypeError, decode, encode, encode_shared
+from transport import shared_memory
+from transport.codec import Buffer, decode, encode, encode_shared
 from transport.protocol import Kind
 
 
@@ -27,25 +28,57 @@ def error_state(code: str, exc: BaseException | None = None, message: str = "") 
 def result_frames(record: CallRecord, boot_id: str, value: Any) -> list[Buffer]:
     """RESULT frames for a call's value; large buffers go through shared memory when the caller allows it.
 
-    A value that cannot be encoded becomes an error result naming the problem.
+    A value that cannot be encoded, whatever the reason (an unsupported type, an int over 64 bits, nesting
+    too deep), becomes an error result naming the method, the value's type and the problem.
     """
-    ok = True
     try:
         if record.shm_ok:
             payload, record.shared = encode_shared(value)
         else:
             payload = encode(value)
-    except UnsupportedTypeError as exc:
-        ok = False
-        payload = encode(error_state("remote", exc, f"the method returned a value that cannot be sent: {exc}"))
-    return wire.pack(Kind.RESULT, [record.call_id, ok, boot_id], payload)
+        return wire.pack(Kind.RESULT, [record.call_id, True, boot_id], payload)
+    except Exception as exc:
+        if record.shared:
+            shared_memory.unlink(record.shared)
+            record.shared = []
+        message = (
+            f"method {record.method!r} returned a value that cannot be sent: a {_type_name(value)} "
+            f"({_type_name(exc)}: {_text(exc)})"
+        )
+        kind = f"{type(exc).__module__}.{type(exc).__qualname__}"  # as error_state names it
+        state = {"code": "remote", "type": kind, "message": message, "traceback": ""}
+        return wire.pack(Kind.RESULT, [record.call_id, False, boot_id], _encode_error(state))
 
 
 def error_frames(
     call_id: bytes, boot_id: str, code: str, message: str = "", exc: BaseException | None = None
 ) -> list[Buffer]:
     """RESULT frames for an error with a code from ERROR_CODES."""
-    return wire.pack(Kind.RESULT, [call_id, False, boot_id], encode(error_state(code, exc, message)))
+    try:
+        state = error_state(code, exc, message)
+    except Exception as problem:  # e.g. an exception whose str() raises: the call is answered all the same
+        state = error_state(code, None, f"{message or _type_name(exc)} (details lost: {_type_name(problem)})")
+    return wire.pack(Kind.RESULT, [call_id, False, boot_id], _encode_error(state))
+
+
+def _encode_error(state: dict[str, Any]) -> tuple[bytes, list[Buffer]]:
+    try:
+        return encode(state)
+    except Exception:  # text msgpack cannot carry (lone surrogates): send what it can
+        safe = {key: value.encode("utf-8", "replace").decode("utf-8") for key, value in state.items()}
+        return encode(safe)
+
+
+def _text(exc: BaseException) -> str:
+    try:
+        return str(exc)
+    except Exception:
+        return "(its message could not be read)"
+
+
+def _type_name(obj: object) -> str:
+    cls = type(obj)
+    return cls.__qualname__ if cls.__module__ == "builtins" else f"{cls.__module__}.{cls.__qualname__}"
 
 
 def to_exception(state: Any, site: CallSite) -> ActorError:

@@ -2,12 +2,14 @@
 
 The child runs ``python -m runtime.worker`` in its own process group, dies with us (PR_SET_PDEATHSIG plus a parent
 watch), reads its spawn token from its stdin (:mod:`runtime.control_auth`), and prints one ready line; everything
-else it prints is forwarded to our stderr with a ``(name pid=N)`` prefix. A watcher thread reports the exit code the
-moment the process ends.
+else it prints is forwarded to our stderr with a ``(name pid=N)`` prefix, and its last lines are kept, so that a
+death (say inside its constructor) can be reported with them. A watcher thread reports the exit code the moment the
+process ends.
 """
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import json
 import logging
@@ -29,6 +31,21 @@ log = logging.getLogger(__name__)
 
 #: The line an actor process prints on stdout once its socket is bound.
 READY_PREFIX = "MILES_ACTOR_READY "
+#: How many of its last output lines are kept per process, and how many a death report shows.
+KEPT_LINES = 50
+REPORTED_LINES = 10
+_OUTPUT_EOF_WAIT_S = 0.5  # after an exit, how long the report waits for the last output to be read
+
+
+def describe_exit(code: int) -> str:
+    """``exited with code 3``, or ``exited with code -9 (killed by SIGKILL)``."""
+    if code >= 0:
+        return f"exited with code {code}"
+    try:
+        name = signal.Signals(-code).name
+    except ValueError:
+        name = f"signal {-code}"
+    return f"exited with code {code} (killed by {name})"
 
 
 def worker_command(
@@ -71,6 +88,11 @@ class ActorProcess:
         self.on_exit: list[Callable[[int], None]] = list(on_exit or [])  # called with the exit code
         self._ready: dict[str, Any] | None = None
         self._ready_event = threading.Event()
+        self.recent_output: collections.deque[str] = collections.deque(maxlen=KEPT_LINES)
+        self._output_done = threading.Event()
+        self._exit_lock = threading.Lock()
+        self._exited = threading.Event()
+        self.exit_code: int | None = None  # set (with the output read to its end, or nearly) before on_exit runs
         # Its token proves our control calls to it; its keys are the actor's own (``server_keys``: kept from the
         # process it replaces, so handles stay valid). The ticket goes to its stdin and nowhere else.
         self.ticket = control_auth.SpawnTicket.new(server_keys)
@@ -100,25 +122,61 @@ class ActorProcess:
                 self._ready = json.loads(line[len(READY_PREFIX) :])
                 self._ready_event.set()
                 continue
+            self.recent_output.append(line.rstrip("\n"))
             sys.stderr.write(f"({self.label} pid={self.pid}) {line}")
+        self._output_done.set()
         self._ready_event.set()  # EOF: the process is gone
 
     def _watch(self) -> None:
         code = self.popen.wait()
+        self._output_done.wait(_OUTPUT_EOF_WAIT_S)  # its last lines belong in the report
         shared_memory.remove_spares_of(self.pid)  # a killed process cannot remove its own
+        with self._exit_lock:
+            self.exit_code = code
+            callbacks = list(self.on_exit)
+        self._exited.set()
         self._ready_event.set()
-        for callback in list(self.on_exit):
+        for callback in callbacks:
             callback(code)
+
+    def when_exited(self, callback: Callable[[int], None]) -> Callable[[], None]:
+        """Call ``callback(code)`` when the process exits (at once, here, if it has); returns its remover."""
+        with self._exit_lock:
+            code = self.exit_code
+            if code is None:
+                self.on_exit.append(callback)
+        if code is not None:
+            callback(code)
+
+        def remove() -> None:
+            with self._exit_lock, contextlib.suppress(ValueError):
+                self.on_exit.remove(callback)
+
+        return remove
+
+    def wait_exited(self, timeout_s: float) -> int | None:
+        """The exit code once the process has exited and its exit is reported, or None after ``timeout_s``."""
+        return self.exit_code if self._exited.wait(timeout_s) else None
+
+    def exit_report(self, code: int, when: str = "") -> str:
+        """``actor process NAME (pid N) exited with code C[ when]``, then its last output lines."""
+        report = f"actor process {self.label} (pid {self.pid}) {describe_exit(code)}{when}"
+        lines = list(self.recent_output)[-REPORTED_LINES:]
+        if not lines:
+            return f"{report}; it printed nothing"
+        return f"{report}; its last output:\n" + "\n".join(f"  | {line}" for line in lines)
 
     def wait_ready(self, deadline_s: float) -> dict[str, Any]:
         """The ready line's fields (endpoint, boot_id, pid, host, metrics_port); raises if it dies or is too slow."""
-        if not self._ready_event.wait(deadline_s) or self._ready is None:
+        woke = self._ready_event.wait(deadline_s)
+        if not woke or self._ready is None:
             code = self.popen.poll()
+            if woke and code is None:  # its output ended: it is exiting (poll says None while the watcher waits)
+                with contextlib.suppress(subprocess.TimeoutExpired):
+                    code = self.popen.wait(2.0)
             if code is not None:
-                raise ActorDied(
-                    f"actor process {self.label} (pid {self.pid}) exited with code {code} "
-                    "before it was ready; see its output above"
-                )
+                self._output_done.wait(_OUTPUT_EOF_WAIT_S)
+                raise ActorDied(self.exit_report(code, " before it was ready"))
             self.kill()
             raise DeadlineExceeded(
                 f"actor process {self.label} (pid {self.pid}) was not ready within {deadline_s} s; it was killed"

@@ -23,7 +23,7 @@ from runtime.call_store import StoreLimits
 from runtime.client import ClientRuntime
 from runtime.connection import Connection
 from runtime.control_auth import SpawnTicket
-from runtime.errors import RemoteError
+from runtime.errors import ActorDied, RemoteError
 from runtime.handle import ActorHandle
 from runtime.metadata import ActorClassInfo, class_info, class_path
 from runtime.naming import register_name
@@ -114,12 +114,16 @@ async def attach_async(
     host: str = "",
     liveness_timeout_s: float | None = None,
     curve_dir: CurveDir = FROM_ENV,
+    watch: ActorProcess | None = None,
 ) -> ActorHandle:
     """Construct ``actor_class(**kwargs)`` inside the empty worker at ``endpoint``; returns its handle.
 
     ``ticket``: the spawn ticket the worker read on its stdin when it was started (:mod:`runtime.control_auth`):
     its token proves the construct call (the returned handle keeps it, so its owner can later shut the actor
     down) and its public key is the one the actor must prove with CURVE.
+    ``watch``: the worker's process, when this process started it: if it exits during construction, this fails at
+    once with ActorDied naming its exit code (or signal) and its last output lines. Without it, a worker that
+    dies is seen by the connection's link watch (ActorDied within about a second, without the exit code).
     """
     cls, ref = _class_and_ref(actor_class)
     info: ActorClassInfo | None = None
@@ -140,13 +144,60 @@ async def attach_async(
         **liveness,
     )
     options = _options(name, concurrency_groups, max_concurrency, limits)
-    built = await _construct(bootstrap, ref, kwargs, options, deadline_s, label)
+    watcher = _ConstructionWatch(bootstrap, watch) if watch is not None else None
+    try:
+        built = await _construct(bootstrap, ref, kwargs, options, deadline_s, label)
+    except ActorDied as exc:
+        if watcher is None:
+            raise
+        raise await watcher.explain(exc) from None
+    finally:
+        if watcher is not None:
+            watcher.stop()
     handle = handle_from_record(
         endpoint, built, info=info, curve_dir=curve_dir, spawn_token=ticket.token, **liveness
     )
     if name:
         register_name(name, handle)
     return handle
+
+
+class _ConstructionWatch:
+    """While the actor is constructed, an exit of its process fails the construction at once, naming the exit code
+    (or signal) and the last output lines; the connection's link watch leaves the death to it, as it knows more."""
+
+    _EXIT_AFTER_GOODBYE_S = 2.0  # an actor that said it leaves (SystemExit) exits within this
+
+    def __init__(self, bootstrap: ActorHandle, process: ActorProcess) -> None:
+        self.process = process
+        self.report: str | None = None
+        self._bootstrap = bootstrap
+        self._conn = bootstrap.connection
+        self._conn.exit_watched = True
+        self._remove = process.when_exited(self._exited)
+
+    def _exited(self, code: int) -> None:
+        self.report = self.process.exit_report(code, " while the actor was being constructed")
+        self._bootstrap.mark_dead(self.report)
+
+    async def explain(self, exc: ActorDied) -> ActorDied:
+        """The error to raise for ``exc``: an actor that said it is leaving (SystemExit in its constructor) before
+        its process exited gets the exit report too, once the exit comes."""
+        report = self.report
+        if report is None:
+            wait = self.process.wait_exited
+            code = await asyncio.get_running_loop().run_in_executor(None, wait, self._EXIT_AFTER_GOODBYE_S)
+            if code is None:
+                return exc
+            report = self.process.exit_report(code, " while the actor was being constructed")
+        if report in str(exc):
+            return exc
+        said = str(exc).removeprefix(f"{exc.site}: ") if exc.site is not None else str(exc)
+        return ActorDied(f"{report}\nbefore it left, the actor said: {said}", site=exc.site)
+
+    def stop(self) -> None:
+        self._remove()
+        self._conn.exit_watched = False  # a supervisor that watches on says so itself
 
 
 def attach(endpoint: str, actor_class: type | str, **options: Any) -> ActorHandle:
@@ -209,6 +260,7 @@ async def spawn_async(
             deadline_s=deadline_s,
             host=ready["host"],
             curve_dir=curve_dir,
+            watch=process,
         )
     except BaseException:
         process.kill()

@@ -7,8 +7,9 @@ the same keyword arguments. Meanwhile the handle's connection holds: calls in fl
 every later call. A restart that fails (the process does not come up, the constructor raises) counts as one.
 After ``max_restarts`` restarts the next exit is final: calls fail with ActorDied naming every exit code.
 
-Not restarted: an exit after ``handle.kill()``, a clean exit (code 0: ``__shutdown__``, SIGTERM) and exits
-while this process shuts down.
+Not restarted: an exit after ``handle.kill()``, a clean exit (code 0: ``__shutdown__``, SIGTERM,
+``exit_actor()``) and exits while this process shuts down. A method that raises SystemExit(n) or another
+BaseException exits with a non-zero code (:mod:`runtime.actor_exit`) and is restarted.
 """
 
 from __future__ import annotations
@@ -68,10 +69,8 @@ class Supervisor:
         self._stopping = False
         self._restarting = False
         self._bootstrap: Connection | None = None
-        process.on_exit.append(self._exit_callback(0))
-        code = process.popen.poll()
-        if code is not None:  # exited before the callback was in place
-            self._on_exit(0, code)
+        handle.connection.exit_watched = True  # exits are reported here, with the code: not by the link watch
+        process.when_exited(self._exit_callback(0))  # at once if it already exited
 
     def stop(self) -> None:
         """Kill the actor for good: no restart follows."""
@@ -155,6 +154,7 @@ class Supervisor:
                 self._runtime, self.handle.endpoint, actor=self.label, host=self.handle.host, boot_id=None,
                 curve=self._curve, server_key=self.process.ticket.server_keys.public,
             )  # fmt: skip
+            self._bootstrap.exit_watched = True  # _on_exit reports its death with the exit code
             process = self.process
         processes = self._runtime.processes
         if old in processes:

@@ -5,7 +5,9 @@ proven with its token may construct the actor or shut the process down, and with
 ticket's keypair, the actor's own. It then binds its ROUTER socket, starts serving
 Prometheus ``/metrics`` and prints one line ``MILES_ACTOR_READY {json}`` (endpoint, boot id, pid, host,
 metrics_port) on stdout; the spawner then sends ``__construct__`` with the class and keyword arguments. It exits on
-``__shutdown__``, SIGTERM/SIGINT, or, when ``--parent-pid`` is given, as soon as that parent is gone. With
+``__shutdown__``, SIGTERM/SIGINT, or, when ``--parent-pid`` is given, as soon as that parent is gone (code 0), and
+when a method calls ``exit_actor()`` or raises SystemExit or another BaseException (the code
+:mod:`runtime.actor_exit` gives). With
 ``MILES_CURVE_DIR`` set, its socket admits only clients holding the cluster's CURVE client key (see
 :mod:`transport.security`).
 """
@@ -78,8 +80,9 @@ async def serve(
     ticket: control_auth.SpawnTicket,
     metrics_port: int | None = 0,
     metrics_host: str | None = None,
-) -> None:
-    """Run an actor server until it is stopped; ``metrics_port=None`` serves no metrics."""
+) -> int:
+    """Run an actor server until it is stopped; returns the exit code (runtime.actor_exit).
+    ``metrics_port=None`` serves no metrics."""
     from runtime.client import ClientRuntime
 
     ClientRuntime.install_on_running_loop()  # calls made by this actor share its loop
@@ -110,6 +113,7 @@ async def serve(
     await server.stopped.wait()
     if watcher is not None:
         watcher.cancel()
+    return server.exit_code
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -141,13 +145,15 @@ def main(argv: list[str] | None = None) -> None:
     _raise_fd_limit()
     metrics_port = None if args.no_metrics else args.metrics_port
     metrics_host = metrics.host_of_bind(f"tcp://{args.metrics_host}:0") if args.metrics_host else None
-    event_loop.run(
+    code = event_loop.run(
         serve(
             args.bind, args.parent_pid, ticket=ticket, metrics_port=metrics_port, metrics_host=metrics_host
         )
     )
     shared_memory.drop_spares()  # atexit does not run after os._exit
-    os._exit(0)  # lane threads may still be inside user code: do not wait for them
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)  # lane threads may still be inside user code: do not wait for them
 
 
 if __name__ == "__main__":

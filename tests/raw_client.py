@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-import os
 import time
 from typing import Any
 
 import zmq
 
+from runtime.call_ids import new_call_id
 from transport import frames as wire
 from transport.codec import decode, encode
 from transport.protocol import Kind
@@ -24,7 +24,7 @@ class RawClient:
     def submit_frames(
         self, method: str, *args: Any, call_id: bytes | None = None, acks: list[bytes] | None = None, **kwargs: Any
     ) -> tuple[bytes, list[Any]]:
-        call_id = call_id or os.urandom(16)
+        call_id = call_id or new_call_id()  # ids carry the time they were made: actors refuse others
         meta = [call_id, method, None, None, None, acks or [], False]  # see runtime.header_checks.submit
         return call_id, wire.pack(Kind.SUBMIT, meta, encode([list(args), kwargs]))
 

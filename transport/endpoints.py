@@ -3,7 +3,10 @@
 Sockets are driven from the event loop with ``add_reader`` on the ZeroMQ file descriptor and non-blocking
 sends, which is much cheaper per message than awaiting ``zmq.asyncio`` futures. The ZeroMQ descriptor is
 edge-triggered, so every send re-checks for pending input. A send that meets the high-water mark waits in a
-local queue until the socket is writable again; nothing is dropped on the sending side.
+local queue until the socket is writable again; nothing is dropped on the sending side, with one exception: a
+ROUTER queues per peer. A peer that stops reading fills its own pipe; its messages then wait in a queue of its
+own, bounded by ``max_queued_per_peer`` (past it they are dropped and counted as ``peer_queue_full``), and are
+retried on a short timer, while messages to every other peer go out at once.
 
 ``send`` may be called from any thread: a lock serialises every use of the socket (ZeroMQ allows a socket to
 move between threads behind a full memory barrier, which the lock gives). A thread that sends directly saves
@@ -11,7 +14,9 @@ the hand-off to the loop thread and back, the largest cost of a synchronous call
 
 A thread that waits for a reply may read the socket itself (``receive_here``): the loop then leaves the socket
 to it, so the reply wakes that thread directly. A DEALER can report handshake failures that reconnecting cannot
-heal (a refused key, CURVE on one side only), so a caller fails at once instead of waiting for a liveness timeout.
+heal (a refused key, CURVE on one side only), so a caller fails at once instead of waiting for a liveness timeout,
+and link changes (a drop, a reconnect, a peer whose listener is gone: :mod:`transport.link_watch`). Monitor events
+are read on the loop, never on the call path.
 """
 
 from __future__ import annotations
@@ -30,6 +35,7 @@ from zmq.utils.monitor import recv_monitor_message
 
 from transport import security
 from transport.codec import Buffer
+from transport.link_watch import LinkChange, LinkWatch
 from transport.protocol import OUT_OF_BAND_THRESHOLD
 from transport.waker import Waker
 
@@ -43,6 +49,10 @@ _NOBLOCK = int(zmq.NOBLOCK)
 _NOBLOCK_MORE = int(zmq.NOBLOCK | zmq.SNDMORE)
 _RECHECK_MIN_S = 0.001  # a loop that left the socket to a waiting thread looks again after this ...
 _RECHECK_MAX_S = 0.01  # ... doubling up to this, until no thread waits
+_PEER_RETRY_MIN_S = 0.001  # a ROUTER retries a peer whose pipe is full after this ...
+_PEER_RETRY_MAX_S = 0.05  # ... doubling up to this while none of them takes anything
+#: Messages a ROUTER keeps for one peer whose pipe is full (beyond the pipe's own high-water mark).
+DEFAULT_MAX_QUEUED_PER_PEER = 1024
 
 
 @dataclass
@@ -57,6 +67,10 @@ class EndpointStats:
 
     def drop(self, reason: str) -> None:
         self.dropped[reason] = self.dropped.get(reason, 0) + 1
+
+
+def _peer_key(frame: Buffer) -> bytes:
+    return frame if type(frame) is bytes else bytes(frame)
 
 
 def _frame_size(frame: Buffer) -> int:
@@ -81,7 +95,12 @@ class ZmqEndpoint:
         curve: bool = False,
         on_close: Callable[[], None] | None = None,
         connection_counts: Callable[[], dict[str, int]] | None = None,
+        on_link: Callable[[LinkChange, str], None] | None = None,
+        link_watch: LinkWatch | None = None,
+        max_queued_per_peer: int | None = None,
     ) -> None:
+        """``max_queued_per_peer``: for a ROUTER (every message starts with the peer's routing id), the bound of
+        each peer's own queue; None for other sockets, which have one queue."""
         self.socket = socket
         self._on_close = on_close
         self._connection_counts = connection_counts
@@ -97,6 +116,12 @@ class ZmqEndpoint:
         # itself wait for a reply on this socket (a done-callback calling .result()) and must then read it.
         self._receive_lock = threading.RLock()
         self._pending: collections.deque[list[Buffer]] = collections.deque()  # waiting for writability
+        self._max_queued_per_peer = max_queued_per_peer or 0
+        self._blocked: dict[bytes, collections.deque[list[Buffer]]] = {}  # ROUTER: by peer whose pipe is full
+        self._peer_retry_s = _PEER_RETRY_MIN_S
+        self._peer_retry_scheduled = False
+        if max_queued_per_peer is not None:
+            self._put = self._put_routed  # type: ignore[method-assign]
         self._outbox: collections.deque[list[Buffer]] = collections.deque()  # waiting for the loop
         self._flush_requested = False
         self._read_requested = False
@@ -109,9 +134,13 @@ class ZmqEndpoint:
         self._closed = False
         self._on_handshake_failure = on_handshake_failure
         self._handshakes = security.HandshakeFailures(curve=curve)
+        self._on_link = on_link
+        self._link = (link_watch or LinkWatch()) if on_link is not None else None
         self._monitor: zmq.Socket | None = None
-        if on_handshake_failure is not None:  # before connect(): the first handshake may fail at once
-            self._monitor = socket.get_monitor_socket(security.HandshakeFailures.EVENTS)
+        events = security.HandshakeFailures.EVENTS if on_handshake_failure is not None else 0
+        events |= LinkWatch.EVENTS if on_link is not None else 0
+        if events:  # before connect(): the first handshake may fail at once
+            self._monitor = socket.get_monitor_socket(events)
 
     def start(self) -> None:
         """Begin reading; must be called on the loop that will own the socket."""
@@ -134,12 +163,19 @@ class ZmqEndpoint:
         monitor = self._monitor
         while not self._closed and monitor is not None and monitor.getsockopt(zmq.EVENTS) & zmq.POLLIN:
             event = recv_monitor_message(monitor, zmq.NOBLOCK)
-            reason = self._handshakes.observe(event["event"], event["value"])
+            kind, value = event["event"], event["value"]
+            reason = self._handshakes.observe(kind, value)
             if reason is not None and self._on_handshake_failure is not None:
                 try:
                     self._on_handshake_failure(reason)
                 except Exception:
                     log.exception("%s: handshake failure handler failed", self.name)
+            change = self._link.observe(kind, value) if self._link is not None else None
+            if change is not None and self._on_link is not None:
+                try:
+                    self._on_link(*change)
+                except Exception:
+                    log.exception("%s: link change handler failed", self.name)
 
     # ---- sending ---------------------------------------------------------------------------------------------
 
@@ -222,10 +258,59 @@ class ZmqEndpoint:
         self.stats.messages_out += 1
         return True
 
+    def _put_routed(self, frames: list[Buffer]) -> bool:
+        """ROUTER's ``_put``: a peer whose pipe is full gets a bounded queue of its own (lock held)."""
+        blocked = self._blocked
+        if blocked:
+            waiting = blocked.get(_peer_key(frames[0]))
+            if waiting is not None:  # behind its earlier messages: a peer's messages keep their order
+                if len(waiting) < self._max_queued_per_peer:
+                    waiting.append(frames)
+                else:  # it stopped reading: drop (a caller polls for what it missed), never hold up the others
+                    self.stats.drop("peer_queue_full")
+                return False
+        if self._try_send(frames):
+            return False
+        blocked[_peer_key(frames[0])] = collections.deque([frames])
+        return len(blocked) == 1
+
     def _watch_writable(self) -> None:
         with self._lock:
-            if self._pending and not self._closed:
+            if self._closed:
+                return
+            if self._blocked:
+                # A ROUTER's descriptor says nothing about one peer's pipe: look again on a timer.
+                if not self._peer_retry_scheduled:
+                    self._peer_retry_scheduled = True
+                    self._peer_retry_s = _PEER_RETRY_MIN_S
+                    self._loop.call_later(self._peer_retry_s, self._retry_blocked)
+            elif self._pending:
                 self._loop.add_writer(self._fd, self._flush)
+
+    def _retry_blocked(self) -> None:
+        """Send what waits for peers whose pipes were full; those still full are retried later, less often."""
+        with self._lock:
+            self._peer_retry_scheduled = False
+            if self._closed:
+                return
+            moved = False
+            for peer, waiting in list(self._blocked.items()):
+                while waiting:
+                    try:
+                        if not self._try_send(waiting[0]):
+                            break
+                    except zmq.ZMQError as exc:  # this message is lost; the peer's others, and the timer, go on
+                        log.warning("%s: dropped a message to a peer: %s", self.name, exc)
+                        self.stats.drop("send_failed")
+                    waiting.popleft()
+                    moved = True
+                if not waiting:
+                    del self._blocked[peer]
+            if self._blocked:
+                self._peer_retry_s = _PEER_RETRY_MIN_S if moved else min(2 * self._peer_retry_s, _PEER_RETRY_MAX_S)
+                self._peer_retry_scheduled = True
+                self._loop.call_later(self._peer_retry_s, self._retry_blocked)
+        self._nudge()
 
     def _flush(self) -> None:
         with self._lock:
@@ -390,6 +475,7 @@ class ZmqEndpoint:
                 if self._pending:
                     self._loop.remove_writer(self._fd)
             self._pending.clear()
+            self._blocked.clear()
             self._outbox.clear()
             if self._monitor is not None:
                 if self._loop is not None and not self._loop.is_closed():

@@ -7,8 +7,8 @@ dedupe and fingerprint a call without decoding its arguments; keeping small mess
 send to a single ZeroMQ operation.
 
 ``unpack`` bounds what it parses: at most ``max_frames`` frames and ``max_header_bytes`` of head, and a meta list
-of scalars and short lists or maps (``META_MAX_DEPTH``, ``META_MAX_ITEMS``, ``META_MAX_BYTES``, no extension
-types). The runtime checks the fields themselves (runtime.header_checks).
+of scalars and short lists or maps (``META_MAX_ITEMS``, ``META_MAX_BYTES``, no extension types). The runtime
+checks every field's exact type and size (runtime.header_checks), so nothing deeper than it expects gets by.
 """
 
 from __future__ import annotations
@@ -19,12 +19,11 @@ from typing import Any
 
 import msgpack
 
-from transport.codec import Buffer, nesting_depth
+from transport.codec import Buffer
 from transport.protocol import (
     DEFAULT_MAX_FRAMES,
     MAGIC,
     META_MAX_BYTES,
-    META_MAX_DEPTH,
     META_MAX_ITEMS,
     PREFIX_LEN,
     VERSION,
@@ -79,14 +78,12 @@ def _unpack_meta(packed: bytes) -> list[Any]:
             max_map_len=META_MAX_ITEMS,
             max_ext_len=0,
         )
-    except msgpack.StackError:
-        raise FrameError(f"meta nests more than {META_MAX_DEPTH} deep") from None
+    except msgpack.StackError:  # msgpack's own bound on nesting (1024 levels)
+        raise FrameError("meta nests too deep") from None
     except (ValueError, TypeError, msgpack.UnpackException) as exc:  # TypeError: a list or map as a map key
         raise FrameError(f"malformed meta: {type(exc).__name__}: {exc}") from exc
     if type(meta) is not list:
         raise FrameError("meta is not a list")
-    if nesting_depth(meta, META_MAX_DEPTH) > META_MAX_DEPTH:
-        raise FrameError(f"meta nests more than {META_MAX_DEPTH} deep")
     return meta
 
 

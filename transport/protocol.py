@@ -32,9 +32,8 @@ MAX_EXT_DEPTH = 16
 #: The most dimensions an array or tensor may have.
 MAX_RANK = 32
 
-#: Meta, the small list that routes a message, holds ids, flags and short names: it nests at most this deep,
-META_MAX_DEPTH = 3
-#: its lists and maps hold at most this many items (runtime.header_checks.MAX_IDS_PER_MESSAGE fits),
+#: Meta, the small list that routes a message, holds ids, flags and short names: its lists and maps hold at most
+#: this many items (runtime.header_checks.MAX_IDS_PER_MESSAGE fits),
 META_MAX_ITEMS = 4096
 #: and its strings and bytes are at most this long.
 META_MAX_BYTES = 1024

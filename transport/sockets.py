@@ -13,7 +13,8 @@ import zmq
 
 from transport import local_twin, security
 from transport.codec import Buffer
-from transport.endpoints import ZmqEndpoint
+from transport.endpoints import DEFAULT_MAX_QUEUED_PER_PEER, ZmqEndpoint
+from transport.link_watch import LinkChange, LinkWatch
 from transport.security import CurveConfig, ServerKeys
 from transport.zap_gate import ZapGate, default_max_connections
 
@@ -46,7 +47,8 @@ def router(
     """Bind a ROUTER socket; returns the endpoint and the address actually bound (port 0 resolved).
 
     With ``curve``, the socket proves it holds ``server_keys`` (the actor's own) and only clients holding an
-    authorised client key get through the handshake. Past ``max_connections`` open connections (default:
+    authorised client key get through the handshake. A peer that stops reading holds up no other (per-peer
+    queues, see :mod:`transport.endpoints`). Past ``max_connections`` open connections (default:
     ``MILES_MAX_CONNECTIONS``, 10000, within the open-file limit) new ones are refused until some close.
     """
     socket = context.socket(zmq.ROUTER)
@@ -86,6 +88,7 @@ def router(
         address=bound,
         on_close=lambda: gate.release(domain),
         connection_counts=lambda: gate.counts(domain),
+        max_queued_per_peer=DEFAULT_MAX_QUEUED_PER_PEER,
     )
     return endpoint, bound
 
@@ -99,6 +102,8 @@ def dealer(
     curve: CurveConfig | None = None,
     server_key: bytes | None = None,
     on_handshake_failure: Callable[[str], None] | None = None,
+    on_link: Callable[[LinkChange, str], None] | None = None,
+    peer_known_up: bool = False,
 ) -> ZmqEndpoint:
     """Connect a DEALER socket with a stable routing id (so the server can push to it after a reconnect).
 
@@ -109,6 +114,8 @@ def dealer(
     secret of ``server_key`` (its public key).
     ``on_handshake_failure(reason)`` runs on the loop when handshakes fail for good (a refused key, another
     cluster's server key, CURVE on one side only): reconnecting would not help.
+    ``on_link(change, reason)`` runs on the loop when the link drops, comes back, or the peer's listener is gone
+    (:mod:`transport.link_watch`; ``peer_known_up``: it was listening when we were told of it).
     """
     socket = context.socket(zmq.DEALER)
     _tune(socket, max_message_bytes=None)
@@ -128,6 +135,8 @@ def dealer(
         address=target,
         on_handshake_failure=on_handshake_failure,
         curve=curve is not None,
+        on_link=on_link,
+        link_watch=LinkWatch(known_up=peer_known_up) if on_link is not None else None,
     )
     socket.connect(target)
     return endpoint

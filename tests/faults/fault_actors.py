@@ -2,16 +2,18 @@
 
 from __future__ import annotations
 
+import asyncio
 import collections
 import json
 import os
+import sys
 import time
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from runtime import metrics
+from runtime import exit_actor, method, metrics
 
 
 class Tally:
@@ -77,3 +79,91 @@ class Restartable:
 
     def exit_now(self, code: int) -> None:
         os._exit(code)
+
+
+class _Unprintable(Exception):
+    def __str__(self) -> str:
+        raise RuntimeError("this exception cannot describe itself")
+
+
+class _OddExit(BaseException):
+    """A BaseException that is neither SystemExit nor KeyboardInterrupt."""
+
+
+def _nested(depth: int) -> list[Any]:
+    value: list[Any] = []
+    for _ in range(depth):
+        value = [value]
+    return value
+
+
+class Leaver:
+    """Leaves its process in every way a method can (tests/faults/test_never_hang.py), and returns what cannot be
+    sent. ``log_path`` records each construction, so a restart is seen."""
+
+    concurrency_groups = {"io": 2}
+
+    def __init__(self, *, log_path: str = "") -> None:
+        if log_path:
+            with Path(log_path).open("a") as handle:
+                handle.write(json.dumps({"pid": os.getpid()}) + "\n")
+
+    def add(self, n: int) -> int:
+        return n + 1
+
+    def pid(self) -> int:
+        return os.getpid()
+
+    def sleep(self, seconds: float) -> float:
+        time.sleep(seconds)
+        return seconds
+
+    @method(concurrency_group="io")
+    def sleep_io(self, seconds: float) -> float:
+        time.sleep(seconds)
+        return seconds
+
+    async def sleep_async(self, seconds: float) -> float:
+        await asyncio.sleep(seconds)
+        return seconds
+
+    @method(control_plane=True)
+    def ping(self) -> str:
+        return "pong"
+
+    def exit_with(self, code: int) -> None:
+        sys.exit(code)
+
+    def interrupt(self) -> None:
+        raise KeyboardInterrupt
+
+    def odd_exit(self) -> None:
+        raise _OddExit("neither SystemExit nor KeyboardInterrupt")
+
+    def quit(self) -> None:
+        exit_actor()
+
+    async def quit_async(self) -> None:
+        await asyncio.sleep(0)
+        exit_actor()
+
+    async def raise_cancelled(self) -> None:
+        raise asyncio.CancelledError("given up")
+
+    async def cancelled_by_itself(self) -> None:
+        task = asyncio.current_task()
+        assert task is not None
+        task.cancel()
+        await asyncio.sleep(10)
+
+    def unsendable(self, kind: str) -> Any:
+        values = {
+            "int65": 2**70,
+            "datetime64": np.array(["2024-01-01", "2024-01-02"], dtype="datetime64[D]"),
+            "nested": _nested(1000),
+            "object": object(),
+        }
+        return values[kind]
+
+    def unprintable(self) -> None:
+        raise _Unprintable()

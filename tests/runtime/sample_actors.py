@@ -164,3 +164,22 @@ class Consumer:
 
     def total(self, ref: Any) -> int:
         return int(ref.get(timeout=10)["data"].sum())
+
+
+class SlowRestart:
+    """Constructs at once the first time, then takes ``restart_delay_s`` (a restart after a crash)."""
+
+    def __init__(self, *, marker: str, restart_delay_s: float) -> None:
+        if os.path.exists(marker):
+            time.sleep(restart_delay_s)
+        with open(marker, "a") as handle:
+            handle.write(f"{os.getpid()}\n")
+        self.calls = 0
+
+    def add(self, n: int) -> int:
+        self.calls += n
+        return self.calls
+
+    def sleep(self, seconds: float) -> float:
+        time.sleep(seconds)
+        return seconds

@@ -11,6 +11,7 @@ import pytest
 from raw_client import RawClient
 
 from runtime import ActorDied, ActorHandle, OverCapacity, StoreLimits, spawn
+from runtime.call_ids import new_call_id
 from transport import frames as wire
 from transport.protocol import Kind
 
@@ -131,7 +132,7 @@ def test_fuzzed_frames_leave_the_server_serving(counter: ActorHandle) -> None:
     rng = random.Random(1234)
     raw = RawClient(counter.endpoint)
     try:
-        valid_head = wire.pack(Kind.SUBMIT, [os.urandom(16), "recorded", None, None, False, [], False])[0]
+        valid_head = wire.pack(Kind.SUBMIT, [new_call_id(), "recorded", None, None, False, [], False])[0]
         for i in range(3000):
             choice = i % 5
             if choice == 0:

@@ -20,6 +20,7 @@ import pytest
 from raw_client import RawClient
 
 from runtime import ActorHandle, CallRejected, attach, control_auth, spawn
+from runtime.call_ids import new_call_id
 from runtime.process import READY_PREFIX, worker_command
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -81,13 +82,12 @@ def test_no_peer_can_unpickle_import_construct_or_shut_down_a_constructed_actor(
 def test_a_forged_or_replayed_proof_is_refused(target: ActorHandle) -> None:
     raw = RawClient(target.endpoint)
     try:
-        call_id = b"forged-1"
-        raw.send(raw.pack_submit([call_id, "__shutdown__", None, None, b"\x00" * 32, [], False]))
+        raw.send(raw.pack_submit([new_call_id(), "__shutdown__", None, None, b"\x00" * 32, [], False]))
         ok, error = raw.result(raw.recv())
         assert not ok and "only the process that spawned" in error["message"]
         # A proof made with the right token for one request does not fit another call id.
-        good = control_auth.proof(target.spawn_token, b"another-id", "__shutdown__", b"\x00" * 16)
-        raw.send(raw.pack_submit([b"forged-2", "__shutdown__", None, None, good, [], False]))
+        good = control_auth.proof(target.spawn_token, new_call_id(), "__shutdown__", b"\x00" * 16)
+        raw.send(raw.pack_submit([new_call_id(), "__shutdown__", None, None, good, [], False]))
         ok, error = raw.result(raw.recv())
         assert not ok and "only the process that spawned" in error["message"]
         assert target.hit(2).result(10) == 2

@@ -18,6 +18,7 @@ import pytest
 from raw_client import RawClient
 
 from runtime import ActorHandle, StoreLimits, spawn
+from runtime.call_ids import new_call_id
 from transport import frames as wire
 from transport.codec import encode
 from transport.protocol import MAGIC, VERSION, Kind
@@ -122,7 +123,7 @@ def _mutations(rng: random.Random) -> Iterator[list[Any]]:
         b"", b"\xff" * 200, [], [b"a"] * 5000, {}, {"a": 1}, [[[[[]]]]], "__construct__", "__shutdown__",
     ]  # fmt: skip
     valid = {
-        Kind.SUBMIT: lambda: [os.urandom(16), "hit", None, None, None, [], False],
+        Kind.SUBMIT: lambda: [new_call_id(), "hit", None, None, None, [], False],
         Kind.POLL: lambda: [[os.urandom(16)]],
         Kind.ACK: lambda: [[os.urandom(16)]],
         Kind.PING: lambda: [7],
@@ -204,7 +205,7 @@ def test_handles_inside_arguments_open_no_connections(target: ActorHandle) -> No
             state = {**handles[0].to_state(), **extra}
             handle = msgpack.ExtType(4, msgpack.packb([name, state], use_bin_type=True))
             body = msgpack.packb([[[handle]], {}], use_bin_type=True)
-            raw.send(wire.pack(Kind.SUBMIT, [os.urandom(16), "count", None, None, None, [], False], (body, [])))
+            raw.send(wire.pack(Kind.SUBMIT, [new_call_id(), "count", None, None, None, [], False], (body, [])))
             ok, error = raw.result(raw.recv())
             assert not ok and "handle" in error["message"], error
         assert raw.call("count", [1, 2]) == 2
