@@ -176,9 +176,10 @@ class ActorHandle:
     ) -> PendingCall:
         if self.info is not None and not method.startswith("__"):
             self.info.method(method, actor=self.actor_name).bind(args, kwargs, actor=self.actor_name)
+        conn = self._conn
         shared: list[str] = []
         try:
-            if self._conn.same_machine:
+            if conn.same_machine:
                 payload, shared = encode_shared([list(args), kwargs])
             else:
                 payload = encode([list(args), kwargs])
@@ -190,8 +191,8 @@ class ActorHandle:
         if method in control_auth.CONTROL_METHODS:
             proof = self._control_proof(call_id, method, payload, shared)
         call = Call(call_id, method, payload, deadline, proof, shared)
-        self._conn.submit(call)
-        return PendingCall(call, self._conn, self._runtime, site)
+        conn.submit(call)
+        return PendingCall(call, conn, self._runtime, site)
 
     def _parameter_names(self, method: str) -> tuple[str, ...]:
         """The names of ``method``'s parameters after ``self``, where the class is known here."""
