@@ -8,8 +8,7 @@ only help it probe. The limits here are far above what the runtime itself ever s
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 #: Call ids are bytes of 1 to this many bytes (the runtime makes 16).
 MAX_CALL_ID_BYTES = 128
@@ -28,8 +27,7 @@ class BadHeader(ValueError):
         self.reason = reason
 
 
-@dataclass(frozen=True, slots=True)
-class SubmitHeader:
+class SubmitHeader(NamedTuple):
     call_id: bytes
     method: str
     deadline: float | None
@@ -46,6 +44,8 @@ def call_id(value: Any) -> bytes:
 
 
 def call_ids(value: Any) -> list[bytes]:
+    if value == [] and type(value) is list:  # the common case: nothing to acknowledge
+        return value
     if type(value) is not list or len(value) > MAX_IDS_PER_MESSAGE:
         raise BadHeader("bad_header", f"expected a list of at most {MAX_IDS_PER_MESSAGE} call ids")
     return [call_id(item) for item in value]
