@@ -12,7 +12,6 @@ import pickle
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -34,15 +33,6 @@ class _TouchOnUnpickle:
 
     def __reduce__(self) -> tuple[Any, tuple[Any, ...]]:
         return (Path.touch, (self.path,))
-
-
-@pytest.fixture
-def target(no_leaks: None) -> Iterator[ActorHandle]:
-    handle = spawn("attack_actors:Target", name="target")
-    try:
-        yield handle
-    finally:
-        handle.kill()
 
 
 def _refused(raw: RawClient, method: str, *args: Any) -> str:

@@ -14,7 +14,6 @@ from typing import Any
 
 import msgpack
 import psutil
-import pytest
 from raw_client import RawClient
 
 from runtime import ActorHandle, StoreLimits, spawn
@@ -23,15 +22,6 @@ from transport import frames as wire
 from transport.codec import encode
 from transport.protocol import MAGIC, VERSION, Kind
 from transport.type_registry import registered_name
-
-
-@pytest.fixture
-def target(no_leaks: None) -> Iterator[ActorHandle]:
-    handle = spawn("attack_actors:Target", name="target")
-    try:
-        yield handle
-    finally:
-        handle.kill()
 
 
 def _dropped(handle: ActorHandle) -> dict[str, int]:
