@@ -64,29 +64,6 @@ def _refuse_extension(code: int, data: bytes) -> Any:
     raise ValueError(f"meta holds a msgpack extension (code {code})")
 
 
-def _unpack_meta(packed: bytes) -> list[Any]:
-    try:
-        meta = msgpack.unpackb(
-            packed,
-            raw=False,
-            use_list=True,
-            strict_map_key=False,
-            ext_hook=_refuse_extension,
-            max_str_len=META_MAX_BYTES,
-            max_bin_len=META_MAX_BYTES,
-            max_array_len=META_MAX_ITEMS,
-            max_map_len=META_MAX_ITEMS,
-            max_ext_len=0,
-        )
-    except msgpack.StackError:  # msgpack's own bound on nesting (1024 levels)
-        raise FrameError("meta nests too deep") from None
-    except (ValueError, TypeError, msgpack.UnpackException) as exc:  # TypeError: a list or map as a map key
-        raise FrameError(f"malformed meta: {type(exc).__name__}: {exc}") from exc
-    if type(meta) is not list:
-        raise FrameError("meta is not a list")
-    return meta
-
-
 def unpack(frames: list[Buffer], *, max_header_bytes: int, max_frames: int = DEFAULT_MAX_FRAMES) -> Message:
     """Parse frames (bytes or zmq.Frame); raises FrameError on anything malformed."""
     if not frames:
@@ -108,6 +85,22 @@ def unpack(frames: list[Buffer], *, max_header_bytes: int, max_frames: int = DEF
     kind = _KINDS.get(head[3])
     if kind is None:
         raise FrameError(f"unknown message kind {head[3]}")
-    meta = _unpack_meta(head[_HEAD_FIXED:body_start])
+    try:  # no extension types; lengths bounded by the meta's own bytes (msgpack's default), items and strings below
+        meta = msgpack.unpackb(
+            head[_HEAD_FIXED:body_start],
+            raw=False,
+            strict_map_key=False,
+            ext_hook=_refuse_extension,
+            max_str_len=META_MAX_BYTES,
+            max_bin_len=META_MAX_BYTES,
+            max_array_len=META_MAX_ITEMS,
+            max_map_len=META_MAX_ITEMS,
+        )
+    except msgpack.StackError:  # msgpack's own bound on nesting (1024 levels)
+        raise FrameError("meta nests too deep") from None
+    except (ValueError, TypeError, msgpack.UnpackException) as exc:  # TypeError: a list or map as a map key
+        raise FrameError(f"malformed meta: {type(exc).__name__}: {exc}") from exc
+    if type(meta) is not list:
+        raise FrameError("meta is not a list")
     body = memoryview(head)[body_start:] if body_start < len(head) else None
     return Message(kind, meta, body, list(frames[1:]))
