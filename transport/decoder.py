@@ -47,6 +47,7 @@ _SCAN_BYTES = 2048  # bodies up to this long get their nesting bounded by one sc
 # The bytes that can open a nesting level: fixmap, fixarray, array 16/32, map 16/32, and the extension headers.
 _LEVEL_HEADERS = bytes(range(0x80, 0xA0)) + b"\xc7\xc8\xc9\xd4\xd5\xd6\xd7\xd8\xdc\xdd\xde\xdf"
 _OPENERS = bytes(int(byte in _LEVEL_HEADERS) for byte in range(256))  # a translation table: 1 for those bytes
+_EXTENSION_HEADER = re.compile(rb"[\xc7-\xc9\xd4-\xd8]")  # ext 8/16/32 and fixext 1-16: where extensions start
 _NEST_TYPES = frozenset({list, dict, tuple})
 _NESTS = _NEST_TYPES.__contains__
 
@@ -278,6 +279,10 @@ def decode(body: Buffer, buffers: Sequence[Buffer] = ()) -> Any:
     """Decode a body produced by :func:`encode`; raises DecodeError on anything else, whatever the bytes."""
     try:
         size = len(body) if type(body) is bytes else memoryview(body).nbytes
+        if size <= MAX_DEPTH and _EXTENSION_HEADER.search(body) is None:
+            # The common small call: too short to nest too deep, and no byte that could start an extension, so
+            # there is nothing to build or check; msgpack bounds every length by the body's own (its default).
+            return msgpack.unpackb(body, raw=False, strict_map_key=False)
         decoder = _Decoder(buffers, not _surely_shallow(body, size))
         value = decoder.unpack(body, size)
         if decoder.exact and nesting_depth(value, MAX_DEPTH, decoder.opaque) > MAX_DEPTH:
