@@ -93,6 +93,15 @@ def reply(meta: list[Any], second: type) -> tuple[bytes, Any, str]:
     if len(meta) != 3:
         raise BadHeader("bad_header", f"a reply header has 3 fields, got {len(meta)}")
     cid, value, boot_id = meta
+    if (  # the common case in one expression; the checks below say what is wrong
+        type(cid) is bytes
+        and 0 < len(cid) <= MAX_CALL_ID_BYTES
+        and type(value) is second
+        and type(boot_id) is str
+        and len(boot_id) <= MAX_BOOT_ID
+        and (second is bool or len(value) <= MAX_METHOD_NAME)
+    ):
+        return cid, value, boot_id
     if type(value) is not second or (second is str and len(value) > MAX_METHOD_NAME):
         raise BadHeader("bad_header", f"a reply's second field must be a {second.__name__}, got {_describe(value)}")
     if type(boot_id) is not str or len(boot_id) > MAX_BOOT_ID:
