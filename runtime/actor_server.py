@@ -354,8 +354,6 @@ class ActorServer:
             )
         if head.method != "__shutdown__" and (self.instance is not None or self._constructing):
             return f"actor {self.name!r} is already constructed; spawn a new process for another actor"
-        if head.method == "__construct__":
-            self._constructing = True
         return None
 
     def _on_submit_while_leaving(self, peer: bytes, message: wire.Message) -> None:
@@ -394,6 +392,8 @@ class ActorServer:
             self._reject(peer, call_id, "over_capacity", f"actor {self.name!r} refused {method_name!r}: {problem}")
             return
         self.store.add(record, incoming)
+        if method_name == "__construct__":  # accepted: no other construct or prepare is from now on
+            self._constructing = True
         self.stats["calls_total"] += 1
 
         def run() -> tuple[CallRecord, list[Buffer]]:

@@ -25,6 +25,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import concurrent.futures
+import contextlib
 import logging
 import os
 import threading
@@ -330,13 +331,10 @@ class Connection:
             except Exception as exc:  # e.g. a type this process has not registered
                 good, value = False, exc
         self._check_boot(boot_id)
-        try:
-            if good:
-                call.future.set_result(value)
-            else:
-                call.future.set_exception(value)
-        except concurrent.futures.InvalidStateError:  # the caller cancelled its future: nobody waits
-            pass
+        if good:
+            _set_result(call.future, value)
+        else:
+            _set_exception(call.future, value)
         if not good and isinstance(value, ActorDied):  # the actor is leaving and waits for this acknowledgement
             self.runtime.call_soon(self._flush_acks)
 
@@ -490,9 +488,13 @@ class Connection:
             self._socket.close()
 
 
+def _set_result(future: concurrent.futures.Future[Any], value: Any) -> None:
+    """Settle ``future`` unless its caller cancelled it (then nobody waits for it)."""
+    with contextlib.suppress(concurrent.futures.InvalidStateError):
+        future.set_result(value)
+
+
 def _set_exception(future: concurrent.futures.Future[Any], error: BaseException) -> None:
     """Fail ``future`` unless its caller cancelled it (then nobody waits for it)."""
-    try:
+    with contextlib.suppress(concurrent.futures.InvalidStateError):
         future.set_exception(error)
-    except concurrent.futures.InvalidStateError:
-        pass

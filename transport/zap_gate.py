@@ -17,7 +17,7 @@ import os
 import queue
 import resource
 import threading
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Final
 
 import zmq
@@ -62,7 +62,6 @@ class _Guarded:
     monitor: zmq.Socket
     open: int = 0
     refused: int = 0
-    stats: dict[str, int] = field(default_factory=dict)
 
 
 class ZapGate:
