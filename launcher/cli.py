@@ -1,7 +1,8 @@
 """``miles-launch``: plan, start every pool on every host, wait ready, run the job, tear down.
 
     miles-launch [run] hosts.toml [--dry-run] [--no-logs] [--no-curve] [-v]
-    miles-launch status hosts.toml
+    miles-launch status hosts.toml [--json]
+    miles-launch logs hosts.toml POOL[-CELL[-WORKER]] [-n LINES] [-f]
     miles-launch down hosts.toml
 
 Every launch makes fresh CURVE keys, ships them to the hosts and authenticates every actor socket with them;
@@ -12,7 +13,10 @@ off warns at start who can then call the actors. The launcher prints its Prometh
 
 Ctrl-C, SIGTERM and errors tear everything down (SIGTERM, grace, SIGKILL on every host) before exiting.
 Exit codes: the job's code, 1 on launcher errors, 2 on bad configuration, 130 when interrupted;
-``status`` prints JSON and exits 0 while the launch runs, 3 when it does not.
+The console shows the launcher's progress, the job's output and the warnings, errors and prints of workers; every
+line a worker writes is in its log file on its host (``logs`` reads it; ``-v`` or ``[launcher] stream_logs = "all"``
+streams everything). ``status`` prints a table (``--json``: JSON) and exits 0 while the launch runs, 3 when it does
+not.
 """
 
 from __future__ import annotations
@@ -29,7 +33,8 @@ from typing import Any
 from launcher.errors import ConfigError, LauncherError, PlacementError
 from launcher.hosts_config import LOOPBACK_BIND, ClusterConfig, check_open_binds, load_config, open_bind_hosts
 from launcher.job import JobContext, resolve_entrypoint, run_job
-from launcher.launch_control import launch_down, launch_status
+from launcher.launch_control import launch_down, launch_status, status_table
+from launcher.launch_logs import print_logs
 from launcher.launch_state import process_alive, read_state, state_path_for
 from launcher.placement import PlacementPlan, plan_placement
 from launcher.progress import ProgressPrinter
@@ -38,7 +43,7 @@ from launcher.worker_command import bind_address
 from transport.security import CURVE_DIR_ENV
 
 log = logging.getLogger(__name__)
-_COMMANDS = ("run", "status", "down")
+_COMMANDS = ("run", "status", "logs", "down")
 
 
 class Terminated(BaseException):
@@ -55,29 +60,40 @@ def main(argv: list[str] | None = None) -> int:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("config", help="path to hosts.toml")
-    parser.add_argument("-v", "--verbose", action="store_true", help="debug logging")
+    parser.add_argument(
+        "-v", "--verbose", action="store_true", help="debug logging, and every worker line on the console"
+    )
     if command == "run":
         parser.add_argument("--dry-run", action="store_true", help="print the placement plan and exit")
-        parser.add_argument("--no-logs", action="store_true", help="do not print worker output")
+        parser.add_argument("--no-logs", action="store_true", help="no worker output on the console (log files only)")
         parser.add_argument(
             "--no-curve",
             action="store_true",
             help="no CURVE authentication/encryption (trusted networks only; overrides [launcher] curve)",
         )
+    if command == "status":
+        parser.add_argument("--json", action="store_true", help="print the report as JSON")
+    if command == "logs":
+        parser.add_argument("target", help="a pool, a cell (POOL-N) or a worker (POOL-N-M)")
+        parser.add_argument("-n", "--lines", type=int, default=50, help="how many last lines (default 50)")
+        parser.add_argument("-f", "--follow", action="store_true", help="keep printing new lines (Ctrl-C stops)")
     args = parser.parse_args(argv)
     logging.basicConfig(
         level=logging.DEBUG if args.verbose else logging.WARNING,
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
     )
-    printer = ProgressPrinter(show_logs=not getattr(args, "no_logs", False))
+    printer = ProgressPrinter()
     try:
         config = load_config(args.config)
         if command == "status":
-            return _status(config)
+            return _status(config, as_json=args.json)
+        if command == "logs":
+            return _logs(config, args, printer)
         if command == "down":
             for message in launch_down(config):
                 printer.step(message)
             return 0
+        config = _console_overrides(config, args)
         if getattr(args, "no_curve", False):
             config = config.model_copy(update={"launcher": config.launcher.model_copy(update={"curve": False})})
             check_open_binds(config, curve_off_by="--no-curve")  # the file was checked with CURVE on
@@ -92,6 +108,17 @@ def main(argv: list[str] | None = None) -> int:
         print(_describe(config, plan))
         return 0
     return _run(config, plan, printer)
+
+
+def _console_overrides(config: ClusterConfig, args: argparse.Namespace) -> ClusterConfig:
+    """``-v`` streams every worker line, ``--no-logs`` none; otherwise hosts.toml's ``stream_logs`` holds."""
+    if getattr(args, "no_logs", False):
+        mode = "none"
+    elif args.verbose:
+        mode = "all"
+    else:
+        return config
+    return config.model_copy(update={"launcher": config.launcher.model_copy(update={"stream_logs": mode})})
 
 
 def _describe(config: ClusterConfig, plan: PlacementPlan) -> str:
@@ -135,9 +162,22 @@ def curve_off_warning(config: ClusterConfig) -> str | None:
     )
 
 
-def _status(config: ClusterConfig) -> int:
+def _logs(config: ClusterConfig, args: argparse.Namespace, printer: ProgressPrinter) -> int:
+    try:
+        print_logs(config, args.target, lines=args.lines, follow=args.follow)
+    except KeyboardInterrupt:
+        return 130
+    except ConfigError:
+        raise  # exit code 2, like every configuration error
+    except LauncherError as exc:
+        printer.error(str(exc))
+        return 1
+    return 0
+
+
+def _status(config: ClusterConfig, *, as_json: bool) -> int:
     report = launch_status(config)
-    print(json.dumps(report, indent=2))
+    print(json.dumps(report, indent=2) if as_json else status_table(report))
     return 0 if report["running"] else 3
 
 

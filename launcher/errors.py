@@ -9,6 +9,7 @@
 | HostCheckError     | Python / miles-actors version or GPU env on a host does not match    |
 | AgentError         | the host agent died, refused a command or did not answer in time     |
 | WorkerStartError   | a worker exited, failed readiness or attach before its deadline      |
+| UnknownPool        | a job asks for a pool hosts.toml does not define (names the pools)   |
 """
 
 from __future__ import annotations
@@ -44,3 +45,10 @@ class AgentError(LauncherError):
 
 class WorkerStartError(LauncherError):
     """A worker did not become ready (exited, readiness timeout, attach failure)."""
+
+
+class UnknownPool(LauncherError, KeyError):
+    """A pool id that hosts.toml does not define (also a KeyError, as a missing mapping key)."""
+
+    def __str__(self) -> str:
+        return str(self.args[0]) if self.args else ""

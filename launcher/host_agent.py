@@ -35,6 +35,7 @@ from typing import Any, BinaryIO, NoReturn
 import psutil
 
 from launcher import agent_protocol as proto
+from launcher.log_filter import ConsoleLogFilter
 from launcher.process_tree import ProcessTree, pdeathsig_preexec, terminate_trees
 from launcher.readiness import free_ports, wait_ready
 from transport import shared_memory
@@ -240,7 +241,7 @@ class HostAgent:
         for stream_name, pipe in (("stdout", popen.stdout), ("stderr", popen.stderr)):
             reader = threading.Thread(
                 target=self._pump,
-                args=(managed, stream_name, pipe, bool(command.get("stream_logs", True))),
+                args=(managed, stream_name, pipe, ConsoleLogFilter(str(command.get("stream_logs", "warnings")))),
                 name=f"pump-{wid}-{stream_name}",
                 daemon=True,
             )
@@ -262,9 +263,10 @@ class HostAgent:
         elif kind in ("tcp", "http"):
             threading.Thread(target=self._probe, args=(managed,), name=f"ready-{wid}", daemon=True).start()
 
-    def _pump(self, managed: Managed, stream_name: str, pipe: BinaryIO, stream_logs: bool) -> None:
+    def _pump(self, managed: Managed, stream_name: str, pipe: BinaryIO, console: ConsoleLogFilter) -> None:
         spec = managed.ready_spec
         prefix = spec.get("prefix") if spec.get("kind") == "line" else None
+        console.ready_prefix = prefix
         for raw in iter(pipe.readline, b""):
             with managed.log_lock:
                 with contextlib.suppress(OSError, ValueError):
@@ -274,7 +276,7 @@ class HostAgent:
             if prefix and stream_name == "stdout" and not managed.ready.is_set() and line.startswith(prefix):
                 managed.ready.set()
                 self.out.emit(proto.EV_READY, id=managed.id, line=line)
-            if stream_logs:
+            if console.shows(line):
                 self.out.emit(proto.EV_LOG, id=managed.id, stream=stream_name, text=f"{managed.prefix} {line}")
         pipe.close()
 

@@ -20,6 +20,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from launcher.errors import ConfigError
+from launcher.log_filter import StreamLogs
 from launcher.specs import ENTRYPOINT_RE, PoolSpec, _check_env
 
 if sys.version_info >= (3, 11):
@@ -164,7 +165,11 @@ class LauncherSettings(BaseModel):
     heartbeat_interval_s: float = Field(default=1.0, gt=0)
     heartbeat_timeout_s: float = Field(default=15.0, gt=0, description="agent kills its tree after this")
     stop_grace_s: float = Field(default=10.0, ge=0, description="SIGTERM to SIGKILL on teardown")
-    stream_logs: bool = Field(default=True, description="print worker output prefixed on the launcher")
+    stream_logs: StreamLogs = Field(
+        default="warnings",
+        description='worker output on the launcher\'s console: "warnings" (warnings, errors and prints; INFO logs only '
+        'in the per-process log files), "all" (`miles-launch -v`) or "none"; true means "warnings", false "none"',
+    )
     check_versions: bool = Field(default=True, description="require same Python minor and miles-actors version")
     curve: bool = Field(
         default=True,
@@ -179,6 +184,14 @@ class LauncherSettings(BaseModel):
         default=0, ge=-1, le=65535, description="Prometheus HTTP service discovery port (0: any free, -1: off)"
     )
     metrics_sd_host: str = Field(default="0.0.0.0", min_length=1, description="interface the discovery serves on")
+
+    @field_validator("stream_logs", mode="before")
+    @classmethod
+    def _stream_logs_bool(cls, value: Any) -> Any:
+        """``stream_logs = true/false`` (this field's former type) keep working: true is the default."""
+        if isinstance(value, bool):
+            return "warnings" if value else "none"
+        return value
 
 
 class ClusterConfig(BaseModel):

@@ -118,10 +118,53 @@ def launch_status(config: ClusterConfig) -> dict[str, Any]:
             report["hosts"][name] = {"error": str(exc)}
             continue
         report["hosts"][name] = {
-            wid: {"pid": w.get("pid"), "alive": bool(alive.get(str(w.get("pid"))))}
-            for wid, w in entry.get("workers", {}).items()
+            wid: _worker_status(w, bool(alive.get(str(w.get("pid"))))) for wid, w in entry.get("workers", {}).items()
         }
     return report
+
+
+def _worker_status(worker: dict[str, Any], alive: bool) -> dict[str, Any]:
+    created = worker.get("create_time")
+    return {
+        "pid": worker.get("pid"),
+        "alive": alive,
+        "pool": worker.get("pool"),
+        "cell": worker.get("cell"),
+        "state": worker.get("state") if alive else "exited",
+        "uptime_s": round(time.time() - created, 1) if alive and created else None,
+        "restarts": worker.get("restarts", 0),
+        "last_error": worker.get("last_error"),
+    }
+
+
+STATUS_COLUMNS = ("HOST", "POOL", "CELL", "WORKER", "PID", "STATE", "UPTIME", "RESTARTS", "LAST ERROR")
+
+
+def status_table(report: dict[str, Any]) -> str:
+    """``miles-launch status`` for people: the launcher line, then one row per worker."""
+    if not report["hosts"] and not report["running"]:
+        return "no launch of this config is running"
+    head = f"launcher pid {report['launcher_pid']}: {'running' if report['running'] else 'NOT running'}"
+    rows = [STATUS_COLUMNS]
+    for host, workers in report["hosts"].items():
+        if "error" in workers:
+            rows.append((host, "-", "-", "-", "-", "unreachable", "-", "-", str(workers["error"])))
+            continue
+        for wid, w in workers.items():
+            uptime = _duration(w["uptime_s"]) if w.get("uptime_s") is not None else "-"
+            error = (w.get("last_error") or "-").replace("\n", " ")
+            row = (host, w.get("pool") or "-", w.get("cell") or "-", wid, str(w.get("pid")), str(w.get("state")))
+            rows.append((*row, uptime, str(w.get("restarts", 0)), error[:100]))
+    widths = [max(len(row[i]) for row in rows) for i in range(len(STATUS_COLUMNS) - 1)]
+    lines = ["  ".join(cell.ljust(width) for cell, width in zip(row[:-1], widths, strict=True)) + "  " + row[-1]
+             for row in rows]  # fmt: skip
+    return "\n".join([head, *(line.rstrip() for line in lines)])
+
+
+def _duration(seconds: float) -> str:
+    minutes, secs = divmod(int(seconds), 60)
+    hours, minutes = divmod(minutes, 60)
+    return f"{hours}h{minutes:02d}m" if hours else f"{minutes}m{secs:02d}s"
 
 
 def launch_down(config: ClusterConfig, *, timeout_s: float = 60.0) -> list[str]:

@@ -13,12 +13,11 @@ from launcher.cells import DeathReport
 class ProgressPrinter:
     """Thread-safe console output for the CLI (library code logs instead)."""
 
-    def __init__(self, out: TextIO | None = None, err: TextIO | None = None, *, show_logs: bool = True) -> None:
+    def __init__(self, out: TextIO | None = None, err: TextIO | None = None) -> None:
         self._out = out or sys.stdout
         self._err = err or sys.stderr
         self._lock = threading.Lock()
         self._started = time.monotonic()
-        self.show_logs = show_logs
 
     def step(self, message: str) -> None:
         """A launcher step, e.g. ``ready 3/8 (1.2s)``."""
@@ -35,9 +34,9 @@ class ProgressPrinter:
             self._write(self._err, f"[miles-launch] WARNING: {line}")
 
     def log_line(self, stream: str, text: str) -> None:
-        """A worker's output line (``(pool-cell-worker pid=N host=H) ...``)."""
-        if self.show_logs:
-            self._write(self._err if stream == "stderr" else self._out, text)
+        """A worker's output line (``(pool-cell-worker pid=N host=H) ...``), as the hosts' agents filter them
+        (``[launcher] stream_logs``)."""
+        self._write(self._err if stream == "stderr" else self._out, text)
 
     def death(self, report: DeathReport) -> None:
         """A worker died while its cell was meant to run."""

@@ -19,7 +19,6 @@ from __future__ import annotations
 import json
 import logging
 import platform
-import socket
 import threading
 import time
 from abc import ABC, abstractmethod
@@ -34,7 +33,7 @@ from launcher import curve_keys
 from launcher.agent_link import AgentLink
 from launcher.cell_starter import CellStarter
 from launcher.cells import CellInfo, DeathReport, WorkerInfo
-from launcher.errors import AgentError, HostCheckError, LauncherError
+from launcher.errors import AgentError, HostCheckError, LauncherError, UnknownPool
 from launcher.hosts_config import ClusterConfig, HostConfig
 from launcher.launch_state import write_state
 from launcher.placement import CellPlacement, PlacementPlan, plan_placement
@@ -89,6 +88,8 @@ class BaseWorkerProvider(ABC):
         self._key_files: dict[str, str] = {}
         self._host_key_dirs: dict[str, str] = {}  # host -> its copy of the keys
         self.lost_hosts: dict[str, str] = {}  # host -> why its agent was lost
+        self.reach_back: dict[str, str] = {}  # SSH host -> the launcher's address as that host reaches it
+        self.restarts: dict[str, int] = {}  # cell id -> times restart_cell started it again
         self.service_discovery: ServiceDiscovery | None = None
         self._sd_published: dict[str, dict[str, str]] | None = None
 
@@ -137,9 +138,11 @@ class BaseWorkerProvider(ABC):
             if len(errors) == 1:
                 raise errors[0]
             raise type(errors[0])("; ".join(str(e) for e in errors))
+        self._say_remote_sd_url(names)
         self._save_state()
 
     def _connect_one(self, host: HostConfig) -> AgentLink:
+        started = time.monotonic()
         link = self._open_agent(host)
         try:
             self._check_host(host, link.hello or {})
@@ -148,6 +151,12 @@ class BaseWorkerProvider(ABC):
         except LauncherError:
             link.close(grace_s=0, timeout_s=5)
             raise
+        hello = link.hello or {}
+        keys = ", CURVE keys installed" if self.curve_dir is not None else ""
+        self._say(
+            f"host {host.name}: agent pid {hello.get('pid')} up (Python {hello.get('python')}, miles-actors "
+            f"{hello.get('package_version')}{keys}) in {time.monotonic() - started:.2f}s"
+        )
         self.lost_hosts.pop(host.name, None)
         return link
 
@@ -167,7 +176,7 @@ class BaseWorkerProvider(ABC):
                     f"cannot serve Prometheus service discovery on {host}:{port} ([launcher] metrics_sd_host / "
                     f"metrics_sd_port; 0 picks a free port, -1 turns it off): {exc}"
                 ) from None
-            self._say(f"Prometheus service discovery: {self.metrics_sd_url}{self._sd_remote_hint()}; file_sd: {path}")
+            self._say(f"Prometheus service discovery: {self.metrics_sd_url}; file_sd: {path}")
 
     def _ship_keys(self, host: HostConfig, link: AgentLink) -> None:
         """Send the keys to the host's agent (over its SSH channel or pipe); it writes them 0600 under its workdir."""
@@ -211,11 +220,15 @@ class BaseWorkerProvider(ABC):
         """The file_sd JSON (``file_sd_configs``) mirroring the same targets."""
         return self.service_discovery.file_path if self.service_discovery is not None else None
 
-    def _sd_remote_hint(self) -> str:
+    def _say_remote_sd_url(self, hosts: list[str]) -> None:
+        """The discovery URL as newly connected SSH hosts reach the launcher (where a Prometheus there scrapes)."""
         sd = self.service_discovery
         if sd is None or sd.host not in ("0.0.0.0", "::", ""):
-            return ""
-        return f" (from other machines: http://{socket.gethostname()}:{sd.port}{sd.path})"
+            return
+        for address in sorted({self.reach_back[h] for h in hosts if h in self.reach_back}):
+            names = ", ".join(h for h in hosts if self.reach_back.get(h) == address)
+            shown = f"[{address}]" if ":" in address else address
+            self._say(f"Prometheus service discovery from {names}: http://{shown}:{sd.port}{sd.path}")
 
     def _say(self, message: str, level: int = logging.INFO) -> None:
         log.log(level, "%s", message)
@@ -262,6 +275,8 @@ class BaseWorkerProvider(ABC):
     def restart_cell(self, pool_id: str, index: int, *, deadline_s: float | None = None) -> CellInfo:
         """Stop a cell (dead or alive) and start it again on the same placement."""
         self.stop_cells(pool_id, [index])
+        cell_id = f"{pool_id}-{index}"
+        self.restarts[cell_id] = self.restarts.get(cell_id, 0) + 1
         return self.start_cells(pool_id, [index], deadline_s=deadline_s)[0]
 
     def _start(self, cells: list[CellPlacement], deadline_s: float | None) -> list[CellInfo]:
@@ -341,7 +356,10 @@ class BaseWorkerProvider(ABC):
     # ---- queries ---------------------------------------------------------------------------------------------
 
     def cells(self, pool_id: str) -> list[CellInfo]:
-        """Started cells of a pool, in index order."""
+        """Started cells of a pool, in index order; UnknownPool if hosts.toml has no such pool."""
+        known = [pool.id for pool in self.config.pools]
+        if pool_id not in known:
+            raise UnknownPool(f"no pool {pool_id!r} in {self.config.source or 'hosts.toml'}; its pools are {known}")
         with self._cond:
             return [c for _, c in sorted(self._cells.get(pool_id, {}).items())]
 
@@ -521,11 +539,17 @@ class BaseWorkerProvider(ABC):
                 }
             for worker in self._workers.values():
                 if worker.pid is not None and worker.host in hosts:
+                    placement = worker.placement
+                    cell = self._cells.get(placement.pool_id, {}).get(placement.cell_index)
                     hosts[worker.host]["workers"][worker.worker_id] = {
                         "pid": worker.pid,
                         "create_time": worker.create_time,
                         "state": worker.state,
                         "log_path": worker.log_path,
+                        "pool": placement.pool_id,
+                        "cell": placement.cell_id,
+                        "restarts": self.restarts.get(placement.cell_id, 0),
+                        "last_error": worker.error or (cell.death_reason if cell is not None else None),
                     }
         try:
             write_state(self.state_path, self.config, hosts)

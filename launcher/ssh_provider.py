@@ -183,15 +183,23 @@ class SSHProvider(BaseWorkerProvider):
         if host.provider == "local":
             return open_local_agent(host, self)
         settings = self.settings
+        started = time.monotonic()
         client = ssh_connect(host, settings.connect_timeout_s)
         try:
-            check_host(client, host, settings.connect_timeout_s + 20, versions=settings.check_versions)
+            transport = client.get_transport()
+            assert transport is not None
+            self.reach_back[host.name] = str(transport.sock.getsockname()[0])
+            self._say(f"host {host.name}: SSH {host.ssh.user}@{host.address}:{host.ssh.port} in {_since(started)}")
+            started = time.monotonic()
+            info = check_host(client, host, settings.connect_timeout_s + 20, versions=settings.check_versions)
+            self._say(
+                f"host {host.name}: {info['executable']} is Python {info['python']} with miles-actors "
+                f"{info['package']} (checked in {_since(started)})"
+            )
             argv = agent_argv(host.python, host, settings.heartbeat_timeout_s)
             env = " ".join(shlex.quote(f"{k}={v}") for k, v in host.env.items())
             workdir = shlex.quote(str(host.workdir))
             command = f"mkdir -p {workdir} && cd {workdir} && exec env {env} {shlex.join(argv)}"
-            transport = client.get_transport()
-            assert transport is not None
             channel = transport.open_session(timeout=settings.connect_timeout_s)
             channel.exec_command(command)
 
@@ -227,6 +235,10 @@ class SSHProvider(BaseWorkerProvider):
         except BaseException:
             client.close()
             raise
+
+
+def _since(started: float) -> str:
+    return f"{time.monotonic() - started:.2f}s"
 
 
 def make_provider(config: ClusterConfig, **kwargs: Any) -> BaseWorkerProvider:

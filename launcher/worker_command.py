@@ -50,7 +50,7 @@ def build_spawn(
     ports: dict[str, int],
     master_addr: str,
     master_port: int | None,
-    stream_logs: bool,
+    stream_logs: str,
     curve_dir: str | None = None,
 ) -> dict[str, Any]:
     """The fields of an agent ``spawn`` command for one worker (``ports`` holds worker and cell ports).

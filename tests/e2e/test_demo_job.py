@@ -12,6 +12,8 @@ from pathlib import Path
 import psutil
 import pytest
 
+from launcher.log_filter import record_level
+
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLE = ROOT / "hosts.example.toml"
 LAUNCH = [sys.executable, "-m", "launcher.cli"]
@@ -51,10 +53,13 @@ def test_dry_run_prints_the_plan() -> None:
 def test_demo_reward_rises_and_nothing_is_left(tmp_path: Path) -> None:
     before = {p.pid for p in miles_processes()}
     config = small_config(tmp_path, iterations=8)
-    result = subprocess.run([*LAUNCH, str(config), "--no-logs"], capture_output=True, text=True, timeout=600,
+    result = subprocess.run([*LAUNCH, str(config)], capture_output=True, text=True, timeout=600,
                             cwd=ROOT)  # fmt: skip
     output = result.stdout + result.stderr
     assert result.returncode == 0, output[-4000:]
+    # The console as a new user sees it: launcher progress and the job's table, no worker INFO records.
+    assert "host local: agent pid" in result.stderr and "MILES_ACTOR_READY" not in output
+    assert not [line for line in output.splitlines() if record_level(line.partition(") ")[2]) == "INFO"], output
     rows = [ROW.match(line) for line in result.stdout.splitlines()]
     rewards = [float(m.group(3)) for m in rows if m]
     assert len(rewards) == 8, result.stdout

@@ -26,6 +26,11 @@ class Counter:
         self.gauge.set(self.value)
         return self.value
 
+    def say(self, text: str) -> str:
+        """Print ``text`` (actor output the launcher's console shows); returns it."""
+        print(text, flush=True)
+        return text
+
     def sleep(self, seconds: float) -> float:
         """Block the default lane for ``seconds``."""
         time.sleep(seconds)

@@ -110,3 +110,13 @@ def security(ctx: Any) -> int:
     }
     print("SECURITY " + json.dumps(report), flush=True)
     return 0
+
+
+def unknown_pool(ctx: Any) -> int:
+    """Ask for a pool hosts.toml does not define; print what was raised."""
+    try:
+        ctx.handles("no-such-pool")
+    except KeyError as exc:
+        print(f"UNKNOWN_POOL {type(exc).__name__}: {exc}", flush=True)
+        return 0
+    return 1

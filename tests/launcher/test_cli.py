@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import signal
 import subprocess
 import time
@@ -118,17 +119,39 @@ def test_status_and_down(tmp_path: Path) -> None:
     config = write(tmp_path, {"entrypoint": "launch_jobs:wait_forever"})
     proc = start(str(config), MILES_TEST_MARKER=str(marker))
     info = wait_for(marker, proc)
-    status = cli("status", str(config))
+    status = cli("status", str(config), "--json")
     assert status.returncode == 0, status.stderr
     report = json.loads(status.stdout)
     assert report["running"] and report["launcher_pid"] == proc.pid
     assert report["hosts"]["n0"]["web-0-0"]["alive"] and report["hosts"]["n1"]["web-1-0"]["alive"]
+    worker = report["hosts"]["n1"]["web-1-0"]
+    assert (worker["pool"], worker["cell"], worker["state"], worker["restarts"]) == ("web", "web-1", "ready", 0)
+    table = cli("status", str(config)).stdout.splitlines()
+    assert table[0] == f"launcher pid {proc.pid}: running"
+    assert table[1].split() == ["HOST", "POOL", "CELL", "WORKER", "PID", "STATE", "UPTIME", "RESTARTS", "LAST", "ERROR"]
+    row = next(line.split() for line in table if "web-1-0" in line)
+    assert row[:6] == ["n1", "web", "web-1", "web-1-0", str(info["workers"]["web-1-0"]["pid"]), "ready"]
+    assert re.fullmatch(r"\d+m\d\ds", row[6]) and row[7:] == ["0", "-"]
+    logs = cli("logs", str(config), "web-1", "-n", "5")
+    assert logs.returncode == 0, logs.stderr
+    assert logs.stdout.startswith("==> web-1-0 on n1: ") and "Serving HTTP on 127.0.0.1" in logs.stdout
     down = cli("down", str(config))
     assert down.returncode == 0, down.stderr
     assert f"launcher pid {proc.pid} stopped" in down.stderr
     proc.communicate(timeout=30)
     assert not any(psutil.pid_exists(w["pid"]) for w in info["workers"].values())
     assert cli("status", str(config)).returncode == 3
+    after = cli("logs", str(config), "web")  # the files outlive the launch; their paths follow from hosts.toml
+    assert after.returncode == 0 and after.stdout.count("Serving HTTP") == 2 and "==> web-0-0 on n0" in after.stdout
+    wrong = cli("logs", str(config), "webb")
+    assert wrong.returncode == 2 and "no pool, cell or worker 'webb'" in wrong.stderr and "'web-1'" in wrong.stderr
+
+
+def test_unknown_pool_raises_naming_the_pools(tmp_path: Path) -> None:
+    result = cli(str(write(tmp_path, {"entrypoint": "launch_jobs:unknown_pool"})))
+    assert result.returncode == 0, result.stderr
+    assert "UNKNOWN_POOL UnknownPool: no pool 'no-such-pool' in " in result.stdout
+    assert "its pools are ['web']" in result.stdout
 
 
 def test_down_kills_leftovers_of_a_dead_launcher(tmp_path: Path) -> None:

@@ -279,3 +279,47 @@ def test_curve_keys_are_written_private_and_removed_on_exit(tmp_path: Path, how:
         assert not path.exists(), "the agent left the CURVE keys behind"
     finally:
         agent.close()
+
+
+def test_console_shows_warnings_prints_and_tracebacks_but_not_info(agent: AgentProc) -> None:
+    """stream_logs="warnings" (the default): INFO records and the ready line stay in the log file only."""
+    code = (
+        "import logging, sys\n"
+        "logging.basicConfig(level=logging.INFO, format='%(asctime)s %(levelname)s pid=1 %(name)s: %(message)s')\n"
+        "log = logging.getLogger('actor')\n"
+        "log.info('quiet info\\nwith a second line')\n"
+        "print('MILES_ACTOR_READY {}', flush=True)\n"
+        "print('a print from actor code', flush=True)\n"
+        "log.warning('loud warning')\n"
+        "try:\n"
+        "    1 / 0\n"
+        "except ZeroDivisionError:\n"
+        "    log.exception('it failed')\n"
+        "log.info('quiet again')\n"
+    )
+    agent.send(
+        proto.OP_SPAWN,
+        req=1,
+        id="p-0-0",
+        argv=[PYTHON, "-c", code],
+        env={},
+        ready={"kind": "line", "prefix": proto.READY_PREFIX, "deadline_s": 10},
+        stream_logs="warnings",
+    )
+    spawned = agent.expect(proto.EV_SPAWNED, id="p-0-0")
+    agent.expect(proto.EV_READY, id="p-0-0")
+    agent.expect(proto.EV_EXITED, id="p-0-0")
+    shown = "\n".join(e["text"] for e in agent.seen if e["ev"] == proto.EV_LOG)
+    for expected in (
+        "a print from actor code",
+        "WARNING pid=1 actor: loud warning",
+        "ERROR pid=1 actor: it failed",
+        "Traceback (most recent call last):",
+        "ZeroDivisionError: division by zero",
+    ):
+        assert expected in shown, shown
+    for hidden in ("quiet info", "with a second line", "quiet again", proto.READY_PREFIX):
+        assert hidden not in shown, shown
+    text = Path(spawned["log_path"]).read_text()
+    for everything in ("quiet info", "with a second line", proto.READY_PREFIX, "loud warning", "quiet again"):
+        assert everything in text

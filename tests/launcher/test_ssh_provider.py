@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import signal
 import subprocess
 import time
@@ -42,8 +43,17 @@ def test_serve_actors_on_two_ssh_hosts(loopback_sshd: Sshd, ssh_keys: SshKeys, t
         [{"id": "c", "cells": 2, "workers_per_cell": 2, "strategy": "SPREAD", "worker": {**COUNTER, "gpus": 1}}],
     )
     lines: list[str] = []
-    with SSHProvider(load(path), log_sink=lambda _s, text: lines.append(text)) as provider:
+    steps: list[str] = []
+    config = load(path)
+    with SSHProvider(config, log_sink=lambda _s, text: lines.append(text), progress=steps.append) as provider:
         provider.start_all(deadline_s=60)
+        assert provider.reach_back == {"a": "127.0.0.1", "b": "127.0.0.1"}  # where the hosts reach the launcher
+        for host in ("a", "b"):  # per-host progress with timings: SSH, the host's Python and package, the agent
+            assert any(re.match(rf"host {host}: SSH \S+@127\.0\.0\.1:\d+ in \d+\.\d\ds$", s) for s in steps), steps
+            assert any(s.startswith(f"host {host}: ") and "with miles-actors" in s for s in steps), steps
+            assert any(re.match(rf"host {host}: agent pid \d+ up \(.*CURVE keys installed\) in ", s) for s in steps)
+        sd_port = config.launcher.metrics_sd_port or provider.service_discovery.port
+        assert f"Prometheus service discovery from a, b: http://127.0.0.1:{sd_port}/targets" in steps
         handles = provider.handles("c")
         wheres = [h.where().result(timeout=10) for h in handles]
         assert [w["MILES_HOST"] for w in wheres] == ["a", "b", "a", "b"]
@@ -52,7 +62,12 @@ def test_serve_actors_on_two_ssh_hosts(loopback_sshd: Sshd, ssh_keys: SshKeys, t
         assert handles[0].add_on_peer(handles[3], 2).result(timeout=10) == 3
         assert handles[1].add_on_named("c-1-0", 5).result(timeout=10) == 6
         assert len(loopback_sshd.session_pids()) >= 6  # 2 agents (+ their sessions) + 4 workers
-    assert any("host=b)" in line for line in lines)
+        assert handles[1].say("hello from b").result(timeout=10) == "hello from b"
+        deadline = time.monotonic() + 10
+        while not any(line.endswith("host=b) hello from b") for line in lines) and time.monotonic() < deadline:
+            time.sleep(0.05)
+    assert any(line.endswith("host=b) hello from b") for line in lines), lines  # prints stream, INFO records don't
+    assert not any(" INFO " in line for line in lines), lines
     assert wait_no_sessions(loopback_sshd) == []
 
 
@@ -164,15 +179,30 @@ def test_status_and_down_over_ssh(loopback_sshd: Sshd, ssh_keys: SshKeys, tmp_pa
         job="launch_jobs:wait_forever",
     )
     launcher = launch_until_job_runs([PYTHON, "-m", "launcher.cli", str(path), "--no-logs"], tmp_path / "marker.json")
-    status = subprocess.run(
-        [PYTHON, "-m", "launcher.cli", "status", str(path)],
-        capture_output=True,
-        text=True,
-        env=subprocess_env(),
-        timeout=60,
-    )
-    assert status.returncode == 0, status.stderr
-    assert '"alive": true' in status.stdout and '"b"' in status.stdout
+    try:
+        status = subprocess.run(
+            [PYTHON, "-m", "launcher.cli", "status", str(path)],
+            capture_output=True,
+            text=True,
+            env=subprocess_env(),
+            timeout=60,
+        )
+        assert status.returncode == 0, status.stderr
+        rows = [line.split()[:6] for line in status.stdout.splitlines()[2:]]
+        assert [(r[0], r[3], r[5]) for r in rows] == [("a", "c-0-0", "attached"), ("b", "c-1-0", "attached")]
+        logs = subprocess.run(  # read over SSH from host b
+            [PYTHON, "-m", "launcher.cli", "logs", str(path), "c-1"],
+            capture_output=True,
+            text=True,
+            env=subprocess_env(),
+            timeout=60,
+        )
+        assert logs.returncode == 0, logs.stderr
+        assert logs.stdout.startswith("==> c-1-0 on b: ") and "constructed actor c-1-0" in logs.stdout
+    except BaseException:
+        launcher.kill()
+        launcher.wait(timeout=10)
+        raise
     agents = [
         psutil.Process(p)
         for p in loopback_sshd.session_pids()

@@ -25,7 +25,7 @@ def test_serve_worker_spawn() -> None:
     spec = ServeWorkerSpec(actor_class="m:C", gpus=2, env={"B": "spec"})
     host, placement = _setup(spec)
     spawn = build_spawn(
-        host, spec, placement, ports={"port": 4000}, master_addr="10.0.0.5", master_port=4001, stream_logs=True
+        host, spec, placement, ports={"port": 4000}, master_addr="10.0.0.5", master_port=4001, stream_logs="all"
     )
     assert spawn["argv"] == ["/py", "-m", "runtime.worker", "--bind", "tcp://0.0.0.0:4000"]
     assert spawn["ready"]["kind"] == "line" and spawn["ready"]["prefix"] == proto.READY_PREFIX
@@ -41,7 +41,7 @@ def test_advertised_host_can_be_overridden_by_the_host_env() -> None:
     spec = ServeWorkerSpec(actor_class="m:C")
     host, placement = _setup(spec)
     host = host.model_copy(update={"env": {"MILES_ADVERTISE_HOST": "gpu-a.internal"}})
-    spawn = build_spawn(host, spec, placement, ports={"port": 1}, master_addr="x", master_port=2, stream_logs=False)
+    spawn = build_spawn(host, spec, placement, ports={"port": 1}, master_addr="x", master_port=2, stream_logs="none")
     assert spawn["env"]["MILES_ADVERTISE_HOST"] == "gpu-a.internal"
 
 
@@ -49,7 +49,7 @@ def test_local_hosts_bind_loopback() -> None:
     spec = ServeWorkerSpec(actor_class="m:C")
     host, placement = _setup(spec, provider="local")
     spawn = build_spawn(
-        host, spec, placement, ports={"port": 1}, master_addr="127.0.0.1", master_port=2, stream_logs=False
+        host, spec, placement, ports={"port": 1}, master_addr="127.0.0.1", master_port=2, stream_logs="none"
     )
     assert spawn["argv"][-1] == "tcp://127.0.0.1:1"
     assert spawn["env"]["CUDA_VISIBLE_DEVICES"] == ""  # a CPU worker is told: no GPU
@@ -72,7 +72,7 @@ def test_command_template_ports_and_readiness() -> None:
         ports={"port": 5000, "nccl_port": 5001},
         master_addr="10.0.0.5",
         master_port=5002,
-        stream_logs=True,
+        stream_logs="all",
     )
     assert spawn["argv"] == [
         "/py",
@@ -102,8 +102,8 @@ def test_curve_dir_is_set_for_every_worker_and_empty_when_off() -> None:
     spec = ServeWorkerSpec(actor_class="m:C", env={"MILES_CURVE_DIR": "/elsewhere"})
     host, placement = _setup(spec)
     on = build_spawn(
-        host, spec, placement, ports={"port": 1}, master_addr="x", master_port=2, stream_logs=False, curve_dir="/w/k"
+        host, spec, placement, ports={"port": 1}, master_addr="x", master_port=2, stream_logs="none", curve_dir="/w/k"
     )
     assert on["env"]["MILES_CURVE_DIR"] == "/w/k"  # the launch's keys win: both sides must agree
-    off = build_spawn(host, spec, placement, ports={"port": 1}, master_addr="x", master_port=2, stream_logs=False)
+    off = build_spawn(host, spec, placement, ports={"port": 1}, master_addr="x", master_port=2, stream_logs="none")
     assert off["env"]["MILES_CURVE_DIR"] == ""  # an inherited value cannot turn CURVE on for one side only
