@@ -3,6 +3,7 @@
     python bench/launch_bench.py                   # two local-provider hosts on this machine
     python bench/launch_bench.py --config hosts.toml --pool c   # your own cluster (SSH hosts), one pool's actors
     python bench/launch_bench.py --json            # last line: {"hosts": 2, "actors": 8, "ready_s": ...}
+    python bench/launch_bench.py --netns 8 --actors-per-host 4   # 8 SSH hosts in network namespaces (root)
 
 ``ready_s`` is measured from before the host agents start to the moment every actor has answered a call.
 """
@@ -12,7 +13,9 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import os
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -51,10 +54,13 @@ def local_config(workdir: Path, hosts: int, per_host: int) -> ClusterConfig:
     return parse_config("\n".join(lines))
 
 
-def launch_once(config: ClusterConfig, pool: str) -> dict[str, float]:
-    """Start everything, ping every actor, tear down; timings in seconds."""
+def launch_once(config: ClusterConfig, pool: str, *, steps: bool = False) -> dict[str, float]:
+    """Start everything, ping every actor, tear down; timings in seconds (``steps``: print the launcher's)."""
     started = time.monotonic()
-    provider = make_provider(config)
+    progress = (
+        (lambda message: print(f"  +{time.monotonic() - started:5.2f}s {message}", flush=True)) if steps else None
+    )
+    provider = make_provider(config, progress=progress)
     try:
         provider.connect()
         connected = time.monotonic()
@@ -84,12 +90,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--actors-per-host", type=int, default=4)
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--json", action="store_true", help="print one JSON object as the last line")
+    parser.add_argument("--steps", action="store_true", help="print the launcher's steps with their times")
+    parser.add_argument("--netns", type=int, metavar="N", help="N SSH hosts in network namespaces (needs root)")
     args = parser.parse_args(argv)
+    if args.netns:
+        return _on_namespace_cluster(args)
     logging.basicConfig(level=logging.WARNING)
     sys.path.insert(0, str(HERE))
     with tempfile.TemporaryDirectory(prefix="launch-bench-") as tmp:
         config = load_config(args.config) if args.config else local_config(Path(tmp), args.hosts, args.actors_per_host)
-        runs = [launch_once(config, args.pool) for _ in range(args.repeat)]
+        runs = [launch_once(config, args.pool, steps=args.steps) for _ in range(args.repeat)]
     for i, run in enumerate(runs):
         print(
             f"run {i}: {run['hosts']:.0f} hosts x {run['actors']:.0f} actors: connect {run['connect_s']:.2f}s, "
@@ -109,6 +119,24 @@ def main(argv: list[str] | None = None) -> int:
     if args.json:
         print(json.dumps(summary))
     return 0
+
+
+def _on_namespace_cluster(args: argparse.Namespace) -> int:
+    """Make the cluster, then run this benchmark on its hosts.toml from the launcher's namespace."""
+    from netns_cluster import namespace_cluster
+
+    with namespace_cluster(args.netns) as cluster, tempfile.TemporaryDirectory(prefix="launch-bench-") as tmp:
+        config = Path(tmp) / "hosts.toml"
+        config.write_text(
+            f'[launcher]\nworkdir = "{tmp}/run"\nstop_grace_s = 3\n\n'
+            + cluster.hosts_toml(python=sys.executable, pythonpath=str(HERE))
+            + '\n[job]\nentrypoint = "launch_bench:main"\n\n'
+            f'[[pools]]\nid = "c"\ncells = {args.netns * args.actors_per_host}\nstrategy = "SPREAD"\n'
+            '[pools.worker]\nkind = "serve"\nactor_class = "launch_bench:Probe"\n'
+        )
+        argv = [*cluster.exec_argv(), sys.executable, str(Path(__file__).resolve()), "--config", str(config)]
+        argv += ["--repeat", str(args.repeat), *(["--json"] if args.json else []), *(["--steps"] if args.steps else [])]
+        return subprocess.run(argv, check=False, env={**os.environ, "PYTHONPATH": f"{HERE.parent}"}).returncode
 
 
 if __name__ == "__main__":

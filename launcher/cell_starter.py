@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypeVar
 
 from launcher import agent_protocol as proto
 from launcher.cells import CellInfo, WorkerInfo
@@ -21,6 +22,7 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 _DONE_STATES = ("ready", "failed", "exited")
+T = TypeVar("T")
 
 
 class CellStarter:
@@ -68,10 +70,14 @@ class CellStarter:
             need[cell.master_host] = need.get(cell.master_host, 0) + 1 + len(cell_ports)
             for worker in cell.workers:
                 need[worker.host] = need.get(worker.host, 0) + len(worker_ports)
-        free: dict[str, list[int]] = {}
-        for host, count in need.items():
-            reply = self.provider.link(host).request(proto.OP_PORTS, timeout_s=min(30.0, self._remaining()), n=count)
-            free[host] = list(reply["ports"])
+
+        def ports_on(host: str) -> list[int]:
+            reply = self.provider.link(host).request(
+                proto.OP_PORTS, timeout_s=min(30.0, self._remaining()), n=need[host]
+            )
+            return list(reply["ports"])
+
+        free = dict(zip(need, self._on_every_host(ports_on, list(need)), strict=True))
         for cell in self.cells:
             spec = config.pool(cell.pool_id).worker
             worker_ports, cell_ports = port_counts(spec)
@@ -184,8 +190,20 @@ class CellStarter:
             for w in self.provider.worker_infos()
             if w.handle is not None
         }
-        for host in list(self.provider.connected_hosts()):
+
+        def publish(host: str) -> None:
             self.provider.link(host).request(proto.OP_REGISTRY, timeout_s=min(30.0, self._remaining()), entries=entries)
+
+        self._on_every_host(publish, list(self.provider.connected_hosts()))
+
+    def _on_every_host(self, work: Callable[[str], T], hosts: list[str]) -> list[T]:
+        """``work(host)`` on the hosts in parallel (one agent round trip each, at most ``max_parallel_hosts`` at
+        once); the results in order."""
+        if len(hosts) <= 1:
+            return [work(host) for host in hosts]
+        workers = min(self.provider.settings.max_parallel_hosts, len(hosts))
+        with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="hosts") as pool:
+            return list(pool.map(work, hosts))
 
     def _plan_kwargs(self, worker: WorkerInfo, names: tuple[str, ...]) -> dict[str, object]:
         cell = next(c for c in self.infos if worker in c.workers)

@@ -161,6 +161,7 @@ class LauncherSettings(BaseModel):
 
     workdir: Path = Field(default=Path("runs/miles-launch"), description="state file and launcher logs")
     connect_timeout_s: float = Field(default=10.0, gt=0)
+    max_parallel_hosts: int = Field(default=32, gt=0, description="hosts connected to / asked at once")
     start_deadline_s: float = Field(default=300.0, gt=0, description="all pools ready")
     heartbeat_interval_s: float = Field(default=1.0, gt=0)
     heartbeat_timeout_s: float = Field(default=15.0, gt=0, description="agent kills its tree after this")

@@ -117,7 +117,9 @@ class BaseWorkerProvider(ABC):
         except LauncherError:
             self.close(grace_s=0)
             raise
-        pool = ThreadPoolExecutor(max_workers=len(names), thread_name_prefix="connect")
+        pool = ThreadPoolExecutor(
+            max_workers=min(self.settings.max_parallel_hosts, len(names)), thread_name_prefix="connect"
+        )
         futures = {name: pool.submit(self._connect_one, self.config.host(name)) for name in names}
         errors: list[LauncherError] = []
         try:

@@ -1,5 +1,6 @@
-"""SSHProvider: one paramiko connection per host; checks the host's Python and miles-actors up front, then runs
-``python -m launcher.host_agent`` over an exec channel and speaks JSON lines over it.
+"""SSHProvider: one paramiko connection per host; runs ``python -m launcher.host_agent`` over an exec channel and
+speaks JSON lines over it. The agent's hello carries the host's Python and miles-actors versions (checked by the
+provider); only when the agent does not start is the host probed, to say why (no Python, no miles-actors).
 
 Hosts with ``provider = "local"`` in the same hosts.toml get a local agent (see local_provider). When the
 launcher dies the TCP connection drops, sshd closes the channel, and the agent (stdin EOF) kills its tree; a
@@ -115,7 +116,8 @@ def run_remote(client: paramiko.SSHClient, command: str, timeout_s: float) -> tu
 
 
 def check_host(client: paramiko.SSHClient, host: HostConfig, timeout_s: float, *, versions: bool) -> dict:
-    """Probe the host's Python and miles-actors install; HostCheckError says what is wrong on which host."""
+    """Probe the host's Python and miles-actors install (run when its agent does not start, to say why);
+    HostCheckError says what is wrong on which host."""
     env = " ".join(shlex.quote(f"{k}={v}") for k, v in host.env.items())
     command = f"env {env} {shlex.quote(host.python)} -c {shlex.quote(_PROBE)}"
     try:
@@ -190,12 +192,6 @@ class SSHProvider(BaseWorkerProvider):
             assert transport is not None
             self.reach_back[host.name] = str(transport.sock.getsockname()[0])
             self._say(f"host {host.name}: SSH {host.ssh.user}@{host.address}:{host.ssh.port} in {_since(started)}")
-            started = time.monotonic()
-            info = check_host(client, host, settings.connect_timeout_s + 20, versions=settings.check_versions)
-            self._say(
-                f"host {host.name}: {info['executable']} is Python {info['python']} with miles-actors "
-                f"{info['package']} (checked in {_since(started)})"
-            )
             argv = agent_argv(host.python, host, settings.heartbeat_timeout_s)
             env = " ".join(shlex.quote(f"{k}={v}") for k, v in host.env.items())
             workdir = shlex.quote(str(host.workdir))
@@ -227,7 +223,11 @@ class SSHProvider(BaseWorkerProvider):
                 heartbeat_timeout_s=settings.heartbeat_timeout_s,
             )
             link.start()
-            link.wait_hello(timeout_s=settings.connect_timeout_s + 20)
+            try:
+                link.wait_hello(timeout_s=settings.connect_timeout_s + 20)
+            except AgentError:  # say why when the host's Python or its miles-actors is the cause (HostCheckError)
+                check_host(client, host, settings.connect_timeout_s + 20, versions=settings.check_versions)
+                raise
             return link
         except (paramiko.SSHException, OSError) as exc:
             client.close()
