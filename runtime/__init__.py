@@ -21,7 +21,22 @@ Public surface::
     exit_actor()                     # inside a method: leave on purpose (exit code 0, not restarted); calls in
                                      # flight get ActorDied (runtime.actor_exit: SystemExit and other exits)
 
-Errors: RemoteError, ActorDied, ActorRestarted, DeadlineExceeded, NotDelivered, OverCapacity, CallRejected.
+Errors: RemoteError, ActorDied, ActorRestarted, DeadlineExceeded, NotDelivered, OverCapacity, CallRejected,
+CallCancelled, ActorNotFound. A remote exception of a class loaded here is also an instance of that class
+(``except ValueError`` catches a remote ValueError; see :mod:`runtime.errors`).
+
+Coming from Ray (names kept so code ports line by line; README "Coming from Ray")::
+
+    spawn(Cls, kwargs=..., name="x", namespace="ns", get_if_exists=True, lifetime="detached",
+          max_restarts=-1, max_concurrency=8)            # Cls.options(...).remote(...)
+    handle.m.options(concurrency_group="io")(...)        # handle.m.options(concurrency_group=...).remote(...)
+    call.result(timeout) / await call                    # ray.get / await
+    wait(calls, num_returns=1, timeout=None)             # ray.wait
+    call.cancel()                                        # ray.cancel
+    put(value) -> ObjectRef; ref.get()                   # ray.put / ray.get (any process)
+    get_actor("x", namespace="ns")                       # ray.get_actor
+    handle.kill(no_restart=False)                        # ray.kill
+    exit_actor()                                         # ray.actor.exit_actor
 
 Metrics: every actor process serves Prometheus ``/metrics`` (``handle.metrics_port``); actor code adds its own
 series with ``from runtime import metrics; metrics.counter(...)`` (see :mod:`runtime.metrics`).
@@ -38,7 +53,9 @@ from runtime.errors import (
     ActorDefinitionError,
     ActorDied,
     ActorError,
+    ActorNotFound,
     ActorRestarted,
+    CallCancelled,
     CallRejected,
     DeadlineExceeded,
     NotDelivered,
@@ -53,6 +70,7 @@ from runtime.object_refs import ObjectRef, put
 from runtime.process import worker_command
 from runtime.retry import retry_until_deadline, retry_until_deadline_sync
 from runtime.spawn import attach, attach_async, connect, connect_async, spawn, spawn_async, spawn_many
+from runtime.waiting import wait, wait_async
 from transport import register_type
 
 __all__ = [
@@ -61,7 +79,9 @@ __all__ = [
     "ActorError",
     "ActorGroup",
     "ActorHandle",
+    "ActorNotFound",
     "ActorRestarted",
+    "CallCancelled",
     "CallRejected",
     "DeadlineExceeded",
     "GroupCall",
@@ -88,5 +108,7 @@ __all__ = [
     "spawn",
     "spawn_async",
     "spawn_many",
+    "wait",
+    "wait_async",
     "worker_command",
 ]

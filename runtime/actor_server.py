@@ -3,7 +3,8 @@
 Messages are handled one at a time, quickly and without blocking, by whichever reader holds the socket: the
 event loop, or the default lane's thread while it is idle (a call for that lane then runs on the thread that
 read it, with no hand-off). SUBMITs are deduplicated and routed: sync methods to their group's thread lane,
-async methods as tasks and control-plane and built-in methods on the loop; POLL/ACK/PING are answered at once.
+async methods as tasks on their group's own loop (:mod:`runtime.group_loops`), control-plane and built-in methods
+on the main loop; POLL/ACK/PING are answered at once.
 The loop is the control lane: it keeps answering health checks and polls while a sync method runs. A lane
 thread records and sends its own results (the call store and the socket are thread-safe). Running a call
 itself (checks, the method, its outcome as RESULT frames) is :mod:`runtime.call_runner`'s part.
@@ -18,7 +19,7 @@ import os
 import socket
 import threading
 import time
-from collections.abc import Callable, Coroutine
+from collections.abc import Callable
 from typing import Any
 
 import zmq
@@ -27,6 +28,7 @@ from runtime import actor_exit, builtin_methods, control_auth, header_checks
 from runtime.call_runner import CallRunner
 from runtime.call_store import CallRecord, CallState, CallStore, StoreLimits, Tombstone, request_fingerprint
 from runtime.errors import CallRejected
+from runtime.group_loops import GroupLoop
 from runtime.header_checks import BadHeader
 from runtime.lanes import ThreadLane
 from runtime.loop_work import LoopWork
@@ -94,7 +96,7 @@ class ActorServer:
         self._lanes: dict[str, ThreadLane] = {}
         self._loop_work: LoopWork | None = None  # what lane threads hand to the loop
         self._async_slots: dict[str, asyncio.Semaphore] = {}
-        self._tasks: set[asyncio.Task[Any]] = set()
+        self._group_loops: dict[str, GroupLoop] = {}  # where each group's async methods run
         self._sweeper: asyncio.Task[None] | None = None
         self.hooks: list[Callable[[str, str, float], None]] = []  # (method, outcome, seconds) observers
         self.metrics_port: int | None = None  # where /metrics is served, if it is
@@ -110,8 +112,9 @@ class ActorServer:
 
     # ---- lifecycle -------------------------------------------------------------------------------------------
 
-    async def start(self) -> str:
-        """Bind and start serving; returns the bound address."""
+    async def start(self, *, serves_actor: bool = True) -> str:
+        """Bind and start serving; returns the bound address. ``serves_actor=False``: the process is no actor (a
+        driver serving its object refs), so ``exit_actor()`` stays refused there."""
         self._loop = asyncio.get_running_loop()
         self._loop_thread = threading.get_ident()
         self._loop_work = LoopWork(self._loop, self._loop_thread, name=self.name)
@@ -126,7 +129,8 @@ class ActorServer:
         self.endpoint.start()
         self._lanes["__construct__"] = ThreadLane("construct", 1, self._finish)
         self.set_limits(self.store.limits)
-        actor_exit.mark_serving(self.name)
+        if serves_actor:
+            actor_exit.mark_serving(self.name)
         return self.address
 
     @property
@@ -153,18 +157,27 @@ class ActorServer:
             self._loop.call_soon_threadsafe(restart)
 
     def configure(self, info: ActorClassInfo, instance: Any, name: str, max_concurrency: int | None) -> None:
-        """Install the constructed instance and its lanes (called by ``__construct__``)."""
+        """Install the constructed instance and its lanes (called by ``__construct__``).
+
+        ``max_concurrency`` (as Ray's): for an actor without async methods (a threaded actor), the default group's
+        thread count, so that many default-lane calls run in parallel; for an async actor, how many of its
+        default-group coroutines run at once (1000 when not given)."""
         # The default lane's idle thread reads the socket itself, so a call for it runs with no hand-off (in
         # an actor whose default-group methods are all async, that would only add one).
         lane_reads = any(
             not m.is_async and not m.options.control_plane and m.options.concurrency_group == DEFAULT_GROUP
             for m in info.methods.values()
         )
+        threaded = max_concurrency is not None and not info.has_async_methods
         for group, threads in info.concurrency_groups.items():
+            if threaded and group == DEFAULT_GROUP:
+                threads = max_concurrency
             idle_receive = self._receive_while_idle if group == DEFAULT_GROUP and lane_reads else None
             self._lanes[group] = ThreadLane(group, threads, self._finish, idle_receive=idle_receive)
             slots = (max_concurrency or DEFAULT_ASYNC_CONCURRENCY) if group == "default" else threads
             self._async_slots[group] = asyncio.Semaphore(slots)
+            if info.has_async_methods:  # any group may run an async method (options(concurrency_group=...))
+                self._group_loops[group] = GroupLoop(group, name)
         self.name, self.instance = name, instance
         self.info = info  # last: calls are routed once this is set
 
@@ -213,9 +226,10 @@ class ActorServer:
             return
         self._stopping = True
         self._begin_leaving(0, f"actor {self.name!r} is shutting down (shutdown call, a signal, or its parent left)")
-        for task in [self._sweeper, *self._tasks]:
-            if task is not None:
-                task.cancel()  # their calls are answered: what they return now is not sent
+        if self._sweeper is not None:
+            self._sweeper.cancel()
+        for group_loop in self._group_loops.values():  # their calls are answered: what they return is not sent
+            group_loop.cancel_all()
         deadline = time.monotonic() + _LEAVE_GRACE_S
         while True:
             self._answer_in_flight()  # also a call accepted while this process began to leave
@@ -225,6 +239,8 @@ class ActorServer:
             await asyncio.sleep(_LEAVE_CHECK_S)
         for lane in self._lanes.values():
             lane.stop()
+        for group_loop in self._group_loops.values():
+            group_loop.stop()
         if self.endpoint is not None:
             self.endpoint.close()
         self.stopped.set()
@@ -404,20 +420,17 @@ class ActorServer:
         elif control:
             self._on_loop(lambda: self._finish(run()))
         elif info.is_async:
-            slots = self._async_slots[info.options.concurrency_group]
+            group = info.options.concurrency_group
+            slots = self._async_slots[group]
 
             async def run_async() -> None:
+                record.task = asyncio.current_task()  # what a cancel (runtime.builtin_methods) cancels
                 frames = await self._runner.run_async(record, info, deadline, body, buffers, slots)
                 self._finish((record, frames))
 
-            self._on_loop(lambda: self._start_task(run_async()))
+            self._group_loops[group].start(run_async)
         else:
             self._lanes[info.options.concurrency_group].submit(run)
-
-    def _start_task(self, coro: Coroutine[Any, Any, None]) -> None:
-        task = self._loop.create_task(coro)
-        self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
 
     def _reject(self, peer: bytes, call_id: bytes, code: str, message: str) -> None:
         self.stats["rejected_total"] += 1
@@ -435,11 +448,27 @@ class ActorServer:
     def in_flight(self) -> dict[str, int]:
         """Calls running or queued, per lane."""
         lanes = {name: lane.busy + lane.queued for name, lane in self._lanes.items() if name != "__construct__"}
-        lanes["async"] = len(self._tasks)
+        lanes["async"] = self._async_running()
         return lanes
+
+    def _async_running(self) -> int:
+        return sum(len(group_loop.tasks) for group_loop in self._group_loops.values())
+
+    def cancel(self, record: CallRecord) -> str:
+        """Cancel an accepted call (its caller asked, :meth:`PendingCall.cancel`): a queued one never runs, a
+        running async one gets CancelledError in its coroutine; a running sync one cannot be stopped. Returns
+        what was done."""
+        record.cancelled = True  # seen by the call's runner before the method starts (runtime.call_runner)
+        task = record.task
+        if task is None:
+            return "cancelled before it started"
+        group_loop = next((g for g in self._group_loops.values() if g.loop is task.get_loop()), None)
+        if group_loop is not None:
+            group_loop.cancel(task)
+        return "cancelled while running"
 
     def lane_load(self) -> dict[str, tuple[int, int]]:
         """(running, queued) per lane; async tasks count as running. Safe to call from any thread."""
         lanes = {name: (lane.busy, lane.queued) for name, lane in list(self._lanes.items()) if name != "__construct__"}
-        lanes["async"] = (len(self._tasks), 0)
+        lanes["async"] = (self._async_running(), 0)
         return lanes

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 import cloudpickle
 
 from runtime import object_refs
-from runtime.call_store import StoreLimits
+from runtime.call_store import CallRecord, CallState, StoreLimits
 from runtime.metadata import class_info, coerce_constructor_kwargs
 
 if TYPE_CHECKING:
@@ -26,11 +26,14 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
+_MAX_CANCELS = 1024  # call ids in one __cancel__
+
 
 @dataclass(frozen=True)
 class Builtin:
     function: Callable[..., Any]
     threaded: bool = False
+    takes_peer: bool = False  # called with the caller's routing id after the server (it may act on its calls only)
 
 
 def resolve_class(class_ref: str | bytes) -> type:
@@ -132,6 +135,23 @@ def _methods(server: ActorServer) -> list[str]:
     return sorted(server.info.methods) if server.info else []
 
 
+def _cancel(server: ActorServer, peer: bytes, call_ids: list[bytes]) -> list[str]:
+    """Cancel the caller's own calls (``PendingCall.cancel``); another caller's, or a finished one, is left alone.
+    Returns what became of each."""
+    if not isinstance(call_ids, list) or len(call_ids) > _MAX_CANCELS:
+        raise ValueError(f"__cancel__ takes a list of at most {_MAX_CANCELS} call ids")
+    outcomes = []
+    for call_id in call_ids:
+        record = server.store.lookup(call_id) if isinstance(call_id, bytes) else None
+        if not isinstance(record, CallRecord) or record.peer != peer:
+            outcomes.append("unknown")
+        elif record.state is not CallState.RUNNING:
+            outcomes.append("finished")
+        else:
+            outcomes.append(server.cancel(record))
+    return outcomes
+
+
 def _object_get(server: ActorServer, key: str) -> Any:
     return object_refs.store.get(key)
 
@@ -147,6 +167,7 @@ BUILTINS: dict[str, Builtin] = {
     "__stats__": Builtin(_stats),
     "__shutdown__": Builtin(_shutdown),
     "__methods__": Builtin(_methods),
+    "__cancel__": Builtin(_cancel, takes_peer=True),
     "__object_get__": Builtin(_object_get),
     "__object_free__": Builtin(_object_free),
 }

@@ -41,9 +41,12 @@ class CallRunner:
         server = self._server
         started = time.perf_counter()
         try:
+            if record.cancelled:
+                raise _cancelled()
             args, kwargs = self._prepare(info, deadline, body, buffers)
             if builtin is not None:
-                value = builtin.function(server, *args, **kwargs)
+                extra = (record.peer,) if builtin.takes_peer else ()
+                value = builtin.function(server, *extra, *args, **kwargs)
             else:
                 value = getattr(server.instance, info.name)(*args, **kwargs)
                 info.check_result(value, actor=server.name)  # a mismatch: a RemoteError naming the types
@@ -69,6 +72,8 @@ class CallRunner:
         started = time.perf_counter()  # waiting for a slot counts as part of the call
         try:
             async with slots:
+                if record.cancelled:
+                    raise _cancelled()
                 args, kwargs = self._prepare(info, deadline, body, buffers)
                 value = await getattr(self._server.instance, info.name)(*args, **kwargs)
                 info.check_result(value, actor=self._server.name)
@@ -79,6 +84,8 @@ class CallRunner:
         except asyncio.CancelledError as exc:  # raised by the method, or its task cancelled: never silence
             if self._server.leaving is not None:  # cancelled because the process leaves: already answered
                 return self._failed(record, "exited", exc, started, self._server.leaving)
+            if record.cancelled:  # its caller cancelled it (PendingCall.cancel)
+                return self._failed(record, "cancelled", exc, started, "the call was cancelled by its caller")
             return self._failed(record, "remote", exc, started, "the method was cancelled before it returned")
         except BaseException as exc:  # SystemExit, KeyboardInterrupt, exit_actor(): the process leaves
             return self._leave(record, exc, started)
@@ -128,9 +135,13 @@ class CallRunner:
 
 
 class _Refused(Exception):
-    """A call refused before user code ran (deadline passed, bad arguments)."""
+    """A call refused before user code ran (deadline passed, bad arguments, cancelled by its caller)."""
 
     def __init__(self, code: str, message: str) -> None:
         super().__init__(message)
         self.code = code
         self.message = message
+
+
+def _cancelled() -> _Refused:
+    return _Refused("cancelled", "the call was cancelled by its caller before it started; it was not run")

@@ -65,6 +65,8 @@ class CallRecord:
     shm_ok: bool = False  # the caller shares this machine: large results may go through shared memory
     shared: list[str] = field(default_factory=list)  # shared-memory files holding the result
     refused: bool = False  # refused before it ran (bad arguments, deadline passed): its id is not used up
+    cancelled: bool = False  # its caller cancelled it: if it has not started, it never does
+    task: Any = None  # the asyncio task running an async method (what a cancel cancels)
 
 
 @dataclass

@@ -236,6 +236,18 @@ class Connection:
         call.sent_at = call.polled_at = time.monotonic()
         self._socket.send(call.frames)
 
+    def withdraw(self, call: Call) -> bool:
+        """Take back ``call`` if it has not been sent yet (waiting for the socket or for a restart); whether it was."""
+        with self._lock:
+            if call in self._backlog:
+                self._backlog.remove(call)
+            elif self._held is not None and self._held.get(call.call_id) is call:
+                del self._held[call.call_id]
+            else:
+                return False
+        self._settle(call)
+        return True
+
     def _arm_deadline(self, call: Call) -> None:
         if call.deadline is not None and call.timer is None:
             loop = asyncio.get_running_loop()
@@ -320,10 +332,13 @@ class Connection:
             return
         self._settle(call)
         if call.boot_id is not None and boot_id != call.boot_id:  # another incarnation: never taken as the result
-            good, value = False, ActorRestarted(
-                f"the reply came from incarnation {boot_id}, but the call was sent to incarnation {call.boot_id}: "
-                "the actor restarted, so its reply was refused",
-                site=self.site(call.method),
+            good, value = (
+                False,
+                ActorRestarted(
+                    f"the reply came from incarnation {boot_id}, but the call was sent to incarnation {call.boot_id}: "
+                    "the actor restarted, so its reply was refused",
+                    site=self.site(call.method),
+                ),
             )
         else:
             try:

@@ -10,10 +10,20 @@
 | NotDelivered       | the call never reached the actor (e.g. unknown after reconnect and deadline passed) | yes |
 | OverCapacity       | the actor refused the call: call store or memory budget full | yes, later |
 | CallRejected       | the actor refused the call: unknown method, bad arguments   | no          |
+| CallCancelled      | the call was cancelled by its caller (``PendingCall.cancel``) | no        |
+
+A ``RemoteError`` whose remote type is an exception class already imported in the caller is raised as a class
+deriving from both (Ray's dual-class approach, ``RayTaskError.as_instanceof_cause``): ``except ValueError`` catches
+a remote ValueError, which still carries ``remote_traceback``, ``remote_type`` and ``site``. Only classes already
+loaded here are used (a name from the network never makes this process import anything); runtime errors of a
+nested call (a remote ActorDied) stay plain RemoteErrors, so they are never taken for this call's own fate.
 """
 
 from __future__ import annotations
 
+import concurrent.futures
+import functools
+import sys
 from dataclasses import dataclass
 
 
@@ -34,7 +44,9 @@ class ActorError(Exception):
 
     def __init__(self, message: str, *, site: CallSite | None = None) -> None:
         self.site = site
-        super().__init__(f"{site}: {message}" if site else message)
+        # Exception's own __init__, not the next class in the MRO: a dual RemoteError (below) must not run its
+        # cause's constructor, whose parameters are unknown here.
+        Exception.__init__(self, f"{site}: {message}" if site else message)
 
 
 class RemoteError(ActorError):
@@ -49,7 +61,7 @@ class RemoteError(ActorError):
         super().__init__(f"raised {remote_type}: {message}", site=site)
 
     def __str__(self) -> str:
-        base = super().__str__()
+        base = Exception.__str__(self)  # not the cause's (KeyError's would quote it)
         return f"{base}\n--- remote traceback ---\n{self.remote_traceback}" if self.remote_traceback else base
 
 
@@ -77,6 +89,17 @@ class CallRejected(ActorError):
     """The actor refused the call: unknown method, wrong arguments, or a call id reused for another request."""
 
 
+class CallCancelled(ActorError, concurrent.futures.CancelledError):
+    """The call was cancelled by its caller before it finished (``PendingCall.cancel``)."""
+
+
+class ActorNotFound(ActorError, KeyError, ValueError):
+    """No live actor has that name (``get_actor``): a KeyError, and a ValueError as Ray's ``get_actor`` raises."""
+
+    def __str__(self) -> str:  # KeyError's own would show the message quoted
+        return Exception.__str__(self)
+
+
 class ActorDefinitionError(TypeError):
     """An actor class that breaks the rules (e.g. a positional constructor parameter)."""
 
@@ -89,4 +112,53 @@ ERROR_CODES: dict[str, type[ActorError]] = {
     "deadline": DeadlineExceeded,
     "restarted": ActorRestarted,
     "exited": ActorDied,  # the actor process is leaving (exit_actor, SystemExit, shutdown); the call never finishes
+    "cancelled": CallCancelled,
 }
+
+_MAX_TYPE_NAME = 300
+#: Never raised as their own class: runtime errors (a nested call's), and what Python itself gives a meaning
+#: when it escapes a generator or coroutine.
+_NEVER_DUAL = (ActorError, StopIteration, StopAsyncIteration)
+
+
+def remote_error(message: str, *, site: CallSite | None, remote_type: str, remote_traceback: str) -> RemoteError:
+    """The RemoteError for a remote exception: of a class deriving from RemoteError and the remote exception's own
+    class when that class is loaded in this process (see the module doc), else a plain RemoteError."""
+    cause = loaded_exception_type(remote_type)
+    cls = dual_class(cause) if cause is not None else None
+    if cls is not None:
+        try:
+            error = cls.__new__(cls, message)
+            RemoteError.__init__(error, message, site=site, remote_type=remote_type, remote_traceback=remote_traceback)
+            return error
+        except Exception:  # an exotic __new__: the plain class still says everything
+            pass
+    return RemoteError(message, site=site, remote_type=remote_type, remote_traceback=remote_traceback)
+
+
+def loaded_exception_type(name: str) -> type[Exception] | None:
+    """The Exception subclass named ``module.Qualified.Name`` if its module is already imported here (never imports,
+    never runs a module ``__getattr__``); None otherwise, and for runtime errors."""
+    if not isinstance(name, str) or not 0 < len(name) <= _MAX_TYPE_NAME or "<" in name:
+        return None
+    parts = name.split(".")
+    for split in range(len(parts) - 1, 0, -1):
+        module = sys.modules.get(".".join(parts[:split]))
+        if module is None:
+            continue
+        target: object = module
+        for part in parts[split:]:
+            target = vars(target).get(part) if hasattr(target, "__dict__") else None
+        if isinstance(target, type) and issubclass(target, Exception) and not issubclass(target, _NEVER_DUAL):
+            return target
+        return None
+    return None
+
+
+@functools.lru_cache(maxsize=256)
+def dual_class(cause: type[Exception]) -> type[RemoteError] | None:
+    """``RemoteError[cause]``: a RemoteError that is also a ``cause``; None when Python cannot combine them."""
+    try:
+        return type(f"RemoteError[{cause.__qualname__}]", (RemoteError, cause), {"__module__": __name__})
+    except TypeError:  # e.g. a layout conflict, or a class marked final
+        return None

@@ -2,7 +2,10 @@
 
 Arguments are checked against the method's type hints and encoded on the caller's thread, before anything
 reaches the wire; a bad call raises at once (CallRejected, or TypeError for an argument that cannot be sent).
-Handles are themselves sendable: pass one to another actor and it calls the same actor directly.
+Handles are themselves sendable: pass one to another actor and it calls the same actor directly. They also
+survive pickle and cloudpickle (e.g. inside a config object): the copy reaches the same actor from any process
+and can call its methods, but it never carries the spawn token (a pickle may end up anywhere), so it cannot
+kill the actor (``CallRejected``), as a handle from ``get_actor`` cannot.
 """
 
 from __future__ import annotations
@@ -15,13 +18,13 @@ import time
 from collections.abc import Generator
 from typing import Any
 
-from runtime import control_auth
+from runtime import control_auth, naming
 from runtime.call_ids import new_call_id
 from runtime.call_store import request_fingerprint
 from runtime.client import ClientRuntime
 from runtime.connection import DEFAULT_LIVENESS_TIMEOUT_S, Call, Connection
 from runtime.errors import CallRejected, DeadlineExceeded
-from runtime.metadata import ActorClassInfo
+from runtime.metadata import GROUP_SEPARATOR, ActorClassInfo
 from transport import security, shared_memory
 from transport.codec import UnsupportedTypeError, encode, encode_shared
 from transport.security import FROM_ENV, CurveDir
@@ -50,6 +53,19 @@ class PendingCall:
     def done(self) -> bool:
         return self._call.future.done()
 
+    def cancel(self) -> bool:
+        """Cancel the call: one still queued on the actor never runs; a running async method sees CancelledError
+        (in its coroutine); a running sync method cannot be interrupted and runs to its end, its result dropped.
+        From now on ``result()`` raises ``concurrent.futures.CancelledError`` and ``await`` raises
+        ``asyncio.CancelledError``. Returns False when the call had already finished (nothing is cancelled)."""
+        if not self._call.future.cancel():
+            return False
+        if self._conn.withdraw(self._call):  # never sent (waiting for the socket or a restart): nothing to tell
+            return True
+        request = Call(new_call_id(), "__cancel__", encode([[[self._call.call_id]], {}]), None, None)
+        self._conn.submit(request)  # its answer (whether it was still queued or running) matters to nobody
+        return True
+
     def __await__(self) -> Generator[Any, None, Any]:
         return asyncio.wrap_future(self._call.future).__await__()
 
@@ -73,20 +89,28 @@ class PendingCall:
 class MethodRef:
     """A bound remote method; call it to start a call."""
 
-    __slots__ = ("_deadline_s", "_handle", "_name", "_site")
+    __slots__ = ("_deadline_s", "_handle", "_name", "_site", "_wire_name")
 
-    def __init__(self, handle: ActorHandle, name: str, deadline_s: float | None) -> None:
+    def __init__(
+        self, handle: ActorHandle, name: str, deadline_s: float | None, concurrency_group: str | None = None
+    ) -> None:
         self._handle = handle
         self._name = name
         self._deadline_s = deadline_s
-        self._site = f"actor {handle.actor_name!r} method {name!r}"
+        # Resolved here, once: a call pays nothing for options it does not use.
+        self._wire_name = name if concurrency_group is None else f"{name}{GROUP_SEPARATOR}{concurrency_group}"
+        group = "" if concurrency_group is None else f" in concurrency group {concurrency_group!r}"
+        self._site = f"actor {handle.actor_name!r} method {name!r}{group}"
 
-    def options(self, *, deadline_s: float | None = None) -> MethodRef:
-        """The same method with a deadline (seconds from the call) after which it fails with DeadlineExceeded."""
-        return MethodRef(self._handle, self._name, deadline_s)
+    def options(self, *, deadline_s: float | None = None, concurrency_group: str | None = None) -> MethodRef:
+        """The same method with a deadline (seconds from the call) after which it fails with DeadlineExceeded, and/or
+        run in ``concurrency_group`` (one the actor declares) instead of the one its ``@method`` names."""
+        if concurrency_group is not None and (not isinstance(concurrency_group, str) or not concurrency_group):
+            raise ValueError(f"{self._site}: concurrency_group must be a non-empty str, got {concurrency_group!r}")
+        return MethodRef(self._handle, self._name, deadline_s, concurrency_group)
 
     def __call__(self, *args: Any, **kwargs: Any) -> PendingCall:
-        return self._handle._submit(self._name, args, kwargs, self._deadline_s, self._site)
+        return self._handle._submit(self._wire_name, args, kwargs, self._deadline_s, self._site)
 
 
 class ActorHandle:
@@ -201,9 +225,7 @@ class ActorHandle:
         positional = (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
         return tuple(p.name for p in itertools.takewhile(lambda p: p.kind in positional, params))
 
-    def _control_proof(
-        self, call_id: bytes, method: str, payload: tuple[bytes, list[Any]], shared: list[str]
-    ) -> bytes:
+    def _control_proof(self, call_id: bytes, method: str, payload: tuple[bytes, list[Any]], shared: list[str]) -> bytes:
         if self.spawn_token is None:
             shared_memory.unlink(shared)
             raise CallRejected(
@@ -221,8 +243,21 @@ class ActorHandle:
         """Tell the runtime this actor's process is gone (e.g. a launcher saw it exit)."""
         self._runtime.call_soon(self._conn.mark_dead, reason)
 
-    def kill(self) -> None:
-        """Stop the actor now: SIGKILL if this process spawned it (no restart follows), else ask it to shut down."""
+    def kill(self, *, no_restart: bool = True) -> None:
+        """Stop the actor now: SIGKILL if this process spawned it, else ask it to shut down (only the spawner or
+        attacher holds the token that allows it: ``CallRejected`` otherwise).
+
+        ``no_restart=False`` (as Ray's ``ray.kill``): kill the process and let the restart policy
+        (``max_restarts``) bring it back; this handle keeps working. Only for a handle from ``spawn``.
+        """
+        if not no_restart:
+            if self.supervisor is None:
+                raise ValueError(
+                    f"actor {self.actor_name!r}: kill(no_restart=False) needs the handle spawn() returned, whose "
+                    "process restarts the actor; this handle has no restart policy"
+                )
+            self.supervisor.kill_for_restart()
+            return
         if self.supervisor is not None:
             self.supervisor.stop()
         elif self.process is not None:
@@ -237,6 +272,7 @@ class ActorHandle:
                 self.method("__shutdown__")().result(timeout=5.0)
             except Exception:  # already gone, unreachable: either way it is dead to us
                 pass
+        naming.forget(self)
         self.mark_dead(f"actor {self.actor_name!r} was killed by its owner")
 
     def to_state(self) -> dict[str, Any]:
@@ -253,6 +289,15 @@ class ActorHandle:
             "metrics_port": self.metrics_port,
             "server_key": self.server_key,
         }
+
+    def __reduce__(self) -> tuple[Any, tuple[dict[str, Any]]]:
+        """Pickled as its identity only: the copy calls the same actor, never with this one's spawn token,
+        process or supervisor (which must not leave this process)."""
+        return _handle_from_state, (self.to_state(),)
+
+
+def _handle_from_state(state: dict[str, Any]) -> ActorHandle:
+    return ActorHandle(**state)
 
 
 #: What encoding an argument may raise: OverflowError is msgpack's for an int outside 64 bits (it has no bigger).

@@ -20,6 +20,8 @@ from transport.type_registry import is_registrable, register_type
 F = TypeVar("F", bound=Callable[..., Any])
 
 DEFAULT_GROUP = "default"
+#: ``method@group`` on the wire: the call runs in ``group`` (``handle.m.options(concurrency_group=...)``).
+GROUP_SEPARATOR = "@"
 #: Tasks of async methods allowed at once per actor unless the group says otherwise (as in Ray).
 DEFAULT_ASYNC_CONCURRENCY = 1000
 _MAX_WRAPPERS = 8  # how many decorators deep @method options are looked for
@@ -159,13 +161,40 @@ class ActorClassInfo:
     path: str
     methods: dict[str, MethodInfo]
     concurrency_groups: dict[str, int]
+    #: ``method@group`` variants asked for so far (see :meth:`method`).
+    _in_groups: dict[str, MethodInfo] = dataclasses.field(default_factory=dict, compare=False, repr=False)
 
     def method(self, name: str, *, actor: str) -> MethodInfo:
         info = self.methods.get(name)
-        if info is None:
+        if info is not None:
+            return info
+        return self._in_group(name, actor)
+
+    def _in_group(self, name: str, actor: str) -> MethodInfo:
+        """``method@group``: the method, run in ``group`` (its own group otherwise); only looked at when ``name``
+        is no method's name, so plain calls pay nothing for it."""
+        info = self._in_groups.get(name)
+        if info is not None:
+            return info
+        base, _, group = name.partition(GROUP_SEPARATOR)
+        info = self.methods.get(base)
+        if info is None or not group:
             known = ", ".join(sorted(self.methods)) or "none"
-            raise CallRejected(f"actor {actor!r} ({self.path}) has no public method {name!r}; methods: {known}")
+            raise CallRejected(f"actor {actor!r} ({self.path}) has no public method {base!r}; methods: {known}")
+        if group not in self.concurrency_groups:
+            raise CallRejected(
+                f"actor {actor!r} ({self.path}) method {base!r}: no concurrency group {group!r}; declared groups: "
+                f"{sorted(self.concurrency_groups)}"
+            )
+        if info.options.control_plane:
+            raise CallRejected(f"actor {actor!r} method {base!r} is control-plane: it runs on no concurrency group")
+        info = dataclasses.replace(info, options=MethodOptions(group, False))
+        self._in_groups[name] = info
         return info
+
+    @functools.cached_property
+    def has_async_methods(self) -> bool:
+        return any(m.is_async for m in self.methods.values())
 
 
 def class_path(cls: type) -> str:
@@ -326,6 +355,7 @@ def _register_hinted_types(hint: Any) -> None:
 
 __all__ = [
     "DEFAULT_GROUP",
+    "GROUP_SEPARATOR",
     "ActorClassInfo",
     "MethodInfo",
     "check_keyword_only_constructor",

@@ -1,9 +1,11 @@
 """Object refs: the producer keeps the value, consumers fetch it straight from the owner, ``free`` is explicit.
 
-Inside an actor, ``put(value)`` stores the value in the actor's process and returns a small ObjectRef (the
-owner's handle plus a key). Any process holding the ref calls ``ref.get()`` (or ``await ref.get_async()``),
-which fetches it from the owner with one call (arrays and tensors travel zero-copy, or through shared memory
-on one machine). ``ref.free()`` drops it. If the owner dies, ``get`` raises ActorDied.
+In any process, ``put(value)`` stores the value in that process and returns a small ObjectRef (the owner's
+handle plus a key): inside an actor the actor owns it; a driver (or any other process) starts serving its refs
+at its first ``put`` (:mod:`runtime.driver_server`) and serves them while it lives. Any process holding the ref
+calls ``ref.get()`` (or ``await ref.get_async()``), which fetches it from the owner with one call (arrays and
+tensors travel zero-copy, or through shared memory on one machine). ``ref.free()`` drops it. If the owner dies,
+``get`` raises ActorDied.
 """
 
 from __future__ import annotations
@@ -79,10 +81,20 @@ def bind_server(server: ActorServer) -> None:
     _server = server
 
 
+def serving() -> bool:
+    """Whether this process serves object refs (it is an actor, or a driver that already put one)."""
+    return _server is not None
+
+
 def put(value: Any) -> ObjectRef:
-    """Keep ``value`` in this actor and return a ref to it; only inside an actor process."""
-    if _server is None or _server.info is None:
-        raise RuntimeError("runtime.put() stores values in the calling actor: call it from an actor method")
+    """Keep ``value`` in this process and return a ref to it (as Ray's ``ray.put``); in a driver, the first call
+    starts serving refs (a loopback socket, or every interface with CURVE and ``MILES_ADVERTISE_HOST``)."""
+    if _server is None:
+        from runtime import driver_server
+
+        driver_server.ensure_serving()
+    if _server.info is None:
+        raise RuntimeError("runtime.put() in an actor process: call it from a method, once the actor is constructed")
     from runtime.handle import ActorHandle
 
     owner = ActorHandle(

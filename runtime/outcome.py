@@ -6,7 +6,7 @@ import traceback
 from typing import Any
 
 from runtime.call_store import CallRecord
-from runtime.errors import ERROR_CODES, ActorError, CallSite, RemoteError
+from runtime.errors import ERROR_CODES, ActorError, CallSite, RemoteError, remote_error
 from transport import frames as wire
 from transport import shared_memory
 from transport.codec import Buffer, decode, encode, encode_shared
@@ -88,7 +88,7 @@ def to_exception(state: Any, site: CallSite) -> ActorError:
     cls = ERROR_CODES.get(state.get("code", ""), RemoteError)
     message = str(state.get("message", ""))
     if cls is RemoteError:
-        return RemoteError(
+        return remote_error(
             message,
             site=site,
             remote_type=str(state.get("type", "")),

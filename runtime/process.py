@@ -29,6 +29,9 @@ from transport.security import ServerKeys
 
 log = logging.getLogger(__name__)
 
+#: The pid of the process an actor process lives no longer than: its spawner, or for a detached actor the one
+#: its spawner itself lives no longer than (so a detached actor outlives its owner, not the driver or launch).
+LIFETIME_PID_ENV = "MILES_LIFETIME_PID"
 #: The line an actor process prints on stdout once its socket is bound.
 READY_PREFIX = "MILES_ACTOR_READY "
 #: How many of its last output lines are kept per process, and how many a death report shows.
@@ -49,10 +52,19 @@ def describe_exit(code: int) -> str:
 
 
 def worker_command(
-    bind: str, *, python: str = sys.executable, parent_pid: int | None = None, metrics_port: int | None = 0
+    bind: str,
+    *,
+    python: str = sys.executable,
+    parent_pid: int | None = None,
+    metrics_port: int | None = 0,
+    watch_pid: int | None = None,
 ) -> list[str]:
-    """argv that starts an empty actor process bound to ``bind``; ``metrics_port=None``: no /metrics."""
+    """argv that starts an empty actor process bound to ``bind``; ``metrics_port=None``: no /metrics.
+    ``parent_pid``: it dies with its parent, that process; ``watch_pid``: it exits when that process (not its
+    parent) is gone."""
     argv = [python, "-m", "runtime.worker", "--bind", bind]
+    if watch_pid:
+        argv += ["--watch-pid", str(watch_pid)]
     if metrics_port is None:
         argv.append("--no-metrics")
     elif metrics_port:
@@ -83,7 +95,10 @@ class ActorProcess:
         metrics_port: int | None = 0,
         on_exit: list[Callable[[int], None]] | None = None,
         server_keys: ServerKeys | None = None,
+        detached: bool = False,
     ) -> None:
+        """``detached``: the process does not die with this one, but with the one this process lives no longer
+        than (``MILES_LIFETIME_PID``; this process itself when it has none: a driver's actors die with it)."""
         self.label = label
         self.on_exit: list[Callable[[int], None]] = list(on_exit or [])  # called with the exit code
         self._ready: dict[str, Any] | None = None
@@ -96,12 +111,18 @@ class ActorProcess:
         # Its token proves our control calls to it; its keys are the actor's own (``server_keys``: kept from the
         # process it replaces, so handles stay valid). The ticket goes to its stdin and nowhere else.
         self.ticket = control_auth.SpawnTicket.new(server_keys)
+        if detached:
+            lifetime_pid = int(os.environ.get(LIFETIME_PID_ENV) or os.getpid())
+            argv = worker_command(bind, metrics_port=metrics_port, watch_pid=lifetime_pid)
+        else:
+            lifetime_pid = os.getpid()
+            argv = worker_command(bind, parent_pid=lifetime_pid, metrics_port=metrics_port)
         self.popen = subprocess.Popen(
-            worker_command(bind, parent_pid=os.getpid(), metrics_port=metrics_port),
+            argv,
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
-            env=child_environment(env),
+            env=child_environment({**(env or {}), LIFETIME_PID_ENV: str(lifetime_pid)}),
             cwd=cwd,
             start_new_session=True,
             text=True,
@@ -130,7 +151,7 @@ class ActorProcess:
     def _watch(self) -> None:
         code = self.popen.wait()
         self._output_done.wait(_OUTPUT_EOF_WAIT_S)  # its last lines belong in the report
-        shared_memory.remove_spares_of(self.pid)  # a killed process cannot remove its own
+        shared_memory.remove_files_of(self.pid)  # a killed process cannot remove its own
         with self._exit_lock:
             self.exit_code = code
             callbacks = list(self.on_exit)

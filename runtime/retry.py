@@ -1,4 +1,8 @@
-"""``retry_until_deadline``: retry a call with exponential backoff and jitter, never sleeping past the deadline."""
+"""``retry_until_deadline``: retry a call with exponential backoff and jitter, never sleeping past the deadline.
+
+``max_tries`` bounds the attempts as well: after that many failures the last error is raised as it is (with a
+note saying so), as a caller that catches the error type expects; the deadline passing raises DeadlineExceeded.
+"""
 
 from __future__ import annotations
 
@@ -29,7 +33,18 @@ def backoff_delays(base_s: float, max_s: float, jitter: float) -> Callable[[int]
 class RetryClock:
     """Counts tries and says how long to sleep before the next one, or raises once the deadline has passed."""
 
-    def __init__(self, deadline_s: float, what: str, base_delay_s: float, max_delay_s: float, jitter: float) -> None:
+    def __init__(
+        self,
+        deadline_s: float,
+        what: str,
+        base_delay_s: float,
+        max_delay_s: float,
+        jitter: float,
+        max_tries: int | None = None,
+    ) -> None:
+        if max_tries is not None and (not isinstance(max_tries, int) or isinstance(max_tries, bool) or max_tries < 1):
+            raise ValueError(f"{what}: max_tries must be an int >= 1 (or None: bounded by the deadline only)")
+        self.max_tries = max_tries
         self.deadline_s = deadline_s
         self.deadline = time.monotonic() + deadline_s
         self.what = what
@@ -37,7 +52,11 @@ class RetryClock:
         self.tries = 0
 
     def pause_after(self, exc: BaseException) -> float:
-        """Seconds to sleep after try ``self.tries`` failed with ``exc``; never past the deadline."""
+        """Seconds to sleep after try ``self.tries`` failed with ``exc``; never past the deadline. Raises ``exc``
+        itself once ``max_tries`` tries have failed."""
+        if self.max_tries is not None and self.tries >= self.max_tries:
+            exc.add_note(f"{self.what}: gave up after {self.tries} tries (max_tries={self.max_tries})")
+            raise exc
         left = self.deadline - time.monotonic()
         if left <= 0:
             raise DeadlineExceeded(
@@ -55,12 +74,15 @@ async def retry_until_deadline(
     base_delay_s: float = 0.05,
     max_delay_s: float = 2.0,
     jitter: float = 0.25,
+    max_tries: int | None = None,
 ) -> T:
-    """Await ``attempt()`` until it succeeds, retrying on ``retry_on`` until ``deadline_s`` seconds have passed.
+    """Await ``attempt()`` until it succeeds, retrying on ``retry_on`` until ``deadline_s`` seconds have passed or
+    ``max_tries`` attempts have failed (None: no bound but the deadline).
 
-    The last error is chained to the DeadlineExceeded raised at the end. A sleep is cut short at the deadline.
+    The last error is chained to the DeadlineExceeded raised at the deadline; after ``max_tries`` failures the last
+    error itself is raised. A sleep is cut short at the deadline.
     """
-    clock = RetryClock(deadline_s, what, base_delay_s, max_delay_s, jitter)
+    clock = RetryClock(deadline_s, what, base_delay_s, max_delay_s, jitter, max_tries)
     while True:
         clock.tries += 1
         try:
@@ -78,9 +100,10 @@ def retry_until_deadline_sync(
     base_delay_s: float = 0.05,
     max_delay_s: float = 2.0,
     jitter: float = 0.25,
+    max_tries: int | None = None,
 ) -> T:
     """Blocking twin of :func:`retry_until_deadline` for plain code."""
-    clock = RetryClock(deadline_s, what, base_delay_s, max_delay_s, jitter)
+    clock = RetryClock(deadline_s, what, base_delay_s, max_delay_s, jitter, max_tries)
     while True:
         clock.tries += 1
         try:

@@ -18,17 +18,18 @@ from typing import Any
 
 import cloudpickle
 
+from runtime import naming
 from runtime.builtin_methods import resolve_class
 from runtime.call_store import StoreLimits
 from runtime.client import ClientRuntime
 from runtime.connection import Connection
 from runtime.control_auth import SpawnTicket
-from runtime.errors import ActorDied, RemoteError
+from runtime.errors import ActorDied, RemoteError, remote_error
 from runtime.handle import ActorHandle
 from runtime.metadata import ActorClassInfo, class_info, class_path
-from runtime.naming import register_name
 from runtime.process import ActorProcess
-from runtime.supervisor import Supervisor
+from runtime.spawn_names import live_holder, taken
+from runtime.supervisor import Supervisor, check_max_restarts, start_first
 from transport import security
 from transport.security import CURVE_DIR_ENV, FROM_ENV, CurveDir
 
@@ -76,7 +77,7 @@ async def _construct(
         await bootstrap.method("__prepare__").options(deadline_s=deadline_s)(ref, options["concurrency_groups"])
         return await bootstrap.method("__construct__").options(deadline_s=deadline_s)(ref, kwargs or {}, options)
     except RemoteError as exc:
-        raise RemoteError(
+        raise remote_error(
             f"constructing {label} failed: {exc.remote_message}",
             site=exc.site,
             remote_type=exc.remote_type,
@@ -100,7 +101,16 @@ def handle_from_record(endpoint: str, record: dict[str, Any], **extra: Any) -> A
     )
 
 
-async def attach_async(
+async def attach_async(endpoint: str, actor_class: type | str, **options: Any) -> ActorHandle:
+    """Construct ``actor_class(**kwargs)`` inside the empty worker at ``endpoint``; returns its handle, registered
+    under ``name`` (whoever held it: the launcher names its cells). Options: see :func:`_attach_async`."""
+    handle = await _attach_async(endpoint, actor_class, **options)
+    if options.get("name"):
+        naming.register_name(options["name"], handle)
+    return handle
+
+
+async def _attach_async(
     endpoint: str,
     actor_class: type | str,
     *,
@@ -154,12 +164,7 @@ async def attach_async(
     finally:
         if watcher is not None:
             watcher.stop()
-    handle = handle_from_record(
-        endpoint, built, info=info, curve_dir=curve_dir, spawn_token=ticket.token, **liveness
-    )
-    if name:
-        register_name(name, handle)
-    return handle
+    return handle_from_record(endpoint, built, info=info, curve_dir=curve_dir, spawn_token=ticket.token, **liveness)
 
 
 class _ConstructionWatch:
@@ -224,16 +229,37 @@ async def spawn_async(
     max_restarts: int = 0,
     curve_dir: CurveDir = FROM_ENV,
     metrics_port: int | None = 0,
+    namespace: str = naming.DEFAULT_NAMESPACE,
+    get_if_exists: bool = False,
+    lifetime: str | None = None,
 ) -> ActorHandle:
     """Start a local actor process and construct ``actor_class(**kwargs)`` in it.
 
-    ``max_restarts``: when the process exits unexpectedly, start it again on the same endpoint and re-run the
-    constructor with the same kwargs, at most this many times (the handle keeps working; calls in flight fail
-    with ActorRestarted). ``curve_dir``: CURVE keys (see the module doc). ``metrics_port``: port of the actor's
-    Prometheus ``/metrics`` (0: any free port, kept across restarts; None: no metrics endpoint).
+    ``max_restarts``: when the process exits unexpectedly (also inside its constructor), start it again on the same
+    endpoint and re-run the constructor with the same kwargs, at most this many times (-1: no limit); the handle
+    keeps working, calls in flight fail with ActorRestarted (:mod:`runtime.supervisor`). ``curve_dir``: CURVE keys
+    (see the module doc). ``metrics_port``: port of the actor's Prometheus ``/metrics`` (0: any free port, kept
+    across restarts; None: no metrics endpoint).
+    ``name``/``namespace``: register the actor for ``get_actor`` (:mod:`runtime.naming`); a name a live actor holds
+    raises ValueError, unless ``get_if_exists=True``, which returns a handle to that actor (nothing is spawned).
+    ``max_concurrency``: default-lane threads of an actor without async methods, else its concurrent coroutines.
+    ``lifetime="detached"``: the actor does not die with this process (its owner), only with the process this one
+    lives no longer than (the driver, or the launch's host agent); default None: it dies with its owner.
     """
-    if not isinstance(max_restarts, int) or isinstance(max_restarts, bool) or max_restarts < 0:
-        raise ValueError(f"max_restarts must be an int >= 0, got {max_restarts!r}")
+    check_max_restarts(max_restarts)
+    if lifetime not in (None, "detached", "non_detached"):
+        raise ValueError(f"lifetime must be None, 'non_detached' or 'detached', got {lifetime!r}")
+    if name is not None:
+        naming.check_name("name", name)
+    if namespace:
+        naming.check_name("namespace", namespace)
+    stale = None
+    if name is not None:
+        holder, stale = await live_holder(name, namespace, curve_dir)
+        if holder is not None:
+            if get_if_exists:
+                return holder
+            raise taken(name, namespace, holder)
     cls, ref = _class_and_ref(actor_class)
     if cls is not None:
         class_info(cls, tuple(sorted((concurrency_groups or {}).items())))  # refuse bad classes before forking
@@ -242,37 +268,32 @@ async def spawn_async(
     if curve_dir is FROM_ENV and env and CURVE_DIR_ENV in env:
         curve_dir = env[CURVE_DIR_ENV] or None
     curve = security.resolve(curve_dir)  # refuse missing or unsafe keys before forking
-    child_env = {**(env or {}), CURVE_DIR_ENV: curve.directory if curve is not None else ""}
-    process = ActorProcess(label, env=child_env, cwd=cwd, metrics_port=metrics_port)
-    runtime = ClientRuntime.get()
-    runtime.processes.append(process)
-    try:
-        ready = await asyncio.get_running_loop().run_in_executor(None, process.wait_ready, deadline_s)
-        handle = await attach_async(
-            ready["endpoint"],
-            actor_class,
-            ticket=process.ticket,
-            kwargs=kwargs,
-            name=name,
-            concurrency_groups=concurrency_groups,
-            max_concurrency=max_concurrency,
-            limits=limits,
-            deadline_s=deadline_s,
-            host=ready["host"],
-            curve_dir=curve_dir,
-            watch=process,
-        )
-    except BaseException:
-        process.kill()
-        runtime.processes.remove(process)
-        raise
-    handle.process = process
+    child_env = {
+        **(env or {}),
+        CURVE_DIR_ENV: curve.directory if curve is not None else "",
+        naming.REGISTRY_ENV: str(naming.registry_dir()),  # its own spawns and get_actor use this tree's names
+    }
+    detached = lifetime == "detached"
     options = _options(name, concurrency_groups, max_concurrency, limits)
+
+    def start(bind: str = "tcp://127.0.0.1:0", **more: Any) -> ActorProcess:
+        return ActorProcess(label, env=child_env, cwd=cwd, bind=bind, detached=detached, **more)
+
+    async def first(process: ActorProcess) -> ActorHandle:
+        ready = await asyncio.get_running_loop().run_in_executor(None, process.wait_ready, deadline_s)
+        return await _attach_async(
+            ready["endpoint"], actor_class, ticket=process.ticket, kwargs=kwargs, name=name,
+            concurrency_groups=concurrency_groups, max_concurrency=max_concurrency, limits=limits,
+            deadline_s=deadline_s, host=ready["host"], curve_dir=curve_dir, watch=process,
+        )  # fmt: skip
+
+    process, handle, exits = await start_first(start, first, label, max_restarts, metrics_port)
+    handle.process = process
 
     def launch(on_exit: Callable[[int], None]) -> ActorProcess:
         port = None if metrics_port is None else (handle.metrics_port or metrics_port)
-        return ActorProcess(
-            label, env=child_env, cwd=cwd, bind=handle.endpoint, metrics_port=port, on_exit=[on_exit],
+        return start(
+            handle.endpoint, metrics_port=port, on_exit=[on_exit],
             server_keys=process.ticket.server_keys,  # the same actor keys: handles given out stay valid
         )  # fmt: skip
 
@@ -288,8 +309,16 @@ async def spawn_async(
         return await _construct(bootstrap, ref, kwargs, again, deadline_s, label)
 
     handle.supervisor = Supervisor(
-        handle, process, label=label, max_restarts=max_restarts, launch=launch, construct=construct, curve=curve
-    )
+        handle, process, label=label, max_restarts=max_restarts, launch=launch, construct=construct, curve=curve,
+        previous_exits=exits,
+    )  # fmt: skip
+    if name is not None:
+        holder = naming.claim(name, handle, namespace, replacing=stale)
+        if holder is not None:  # another spawn took the name meanwhile
+            handle.kill()
+            if get_if_exists:
+                return ActorHandle(**holder, curve_dir=curve_dir)
+            raise taken(name, namespace, holder)
     return handle
 
 

@@ -6,6 +6,10 @@ the same keyword arguments. Meanwhile the handle's connection holds: calls in fl
 (they may or may not have run), calls made during the restart wait for the new incarnation, which then serves
 every later call. A restart that fails (the process does not come up, the constructor raises) counts as one.
 After ``max_restarts`` restarts the next exit is final: calls fail with ActorDied naming every exit code.
+``max_restarts=-1`` (as in Ray): restart without limit. A process that dies inside its constructor counts as an
+exit like any other, also on the first start (``spawn`` starts it again while restarts are left). Restarts that
+keep failing back off (0.1 s doubling up to 5 s between attempts), so an unlimited policy never spins.
+``handle.kill(no_restart=False)`` kills the process and lets this policy bring it back.
 
 Not restarted: an exit after ``handle.kill()``, a clean exit (code 0: ``__shutdown__``, SIGTERM,
 ``exit_actor()``) and exits while this process shuts down. A method that raises SystemExit(n) or another
@@ -20,8 +24,10 @@ import threading
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
-from runtime import metrics
+from runtime import metrics, naming
+from runtime.client import ClientRuntime
 from runtime.connection import Connection
+from runtime.errors import ActorDied
 from runtime.process import ActorProcess
 from transport.security import CurveConfig
 
@@ -29,6 +35,17 @@ if TYPE_CHECKING:
     from runtime.handle import ActorHandle
 
 log = logging.getLogger(__name__)
+
+#: ``max_restarts=UNLIMITED``: restart however often it dies (Ray's -1).
+UNLIMITED = -1
+_BACKOFF_BASE_S = 0.1
+_BACKOFF_MAX_S = 5.0
+
+
+def check_max_restarts(max_restarts: object) -> None:
+    if not isinstance(max_restarts, int) or isinstance(max_restarts, bool) or max_restarts < UNLIMITED:
+        raise ValueError(f"max_restarts must be an int >= 0, or -1 for unlimited restarts; got {max_restarts!r}")
+
 
 #: Starts a new process for the actor; its argument is the exit callback to register before it runs.
 Launch = Callable[[Callable[[int], None]], ActorProcess]
@@ -50,15 +67,16 @@ class Supervisor:
         launch: Launch,
         construct: Construct,
         curve: CurveConfig | None,
+        previous_exits: list[int] | None = None,
     ) -> None:
-        if not isinstance(max_restarts, int) or max_restarts < 0:
-            raise ValueError(f"max_restarts must be an int >= 0, got {max_restarts!r}")
+        """``previous_exits``: exit codes of incarnations that died before this one was up (each a restart)."""
+        check_max_restarts(max_restarts)
         self.handle = handle
         self.process = process
         self.label = label
         self.max_restarts = max_restarts
-        self.restarts = 0
-        self.exit_codes: list[int] = []
+        self.exit_codes: list[int] = list(previous_exits or [])
+        self.restarts = len(self.exit_codes)
         self._launch = launch
         self._construct = construct
         self._curve = curve
@@ -79,6 +97,15 @@ class Supervisor:
             process = self.process
         process.kill()
 
+    def kill_for_restart(self) -> None:
+        """Kill the actor's process as a crash would: the restart policy decides what follows."""
+        with self._lock:
+            process = self.process
+        process.kill()
+
+    def _budget_spent(self) -> bool:
+        return self.max_restarts != UNLIMITED and self.restarts >= self.max_restarts
+
     def _exit_callback(self, incarnation: int) -> Callable[[int], None]:
         return lambda code: self._on_exit(incarnation, code)
 
@@ -94,17 +121,20 @@ class Supervisor:
             self._reported.add(incarnation)
             self.exit_codes.append(code)
             what = f"actor process {self.label} (pid {self.process.pid}) exited with code {code}"
-            final = self._stopping or self._runtime.closing or code == 0 or self.restarts >= self.max_restarts
+            final = self._stopping or self._runtime.closing or code == 0 or self._budget_spent()
             self._restarting = not final
         if final:
             if not self._stopping:  # else kill() says why
                 self.handle.mark_dead(self._final_reason(what))
             return
-        log.warning("%s; restarting it (restart %d of %d)", what, self.restarts + 1, self.max_restarts)
+        log.warning("%s; restarting it (restart %d of %s)", what, self.restarts + 1, self._budget())
         self._runtime.call_soon(
             self.handle.connection.hold, f"{what}; calls in flight were lost (the actor is being restarted)"
         )
         asyncio.run_coroutine_threadsafe(self._restart(), self._runtime.loop)
+
+    def _budget(self) -> str:
+        return "unlimited" if self.max_restarts == UNLIMITED else str(self.max_restarts)
 
     def _final_reason(self, what: str) -> str:
         if self.max_restarts == 0:
@@ -123,7 +153,10 @@ class Supervisor:
 
     async def _restart_until_settled(self) -> None:
         """Start incarnations until one is constructed, the budget is spent, or the actor is stopped."""
+        failures = 0
         while True:
+            if failures:
+                await asyncio.sleep(min(_BACKOFF_BASE_S * 2 ** (failures - 1), _BACKOFF_MAX_S))
             with self._lock:
                 if self._stopping or self._runtime.closing:
                     self._restarting = False
@@ -142,6 +175,7 @@ class Supervisor:
             except Exception as exc:  # not started, died, not ready in time, or the constructor raised
                 if not self._attempt_failed(incarnation, attempt, exc, process):
                     return
+                failures += 1
                 continue
             self._adopt(process, incarnation, built)
             return
@@ -170,7 +204,7 @@ class Supervisor:
             if process is not None and incarnation not in self._reported and process.popen.returncode is not None:
                 self._reported.add(incarnation)
                 self.exit_codes.append(process.popen.returncode)
-            again = not (self._stopping or self._runtime.closing or self.restarts >= self.max_restarts)
+            again = not (self._stopping or self._runtime.closing or self._budget_spent())
             self._restarting = again
             self._bootstrap = None
             codes = ", ".join(map(str, self.exit_codes))
@@ -192,17 +226,50 @@ class Supervisor:
             self._restarting = False
             self._bootstrap = None
         handle.connection.release(built["boot_id"])
+        naming.refresh(handle)  # get_actor now hands out the new incarnation
         metrics.runtime_counter(
             "miles_spawned_actor_restarts", "Restarts of actors this process spawned", labels=["actor"]
         ).labels(actor=self.label).inc()
         log.warning(
-            "restarted actor %s: pid %d, boot %s (restart %d of %d)",
+            "restarted actor %s: pid %d, boot %s (restart %d of %s)",
             self.label,
             process.pid,
             built["boot_id"],
             self.restarts,
-            self.max_restarts,
+            self._budget(),
         )
         code = process.popen.poll()
         if code is not None:  # it died while being adopted: handle that exit as any other
             self._on_exit(incarnation, code)
+
+
+async def start_first(
+    start: Callable[..., ActorProcess],
+    first: Callable[[ActorProcess], Awaitable[ActorHandle]],
+    label: str,
+    max_restarts: int,
+    metrics_port: int | None,
+) -> tuple[ActorProcess, ActorHandle, list[int]]:
+    """Start the first incarnation; one whose process dies in its constructor (not one that raises: that is the
+    caller's error) is started again while ``max_restarts`` allows. Returns it, its handle and the exit codes."""
+    runtime = ClientRuntime.get()
+    exits: list[int] = []
+    while True:
+        process = start(metrics_port=metrics_port)
+        runtime.processes.append(process)
+        try:
+            return process, await first(process), exits
+        except ActorDied:
+            code = await asyncio.get_running_loop().run_in_executor(None, process.wait_exited, 2.0)
+            process.kill()
+            runtime.processes.remove(process)
+            if not code or (max_restarts != UNLIMITED and len(exits) >= max_restarts):
+                raise
+            exits.append(code)
+            log.warning("actor %s died in its constructor (code %d); starting it again (restart %d)", label, code,
+                        len(exits))  # fmt: skip
+            await asyncio.sleep(min(_BACKOFF_BASE_S * 2 ** (len(exits) - 1), _BACKOFF_MAX_S))
+        except BaseException:
+            process.kill()
+            runtime.processes.remove(process)
+            raise

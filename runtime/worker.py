@@ -28,7 +28,7 @@ import sys
 from runtime import control_auth, event_loop, metrics, object_refs, server_metrics
 from runtime.actor_server import ActorServer
 from runtime.call_store import StoreLimits
-from runtime.process import READY_PREFIX
+from runtime.process import LIFETIME_PID_ENV, READY_PREFIX
 from transport import security, shared_memory
 
 log = logging.getLogger(__name__)
@@ -50,6 +50,25 @@ async def _watch_parent(parent_pid: int, server: ActorServer) -> None:
     while os.getppid() == parent_pid:
         await asyncio.sleep(1.0)
     log.warning("parent %d is gone; actor %s exits", parent_pid, server.name)
+    await server.stop()
+
+
+def _start_time(pid: int) -> str | None:
+    """When process ``pid`` started (clock ticks since boot, from /proc), or None when there is no such process."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as stat:
+            return stat.read().rsplit(b")", 1)[1].split()[19].decode()
+    except (OSError, IndexError):
+        return None
+
+
+async def _watch_process(pid: int, server: ActorServer) -> None:
+    """A detached actor lives as long as ``pid`` (its owner's owner): poll it (a reused pid is told apart by its
+    start time)."""
+    started = _start_time(pid)
+    while started is not None and _start_time(pid) == started:
+        await asyncio.sleep(1.0)
+    log.warning("process %d, which this detached actor lives no longer than, is gone; %s exits", pid, server.name)
     await server.stop()
 
 
@@ -77,6 +96,7 @@ async def serve(
     bind: str,
     parent_pid: int | None,
     *,
+    watch_pid: int | None = None,
     ticket: control_auth.SpawnTicket,
     metrics_port: int | None = 0,
     metrics_host: str | None = None,
@@ -101,6 +121,8 @@ async def serve(
     for signum in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(signum, lambda: asyncio.ensure_future(server.stop()))
     watcher = asyncio.create_task(_watch_parent(parent_pid, server)) if parent_pid else None
+    if watch_pid:
+        watcher = asyncio.create_task(_watch_process(watch_pid, server))
     ready = {
         "endpoint": address,
         "boot_id": server.boot_id,
@@ -121,6 +143,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--bind", default="tcp://127.0.0.1:0", help="ZeroMQ address to bind (port 0: any free)")
     parser.add_argument("--parent-pid", type=int, default=None, help="exit when this process is gone")
     parser.add_argument(
+        "--watch-pid", type=int, default=None, help="exit when this process (not the parent: a detached actor) is gone"
+    )
+    parser.add_argument(
         "--metrics-port", type=int, default=0, help="port of the Prometheus /metrics endpoint (0: any free port)"
     )
     parser.add_argument("--no-metrics", action="store_true", help="serve no /metrics endpoint")
@@ -137,6 +162,9 @@ def main(argv: list[str] | None = None) -> None:
     )
     if args.parent_pid:
         _die_with_parent(args.parent_pid)
+    # What a detached actor spawned here lives no longer than (runtime.process): a launcher's worker has no such
+    # variable, and lives as long as the process that started it.
+    os.environ.setdefault(LIFETIME_PID_ENV, str(args.watch_pid or args.parent_pid or os.getppid()))
     try:
         ticket = control_auth.read_ticket()
     except control_auth.SpawnTokenError as exc:
@@ -147,10 +175,15 @@ def main(argv: list[str] | None = None) -> None:
     metrics_host = metrics.host_of_bind(f"tcp://{args.metrics_host}:0") if args.metrics_host else None
     code = event_loop.run(
         serve(
-            args.bind, args.parent_pid, ticket=ticket, metrics_port=metrics_port, metrics_host=metrics_host
+            args.bind,
+            args.parent_pid,
+            watch_pid=args.watch_pid,
+            ticket=ticket,
+            metrics_port=metrics_port,
+            metrics_host=metrics_host,
         )
     )
-    shared_memory.drop_spares()  # atexit does not run after os._exit
+    shared_memory.remove_own_files()  # atexit does not run after os._exit
     sys.stdout.flush()
     sys.stderr.flush()
     os._exit(code)  # lane threads may still be inside user code: do not wait for them

@@ -8,7 +8,7 @@ import signal
 import numpy as np
 import pytest
 
-from runtime import ActorDied, ObjectRef, put, spawn
+from runtime import ActorDied, ObjectRef, spawn
 
 
 def test_refs_travel_and_are_fetched_from_the_owner(no_leaks: None) -> None:
@@ -32,8 +32,3 @@ def test_refs_travel_and_are_fetched_from_the_owner(no_leaks: None) -> None:
     finally:
         producer.kill()
         consumer.kill()
-
-
-def test_put_outside_an_actor_is_a_clear_error() -> None:
-    with pytest.raises(RuntimeError, match="call it from an actor method"):
-        put(1)

@@ -1,0 +1,90 @@
+"""Ray parity: max_restarts=-1, a crash inside the constructor counts as a restart, kill(no_restart=False).
+
+Ray sources read: python/ray/actor.py (``max_restarts``: -1 means restart indefinitely), python/ray/_private/
+worker.py (``ray.kill(actor, *, no_restart=True)``: with no_restart=False the actor is restarted under its
+policy), python/ray/tests/test_actor_failures.py (test_actor_restart*, test_kill_no_restart, a process that dies
+during creation is restarted while restarts are left). Real actor processes; kills are real SIGKILLs.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+from pathlib import Path
+
+import pytest
+
+from runtime import ActorDied, ActorHandle, spawn
+
+
+def _wait_for_new_pid(handle: ActorHandle, old_pid: int, within_s: float = 30.0) -> int:
+    deadline = time.monotonic() + within_s
+    while time.monotonic() < deadline:
+        try:
+            pid = handle.method("pid")().result(5)
+        except Exception:  # restarting: calls wait or fail with ActorRestarted
+            time.sleep(0.1)
+            continue
+        if pid != old_pid:
+            return pid
+        time.sleep(0.1)
+    raise AssertionError(f"the actor was not restarted within {within_s} s")
+
+
+def test_unlimited_restarts(no_leaks: None) -> None:
+    actor = spawn("ray_parity_actors:Relay", max_restarts=-1)
+    try:
+        pid = actor.method("pid")().result(10)
+        for _ in range(3):  # more than any finite budget this test could have set by accident
+            os.kill(pid, signal.SIGKILL)
+            pid = _wait_for_new_pid(actor, pid)
+        assert actor.supervisor.restarts == 3 and actor.dead is None
+    finally:
+        actor.kill()
+    with pytest.raises(ValueError, match="-1 for unlimited"):
+        spawn("ray_parity_actors:Relay", max_restarts=-2)
+
+
+def test_a_crash_inside_the_constructor_counts_against_max_restarts(tmp_path: Path, no_leaks: None) -> None:
+    crashes = tmp_path / "crashes"
+    crashes.write_text("2")  # the first two incarnations die in __init__, the third comes up
+    actor = spawn("ray_parity_actors:CrashingConstructor", kwargs={"counter_path": str(crashes)}, max_restarts=2)
+    try:
+        assert actor.method("pid")().result(10) == actor.pid
+        assert actor.supervisor.restarts == 2 and actor.supervisor.exit_codes == [3, 3]
+    finally:
+        actor.kill()
+    crashes.write_text("2")
+    with pytest.raises(ActorDied, match="exited with code 3"):  # one restart is not enough
+        spawn("ray_parity_actors:CrashingConstructor", kwargs={"counter_path": str(crashes)}, max_restarts=1)
+    crashes.write_text("1")
+    with pytest.raises(ActorDied, match="exited with code 3"):  # and without a policy, the first crash is final
+        spawn("ray_parity_actors:CrashingConstructor", kwargs={"counter_path": str(crashes)})
+
+
+def test_kill_without_no_restart_lets_the_policy_restart_the_actor(no_leaks: None) -> None:
+    actor = spawn("sample_actors:Counter", kwargs={"start": 7}, max_restarts=1)
+    try:
+        old_pid = actor.pid
+        actor.add(1).result(10)
+        actor.kill(no_restart=False)
+        deadline = time.monotonic() + 30
+        while actor.pid == old_pid and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert actor.pid != old_pid
+        assert actor.add(0).result(30) == 7  # a new incarnation: the constructor ran again
+        actor.kill(no_restart=False)  # the budget (1) is spent: this death is final
+        with pytest.raises(ActorDied, match="max_restarts=1"):
+            for _ in range(100):
+                actor.add(0).result(10)
+                time.sleep(0.1)
+    finally:
+        actor.kill()
+    plain = spawn("sample_actors:Counter")
+    try:
+        copy = type(plain)(**plain.to_state())
+        with pytest.raises(ValueError, match="no restart policy"):
+            copy.kill(no_restart=False)
+    finally:
+        plain.kill()
