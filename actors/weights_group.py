@@ -1,19 +1,54 @@
-"""A torch.distributed group for weight updates, outside the default process group (SGLang's protocol).
+"""A torch.distributed group for weight updates, built exactly as SGLang builds it.
 
-``/init_weights_update_group`` makes the trainer (rank 0) and every engine rank join a group through a
-TCPStore at ``master_address:master_port`` that the trainer hosts; ``/update_weights_from_distributed``
-then broadcasts each tensor from rank 0. The group is built directly from a store and a backend object
-(``ProcessGroupGloo``/``ProcessGroupNCCL``), so neither side needs (or disturbs) a default process group.
+SGLang 0.5.23 (``srt/utils/common.py`` ``init_custom_process_group``, called from
+``srt/model_executor/model_runner_components/weight_updater.py`` ``init_weights_update_group``) joins a
+group through torch's ``tcp://`` rendezvous (a TCPStore hosted by rank 0 that counts every joining rank),
+wraps the store in ``PrefixStore(group_name, store)`` and builds the group with ``_new_process_group_helper``,
+outside the default process group. The trainer is rank 0; engine TP rank ``r`` joins as ``rank_offset + r``.
+Tensors then go by ``torch.distributed.broadcast(tensor, src=0, group=group)``. Following the same recipe
+on both sides is what lets our trainer talk to real SGLang and real trainers (miles) talk to our CPU engine.
 """
 
 from __future__ import annotations
 
 import datetime
+import ipaddress
 
 import torch
 import torch.distributed as dist
+from torch.distributed import distributed_c10d as c10d
 
 BACKENDS = ("gloo", "nccl")
+
+
+def tcp_init_method(host: str, port: int) -> str:
+    """``tcp://host:port`` with IPv6 hosts bracketed (SGLang's ``NetworkAddress.to_tcp``)."""
+    try:
+        bracket = isinstance(ipaddress.ip_address(host), ipaddress.IPv6Address)
+    except ValueError:
+        bracket = False
+    return f"tcp://[{host}]:{port}" if bracket else f"tcp://{host}:{port}"
+
+
+def init_weights_process_group(
+    *, backend: str, init_method: str, world_size: int, rank: int, group_name: str, timeout: datetime.timedelta
+) -> dist.ProcessGroup:
+    """Join (rank 0: host) a named group by SGLang's recipe; blocks until all ``world_size`` ranks joined."""
+    store, rank, world_size = next(c10d.rendezvous(init_method, rank, world_size, timeout=timeout))
+    store.set_timeout(timeout)
+    store = dist.PrefixStore(group_name, store)
+    group, _ = c10d._new_process_group_helper(
+        world_size,
+        rank,
+        [],
+        dist.Backend(backend),
+        store,
+        group_name=group_name,
+        backend_options=None,
+        timeout=timeout,
+    )
+    c10d._world.pg_group_ranks[group] = {i: i for i in range(world_size)}
+    return group
 
 
 class WeightsGroup:
@@ -34,23 +69,18 @@ class WeightsGroup:
             raise ValueError(f"backend {backend!r} is not one of {list(BACKENDS)}")
         if not 0 <= rank < world_size:
             raise ValueError(f"rank {rank} is outside the group's world size {world_size}")
+        if not group_name:
+            raise ValueError("group_name must not be empty (SGLang refuses it too)")
         self.rank, self.world_size, self.group_name, self.backend = rank, world_size, group_name, backend
         self.timeout = datetime.timedelta(seconds=timeout_s)
-        self._store = dist.TCPStore(
-            master_address,
-            master_port,
-            world_size,
-            is_master=rank == 0,
+        self._pg: dist.ProcessGroup | None = init_weights_process_group(
+            backend=backend,
+            init_method=tcp_init_method(master_address, master_port),
+            world_size=world_size,
+            rank=rank,
+            group_name=group_name,
             timeout=self.timeout,
-            wait_for_workers=False,
         )
-        store = dist.PrefixStore(f"weights_group/{group_name}", self._store)
-        if backend == "gloo":
-            self._pg = dist.ProcessGroupGloo(store, rank, world_size, self.timeout)
-        else:
-            options = dist.ProcessGroupNCCL.Options()
-            options._timeout = self.timeout
-            self._pg = dist.ProcessGroupNCCL(store, rank, world_size, options)
 
     @property
     def device(self) -> torch.device:
@@ -60,11 +90,9 @@ class WeightsGroup:
         """Start broadcasting ``tensor`` in place from rank 0; poll ``is_completed()`` or ``wait()`` on it."""
         if self._pg is None:
             raise RuntimeError(f"weight-update group {self.group_name!r} is closed")
-        options = dist.BroadcastOptions()
-        options.rootRank = 0
-        options.rootTensor = 0
-        options.timeout = self.timeout
-        return self._pg.broadcast([tensor], options)
+        work = dist.broadcast(tensor, src=0, group=self._pg, async_op=True)
+        assert work is not None
+        return work
 
     def broadcast(self, tensor: torch.Tensor) -> None:
         """Broadcast ``tensor`` in place from rank 0; raises if a peer does not join within the timeout."""
@@ -74,15 +102,19 @@ class WeightsGroup:
         self.broadcast(torch.zeros(1, device=self.device))
 
     def close(self, *, abort: bool = False) -> None:
-        """Drop the group (local); ``abort`` also cancels pending collectives instead of waiting for them."""
+        """Leave the group (as SGLang: ``destroy_process_group``); ``abort`` first cancels pending collectives."""
         pg, self._pg = self._pg, None
-        method = "abort" if abort else "shutdown"
-        if pg is not None and hasattr(pg, method):
+        if pg is None:
+            return
+        if abort and hasattr(pg, "abort"):
             try:
-                getattr(pg, method)()
+                pg.abort()
             except Exception:  # best effort: the group is being dropped anyway
                 pass
-        self._store = None
+        try:
+            dist.destroy_process_group(pg)
+        except Exception:  # an aborted group may refuse a second shutdown; it is unregistered either way
+            c10d._world.pg_group_ranks.pop(pg, None)
 
 
 def dtype_from_name(name: str) -> torch.dtype:

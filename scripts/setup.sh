@@ -27,6 +27,23 @@ if ! python -c "import torch" 2>/dev/null; then
   echo "[setup] installing torch 2.13.0 (CPU build)"
   python -m pip install -q "torch==2.13.0"
 fi
-echo "[setup] installing miles-actors with test extras"
+echo "[setup] installing miles-actors with test extras (train + inference: megatron-core, transformers, tokenizers, safetensors)"
 python -m pip install -q -e ".[test]"
-echo "[setup] done: $(python -c 'import torch, zmq; print("torch", torch.__version__, "pyzmq", zmq.__version__)')"
+SGLANG_SOURCE=.venv/peers/sglang-0.5.23
+if [ ! -f "$SGLANG_SOURCE/sglang/srt/utils/common.py" ]; then
+  # The conformance tests read SGLang's own source (request models, init_custom_process_group); SGLang itself
+  # needs a GPU, so only its wheel is downloaded and the files the tests read are unpacked.
+  echo "[setup] unpacking SGLang 0.5.23's source for tests/actors/test_sglang_conformance.py"
+  rm -rf .venv/peers/wheel && mkdir -p .venv/peers/wheel
+  python -m pip download -q --no-deps "sglang==0.5.23" -d .venv/peers/wheel
+  python - "$SGLANG_SOURCE" .venv/peers/wheel/sglang-0.5.23-*.whl <<'PY'
+import sys, zipfile
+target, wheel = sys.argv[1], sys.argv[2]
+wanted = ("sglang/srt/utils/common.py", "sglang/srt/managers/io_struct.py", "sglang/srt/sampling/sampling_params.py")
+with zipfile.ZipFile(wheel) as archive:
+    for name in wanted:
+        archive.extract(name, target)
+PY
+  rm -rf .venv/peers/wheel
+fi
+echo "[setup] done: $(python -c 'import torch, zmq, transformers, megatron.core as mc; print("torch", torch.__version__, "pyzmq", zmq.__version__, "transformers", transformers.__version__, "megatron-core", mc.__version__)' 2>/dev/null)"

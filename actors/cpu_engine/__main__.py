@@ -1,8 +1,13 @@
-"""``python -m actors.cpu_engine --host 127.0.0.1 --port N [--model-config JSON] [--seed S]``.
+"""``python -m actors.cpu_engine --host 127.0.0.1 --port N [--model-path DIR] [--model-config JSON] [--seed S]``.
 
-The model comes from ``--model-path`` (a weights directory, see actors.cpu_engine.weights) when given,
-otherwise it is built from the ModelConfig's own ``seed``. ``--seed`` seeds sampling (SGLang's
-``--random-seed``), not the weights. Stops cleanly on SIGTERM/SIGINT.
+Flags are sglang.launch_server's where SGLang has them (``srt/server_args.py``: ``--model-path``,
+``--tokenizer-path``, ``--context-length``, ``--served-model-name``, ``--dtype``, ``--tp-size``,
+``--random-seed``, ``--host``, ``--port``, ``--log-level``). ``--model-path`` of a Hugging Face directory
+(config.json + safetensors + tokenizer files) serves that model as SGLang does (see
+:mod:`actors.cpu_engine.model_source`); the served name defaults to the path. Without a config.json, the
+built-in model of ``--model-config`` is served, with the weights of ``--model-path`` if given, else random ones
+from the ModelConfig's own ``seed``. ``--seed`` seeds sampling, not the weights. The CPU engine is one
+tensor-parallel rank: ``--tp-size`` other than 1 is refused. Stops cleanly on SIGTERM/SIGINT.
 """
 
 from __future__ import annotations
@@ -17,9 +22,14 @@ from aiohttp import web
 from aiohttp.http_exceptions import BadHttpMessage
 
 from actors.cpu_engine.engine import CPUEngine, EngineSettings
-from actors.cpu_engine.model import LlamaForCausalLM, build_model
+from actors.cpu_engine.model_source import (
+    DTYPE_CHOICES,
+    ServedModel,
+    is_hf_directory,
+    load_builtin_model,
+    load_hf_model,
+)
 from actors.cpu_engine.server import create_app
-from actors.cpu_engine.weights import build_model_from_named_tensors, read_weights_dir
 from actors.model_config import ModelConfig
 
 logger = logging.getLogger("actors.cpu_engine")
@@ -29,11 +39,22 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="python -m actors.cpu_engine", description=__doc__)
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, required=True)
-    parser.add_argument("--model-config", default=None, help="ModelConfig as JSON, or a .json file")
-    parser.add_argument("--model-path", default=None, help="directory of weights to start from")
+    parser.add_argument("--model-config", default=None, help="built-in model: ModelConfig as JSON, or a .json file")
+    parser.add_argument(
+        "--model-path", "--model", dest="model_path", default=None,
+        help="a Hugging Face model directory to serve, or a weights directory for the built-in model",
+    )  # fmt: skip
+    parser.add_argument("--tokenizer-path", default=None, help="HF tokenizer directory (default: --model-path)")
+    parser.add_argument("--dtype", default="auto", choices=DTYPE_CHOICES, help="auto: the checkpoint's dtype")
+    parser.add_argument(
+        "--tp-size", "--tp", "--tensor-parallel-size", dest="tp_size", type=int, default=1,
+        help="tensor-parallel size: the CPU engine supports 1 only",
+    )  # fmt: skip
     parser.add_argument("--seed", "--random-seed", dest="seed", type=int, default=0, help="sampling seed")
     parser.add_argument("--context-length", type=int, default=None, help="default: max_position_embeddings")
-    parser.add_argument("--served-model-name", default="cpu-engine")
+    parser.add_argument(
+        "--served-model-name", default=None, help="default: --model-path for HF directories, else 'cpu-engine'"
+    )
     parser.add_argument("--weight-version", default="default")
     parser.add_argument("--max-batch-size", type=int, default=64)
     parser.add_argument("--pause-wait-timeout", type=float, default=300.0, help="seconds /generate waits")
@@ -59,10 +80,29 @@ def load_model_config(value: str | None) -> ModelConfig:
     return ModelConfig.model_validate(json.loads(text))
 
 
-def build_engine_model(config: ModelConfig, model_path: str | None) -> LlamaForCausalLM:
-    if model_path is None:
-        return build_model(config)
-    return build_model_from_named_tensors(config, read_weights_dir(model_path))
+def check_args(args: argparse.Namespace) -> None:
+    """Refuse flags the CPU engine cannot honour, naming the flag (exits with status 2)."""
+    if args.tp_size != 1:
+        raise SystemExit(
+            f"--tp-size {args.tp_size}: the CPU engine runs one tensor-parallel rank; use --tp-size 1 "
+            "(real SGLang shards a model across GPUs)"
+        )
+    hf = args.model_path is not None and is_hf_directory(args.model_path)
+    if hf and args.model_config is not None:
+        raise SystemExit(
+            f"--model-config: {args.model_path} is a Hugging Face directory, whose config.json gives the "
+            "architecture; drop --model-config"
+        )
+    if args.tokenizer_path is not None and not hf:
+        raise SystemExit("--tokenizer-path needs --model-path of a Hugging Face directory (config.json)")
+
+
+def load_served_model(args: argparse.Namespace) -> ServedModel:
+    """The model of ``--model-path`` (HF directory) or of ``--model-config`` (built-in)."""
+    if args.model_path is not None and is_hf_directory(args.model_path):
+        return load_hf_model(args.model_path, tokenizer_path=args.tokenizer_path, dtype=args.dtype)
+    config = load_model_config(args.model_config)
+    return load_builtin_model(config, weights_dir=args.model_path, dtype=args.dtype)
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -73,24 +113,30 @@ def main(argv: list[str] | None = None) -> None:
     )
     logging.getLogger("aiohttp.server").addFilter(_RouterProbeFilter())
     torch.set_num_threads(args.threads)
-    config = load_model_config(args.model_config)
+    check_args(args)
+    try:
+        served = load_served_model(args)
+    except (ValueError, OSError) as exc:  # UnsupportedConfig, CheckpointError, TokenizerError, WeightsError
+        raise SystemExit(f"cannot serve --model-path {args.model_path}: {exc}") from exc
+    config = served.model.config
     context_length = args.context_length or config.max_position_embeddings
     if context_length > config.max_position_embeddings:
         raise SystemExit(
             f"--context-length {context_length} exceeds the model's "
             f"max_position_embeddings={config.max_position_embeddings}"
         )
-    model = build_engine_model(config, args.model_path)
     settings = EngineSettings(
-        model_path=args.model_path or f"random-init(seed={config.seed})",
-        served_model_name=args.served_model_name,
+        model_path=served.model_path,
+        tokenizer_path=served.tokenizer_path,
+        served_model_name=args.served_model_name or served.default_name,
+        eos_token_ids=served.eos_token_ids,
         weight_version=args.weight_version,
         random_seed=args.seed,
         context_length=context_length,
         max_batch_size=args.max_batch_size,
         pause_wait_timeout_s=args.pause_wait_timeout,
     )
-    app = create_app(CPUEngine(model, settings), host=args.host, port=args.port)
+    app = create_app(CPUEngine(served.model, settings, served.tokenizer), host=args.host, port=args.port)
     logger.info("serving %s on http://%s:%d", settings.model_path, args.host, args.port)
     web.run_app(
         app,

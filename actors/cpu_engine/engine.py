@@ -4,8 +4,10 @@ Requests that arrive within ``batch_window_s`` of each other (and every prompt o
 run as one batch. Pausing follows SGLang: ``mode="abort"`` aborts every request in flight,
 ``in_place``/``retract`` freeze running batches between decode steps; in every mode new requests wait
 until ``/continue_generation``, for at most ``pause_wait_timeout_s``, then get a 503 that says so.
-Weight updates take the model lock, so they land between two decode steps of a running batch.
-Releasing memory is bookkeeping only (weights stay in RAM): while released, generation gets a 503.
+Weight updates (see :mod:`actors.cpu_engine.weight_sync`) take the model lock, so they land between two
+decode steps of a running batch. Releasing memory is bookkeeping only (weights stay in RAM): while
+released, generation gets a 503, and resuming memory that was not released is an error (as in SGLang).
+A streaming request gets a snapshot of its sequences after every decode step.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ import asyncio
 import logging
 import threading
 import time
+from collections.abc import AsyncIterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
@@ -21,14 +24,14 @@ from typing import Any
 import torch
 from pydantic import BaseModel, ConfigDict, Field
 
-from actors import tokenizer
 from actors.cpu_engine.generation import Sequence, run_batch
 from actors.cpu_engine.metrics import EngineMetrics
 from actors.cpu_engine.model import LlamaForCausalLM
+from actors.cpu_engine.prefix_cache import PrefixCache
 from actors.cpu_engine.protocol import GenerationItem, RequestError
-from actors.cpu_engine.weights import WeightsError, check_named_tensors, load_named_tensors, read_weights_dir
-from actors.weights_group import WeightsGroup, dtype_from_name
-from actors.weights_wire import decode_named_tensors
+from actors.cpu_engine.weight_sync import WeightSync
+from actors.hf.config import SUPPORTED as HF_ARCHITECTURES
+from actors.tokenizer import BYTE_TOKENIZER, Tokenizer
 
 logger = logging.getLogger(__name__)
 
@@ -43,7 +46,11 @@ class EngineSettings(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
     model_path: str = Field(description="Reported as the model path; where weights came from.")
+    tokenizer_path: str = Field(default="actors.tokenizer (bytes)", description="Reported as the tokenizer path.")
     served_model_name: str = "cpu-engine"
+    eos_token_ids: tuple[int, ...] = Field(
+        default=(), description="Ids ending a generation besides the tokenizer's eos (SGLang's hf_eos_token_id)."
+    )
     weight_version: str = "default"
     random_seed: int = Field(default=0, description="Seeds sampling for requests without a seed.")
     context_length: int = Field(gt=1, description="Prompt plus completion must fit in this.")
@@ -54,6 +61,8 @@ class EngineSettings(BaseModel):
     weights_group_timeout_s: float = Field(
         default=120.0, gt=0.0, description="Deadline to join a weight-update group and for each broadcast."
     )
+    prefix_cache_tokens: int = Field(default=1 << 16, ge=0, description="Prompt tokens kept for reuse; 0: none.")
+    max_total_num_tokens: int = Field(default=1 << 16, gt=0, description="Token budget reported (token_usage).")
 
 
 @dataclass(eq=False)
@@ -63,16 +72,25 @@ class _Group:
     sequences: list[Sequence]
     future: asyncio.Future[None]
     finished: bool = False
+    progress: asyncio.Queue[None] | None = None  # streaming: poked after every decode step
 
 
-class CPUEngine:
+class CPUEngine(WeightSync):
     """Serves generation and weight updates for one model; use ``async with`` or start()/close()."""
 
-    def __init__(self, model: LlamaForCausalLM, settings: EngineSettings) -> None:
+    def __init__(
+        self, model: LlamaForCausalLM, settings: EngineSettings, tokenizer: Tokenizer = BYTE_TOKENIZER
+    ) -> None:
+        super().__init__()
         self.model = model
+        self.tokenizer = tokenizer
         self.settings = settings
+        self.weights_group_timeout_s = settings.weights_group_timeout_s
+        self.prefix_cache = PrefixCache(settings.prefix_cache_tokens)
         self.metrics = EngineMetrics(settings.served_model_name)
         self.model_path = settings.model_path
+        self.served_model_name = settings.served_model_name
+        self.eos_token_ids = frozenset(tokenizer.eos_token_ids) | frozenset(settings.eos_token_ids)
         self.weight_version = settings.weight_version
         self._model_lock = threading.Lock()
         self._unpaused = threading.Event()
@@ -82,13 +100,14 @@ class CPUEngine:
         self._closing = False
         self._in_flight: dict[str, Sequence] = {}
         self._rng = torch.Generator().manual_seed(settings.random_seed)
-        self._weights_groups: dict[str, WeightsGroup] = {}
         self._queue: asyncio.Queue[_Group] = asyncio.Queue()
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="cpu-engine-compute")
         self._scheduler: asyncio.Task[None] | None = None
         self._num_running = 0
         self.metrics.num_running_reqs.set_function(lambda: self._num_running)
         self.metrics.num_queue_reqs.set_function(lambda: max(0, len(self._in_flight) - self._num_running))
+        self.metrics.token_usage.set_function(lambda: self._tokens_in_use() / settings.max_total_num_tokens)
+        self._ready = True
 
     async def start(self) -> None:
         self._scheduler = asyncio.create_task(self._schedule(), name="cpu-engine-scheduler")
@@ -105,8 +124,7 @@ class CPUEngine:
             if not group.future.done():
                 group.future.set_exception(RequestError("engine shutting down", status=503))
         self._executor.shutdown(wait=True, cancel_futures=True)
-        for name in list(self._weights_groups):
-            self._drop_group(name)
+        self.close_weights_groups()
 
     async def __aenter__(self) -> CPUEngine:
         await self.start()
@@ -123,27 +141,33 @@ class CPUEngine:
 
     async def generate(self, items: list[GenerationItem]) -> list[dict[str, Any]]:
         """Complete every item (one batch); results in SGLang's ``/generate`` shape, in order."""
-        self._check_can_generate()
-        clash = [item.rid for item in items if item.rid in self._in_flight]
-        if clash:
-            raise RequestError(f"rid {clash[0]!r} is already in flight; rids must be unique")
-        sequences = [self._new_sequence(item) for item in items]
-        for seq in sequences:
-            self._in_flight[seq.item.rid] = seq
+        sequences = self._admit(items)
         try:
-            await self._wait_until_unpaused(sequences)
-            self._check_can_generate()
-            group = _Group(sequences, asyncio.get_running_loop().create_future())
-            self._queue.put_nowait(group)
-            await group.future
-        except asyncio.CancelledError:
-            for seq in sequences:
-                seq.abort_message = seq.abort_message or "client went away"
-            raise
+            await self._run_group(sequences, progress=None)
         finally:
-            for seq in sequences:
-                self._in_flight.pop(seq.item.rid, None)
+            self._release(sequences)
         return [seq.response(self.weight_version) for seq in sequences]
+
+    async def generate_stream(self, items: list[GenerationItem]) -> AsyncIterator[list[tuple[int, dict[str, Any]]]]:
+        """Snapshots ``(index, answer so far)`` of the items after each decode step, then their final answers."""
+        sequences = self._admit(items)
+        progress: asyncio.Queue[list[tuple[int, dict[str, Any]]]] = asyncio.Queue()
+        task = asyncio.ensure_future(self._run_group(sequences, progress=progress))
+        try:
+            while not task.done():
+                waiter = asyncio.ensure_future(progress.get())
+                await asyncio.wait({task, waiter}, return_when=asyncio.FIRST_COMPLETED)
+                if not waiter.done():
+                    waiter.cancel()
+                elif waiter.result():
+                    yield waiter.result()
+            task.result()
+            yield [(index, seq.response(self.weight_version)) for index, seq in enumerate(sequences)]
+        finally:
+            if not task.done():
+                task.cancel()
+                await asyncio.gather(task, return_exceptions=True)
+            self._release(sequences)
 
     async def health_generate(self) -> None:
         """One forward of a 1-token prompt, bypassing the queue and pause (a liveness check of the model)."""
@@ -151,7 +175,7 @@ class CPUEngine:
 
         def forward() -> None:
             with self._model_lock, torch.inference_mode():
-                logits = self.model(torch.tensor([[tokenizer.BOS_ID]]))
+                logits = self.model(torch.tensor([[self.tokenizer.bos_token_id or 0]]))
             if not torch.isfinite(logits).all():
                 raise RequestError("health_generate: the model produced non-finite logits", status=503)
 
@@ -174,6 +198,11 @@ class CPUEngine:
             logger.info("aborted %d request(s): %s", len(targets), reason)
         return len(targets)
 
+    @property
+    def ready(self) -> bool:
+        """SGLang's ``/ready``: accepting new requests (not paused, memory held, not shutting down)."""
+        return self._unpaused.is_set() and not (GENERATION_MEMORY_TAGS & self._released) and not self._closing
+
     def pause(self, mode: str) -> int:
         """Pause generation; ``mode="abort"`` also aborts what is in flight (returns how many)."""
         self._pause_mode = mode
@@ -189,137 +218,7 @@ class CPUEngine:
         self.metrics.is_paused.set(0)
         logger.info("generation continued")
 
-    # weights and memory ---------------------------------------------------------------------------
-
-    async def update_weights_from_serialized(
-        self, payloads: list[str], *, weight_version: str | None, abort_all_requests: bool
-    ) -> int:
-        """Decode ``actors.weights_wire`` payloads and load them (partial updates allowed)."""
-
-        def decode_and_load() -> int:
-            named: list[tuple[str, torch.Tensor]] = []
-            for index, payload in enumerate(payloads):
-                try:
-                    named.extend(decode_named_tensors(payload))
-                except Exception as exc:  # untrusted input: base64, unpickling and shape errors alike
-                    raise RequestError(
-                        f"serialized_named_tensors[{index}] is not an actors.weights_wire payload: {exc}"
-                    ) from exc
-            return self._load_locked(named, require_all=False)
-
-        return await self._update(decode_and_load, weight_version, abort_all_requests)
-
-    async def update_weights_from_disk(
-        self, model_path: str, *, weight_version: str | None, abort_all_requests: bool
-    ) -> int:
-        """Load a full set of weights from a model directory (see actors.cpu_engine.weights)."""
-
-        def read_and_load() -> int:
-            try:
-                named = read_weights_dir(model_path)
-            except WeightsError as exc:
-                raise RequestError(str(exc)) from exc
-            return self._load_locked(named, require_all=True)
-
-        count = await self._update(read_and_load, weight_version, abort_all_requests)
-        self.model_path = model_path
-        return count
-
-    async def init_weights_update_group(
-        self, *, master_address: str, master_port: int, rank_offset: int, world_size: int, group_name: str, backend: str
-    ) -> None:
-        """Join the trainer's weight-update group as rank ``rank_offset`` (one TP rank here), in a thread."""
-        if group_name in self._weights_groups:
-            raise RequestError(f"group_name: weight-update group {group_name!r} already exists; destroy it first")
-        if backend != "gloo":
-            raise RequestError(f"backend: the CPU engine supports 'gloo' only, got {backend!r}")
-        if rank_offset >= world_size:
-            raise RequestError(f"rank_offset {rank_offset} must be below world_size {world_size}")
-        timeout_s = self.settings.weights_group_timeout_s
-
-        def join() -> WeightsGroup:
-            return WeightsGroup(
-                master_address=master_address,
-                master_port=master_port,
-                rank=rank_offset,
-                world_size=world_size,
-                group_name=group_name,
-                backend=backend,
-                timeout_s=timeout_s,
-            )
-
-        try:
-            group = await asyncio.wait_for(asyncio.to_thread(join), timeout_s + 5.0)
-        except asyncio.TimeoutError as exc:
-            raise RequestError(
-                f"could not join weight-update group {group_name!r} at {master_address}:{master_port} "
-                f"within {timeout_s}s",
-                status=504,
-            ) from exc
-        except Exception as exc:
-            raise RequestError(
-                f"could not join weight-update group {group_name!r} at {master_address}:{master_port}: {exc}",
-                status=500,
-            ) from exc
-        self._weights_groups[group_name] = group
-        logger.info("joined weight-update group %r as rank %d/%d", group_name, rank_offset, world_size)
-
-    async def update_weights_from_distributed(
-        self,
-        *,
-        names: list[str],
-        dtypes: list[str],
-        shapes: list[list[int]],
-        group_name: str,
-        weight_version: str | None,
-        abort_all_requests: bool,
-    ) -> int:
-        """Receive the named tensors by broadcast from rank 0, then load them all (or none)."""
-        group = self._weights_groups.get(group_name)
-        if group is None:
-            raise RequestError(f"group_name: no weight-update group {group_name!r}; call /init_weights_update_group")
-        if not len(names) == len(dtypes) == len(shapes):
-            raise RequestError(
-                f"names, dtypes and shapes must have the same length, got {len(names)}, {len(dtypes)}, {len(shapes)}"
-            )
-        empties: list[tuple[str, torch.Tensor]] = []
-        for name, dtype, shape in zip(names, dtypes, shapes, strict=True):
-            try:
-                empties.append((name, torch.empty(shape, dtype=dtype_from_name(dtype), device="meta")))
-            except (ValueError, RuntimeError, TypeError) as exc:
-                raise RequestError(f"parameter {name!r}: {exc}") from exc
-        try:  # refuse before receiving anything: nothing has been broadcast into this engine yet
-            check_named_tensors(self.model.config, empties, require_all=False)
-        except WeightsError as exc:
-            raise RequestError(str(exc)) from exc
-
-        def receive_and_load() -> int:
-            received: list[tuple[str, torch.Tensor]] = []
-            for name, meta in empties:
-                tensor = torch.empty(meta.shape, dtype=meta.dtype)
-                try:
-                    group.broadcast(tensor)
-                except Exception as exc:
-                    self._drop_group(group_name, abort=True)  # out of step with the trainer: unusable
-                    raise RequestError(
-                        f"receiving parameter {name!r} in group {group_name!r} failed: {exc}", status=500
-                    ) from exc
-                received.append((name, tensor))
-            return self._load_locked(received, require_all=False)
-
-        return await self._update(receive_and_load, weight_version, abort_all_requests)
-
-    def destroy_weights_update_group(self, group_name: str) -> None:
-        if group_name not in self._weights_groups:
-            raise RequestError(f"group_name: no weight-update group {group_name!r}")
-        # abort, not a graceful shutdown: after a refused update the trainer may still have a send pending
-        self._drop_group(group_name, abort=True)
-
-    def _drop_group(self, group_name: str, *, abort: bool = False) -> None:
-        group = self._weights_groups.pop(group_name, None)
-        if group is not None:
-            group.close(abort=abort)
-            logger.info("left weight-update group %r", group_name)
+    # memory ---------------------------------------------------------------------------------------------
 
     def release_memory(self, tags: list[str] | None) -> list[str]:
         """Mark memory released; refused while requests are in flight (as SGLang requires idle)."""
@@ -333,22 +232,32 @@ class CPUEngine:
         return sorted(self._released)
 
     def resume_memory(self, tags: list[str] | None) -> list[str]:
-        self._released.difference_update(tags or ALL_MEMORY_TAGS)
+        """Take released memory back; memory that was not released is an error (SGLang: offload_tags.remove)."""
+        wanted = set(tags or ALL_MEMORY_TAGS)
+        never = sorted(wanted - self._released)
+        if never:
+            raise RequestError(f"tags: memory {never} was not released; call /release_memory_occupation first")
+        self._released.difference_update(wanted)
         logger.info("memory resumed; still released: %s", sorted(self._released))
         return sorted(self._released)
 
     # reports ------------------------------------------------------------------------------------
 
     def model_info(self) -> dict[str, Any]:
+        """SGLang's ``/model_info`` (``http_server.py``), plus the CPU engine's ``model_config``."""
         config = self.model.config
         return {
             "model_path": self.model_path,
-            "tokenizer_path": "actors.tokenizer (bytes)",
-            "served_model_name": self.settings.served_model_name,
+            "tokenizer_path": self.settings.tokenizer_path,
+            "served_model_name": self.served_model_name,
             "is_generation": True,
-            "model_type": "llama",
-            "architectures": ["LlamaForCausalLM"],
+            "model_type": config.architecture,
+            "architectures": [HF_ARCHITECTURES[config.architecture]],
             "weight_version": self.weight_version,
+            "load_format": "auto",
+            "reasoning_parser": None,
+            "tool_call_parser": None,
+            "disaggregation_mode": "null",
             "preferred_sampling_params": None,
             "has_image_understanding": False,
             "has_audio_understanding": False,
@@ -359,7 +268,8 @@ class CPUEngine:
         return {
             "version": "miles-actors-cpu-engine",
             "model_path": self.model_path,
-            "served_model_name": self.settings.served_model_name,
+            "served_model_name": self.served_model_name,
+            "tokenizer_path": self.settings.tokenizer_path,
             "host": host,
             "port": port,
             "tp_size": 1,
@@ -367,6 +277,7 @@ class CPUEngine:
             "context_length": self.settings.context_length,
             "random_seed": self.settings.random_seed,
             "max_running_requests": self.settings.max_batch_size,
+            "max_total_num_tokens": self.settings.max_total_num_tokens,
             "weight_version": self.weight_version,
             "internal_states": [
                 {
@@ -375,6 +286,9 @@ class CPUEngine:
                     "released_memory": sorted(self._released),
                     "num_in_flight": len(self._in_flight),
                     "weight_version": self.weight_version,
+                    "max_total_num_tokens": self.settings.max_total_num_tokens,
+                    "cached_tokens": self.prefix_cache.num_tokens,
+                    "weight_update_session": self._session_selector is not None,
                 }
             ],
         }
@@ -391,8 +305,40 @@ class CPUEngine:
                 status=503,
             )
 
+    def _admit(self, items: list[GenerationItem]) -> list[Sequence]:
+        self._check_can_generate()
+        clash = [item.rid for item in items if item.rid in self._in_flight]
+        if clash:
+            raise RequestError(f"rid {clash[0]!r} is already in flight; rids must be unique")
+        sequences = [self._new_sequence(item) for item in items]
+        for seq in sequences:
+            self._in_flight[seq.item.rid] = seq
+        return sequences
+
+    def _release(self, sequences: list[Sequence]) -> None:
+        for seq in sequences:
+            self._in_flight.pop(seq.item.rid, None)
+
+    async def _run_group(
+        self, sequences: list[Sequence], progress: asyncio.Queue[list[tuple[int, dict[str, Any]]]] | None
+    ) -> None:
+        try:
+            await self._wait_until_unpaused(sequences)
+            self._check_can_generate()
+            group = _Group(sequences, asyncio.get_running_loop().create_future(), progress=progress)
+            self._queue.put_nowait(group)
+            await group.future
+        except asyncio.CancelledError:
+            for seq in sequences:
+                seq.abort_message = seq.abort_message or "client went away"
+            raise
+
+    def _tokens_in_use(self) -> int:
+        live = sum(len(seq.item.input_ids) + len(seq.output_ids) for seq in list(self._in_flight.values()))
+        return live + self.prefix_cache.num_tokens
+
     def _new_sequence(self, item: GenerationItem) -> Sequence:
-        seed = item.params.effective_seed
+        seed = item.params.sampling_seed
         if seed is None:
             seed = int(torch.randint(0, 2**62, (1,), generator=self._rng))
         room = self.settings.context_length - len(item.input_ids)
@@ -400,6 +346,8 @@ class CPUEngine:
             item=item,
             generator=torch.Generator().manual_seed(seed),
             max_new_tokens=room if item.params.max_new_tokens is None else min(item.params.max_new_tokens, room),
+            tokenizer=self.tokenizer,
+            eos_ids=self.eos_token_ids,
         )
 
     async def _wait_until_unpaused(self, sequences: list[Sequence]) -> None:
@@ -464,10 +412,33 @@ class CPUEngine:
                         loop.call_soon_threadsafe(self._finish_group, group, None)
                     except RuntimeError:  # the loop is closed: nobody is waiting any more
                         return
+            for group in waiting:
+                if group.progress is not None:
+                    self._report_progress(group, loop)
             self._hold_while_paused(live)
 
         sequences = [seq for group in groups for seq in group.sequences]
-        run_batch(self.model, sequences, model_lock=self._model_lock, before_step=before_step)
+        with self.metrics.func_latency.labels("run_batch").time():
+            run_batch(
+                self.model,
+                sequences,
+                model_lock=self._model_lock,
+                before_step=before_step,
+                prefix_cache=self.prefix_cache,
+            )
+
+    def _report_progress(self, group: _Group, loop: asyncio.AbstractEventLoop) -> None:
+        """Compute thread: hand a streaming request a snapshot of its unfinished sequences."""
+        assert group.progress is not None
+        snapshot = [
+            (index, seq.response(self.weight_version))
+            for index, seq in enumerate(group.sequences)
+            if not seq.done and seq.output_ids
+        ]
+        try:
+            loop.call_soon_threadsafe(group.progress.put_nowait, snapshot)
+        except RuntimeError:  # the loop is closed: nobody is waiting any more
+            pass
 
     def _finish_group(self, group: _Group, error: RequestError | None) -> None:
         """Event loop: answer one request (once) and record its metrics."""
@@ -480,6 +451,12 @@ class CPUEngine:
             self.metrics.prompt_tokens.inc(len(seq.item.input_ids))
             self.metrics.num_requests.inc()
             self.metrics.e2e_request_latency.observe(now - seq.created_at)
+            self.metrics.record_prefix(len(seq.item.input_ids), seq.cached_tokens)
+            if seq.first_token_at is not None:
+                self.metrics.time_to_first_token.observe(seq.first_token_at - seq.created_at)
+                if len(seq.output_ids) > 1:
+                    per_token = (now - seq.first_token_at) / (len(seq.output_ids) - 1)
+                    self.metrics.time_per_output_token.observe(per_token)
             if seq.finish_reason and seq.finish_reason["type"] == "abort":
                 self.metrics.num_aborted_requests.inc()
         if group.future.done():
@@ -488,21 +465,3 @@ class CPUEngine:
             group.future.set_result(None)
         else:
             group.future.set_exception(error)
-
-    async def _update(self, load: Any, weight_version: str | None, abort_all_requests: bool) -> int:
-        if abort_all_requests:
-            self.abort(abort_all=True, reason="aborted by a weight update (abort_all_requests)")
-        count = await asyncio.to_thread(load)
-        if weight_version is not None:
-            self.weight_version = weight_version
-        self.metrics.weight_updates.inc()
-        logger.info("loaded %d tensors; weight_version=%s", count, self.weight_version)
-        return count
-
-    def _load_locked(self, named: list[tuple[str, torch.Tensor]], *, require_all: bool) -> int:
-        try:
-            checked = check_named_tensors(self.model.config, named, require_all=require_all)
-        except WeightsError as exc:
-            raise RequestError(str(exc)) from exc
-        with self._model_lock:
-            return load_named_tensors(self.model, checked)

@@ -1,8 +1,10 @@
-"""Running one batch of sequences to completion: a left-padded prefill, then one decode step at a time.
+"""Running one batch of sequences to completion: a prefill per prompt (reusing cached prefixes), then batched
+decode steps over a left-padded KV cache.
 
-This is synchronous code for the engine's compute thread. The model is only touched under
-``model_lock``, so weights can be swapped between decode steps. ``before_step`` runs between steps
-(outside the lock) and is where the engine blocks a paused batch or marks sequences aborted.
+This is synchronous code for the engine's compute thread. The model is only touched under ``model_lock``, so
+weights can be swapped between decode steps. ``before_step`` runs between steps (outside the lock) and is
+where the engine blocks a paused batch, streams progress or marks sequences aborted. The model is anything
+with ``config`` (layers, kv heads, head dim) and ``forward(input_ids, positions=, key_valid=, cache=)``.
 """
 
 from __future__ import annotations
@@ -15,10 +17,11 @@ from typing import Any
 
 import torch
 
-from actors import tokenizer
 from actors.cpu_engine.model import KVCache, LlamaForCausalLM
+from actors.cpu_engine.prefix_cache import PrefixCache
 from actors.cpu_engine.protocol import GenerationItem
-from actors.cpu_engine.sampling import sample_token
+from actors.cpu_engine.sampling import TopLogprobs, sample_token, temperature_of, top_logprobs
+from actors.tokenizer import BYTE_TOKENIZER, Tokenizer
 
 
 @dataclass
@@ -28,13 +31,20 @@ class Sequence:
     item: GenerationItem
     generator: torch.Generator
     max_new_tokens: int
+    tokenizer: Tokenizer = BYTE_TOKENIZER
+    eos_ids: frozenset[int] = frozenset(BYTE_TOKENIZER.eos_token_ids)
     output_ids: list[int] = field(default_factory=list)
     logprobs: list[float] = field(default_factory=list)
+    output_top: list[TopLogprobs] = field(default_factory=list)
+    input_logprobs: list[float | None] = field(default_factory=list)
+    input_top: list[TopLogprobs | None] = field(default_factory=list)
+    cached_tokens: int = 0
     finish_reason: dict[str, Any] | None = None
     abort_message: str | None = None
     trim_text_at: str | None = None
     trim_last_token: bool = False
     created_at: float = field(default_factory=time.monotonic)
+    first_token_at: float | None = None
 
     @property
     def done(self) -> bool:
@@ -44,24 +54,32 @@ class Sequence:
         if self.abort_message is not None and not self.done:
             self.finish_reason = {"type": "abort", "message": self.abort_message}
 
-    def step(self, logits: torch.Tensor, eos_id: int) -> int:
+    def step(self, logits: torch.Tensor) -> int:
         """Sample the next token from ``logits``, record it and decide whether the sequence is finished."""
         params = self.item.params
         stop_ids = set(params.stop_token_ids or [])
         if not params.ignore_eos:
-            stop_ids.add(eos_id)
+            stop_ids |= self.eos_ids
         if len(self.output_ids) < params.min_new_tokens and stop_ids:
             logits = logits.clone()
             logits[[i for i in stop_ids if 0 <= i < logits.numel()]] = float("-inf")
-        token, logprob = sample_token(logits, params, self.generator)
+        token, logprob, tops = sample_token(
+            logits,
+            params,
+            self.generator,
+            self.output_ids,
+            self.item.top_logprobs_num if self.item.return_logprob else 0,
+        )
+        self.first_token_at = self.first_token_at or time.monotonic()
         self.output_ids.append(token)
         self.logprobs.append(logprob)
+        self.output_top.append(tops)
         may_stop = len(self.output_ids) >= params.min_new_tokens
         if may_stop and token in stop_ids:
             self.finish_reason = {"type": "stop", "matched": token}
             self.trim_last_token = not params.no_stop_trim
         elif may_stop and params.stop_strings:
-            text = tokenizer.decode(self.output_ids)
+            text = self.tokenizer.decode(self.output_ids)
             matched = next((s for s in params.stop_strings if s and s in text), None)
             if matched is not None:
                 self.finish_reason = {"type": "stop", "matched": matched}
@@ -70,31 +88,90 @@ class Sequence:
             self.finish_reason = {"type": "length", "length": len(self.output_ids)}
         return token
 
+    def record_input_logprobs(self, logits: torch.Tensor, first: int) -> None:
+        """SGLang's input logprobs from prompt logits ``[T, vocab]`` whose row 0 is prompt position ``first``."""
+        start, prompt = self.item.input_logprob_start, self.item.input_ids
+        if start >= len(prompt):
+            return
+        scaled = torch.log_softmax(logits / temperature_of(self.item.params), dim=-1)
+        self.input_logprobs, self.input_top = [None], [None]  # SGLang: the token at start has no logprob
+        for position in range(start + 1, len(prompt)):
+            row = scaled[position - 1 - first]
+            self.input_logprobs.append(float(row[prompt[position]]))
+            self.input_top.append(top_logprobs(row, self.item.top_logprobs_num))
+
     def text(self) -> str:
         """The completion as text, with a matched stop token or stop string trimmed (SGLang default)."""
         ids = self.output_ids[:-1] if self.trim_last_token else self.output_ids
-        text = tokenizer.decode(ids)
+        text = self.tokenizer.decode(ids)
         if self.trim_text_at is not None:
             text = text[: text.find(self.trim_text_at)] if self.trim_text_at in text else text
         return text
 
     def response(self, weight_version: str) -> dict[str, Any]:
-        """SGLang's ``/generate`` answer for this sequence."""
+        """SGLang's ``/generate`` answer for this sequence (so far, while streaming)."""
         meta: dict[str, Any] = {
             "id": self.item.rid,
             "finish_reason": self.finish_reason,
             "prompt_tokens": len(self.item.input_ids),
             "completion_tokens": len(self.output_ids),
-            "cached_tokens": 0,
+            "cached_tokens": self.cached_tokens,
             "weight_version": weight_version,
             "e2e_latency": time.monotonic() - self.created_at,
         }
         if self.item.return_logprob:
-            meta["output_token_logprobs"] = [
-                [logprob, token, tokenizer.decode([token]) if self.item.logprob_text else None]
-                for logprob, token in zip(self.logprobs, self.output_ids, strict=True)
-            ]
+            self._add_logprobs(meta)
         return {"text": self.text(), "output_ids": list(self.output_ids), "meta_info": meta}
+
+    def _add_logprobs(self, meta: dict[str, Any]) -> None:
+        """``tokenizer_manager.add_logprob_to_meta_info``: ``[logprob, token id, text or None]`` triples."""
+        start = self.item.input_logprob_start
+        input_ids = self.item.input_ids[start:]
+        meta["input_token_logprobs"] = self._triples(self.input_logprobs, input_ids)
+        meta["output_token_logprobs"] = self._triples(self.logprobs, self.output_ids)
+        meta["output_token_logprobs_length"] = len(self.output_ids)
+        if self.item.top_logprobs_num > 0:
+            meta["input_top_logprobs"] = [self._top(t) for t in self.input_top]
+            meta["output_top_logprobs"] = [self._top(t) for t in self.output_top]
+
+    def _triples(self, values: list[Any], ids: list[int]) -> list[list[Any]]:
+        text = self.item.logprob_text
+        return [[v, t, self.tokenizer.decode([t]) if text else None] for v, t in zip(values, ids, strict=True)]
+
+    def _top(self, tops: TopLogprobs | None) -> list[list[Any]] | None:
+        return None if tops is None else self._triples([v for v, _ in tops], [t for _, t in tops])
+
+
+def prefill(
+    model: LlamaForCausalLM, seq: Sequence, *, model_lock: Lock, prefix_cache: PrefixCache | None
+) -> tuple[list[torch.Tensor], list[torch.Tensor], torch.Tensor]:
+    """One prompt's keys/values per layer ``[n_kv, T, hd]`` and its last logits, reusing a cached prefix.
+
+    The prefix reused stops before the first position whose input logprob was asked for (as SGLang), and
+    always leaves at least one token to compute.
+    """
+    prompt = seq.item.input_ids
+    limit = min(len(prompt) - 1, seq.item.input_logprob_start)
+    hit = prefix_cache.match(prompt, limit) if prefix_cache is not None else None
+    reused = hit.length if hit is not None else 0
+    dtype = model.lm_head.weight.dtype
+    cache = KVCache.allocate(model.config, 1, len(prompt), dtype)
+    if hit is not None:
+        for layer in range(model.config.num_layers):
+            cache.keys[layer][0, :, :reused] = hit.keys[layer]
+            cache.values[layer][0, :, :reused] = hit.values[layer]
+        cache.length = reused
+    new_ids = torch.tensor([prompt[reused:]], dtype=torch.long)
+    positions = torch.arange(reused, len(prompt))[None]
+    with model_lock, torch.inference_mode():
+        logits = model(new_ids, positions=positions, cache=cache)[0]
+    keys = [k[0] for k in cache.keys]
+    values = [v[0] for v in cache.values]
+    if prefix_cache is not None:
+        prefix_cache.insert(prompt, keys, values)
+    seq.cached_tokens = reused
+    seq.record_input_logprobs(logits, reused)
+    return keys, values, logits[-1]
 
 
 def run_batch(
@@ -103,7 +180,7 @@ def run_batch(
     *,
     model_lock: Lock,
     before_step: Callable[[list[Sequence]], None],
-    eos_id: int = tokenizer.EOS_ID,
+    prefix_cache: PrefixCache | None = None,
 ) -> None:
     """Generate until every sequence in ``sequences`` is finished (stop, length or abort)."""
     for seq in sequences:
@@ -113,23 +190,23 @@ def run_batch(
     live = [seq for seq in sequences if not seq.done]
     if not live:
         return
+    prefilled = [prefill(model, seq, model_lock=model_lock, prefix_cache=prefix_cache) for seq in live]
     prompt_lens = [len(seq.item.input_ids) for seq in live]
     width = max(prompt_lens)
     capacity = width + max(seq.max_new_tokens for seq in live)
-    input_ids = torch.zeros(len(live), width, dtype=torch.long)
+    cache = KVCache.allocate(model.config, len(live), capacity, model.lm_head.weight.dtype)
     key_valid = torch.zeros(len(live), capacity, dtype=torch.bool)
-    for row, seq in enumerate(live):
+    for row, (keys, values, _) in enumerate(prefilled):
         start = width - prompt_lens[row]  # left padding keeps every row's last token in the last column
-        input_ids[row, start:] = torch.tensor(seq.item.input_ids, dtype=torch.long)
+        for layer in range(model.config.num_layers):
+            cache.keys[layer][row, :, start:width] = keys[layer]
+            cache.values[layer][row, :, start:width] = values[layer]
         key_valid[row, start:width] = True
-    positions = (key_valid[:, :width].long().cumsum(1) - 1).clamp(min=0)
+    cache.length = width
     next_positions = torch.tensor(prompt_lens, dtype=torch.long)
-    dtype = model.lm_head.weight.dtype
-    cache = KVCache.allocate(model.config, len(live), capacity, dtype)
-    with model_lock, torch.inference_mode():
-        logits = model(input_ids, positions=positions, key_valid=key_valid[:, :width], cache=cache)[:, -1]
+    logits = torch.stack([last for _, _, last in prefilled])
     while True:
-        tokens = [seq.step(logits[row], eos_id) for row, seq in enumerate(live)]
+        tokens = [seq.step(logits[row]) for row, seq in enumerate(live)]
         before_step(live)
         for seq in live:
             seq.check_abort()

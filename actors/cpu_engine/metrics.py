@@ -1,4 +1,10 @@
-"""Prometheus metrics of the CPU engine, named like SGLang's (``sglang:*``), in a private registry."""
+"""Prometheus metrics of the CPU engine, named like SGLang's (``sglang:*``), in a private registry.
+
+Names and labels follow SGLang 0.5.23's ``srt/observability/metrics_collector.py`` (``model_name`` label;
+``sglang:token_usage``, ``sglang:cache_hit_rate``, ``sglang:time_to_first_token_seconds``,
+``sglang:time_per_output_token_seconds``) and ``srt/observability/func_timer.py``
+(``sglang:func_latency_seconds`` with a ``name`` label).
+"""
 
 from __future__ import annotations
 
@@ -6,6 +12,8 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, gene
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
 LATENCY_BUCKETS = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
+TOKEN_LATENCY_BUCKETS = (0.001, 0.005, 0.01, 0.02, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
+FUNC_LATENCY_BUCKETS = tuple(0.05 * 1.5**i for i in range(18))  # SGLang's exponential_buckets(0.05, 1.5, 18)
 
 
 class EngineMetrics:
@@ -32,13 +40,38 @@ class EngineMetrics:
         self.num_requests = counter("sglang:num_requests", "Requests finished.").labels(model_name)
         self.num_aborted_requests = counter("sglang:num_aborted_requests", "Requests aborted.").labels(model_name)
         self.weight_updates = counter("sglang:weight_updates", "Successful weight updates.").labels(model_name)
-        self.e2e_request_latency = Histogram(
-            "sglang:e2e_request_latency_seconds",
-            "Time from arrival to completion of a request.",
-            labels,
-            buckets=LATENCY_BUCKETS,
-            registry=self.registry,
+        self.token_usage = gauge("sglang:token_usage", "The token usage.").labels(model_name)
+        self.cache_hit_rate = gauge("sglang:cache_hit_rate", "The prefix cache hit rate.").labels(model_name)
+
+        def histogram(name: str, doc: str, buckets: tuple[float, ...]) -> Histogram:
+            return Histogram(name, doc, labels, buckets=buckets, registry=self.registry)
+
+        self.e2e_request_latency = histogram(
+            "sglang:e2e_request_latency_seconds", "Time from arrival to completion of a request.", LATENCY_BUCKETS
         ).labels(model_name)
+        self.time_to_first_token = histogram(
+            "sglang:time_to_first_token_seconds", "Histogram of time to first token in seconds.", LATENCY_BUCKETS
+        ).labels(model_name)
+        self.time_per_output_token = histogram(
+            "sglang:time_per_output_token_seconds",
+            "Histogram of time per output token in seconds.",
+            TOKEN_LATENCY_BUCKETS,
+        ).labels(model_name)
+        self.func_latency = Histogram(
+            "sglang:func_latency_seconds",
+            "Function latency in seconds",
+            ["name"],
+            buckets=FUNC_LATENCY_BUCKETS,
+            registry=self.registry,
+        )
+        self._prompt_seen = 0
+        self._prompt_cached = 0
+
+    def record_prefix(self, prompt_tokens: int, cached_tokens: int) -> None:
+        """Count a request's prompt against the prefix cache; ``cache_hit_rate`` is the running ratio."""
+        self._prompt_seen += prompt_tokens
+        self._prompt_cached += cached_tokens
+        self.cache_hit_rate.set(self._prompt_cached / self._prompt_seen if self._prompt_seen else 0.0)
 
     def render(self) -> bytes:
         return generate_latest(self.registry)

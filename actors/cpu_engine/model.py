@@ -1,8 +1,12 @@
-"""A llama-style decoder in plain torch, numerically the same as Hugging Face ``LlamaForCausalLM``.
+"""A llama-style decoder in plain torch, numerically the same as transformers' ``LlamaForCausalLM``,
+``MistralForCausalLM``, ``Qwen2ForCausalLM`` and ``Qwen3ForCausalLM`` (``models/*/modeling_*.py``).
 
-Parameter names are the HF llama names (``model.layers.0.self_attn.q_proj.weight`` ...), so a trainer's
-export loads with ``load_state_dict`` and logits can be compared one to one. Attention supports a
-preallocated KV cache and left-padded batches (see :class:`KVCache`).
+What the :class:`ModelConfig` says is what runs: GQA (``repeat_kv``), an explicit ``head_dim``, q/k/v biases
+(qwen2), an RMSNorm over each query and key head before RoPE (qwen3), tied embeddings, ``rope_theta`` and RoPE
+scaling (the frequencies of :func:`actors.hf.rope_inv_freq`, as transformers' ``ROPE_INIT_FUNCTIONS``).
+Parameter names are the HF names (``model.layers.0.self_attn.q_proj.weight`` ...), so a trainer's export or an
+HF checkpoint loads by name and logits compare one to one. Attention supports a preallocated KV cache and
+left-padded batches (see :class:`KVCache`).
 """
 
 from __future__ import annotations
@@ -13,6 +17,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from actors.hf.rope import rope_inv_freq
 from actors.model_config import ModelConfig
 
 INIT_STD = 0.02  # HF llama's default initializer_range
@@ -41,10 +46,9 @@ def rotate_half(x: torch.Tensor) -> torch.Tensor:
 
 
 def rope_cos_sin(
-    positions: torch.Tensor, head_dim: int, theta: float, dtype: torch.dtype
+    positions: torch.Tensor, inv_freq: torch.Tensor, dtype: torch.dtype
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """cos and sin of shape ``[B, T, head_dim]`` for integer ``positions`` ``[B, T]`` (HF convention)."""
-    inv_freq = 1.0 / (theta ** (torch.arange(0, head_dim, 2, dtype=torch.int64).float() / head_dim))
+    """cos and sin ``[B, T, head_dim]`` for integer ``positions`` ``[B, T]``, computed in float32 as HF does."""
     freqs = positions.float()[..., None] * inv_freq
     emb = torch.cat((freqs, freqs), dim=-1)
     return emb.cos().to(dtype), emb.sin().to(dtype)
@@ -68,17 +72,20 @@ class KVCache:
 
 
 class LlamaAttention(nn.Module):
-    """Multi-head attention with GQA and rotary embeddings, no biases."""
+    """Multi-head attention with GQA and rotary embeddings; q/k/v biases (qwen2) and q/k norms (qwen3)."""
 
     def __init__(self, config: ModelConfig) -> None:
         super().__init__()
         self.num_heads = config.num_attention_heads
         self.num_kv_heads = config.num_key_value_heads
         self.head_dim = config.head_dim
-        self.q_proj = nn.Linear(config.hidden_size, self.num_heads * self.head_dim, bias=False)
-        self.k_proj = nn.Linear(config.hidden_size, self.num_kv_heads * self.head_dim, bias=False)
-        self.v_proj = nn.Linear(config.hidden_size, self.num_kv_heads * self.head_dim, bias=False)
+        bias = config.qkv_bias
+        self.q_proj = nn.Linear(config.hidden_size, self.num_heads * self.head_dim, bias=bias)
+        self.k_proj = nn.Linear(config.hidden_size, self.num_kv_heads * self.head_dim, bias=bias)
+        self.v_proj = nn.Linear(config.hidden_size, self.num_kv_heads * self.head_dim, bias=bias)
         self.o_proj = nn.Linear(self.num_heads * self.head_dim, config.hidden_size, bias=False)
+        self.q_norm = RMSNorm(self.head_dim, config.rms_norm_eps) if config.qk_norm else None
+        self.k_norm = RMSNorm(self.head_dim, config.rms_norm_eps) if config.qk_norm else None
 
     def forward(
         self,
@@ -89,9 +96,12 @@ class LlamaAttention(nn.Module):
         cache: KVCache | None,
     ) -> torch.Tensor:
         batch, steps, _ = hidden.shape
-        q = self.q_proj(hidden).view(batch, steps, self.num_heads, self.head_dim).transpose(1, 2)
-        k = self.k_proj(hidden).view(batch, steps, self.num_kv_heads, self.head_dim).transpose(1, 2)
+        q = self.q_proj(hidden).view(batch, steps, self.num_heads, self.head_dim)
+        k = self.k_proj(hidden).view(batch, steps, self.num_kv_heads, self.head_dim)
         v = self.v_proj(hidden).view(batch, steps, self.num_kv_heads, self.head_dim).transpose(1, 2)
+        if self.q_norm is not None and self.k_norm is not None:  # qwen3: per head, before RoPE
+            q, k = self.q_norm(q), self.k_norm(k)
+        q, k = q.transpose(1, 2), k.transpose(1, 2)
         cos, sin = cos_sin[0].unsqueeze(1), cos_sin[1].unsqueeze(1)
         q = q * cos + rotate_half(q) * sin
         k = k * cos + rotate_half(k) * sin
@@ -163,6 +173,7 @@ class LlamaForCausalLM(nn.Module):
         self.lm_head = nn.Linear(config.hidden_size, config.vocab_size, bias=False)
         if config.tie_word_embeddings:
             self.lm_head.weight = self.model.embed_tokens.weight
+        self.register_buffer("inv_freq", rope_inv_freq(config), persistent=False)
 
     def forward(
         self,
@@ -186,7 +197,7 @@ class LlamaForCausalLM(nn.Module):
             key_valid = torch.ones(batch, past + steps, dtype=torch.bool)
         mask = _attention_mask(key_valid, past, steps)
         hidden = self.model.embed_tokens(input_ids)
-        cos_sin = rope_cos_sin(positions, self.config.head_dim, self.config.rope_theta, hidden.dtype)
+        cos_sin = rope_cos_sin(positions, self.inv_freq, hidden.dtype)
         for index, layer in enumerate(self.model.layers):
             hidden = layer(hidden, cos_sin, mask, index, cache)
         if cache is not None:
@@ -215,21 +226,28 @@ def build_model(config: ModelConfig) -> LlamaForCausalLM:
     generator = torch.Generator().manual_seed(config.seed)
     with torch.no_grad():
         for name, param in model.named_parameters():
-            if name.endswith("layernorm.weight") or name == "model.norm.weight":
+            if name.endswith("norm.weight"):
                 param.fill_(1.0)
             else:
                 param.normal_(0.0, INIT_STD, generator=generator)
     return model.eval()
 
 
-def empty_model(config: ModelConfig) -> LlamaForCausalLM:
-    """A model to be loaded into; its placeholder init leaves the global RNG as it was."""
+def empty_model(config: ModelConfig, dtype: torch.dtype = torch.float32) -> LlamaForCausalLM:
+    """A model to be loaded into (parameters in ``dtype``); its placeholder init leaves the global RNG as it was."""
     with torch.random.fork_rng(devices=[]):
-        return LlamaForCausalLM(config).eval()
+        return cast_parameters(LlamaForCausalLM(config).eval(), dtype)
+
+
+def cast_parameters(model: LlamaForCausalLM, dtype: torch.dtype) -> LlamaForCausalLM:
+    """``model`` with its parameters in ``dtype``; the RoPE frequencies stay float32 (HF computes RoPE in float32)."""
+    for param in model.parameters():
+        param.data = param.data.to(dtype)
+    return model
 
 
 def expected_shapes(config: ModelConfig) -> dict[str, tuple[int, ...]]:
-    """HF llama names and shapes of every parameter the model owns (``lm_head`` absent when tied)."""
+    """HF names and shapes of every parameter the model owns (``lm_head`` absent when tied)."""
     hidden, ffn, vocab = config.hidden_size, config.ffn_hidden_size, config.vocab_size
     q_out = config.num_attention_heads * config.head_dim
     kv_out = config.num_key_value_heads * config.head_dim
@@ -240,6 +258,13 @@ def expected_shapes(config: ModelConfig) -> dict[str, tuple[int, ...]]:
         shapes[prefix + "self_attn.k_proj.weight"] = (kv_out, hidden)
         shapes[prefix + "self_attn.v_proj.weight"] = (kv_out, hidden)
         shapes[prefix + "self_attn.o_proj.weight"] = (hidden, q_out)
+        if config.qkv_bias:
+            shapes[prefix + "self_attn.q_proj.bias"] = (q_out,)
+            shapes[prefix + "self_attn.k_proj.bias"] = (kv_out,)
+            shapes[prefix + "self_attn.v_proj.bias"] = (kv_out,)
+        if config.qk_norm:
+            shapes[prefix + "self_attn.q_norm.weight"] = (config.head_dim,)
+            shapes[prefix + "self_attn.k_norm.weight"] = (config.head_dim,)
         shapes[prefix + "mlp.gate_proj.weight"] = (ffn, hidden)
         shapes[prefix + "mlp.up_proj.weight"] = (ffn, hidden)
         shapes[prefix + "mlp.down_proj.weight"] = (hidden, ffn)

@@ -1,12 +1,16 @@
-"""Checking and loading named weights (HF llama names) into the CPU engine's model.
+"""Checking and loading named weights (HF names) into the CPU engine's model.
 
 Updates may be partial (trainers send weights in buckets), but every call is all-or-nothing: all
-tensors are checked before any is copied. Like SGLang's llama loader, ``rotary_emb.inv_freq`` is
-ignored, and so is ``lm_head.weight`` when the embeddings are tied.
+tensors are checked before any is copied. Like SGLang's llama/qwen loaders (``srt/models/llama.py``,
+``qwen2.py``, ``qwen3.py``: ``load_weights``), ``rotary_emb.inv_freq`` is ignored, and so is
+``lm_head.weight`` when the embeddings are tied.
 
-On disk (``/update_weights_from_disk``) a model directory holds either ``*.safetensors`` files (needs
-the optional ``safetensors`` package) or torch files (``*.bin``, ``*.pt``, ``*.pth``) each holding a
-``{name: tensor}`` state dict saved with ``torch.save``; shards are merged, safetensors win if both exist.
+On disk (``--model-path``, ``/update_weights_from_disk``) a model directory is a Hugging Face checkpoint:
+``model.safetensors``, or shards listed by ``model.safetensors.index.json`` (read with
+:class:`actors.hf.CheckpointReader`). Its config.json, when present, must describe the architecture the
+engine serves (:func:`check_same_architecture`). Directories without either file may hold other
+``*.safetensors`` files, or torch files (``*.bin``, ``*.pt``, ``*.pth``) each holding a ``{name: tensor}``
+state dict saved with ``torch.save``; shards are merged, safetensors win if both exist.
 """
 
 from __future__ import annotations
@@ -18,11 +22,15 @@ from pathlib import Path
 import torch
 
 from actors.cpu_engine.model import LlamaForCausalLM, empty_model, expected_shapes
+from actors.hf.config import CONFIG_FILE, UnsupportedConfig, read_model_config
+from actors.hf.reader import INDEX_FILE, SINGLE_FILE, CheckpointError, CheckpointReader
 from actors.model_config import ModelConfig
 
 logger = logging.getLogger(__name__)
 
 IGNORED_SUFFIXES = ("rotary_emb.inv_freq",)
+# Fields that may differ between the served model and a checkpoint loaded into it (the weights do not change).
+NON_ARCHITECTURE_FIELDS = frozenset({"seed", "max_position_embeddings"})
 TORCH_WEIGHT_PATTERNS = ("*.bin", "*.pt", "*.pth")
 
 
@@ -42,7 +50,7 @@ def check_named_tensors(
             continue
         if name not in shapes:
             raise WeightsError(
-                f"unknown parameter {name!r}: the model takes HF llama names such as "
+                f"unknown parameter {name!r}: the {config.architecture} model takes HF names such as "
                 f"'model.layers.0.self_attn.q_proj.weight' (layers 0..{config.num_layers - 1})"
             )
         if not isinstance(tensor, torch.Tensor) or not tensor.is_floating_point():
@@ -73,11 +81,11 @@ def load_named_tensors(model: LlamaForCausalLM, named_tensors: Iterable[tuple[st
 
 
 def build_model_from_named_tensors(
-    config: ModelConfig, named_tensors: Iterable[tuple[str, torch.Tensor]]
+    config: ModelConfig, named_tensors: Iterable[tuple[str, torch.Tensor]], *, dtype: torch.dtype = torch.float32
 ) -> LlamaForCausalLM:
     """A model holding exactly the given weights (all of them must be present), e.g. a trainer's export."""
     checked = check_named_tensors(config, named_tensors, require_all=True)
-    model = empty_model(config)
+    model = empty_model(config, dtype)
     load_named_tensors(model, checked)
     return model
 
@@ -87,6 +95,8 @@ def read_weights_dir(path: str | Path) -> list[tuple[str, torch.Tensor]]:
     directory = Path(path)
     if not directory.is_dir():
         raise WeightsError(f"model_path {str(directory)!r} is not a directory")
+    if (directory / INDEX_FILE).is_file() or (directory / SINGLE_FILE).is_file():
+        return _read_checkpoint(directory)
     safetensor_files = sorted(directory.glob("*.safetensors"))
     if safetensor_files:
         return _read_safetensors(safetensor_files)
@@ -106,6 +116,34 @@ def read_weights_dir(path: str | Path) -> list[tuple[str, torch.Tensor]]:
             raise WeightsError(f"{str(file)!r} must hold a {{name: tensor}} dict, got {type(state).__name__}")
         pairs.extend((str(name), tensor) for name, tensor in state.items())
     logger.info("read %d tensors from %d torch file(s) in %s", len(pairs), len(torch_files), directory)
+    return pairs
+
+
+def check_same_architecture(config: ModelConfig, path: str | Path) -> None:
+    """Refuse a directory whose config.json describes another model than ``config`` (naming the field)."""
+    directory = Path(path)
+    if not (directory / CONFIG_FILE).is_file():
+        return
+    try:
+        theirs = read_model_config(directory)
+    except UnsupportedConfig as exc:
+        raise WeightsError(str(exc)) from exc
+    for field in ModelConfig.model_fields:
+        if field not in NON_ARCHITECTURE_FIELDS and getattr(theirs, field) != getattr(config, field):
+            raise WeightsError(
+                f"{directory / CONFIG_FILE}: {field}={getattr(theirs, field)!r} differs from the served model's "
+                f"{getattr(config, field)!r}; the engine loads weights of the same architecture only"
+            )
+
+
+def _read_checkpoint(directory: Path) -> list[tuple[str, torch.Tensor]]:
+    """Every tensor of an HF checkpoint (one file or the shards its index lists)."""
+    try:
+        with CheckpointReader(directory) as reader:
+            pairs = [(name, reader.read(name)) for name in reader.names()]
+    except CheckpointError as exc:
+        raise WeightsError(str(exc)) from exc
+    logger.info("read %d tensors from the checkpoint in %s", len(pairs), directory)
     return pairs
 
 

@@ -1,4 +1,9 @@
-"""Control requests to one engine over SGLang's HTTP API, each with a deadline; errors name cell and URL."""
+"""Control requests to one engine over SGLang 0.5.23's HTTP API, each with a deadline; errors name cell and URL.
+
+Only routes real SGLang serves (``srt/entrypoints/http_server.py``): the version is read from ``/model_info``
+and set with ``/update_weight_version``; tensor updates run inside ``/begin_weight_update`` ..
+``/end_weight_update`` as SGLang's scheduler requires.
+"""
 
 from __future__ import annotations
 
@@ -53,8 +58,10 @@ class EngineClient:
             return False
 
     async def weight_version(self, *, timeout_s: float) -> str:
-        reply = await self.request("GET", "/get_weight_version", timeout_s=timeout_s)
-        return str(reply["weight_version"]) if isinstance(reply, dict) else str(reply)
+        reply = await self.request("GET", "/model_info", timeout_s=timeout_s)
+        if not isinstance(reply, dict) or "weight_version" not in reply:
+            raise EngineRequestError(f"engine {self.cell_id} at {self.url}: /model_info has no weight_version: {reply}")
+        return str(reply["weight_version"])
 
     async def pause(self, mode: str, *, timeout_s: float) -> None:
         await self.request("POST", "/pause_generation", {"mode": mode}, timeout_s=timeout_s)
@@ -83,19 +90,20 @@ class EngineClient:
     async def update_from_serialized(self, payload: str, version: str, *, timeout_s: float) -> None:
         """CPU engine: load an ``actors.weights_wire`` payload and set ``version``."""
         body = {"serialized_named_tensors": [payload], "flush_cache": True, "weight_version": version}
-        await self.request("POST", "/update_weights_from_tensor", body, timeout_s=timeout_s)
+        await self.request("POST", "/begin_weight_update", {}, timeout_s=timeout_s)
+        try:
+            await self.request("POST", "/update_weights_from_tensor", body, timeout_s=timeout_s)
+        finally:
+            await self.request("POST", "/end_weight_update", {}, timeout_s=timeout_s)
 
     async def update_from_disk(self, model_path: str, version: str, *, timeout_s: float) -> None:
         body = {"model_path": model_path, "flush_cache": True, "weight_version": version}
         await self.request("POST", "/update_weights_from_disk", body, timeout_s=timeout_s)
 
     async def set_weight_version(self, version: str, *, timeout_s: float) -> None:
-        """Make the engine report ``version`` (SGLang: /update_weight_version; CPU engine: an empty update)."""
-        if self.kind == "sglang":
-            body = {"new_version": version, "abort_all_requests": False}
-            await self.request("POST", "/update_weight_version", body, timeout_s=timeout_s)
-        else:  # the CPU engine has no /update_weight_version; an update of zero tensors sets the version alone
-            await self.update_from_tensors([], version, timeout_s=timeout_s)
+        """Make the engine report ``version`` (``/update_weight_version``, leaving requests running)."""
+        body = {"new_version": version, "abort_all_requests": False}
+        await self.request("POST", "/update_weight_version", body, timeout_s=timeout_s)
 
 
 def _decode(raw: bytes) -> Any:

@@ -6,12 +6,13 @@ Public surface::
         .train_step(tokens, loss_mask, advantages) -> metrics       (collective)
         .forward_logprobs(tokens) / .forward_logits(tokens)          (collective over TP)
         .export_hf_weights() -> [(hf_name, tensor)]                  (collective over TP)
+        .save_hf_checkpoint(path) -> path                            (collective; an HF directory)
         .push_weights_to_engines(urls, weight_version)               (collective; rank 0 posts)
         .save_checkpoint(path) / .load_checkpoint(path)              (collective)
         .weights_digest() / .optimizer_digest() / .health() / .close()
     TrainerActor: the same, as an actor (health and layout on the control lane)
     TrainerGroup.spawn(world_size=, config=): N ranks as actors; train_step shards the batch over DP ranks
-    TrainerConfig, ParallelConfig, OptimizerConfig
+    TrainerConfig (model_path: a Hugging Face directory to train), ParallelConfig, OptimizerConfig
     init_distributed(...), teardown_parallel(), dp_shard_bounds(count, dp_rank=, dp_size=)
     errors: TrainerError, BatchRejected, TrainerFailed, CheckpointError, WeightPushError
 """

@@ -5,7 +5,7 @@ Parsed once at the edge (pydantic, ``frozen=True``, unknown fields refused); err
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
@@ -60,6 +60,12 @@ class TrainerConfig(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
     model: ModelConfig = ModelConfig()
+    model_path: str | None = Field(
+        default=None,
+        description="A Hugging Face model directory (config.json, *.safetensors, tokenizer files) on every rank's "
+        "host: the architecture comes from its config.json (``model`` is filled from it) and the weights from its "
+        "safetensors, each TP rank reading only its slices. None: the built-in model with random weights.",
+    )
     parallel: ParallelConfig = ParallelConfig()
     optimizer: OptimizerConfig = OptimizerConfig()
     seed: int = Field(
@@ -84,6 +90,27 @@ class TrainerConfig(BaseModel):
     cpu_threads: int | None = Field(
         default=None, gt=0, description="torch.set_num_threads for this rank's process; None leaves it."
     )
+
+    @model_validator(mode="before")
+    @classmethod
+    def _model_from_path(cls, data: Any) -> Any:
+        """With ``model_path``, ``model`` comes from its config.json; a ``model`` given too must agree with it."""
+        if not isinstance(data, dict) or data.get("model_path") is None:
+            return data
+        from actors.hf.config import read_model_config
+
+        derived = read_model_config(data["model_path"])
+        given = data.get("model")
+        if given is None:
+            return {**data, "model": derived}
+        given = given if isinstance(given, ModelConfig) else ModelConfig.model_validate(given)
+        differing = [name for name in ModelConfig.model_fields if getattr(given, name) != getattr(derived, name)]
+        if differing:
+            raise ValueError(
+                f"model.{differing[0]}={getattr(given, differing[0])!r} differs from {data['model_path']}/config.json "
+                f"({getattr(derived, differing[0])!r}); give model_path alone and the model comes from config.json"
+            )
+        return data
 
     @model_validator(mode="after")
     def _check_model_splits(self) -> TrainerConfig:

@@ -2,7 +2,9 @@
 
 Data parallel: every rank's loss is already divided by the global masked-token count, so gradients are
 *summed* over the DP group (one flat all-reduce). Tensor parallel: Megatron's layers already produce the
-right gradient for each shard; norm weights are replicated and get identical gradients on every TP rank.
+right gradient for each shard; norm weights are replicated and get identical gradients on every TP rank,
+except qwen3's per-head q/k norms: each TP rank only sees its own heads, so their gradients are partial sums
+and are summed over the TP group (as megatron-core's ``finalize_model_grads`` does for ``qk_layernorm``).
 """
 
 from __future__ import annotations
@@ -51,3 +53,15 @@ def clip_gradients(params: list[Tensor], max_norm: float, *, tp_group: dist.Proc
             if param.grad is not None:
                 param.grad.mul_(scale)
     return norm
+
+
+def sum_qk_norm_gradients(named: dict[str, Tensor], *, group: dist.ProcessGroup, size: int) -> None:
+    """Sum the gradients of the q/k layernorm weights over the TP ``group`` (in place, one all-reduce)."""
+    grads = [p.grad for name, p in named.items() if ("q_layernorm" in name or "k_layernorm" in name)]
+    grads = [g for g in grads if g is not None]
+    if size <= 1 or not grads:
+        return
+    flat = _flatten_dense_tensors(grads)
+    dist.all_reduce(flat, op=dist.ReduceOp.SUM, group=group)
+    for grad, synced in zip(grads, _unflatten_dense_tensors(flat, grads), strict=True):
+        grad.copy_(synced)

@@ -118,6 +118,10 @@ class TrainerGroup:
         return self.broadcast("push_weights_to_engines", urls=urls, weight_version=weight_version,
                               timeout_s=timeout_s)[0]  # fmt: skip
 
+    def save_hf_checkpoint(self, path: str, *, timeout_s: float = 600.0) -> str:
+        """Write the current weights as a Hugging Face directory at ``path`` (rank 0 writes); returns it."""
+        return self.broadcast("save_hf_checkpoint", path=path, timeout_s=timeout_s)[0]
+
     def export_hf_weights(self) -> list[tuple[str, Any]]:
         return self.broadcast("export_hf_weights")[0]
 

@@ -1,4 +1,4 @@
-"""A megatron-core GPTModel built from the shared :class:`ModelConfig` (llama layout), runnable on CPU.
+"""A megatron-core GPTModel built from the shared :class:`ModelConfig` (llama/mistral/qwen2/qwen3), runnable on CPU.
 
 megatron-core 0.16 CPU pitfalls handled here (the rest of Megatron's local spec runs on CPU as-is):
 
@@ -21,6 +21,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
+from actors.hf.rope import rope_inv_freq
 from actors.model_config import ModelConfig
 from actors.trainer._megatron import (
     DotProductAttention,
@@ -67,8 +68,11 @@ class CpuRotaryEmbedding(RotaryEmbedding):
         return torch.cat((freqs, freqs), dim=-1)[:, None, None, :]
 
 
-def transformer_config(model: ModelConfig, *, tensor_model_parallel_size: int) -> TransformerConfig:
-    """Megatron's TransformerConfig for a llama-style model: RMSNorm, SwiGLU, no biases, no dropout."""
+def transformer_config(
+    model: ModelConfig, *, tensor_model_parallel_size: int, initialize: bool = True
+) -> TransformerConfig:
+    """Megatron's TransformerConfig for a llama-style model: RMSNorm, SwiGLU, no dropout, biases only on q/k/v
+    (qwen2), RMSNorm on q/k heads (qwen3). ``initialize=False`` skips drawing random weights (loaded next)."""
     return TransformerConfig(
         num_layers=model.num_layers,
         hidden_size=model.hidden_size,
@@ -81,13 +85,14 @@ def transformer_config(model: ModelConfig, *, tensor_model_parallel_size: int) -
         activation_func=F.silu,
         gated_linear_unit=True,
         add_bias_linear=False,
-        add_qkv_bias=False,
+        add_qkv_bias=model.qkv_bias,
+        qk_layernorm=model.qk_norm,
         hidden_dropout=0.0,
         attention_dropout=0.0,
         tensor_model_parallel_size=tensor_model_parallel_size,
         params_dtype=torch.float32,
         use_cpu_initialization=True,
-        perform_initialization=True,
+        perform_initialization=initialize,
         bias_activation_fusion=False,
         bias_dropout_fusion=False,
         masked_softmax_fusion=False,
@@ -99,19 +104,25 @@ def transformer_config(model: ModelConfig, *, tensor_model_parallel_size: int) -
     )
 
 
-def _layer_spec() -> ModuleSpec:
-    spec = get_gpt_layer_local_spec(normalization="RMSNorm")
+def _layer_spec(model: ModelConfig) -> ModuleSpec:
+    spec = get_gpt_layer_local_spec(normalization="RMSNorm", qk_layernorm=model.qk_norm)
     attention = spec.submodules.self_attention
     attention_submodules = dataclasses.replace(attention.submodules, core_attention=SdpaCoreAttention)
     self_attention = dataclasses.replace(attention, submodules=attention_submodules)
     return dataclasses.replace(spec, submodules=dataclasses.replace(spec.submodules, self_attention=self_attention))
 
 
-def build_gpt_model(model: ModelConfig, *, tensor_model_parallel_size: int, device: torch.device) -> GPTModel:
-    """This rank's slice of the model; call after ``distributed.setup_parallel`` and ``torch.manual_seed``."""
+def build_gpt_model(
+    model: ModelConfig, *, tensor_model_parallel_size: int, device: torch.device, initialize: bool = True
+) -> GPTModel:
+    """This rank's slice of the model; call after ``distributed.setup_parallel`` and ``torch.manual_seed``.
+
+    ``initialize=False`` leaves the weights uninitialized (for loading a checkpoint into them right after).
+    """
+    config = transformer_config(model, tensor_model_parallel_size=tensor_model_parallel_size, initialize=initialize)
     gpt = GPTModel(
-        config=transformer_config(model, tensor_model_parallel_size=tensor_model_parallel_size),
-        transformer_layer_spec=_layer_spec(),
+        config=config,
+        transformer_layer_spec=_layer_spec(model),
         vocab_size=model.vocab_size,
         max_sequence_length=model.max_position_embeddings,
         pre_process=True,
@@ -128,6 +139,8 @@ def build_gpt_model(model: ModelConfig, *, tensor_model_parallel_size: int, devi
             rotary_base=model.rope_theta,  # type: ignore[arg-type]
             use_cpu_initialization=True,
         )
+    # RoPE frequencies exactly as transformers computes them (Megatron's own llama3 scaling hard-codes 8192).
+    gpt.rotary_pos_emb.inv_freq = rope_inv_freq(model)
     return gpt.to(device)
 
 

@@ -20,7 +20,8 @@ import torch
 import torch.distributed as dist
 from torch import Tensor
 
-from actors.trainer import checkpoint
+from actors.hf.writer import DEFAULT_SHARD_BYTES
+from actors.trainer import checkpoint, hf_checkpoint
 from actors.trainer import model as gpt_model
 from actors.trainer.batch import Advantages, FloatRows, PackedBatch, TokenRows, pack_batch
 from actors.trainer.config import TrainerConfig
@@ -34,8 +35,8 @@ from actors.trainer.distributed import (
     setup_parallel,
     teardown_parallel,
 )
-from actors.trainer.errors import BatchRejected, TrainerError, TrainerFailed, WeightPushError
-from actors.trainer.grads import allreduce_gradients, clip_gradients
+from actors.trainer.errors import BatchRejected, CheckpointError, TrainerError, TrainerFailed, WeightPushError
+from actors.trainer.grads import allreduce_gradients, clip_gradients, sum_qk_norm_gradients
 from actors.trainer.hf_export import export_hf
 from actors.trainer.loss import policy_gradient_loss_sum
 from actors.trainer.weights_push import push_over_group, push_to_engines
@@ -81,10 +82,14 @@ class Trainer:
                 tensor_model_parallel_size=tp, seed=config.model.seed, timeout_s=config.collective_timeout_s
             )
             self._model = gpt_model.build_gpt_model(
-                config.model, tensor_model_parallel_size=tp, device=self._layout.device
-            )
+                config.model, tensor_model_parallel_size=tp, device=self._layout.device,
+                initialize=config.model_path is None,
+            )  # fmt: skip
             torch.manual_seed(config.seed)
             self._named = dict(self._model.named_parameters())
+            self._hf_dtypes: dict[str, torch.dtype] = {}
+            if config.model_path is not None:
+                self._hf_dtypes = hf_checkpoint.load(config.model_path, self._named, config.model, self._layout)
             self._params = list(self._named.values())
             self._optimizer = self._build_optimizer()
         except BaseException:
@@ -194,6 +199,8 @@ class Trainer:
                 loss_sum = self._micro_loss_sum(micro)
                 (loss_sum / max(global_tokens, 1.0)).backward()
                 local_loss += loss_sum.detach().double()
+            if self._config.model.qk_norm:
+                sum_qk_norm_gradients(self._named, group=layout.tp_group, size=layout.tp_size)
             total_loss = allreduce_gradients(self._params, local_loss, group=layout.dp_group, size=layout.dp_size)
             grad_norm = 0.0
             if global_tokens > 0:
@@ -249,6 +256,27 @@ class Trainer:
     def _export(self) -> list[tuple[str, Tensor]]:
         layout = self._layout
         return export_hf(self._named, self._config.model, group=layout.tp_group, tp_size=layout.tp_size)
+
+    def save_hf_checkpoint(self, path: str, max_shard_bytes: int = DEFAULT_SHARD_BYTES) -> str:
+        """Write the current weights as a Hugging Face directory at ``path`` (collective; rank 0 writes).
+
+        config.json (model_path's own, else one for the built-in model), safetensors shards of at most
+        ``max_shard_bytes`` (with ``model.safetensors.index.json`` when there are several) in model_path's dtypes
+        (float32 for the built-in model), and model_path's tokenizer files. ``path`` must not exist or be empty;
+        transformers' ``from_pretrained`` loads the result. The Megatron checkpoint (:meth:`save_checkpoint`)
+        remains the way to resume training.
+        """
+        with self._running("save_hf_checkpoint"):
+            pairs = self._export() if self._layout.dp_rank == 0 else []
+            error = ""
+            if self._layout.rank == 0:
+                try:
+                    hf_checkpoint.save(path, pairs, self._config, self._hf_dtypes, max_shard_bytes=max_shard_bytes)
+                except (OSError, ValueError) as exc:
+                    error = f"cannot write the HF checkpoint {path}: {type(exc).__name__}: {exc}"
+            if not all_ok(not error):
+                raise CheckpointError(error or f"rank {self._layout.rank}: rank 0 failed to write {path} (see its log)")
+            return path
 
     def weights_digest(self, *, gathered: bool = False) -> str:
         """sha256 of this rank's parameter shards (equal on DP replicas), or with ``gathered`` of the full

@@ -2,7 +2,9 @@
 
 ``POST {url}/update_weights_from_tensor`` with ``{"serialized_named_tensors": [encode_named_tensors(pairs)],
 "flush_cache": ..., "weight_version": ...}``; weights may go in several requests (buckets), with the cache
-flushed and the version set on the last one only.
+flushed and the version set on the last one only. As SGLang 0.5.23's scheduler requires
+(``srt/managers/scheduler_components/weight_updater.py``), tensor and distributed updates run between
+``/begin_weight_update`` and ``/end_weight_update``; the session is closed even when a bucket fails.
 
 Real SGLang's ``serialized_named_tensors`` carries CUDA IPC handles, valid only on the same host. Across
 hosts, :func:`push_over_group` uses SGLang's distributed protocol: rank 0 hosts a torch.distributed group
@@ -31,6 +33,8 @@ from actors.weights_wire import encode_named_tensors
 logger = logging.getLogger(__name__)
 
 UPDATE_PATH = "/update_weights_from_tensor"
+BEGIN_PATH = "/begin_weight_update"
+END_PATH = "/end_weight_update"
 
 
 def buckets(pairs: Sequence[tuple[str, Tensor]], bucket_bytes: int | None) -> list[list[tuple[str, Tensor]]]:
@@ -86,12 +90,16 @@ def push_to_engines(
     for url in urls:
         endpoint = url.rstrip("/") + UPDATE_PATH
         reply: dict[str, object] = {}
-        for index, payload in enumerate(encoded):
-            last = index == len(encoded) - 1
-            body: dict[str, object] = {"serialized_named_tensors": [payload], "flush_cache": last}
-            if last:
-                body["weight_version"] = weight_version
-            reply = post_json(endpoint, body, timeout_s=timeout_s)
+        post_json(url.rstrip("/") + BEGIN_PATH, {}, timeout_s=timeout_s)
+        try:
+            for index, payload in enumerate(encoded):
+                last = index == len(encoded) - 1
+                body: dict[str, object] = {"serialized_named_tensors": [payload], "flush_cache": last}
+                if last:
+                    body["weight_version"] = weight_version
+                reply = post_json(endpoint, body, timeout_s=timeout_s)
+        finally:
+            _end_session(url.rstrip("/"), timeout_s)
         logger.info(
             "pushed %d tensors (%d request(s)) to %s as version %s",
             len(pairs),
@@ -138,6 +146,7 @@ def push_over_group(
     pool = ThreadPoolExecutor(max_workers=1 + len(endpoints), thread_name_prefix="weights-push")
     group: WeightsGroup | None = None
     joined: list[str] = []
+    in_session: list[str] = []
     pushed = False
     try:
         init_body = {
@@ -177,6 +186,9 @@ def push_over_group(
             ) from exc
         _collect(inits, deadline)
         joined = list(endpoints)
+        begins = {url: pool.submit(post_json, url + BEGIN_PATH, {}, timeout_s=timeout_s) for url in endpoints}
+        in_session = list(endpoints)  # ended in every case; an engine whose begin failed just says so
+        _collect(begins, deadline)
         replies: dict[str, dict[str, object]] = {}
         for index, chunk in enumerate(chunks):
             last = index == len(chunks) - 1
@@ -210,6 +222,8 @@ def push_over_group(
         pushed = True
         return [replies.get(url, {}) for url in endpoints]
     finally:
+        for url in in_session:
+            _end_session(url, timeout_s)
         # Engines leave first: a pending send of ours then fails at once instead of blocking our abort.
         for url in joined:
             try:
@@ -219,6 +233,14 @@ def push_over_group(
         if group is not None:
             group.close(abort=not pushed)
         pool.shutdown(wait=False, cancel_futures=True)
+
+
+def _end_session(url: str, timeout_s: float) -> None:
+    """Close the engine's weight-update session (best effort: logged, never raised)."""
+    try:
+        post_json(url + END_PATH, {}, timeout_s=timeout_s)
+    except WeightPushError as exc:
+        logger.warning("could not end the weight-update session on %s: %s", url, exc)
 
 
 def _broadcast(

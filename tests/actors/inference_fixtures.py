@@ -158,4 +158,4 @@ def served(url: str) -> float:
 
 
 def engine_version(url: str) -> str:
-    return requests.get(url + "/get_weight_version", timeout=HTTP_TIMEOUT_S).json()["weight_version"]
+    return requests.get(url + "/model_info", timeout=HTTP_TIMEOUT_S).json()["weight_version"]

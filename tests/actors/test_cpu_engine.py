@@ -87,7 +87,7 @@ def greedy_batch(model: torch.nn.Module, prompts: list[list[int]], n: int, **par
     seqs = [
         Sequence(
             item=GenerationItem(rid=str(i), input_ids=p, params=sp, return_logprob=True, logprob_text=False),
-            generator=torch.Generator().manual_seed(sp.effective_seed or 0),
+            generator=torch.Generator().manual_seed(sp.sampling_seed or 0),
             max_new_tokens=n,
         )
         for i, p in enumerate(prompts)
@@ -127,9 +127,9 @@ def test_greedy_and_seeded_sampling_are_deterministic() -> None:
     assert first == [s.output_ids for s in greedy_batch(model, prompts, 10)]
     assert first[0] == first[1]
     assert [s.output_ids for s in greedy_batch(model, prompts, 10, temperature=1.0, top_k=1)] == first
-    sampled = [s.output_ids for s in greedy_batch(model, prompts, 10, temperature=1.0, seed=3)]
-    assert sampled == [s.output_ids for s in greedy_batch(model, prompts, 10, temperature=1.0, seed=3)]
-    assert sampled != [s.output_ids for s in greedy_batch(model, prompts, 10, temperature=1.0, seed=4)]
+    sampled = [s.output_ids for s in greedy_batch(model, prompts, 10, temperature=1.0, sampling_seed=3)]
+    assert sampled == [s.output_ids for s in greedy_batch(model, prompts, 10, temperature=1.0, sampling_seed=3)]
+    assert sampled != [s.output_ids for s in greedy_batch(model, prompts, 10, temperature=1.0, sampling_seed=4)]
 
 
 def test_build_model_from_named_tensors_checks_names_and_shapes() -> None:
@@ -202,6 +202,15 @@ def get(engine: EngineProcess, path: str) -> requests.Response:
     return requests.get(engine.url + path, timeout=HTTP_TIMEOUT_S)
 
 
+def in_session(engine: EngineProcess, path: str, body: Any) -> requests.Response:
+    """``path`` between /begin_weight_update and /end_weight_update, as SGLang 0.5.23 requires."""
+    assert post(engine, "/begin_weight_update", {}).status_code == 200
+    try:
+        return post(engine, path, body)
+    finally:
+        assert post(engine, "/end_weight_update", {}).status_code == 200
+
+
 def greedy(engine: EngineProcess, prompt: str = "The answer is", n: int = 16) -> dict[str, Any]:
     body = {"text": prompt, "sampling_params": {"temperature": 0, "max_new_tokens": n, "ignore_eos": True}}
     reply = post(engine, "/generate", body)
@@ -215,7 +224,7 @@ def test_serves_every_endpoint(engine: EngineProcess) -> None:
     params = {"max_new_tokens": 4, "temperature": 0, "ignore_eos": True}
     body = {"input_ids": [256, 1, 2], "sampling_params": params, "return_logprob": True, "rid": "r-one"}
     one = post(engine, "/generate", body).json()
-    version = get(engine, "/get_weight_version").json()["weight_version"]
+    version = get(engine, "/model_info").json()["weight_version"]
     meta = one["meta_info"]
     assert meta["id"] == "r-one" and meta["prompt_tokens"] == 3 and meta["completion_tokens"] == 4
     assert meta["finish_reason"] == {"type": "length", "length": 4} and meta["weight_version"] == version
@@ -242,6 +251,7 @@ def test_serves_every_endpoint(engine: EngineProcess) -> None:
     values = {line.split("{")[0]: float(line.rsplit(" ", 1)[1]) for line in samples}
     assert values["sglang:generation_tokens_total"] >= 9 and values["sglang:num_requests_total"] >= 3
     assert "sglang:num_running_reqs" in values and "sglang:num_queue_reqs" in values
+    assert values["sglang:time_to_first_token_seconds_count"] >= 3 and "sglang:token_usage" in values
 
 
 @pytest.mark.parametrize(
@@ -249,21 +259,20 @@ def test_serves_every_endpoint(engine: EngineProcess) -> None:
     [
         ("/generate", b"{not json", 400, "not valid JSON"),
         ("/generate", {"text": "x", "input_ids": [1]}, 400, "exactly one of 'text' or 'input_ids'"),
-        ("/generate", {"txt": "x"}, 400, "txt: Extra inputs are not permitted"),
+        ("/generate", {"txt": "x"}, 400, "txt: not a field of SGLang's GenerateReqInput"),
         ("/generate", {"text": "x", "sampling_params": {"temprature": 0}}, 400, "sampling_params.temprature"),
         ("/generate", {"text": "x", "sampling_params": {"top_p": 2}}, 400, "sampling_params.top_p"),
         ("/generate", {"input_ids": [1, 260]}, 400, "'input_ids[1]' = 260 is outside the vocabulary"),
         ("/generate", {"input_ids": []}, 400, "'input_ids' is empty"),
-        ("/generate", {"input_ids": [1] * 256}, 400, "context length is 256"),
+        ("/generate", {"input_ids": [1] * 256}, 400, "model's context length (256 tokens)"),
         ("/generate", {"text": ["a", "b"], "sampling_params": [{}]}, 400, "'sampling_params' has 1 entries"),
-        ("/generate", {"text": "x", "stream": True}, 400, "streaming is not supported"),
         ("/generate", {"text": "x", "return_hidden_states": True}, 400, "return_hidden_states=true"),
         ("/update_weights_from_tensor", {}, 400, "serialized_named_tensors: Field required"),
         (
             "/update_weights_from_tensor",
             {"serialized_named_tensors": ["%%"]},
             400,
-            "serialized_named_tensors[0]",
+            "must run between begin_weight_update() and end_weight_update()",
         ),
         (
             "/update_weights_from_disk",
@@ -295,7 +304,7 @@ def test_malformed_requests_get_4xx_naming_the_problem(
 def test_weight_update_rejects_mismatched_tensors(engine: EngineProcess) -> None:
     before = greedy(engine)["output_ids"]
     bad = [("model.norm.weight", torch.ones(64)), ("lm_head.weight", torch.zeros(2, 2))]
-    reply = post(engine, "/update_weights_from_tensor", {"serialized_named_tensors": [encode_named_tensors(bad)]})
+    reply = in_session(engine, "/update_weights_from_tensor", {"serialized_named_tensors": [encode_named_tensors(bad)]})
     assert reply.status_code == 400 and "'lm_head.weight' has shape [2, 2]" in reply.json()["message"]
     assert reply.json()["success"] is False
     assert greedy(engine)["output_ids"] == before  # all-or-nothing: model.norm.weight was not applied either
@@ -306,7 +315,7 @@ def test_weight_updates_change_greedy_output_deterministically(engine: EnginePro
     new_model = build_model(GQA.model_copy(update={"seed": 99}))
     payload = encode_named_tensors(list(new_model.state_dict().items()))
     body = {"serialized_named_tensors": [payload], "flush_cache": True, "weight_version": "v-99"}
-    reply = post(engine, "/update_weights_from_tensor", body)
+    reply = in_session(engine, "/update_weights_from_tensor", body)
     assert reply.status_code == 200 and reply.json()["success"] is True, reply.text
     updated = greedy(engine)
     assert updated["output_ids"] != original["output_ids"]
@@ -314,11 +323,18 @@ def test_weight_updates_change_greedy_output_deterministically(engine: EnginePro
     assert get(engine, "/get_model_info").json()["weight_version"] == "v-99"
     expected = greedy_batch(new_model, [tokenizer.encode("The answer is")], 16)[0].output_ids
     assert updated["output_ids"] == expected  # same tokens as the in-process model with those weights
-    assert post(engine, "/update_weights_from_tensor", body).status_code == 200
+    assert in_session(engine, "/update_weights_from_tensor", body).status_code == 200
     assert greedy(engine)["output_ids"] == updated["output_ids"]
     # A partial update (one bucket) is accepted and only touches what it names.
-    partial = {"serialized_named_tensors": [encode_named_tensors([("model.norm.weight", torch.ones(64))])]}
-    assert post(engine, "/update_weights_from_tensor", partial).json()["num_tensors"] == 1
+    partial = {"serialized_named_tensors": [encode_named_tensors([("model.norm.weight", torch.full((64,), 2.0))])]}
+    assert in_session(engine, "/update_weights_from_tensor", partial).json()["success"] is True
+    norm = post(engine, "/get_weights_by_name", {"name": "model.norm.weight", "truncate_size": 3}).json()
+    assert norm == [2.0, 2.0, 2.0]
+    q_proj = post(
+        engine, "/get_weights_by_name", {"name": "model.layers.0.self_attn.q_proj.weight", "truncate_size": 1}
+    )
+    expected_row = new_model.state_dict()["model.layers.0.self_attn.q_proj.weight"][:1].tolist()
+    assert q_proj.json()[0] == pytest.approx(expected_row[0])
     # Back to the original weights from disk (a torch state dict file).
     torch.save(build_model(GQA).state_dict(), tmp_path / "pytorch_model.bin")
     reply = post(engine, "/update_weights_from_disk", {"model_path": str(tmp_path), "weight_version": "v-orig"})
@@ -361,7 +377,8 @@ def test_abort_request_finishes_it_as_aborted(engine: EngineProcess) -> None:
             while get(engine, "/server_info").json()["internal_states"][0]["num_in_flight"] != 1:
                 assert time.monotonic() < deadline, "request never arrived"
                 time.sleep(0.05)
-            assert post(engine, "/abort_request", {"rid": "to-abort"}).json()["num_aborted"] == 1
+            aborted = post(engine, "/abort_request", {"rid": "to-abort"})
+            assert aborted.status_code == 200 and aborted.content == b""  # SGLang answers an empty 200
             post(engine, "/continue_generation")
             reply = pending.result(timeout=HTTP_TIMEOUT_S).json()
         assert reply["meta_info"]["finish_reason"]["type"] == "abort"
@@ -371,15 +388,18 @@ def test_abort_request_finishes_it_as_aborted(engine: EngineProcess) -> None:
 
 
 def test_released_memory_refuses_generation_until_resumed(engine: EngineProcess) -> None:
-    assert post(engine, "/release_memory_occupation", {}).json()["released"] == [
-        "cuda_graph",
-        "kv_cache",
-        "weights",
-    ]
+    released = post(engine, "/release_memory_occupation", {})
+    assert released.status_code == 200 and released.json() is None  # SGLang's handler returns nothing
+    states = get(engine, "/server_info").json()["internal_states"][0]
+    assert states["released_memory"] == ["cuda_graph", "kv_cache", "weights"]
+    assert get(engine, "/ready").status_code == 503
     try:
         reply = post(engine, "/generate", {"text": "x"})
         assert reply.status_code == 503 and "/resume_memory_occupation" in reply.json()["error"]["message"]
         assert get(engine, "/health_generate").status_code == 503
     finally:
-        assert post(engine, "/resume_memory_occupation", {"tags": None}).json()["released"] == []
+        assert post(engine, "/resume_memory_occupation", {"tags": None}).status_code == 200
+    again = post(engine, "/resume_memory_occupation", {"tags": ["weights"]})
+    assert again.status_code == 400 and "was not released" in again.json()["message"]
+    assert get(engine, "/ready").status_code == 200
     assert greedy(engine, n=2)["meta_info"]["completion_tokens"] == 2

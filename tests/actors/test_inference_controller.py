@@ -62,7 +62,7 @@ def test_two_engines_serve_generate_through_the_router(controller: ActorHandle) 
     [
         ({"input_ids": [256, 999]}, "'input_ids[1]' = 999 is outside the vocabulary"),
         ({"text": "x", "sampling_params": {"top_p": 2}}, "sampling_params.top_p"),
-        ({"input_ids": [256] * 200}, "the context length is 128"),
+        ({"input_ids": [256] * 200}, "longer than the model's context length (128 tokens)"),
     ],
 )
 def test_malformed_requests_through_the_router_get_4xx_with_a_message(
@@ -110,9 +110,11 @@ def test_update_lock_is_held_from_start_until_end_or_abort(controller: ActorHand
             # The trainer posts to the engines itself, then ends the update.
             other = TINY.model_copy(update={"seed": 5})
             payload = {"serialized_named_tensors": [encode_named_tensors(list(weights_of(other).items()))]}
-            for url in info["engine_urls"]:
+            for url in info["engine_urls"]:  # inside a begin/end session, as SGLang 0.5.23 requires
+                assert requests.post(url + "/begin_weight_update", json={}, timeout=HTTP_TIMEOUT_S).ok
                 reply = requests.post(url + "/update_weights_from_tensor", json=payload, timeout=HTTP_TIMEOUT_S)
                 assert reply.status_code == 200, reply.text
+                assert requests.post(url + "/end_weight_update", json={}, timeout=HTTP_TIMEOUT_S).ok
             later = controller.start_update_weights(timeout_s=20)  # waits for the lock rather than failing
             time.sleep(0.3)
             assert not later.done()
@@ -176,7 +178,9 @@ def test_pending_engine_joins_the_router_only_with_weights_and_dies_with_the_con
         # The trainer pushes directly and names no copy: a restarted engine must wait for the next update.
         info = controller.start_update_weights().result(30)
         payload = {"serialized_named_tensors": [encode_named_tensors(list(weights_of(TINY).items()))]}
+        assert requests.post(cell["url"] + "/begin_weight_update", json={}, timeout=30).ok  # SGLang 0.5.23's session
         assert requests.post(cell["url"] + "/update_weights_from_tensor", json=payload, timeout=30).status_code == 200
+        assert requests.post(cell["url"] + "/end_weight_update", json={}, timeout=30).ok
         controller.end_update_weights(info["token"], "v1").result(30)
         [cell] = controller.cells().result(10)
         assert cell["state"] == "serving" and cell["weight_version"] == "v1"

@@ -11,9 +11,6 @@ import json
 import math
 import os
 import signal
-import socket
-import subprocess
-import sys
 import threading
 import time
 from collections.abc import Iterator, Sequence
@@ -24,67 +21,14 @@ import pytest
 import torch
 import torch.nn.functional as F
 from pydantic import ValidationError
+from rank_processes import Ranks
 
 from actors.model_config import ModelConfig
 from actors.trainer import OptimizerConfig, ParallelConfig, TrainerConfig
 from actors.weights_wire import decode_named_tensors
 
 HELPER = Path(__file__).with_name("trainer_helpers.py")
-REPO = Path(__file__).resolve().parents[2]
 RANKS_DEADLINE_S = 60.0
-
-
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
-class Ranks:
-    """Rank processes of one scenario; :meth:`stop` kills whatever is still running, by pid."""
-
-    def __init__(
-        self, scenario: str, *, world_size: int, tp: int, out: Path, timeout_s: float, extra: list[str]
-    ) -> None:
-        self.out = out
-        self.procs: list[subprocess.Popen[bytes]] = []
-        port = free_port()
-        env = {**os.environ, "PYTHONPATH": f"{REPO}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
-        for rank in range(world_size):
-            args = [str(HELPER), scenario, "--rank", str(rank), "--world-size", str(world_size)]
-            args += ["--port", str(port), "--tp", str(tp), "--timeout", str(timeout_s), "--out", str(out)]
-            args += extra
-            with open(out / f"log{rank}.txt", "wb") as log:  # the child keeps its own descriptor
-                proc = subprocess.Popen([sys.executable, *args], cwd=REPO, env=env, stdout=log, stderr=log)
-            self.procs.append(proc)
-
-    def wait(self, ranks: list[int], deadline: float) -> None:
-        for rank in ranks:
-            remaining = max(0.1, deadline - time.monotonic())
-            try:
-                code = self.procs[rank].wait(timeout=remaining)
-            except subprocess.TimeoutExpired:
-                pytest.fail(f"rank {rank} still running at the deadline\n{self.logs()}")
-            assert code == 0, f"rank {rank} exited with {code}\n{self.logs()}"
-
-    def result(self, rank: int) -> dict:
-        data = json.loads((self.out / f"rank{rank}.json").read_text())
-        assert "exception" not in data, data["exception"]
-        return data
-
-    def logs(self) -> str:
-        return "\n".join(
-            f"--- rank {r} ---\n{(self.out / f'log{r}.txt').read_text(errors='replace')[-3000:]}"
-            for r in range(len(self.procs))
-        )
-
-    def stop(self) -> None:
-        for proc in self.procs:
-            if proc.poll() is None:
-                os.kill(proc.pid, signal.SIGKILL)
-        for proc in self.procs:
-            proc.wait(timeout=10)
-        assert all(proc.poll() is not None for proc in self.procs), "rank processes left running"
 
 
 @pytest.fixture
@@ -96,7 +40,7 @@ def start_ranks(tmp_path: Path) -> Iterator:
     ) -> Ranks:
         out = tmp_path / f"{scenario}-tp{tp}"
         out.mkdir()
-        ranks = Ranks(scenario, world_size=world_size, tp=tp, out=out, timeout_s=timeout_s, extra=list(extra))
+        ranks = Ranks(HELPER, scenario, world_size=world_size, tp=tp, out=out, timeout_s=timeout_s, extra=list(extra))
         started.append(ranks)
         return ranks
 
@@ -106,18 +50,25 @@ def start_ranks(tmp_path: Path) -> Iterator:
 
 
 class FakeEngine:
-    """``POST {url}/good/update_weights_from_tensor`` records the body; ``/bad/...`` answers HTTP 500."""
+    """``POST {url}/good/update_weights_from_tensor`` records the body; ``/bad/...`` answers HTTP 500.
+
+    ``/good/begin_weight_update`` and ``/good/end_weight_update`` (the session SGLang 0.5.23's scheduler wants
+    around a tensor update) answer success and are recorded in ``sessions``.
+    """
 
     def __init__(self) -> None:
         self.bodies: list[dict] = []
+        self.sessions: list[str] = []
         engine = self
 
         class Handler(BaseHTTPRequestHandler):
             def do_POST(self) -> None:
                 body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
-                ok = self.path == "/good/update_weights_from_tensor"
-                if ok:
+                ok = self.path.startswith("/good/")
+                if self.path == "/good/update_weights_from_tensor":
                     engine.bodies.append(body)
+                elif ok:
+                    engine.sessions.append(self.path.removeprefix("/good/"))
                 reply = json.dumps({"success": ok, "message": "ok" if ok else "broken engine"}).encode()
                 self.send_response(200 if ok else 500)
                 self.send_header("Content-Type", "application/json")
@@ -265,6 +216,7 @@ def _check_push(results: list[dict], engine: FakeEngine, out: Path) -> None:
     assert [r["bad_push"] for r in results] == ["WeightPushError"] * 2  # every rank hears of the failure
     assert all(r["health"]["failed"] is None for r in results)  # and the trainer stays usable
     assert len(engine.bodies) == 1, "the good engine must get exactly one request"
+    assert engine.sessions == ["begin_weight_update", "end_weight_update"]
     body = engine.bodies[0]
     assert body["flush_cache"] is True and body["weight_version"] == "v3"
     pushed = decode_named_tensors(body["serialized_named_tensors"][0])
@@ -274,8 +226,23 @@ def _check_push(results: list[dict], engine: FakeEngine, out: Path) -> None:
         assert torch.equal(got, want), name
 
 
+def _check_hf_directory(out: Path, saved: dict) -> None:
+    """save_hf_checkpoint of the built-in model: transformers loads it and computes the trainer's logits."""
+    from safetensors.torch import load_file
+    from transformers import AutoModelForCausalLM
+
+    on_disk = load_file(str(out / "hf" / "model.safetensors"))
+    assert set(on_disk) == {name for name, _ in saved["weights"]}
+    assert all(torch.equal(on_disk[name], tensor) for name, tensor in saved["weights"])
+    model = AutoModelForCausalLM.from_pretrained(str(out / "hf"), local_files_only=True, dtype=torch.float32)
+    with torch.no_grad():
+        logits = model(input_ids=torch.tensor(saved["probe"])).logits
+    torch.testing.assert_close(saved["logits"], logits, rtol=1e-4, atol=1e-5)
+
+
 def _check_export(out: Path) -> None:
     saved = torch.load(out / "export.pt", weights_only=True)
+    _check_hf_directory(out, saved)
     cfg = ModelConfig.model_validate(saved["model"])
     weights = dict(saved["weights"])
     expected = expected_hf_shapes(cfg)

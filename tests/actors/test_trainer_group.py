@@ -6,8 +6,11 @@ import os
 import signal
 import time
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
+import torch
+from safetensors.torch import load_file
 
 from actors.model_config import ModelConfig
 from actors.trainer import OptimizerConfig, TrainerConfig
@@ -35,7 +38,7 @@ def group(no_leaks: None) -> Iterator[TrainerGroup]:
         trainers.kill()
 
 
-def test_group_trains_and_ranks_agree(group: TrainerGroup) -> None:
+def test_group_trains_and_ranks_agree(group: TrainerGroup, tmp_path: Path) -> None:
     assert [lay["dp_rank"] for lay in group.layouts] == [0, 1]
     batch = [TARGET] * 4
     losses = [group.train_step(batch, None, [1.0] * 4)["loss"] for _ in range(4)]
@@ -44,6 +47,13 @@ def test_group_trains_and_ranks_agree(group: TrainerGroup) -> None:
     assert digests[0] == digests[1]
     health = group.health()
     assert [h["step"] for h in health] == [4, 4] and not any(h["running"] for h in health)
+    saved = group.save_hf_checkpoint(str(tmp_path / "hf"))  # every rank takes part, rank 0 writes
+    exported = dict(group.export_hf_weights())
+    on_disk = load_file(str(Path(saved) / "model.safetensors"))
+    assert set(on_disk) == set(exported) and all(torch.equal(on_disk[n], t) for n, t in exported.items())
+    with pytest.raises(TrainerGroupError, match="exists and is not an empty directory"):
+        group.save_hf_checkpoint(saved)  # refused on every rank, and the trainer stays usable
+    assert group.train_step(batch, None, [1.0] * 4)["step"] == 5
 
 
 def test_health_answers_while_a_step_runs(group: TrainerGroup) -> None:

@@ -7,7 +7,8 @@ Scenarios:
 
 - ``train``: a few policy-gradient steps on fixed sequences with positive advantage (each DP rank its own
   sequence), digests after every step, a checkpoint round trip (save after step 2, redo step 3 after
-  loading: same weights and optimizer state), an HF export with logits for the test's reference model,
+  loading: same weights and optimizer state), an HF export with logits for the test's reference model and
+  ``save_hf_checkpoint`` to ``DIR/hf`` (the built-in model as an HF directory),
   then (with ``--engine-url``) a weight push to a fake engine and one to a failing engine; health() is
   polled from a thread during the first step.
 - ``peer_lost``: one step, then rank 1 stops answering (``DIR/ready1`` written, then it sleeps until the
@@ -104,6 +105,7 @@ def run_train(trainer: Trainer, args: argparse.Namespace) -> dict[str, object]:
     result["optimizer_after_redo"] = trainer.optimizer_digest()
     result["step_after_redo"] = trainer.step
     pairs = trainer.export_hf_weights()
+    result["hf_dir"] = trainer.save_hf_checkpoint(str(Path(args.out) / "hf"))
     logits = trainer.forward_logits(torch.tensor(PROBE))
     logprobs = trainer.forward_logprobs(PROBE)
     if trainer.layout.rank == 0:

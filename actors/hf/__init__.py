@@ -1,0 +1,55 @@
+"""Hugging Face model directories: config.json, lazily sliced safetensors, tokenizers, and writing them back.
+
+Public surface::
+
+    read_model_config(model_path) -> ModelConfig       config.json as transformers reads it; UnsupportedConfig
+    hf_config_dict(model) -> dict                      a config.json for a ModelConfig (the built-in model)
+    CheckpointReader(model_path)                       .names() .shape(n) .dtype(n) .read(n, dim=, start=, stop=)
+                                                       .read_part(n, dim=, part=, parts=)  (tensor-parallel slices)
+    write_checkpoint(dir, tensors, config, source_dir=, max_shard_bytes=)   shards + index + tokenizer files
+    HfTokenizer(model_path)                            encode / decode / apply_chat_template (local files only)
+    rope_inv_freq(model)                               RoPE inverse frequencies as transformers computes them
+    errors: UnsupportedConfig, CheckpointError, TokenizerError
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+from actors.hf.config import UnsupportedConfig, hf_config_dict, read_model_config
+
+if TYPE_CHECKING:
+    from actors.hf.reader import CheckpointError, CheckpointReader
+    from actors.hf.rope import rope_inv_freq
+    from actors.hf.tokenizer import HfTokenizer, TokenizerError
+    from actors.hf.writer import write_checkpoint
+
+# Imported on first use: they pull in torch, safetensors or transformers, which config users do not need.
+_LAZY = {
+    "CheckpointError": "actors.hf.reader",
+    "CheckpointReader": "actors.hf.reader",
+    "rope_inv_freq": "actors.hf.rope",
+    "HfTokenizer": "actors.hf.tokenizer",
+    "TokenizerError": "actors.hf.tokenizer",
+    "write_checkpoint": "actors.hf.writer",
+}
+
+
+def __getattr__(name: str) -> Any:
+    if name in _LAZY:
+        return getattr(importlib.import_module(_LAZY[name]), name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+__all__ = [
+    "CheckpointError",
+    "CheckpointReader",
+    "HfTokenizer",
+    "TokenizerError",
+    "UnsupportedConfig",
+    "hf_config_dict",
+    "read_model_config",
+    "rope_inv_freq",
+    "write_checkpoint",
+]
