@@ -296,7 +296,7 @@ class HostAgent:
         managed.exited.set()
         self._adopt_orphans()
         terminate_trees([managed.tree], grace_s=2.0)  # leftovers of a dead worker: no orphans
-        shared_memory.remove_spares_of(managed.popen.pid)  # an actor killed by a signal leaves its spare file
+        shared_memory.remove_files_of(managed.popen.pid)  # an actor killed by a signal leaves its segment files
         for reader in managed.readers:
             reader.join(timeout=3.0)
         with managed.log_lock:

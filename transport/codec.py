@@ -4,7 +4,8 @@
 long are not copied into the body but referenced by index, so ZeroMQ can send them with ``copy=False``.
 Arrays and tensors keep dtype, shape and strides: a transposed (permuted) array is sent as its dense base plus
 the permutation and comes back with the same strides; other non-contiguous arrays are made contiguous first.
-Tuples stay tuples. Large arrays decoded from received frames share the frame's memory (read-only for numpy).
+Tuples stay tuples. Large arrays decoded from received frames share the frame's memory, and those sent through
+shared memory (:func:`encode_shared`) share the sender's segment: numpy arrays are read-only either way.
 
 Decoding, bounded because every body is hostile until decoded, is :mod:`transport.decoder`'s (``decode`` is
 re-exported here).
@@ -110,8 +111,9 @@ class _Encoder:
             return bytes(raw)
         if self.use_shared_memory and nbytes >= shared_memory.SHM_THRESHOLD:
             name = shared_memory.write(memoryview(raw))
-            self.shared.append(name)
-            return [name, nbytes]
+            if name is not None:  # None: /dev/shm cannot take it now, the socket can
+                self.shared.append(name)
+                return [name, nbytes]
         if len(self.buffers) == _MAX_BUFFERS:
             raise UnsupportedTypeError(
                 f"a message carries at most {_MAX_BUFFERS} bytes objects or arrays of {self.threshold} bytes or more; "
@@ -252,8 +254,9 @@ def encode(obj: Any, *, threshold: int = OUT_OF_BAND_THRESHOLD) -> tuple[bytes, 
 def encode_shared(obj: Any) -> tuple[tuple[bytes, list[Buffer]], list[str]]:
     """Like :func:`encode`, but buffers of ``SHM_THRESHOLD`` bytes or more go through shared memory.
 
-    Only for a receiver on this machine. Returns the payload and the names of the files written; the caller
-    unlinks them (``shared_memory.unlink``) once the message is surely consumed or abandoned.
+    Only for a receiver on this machine. Returns the payload and the names of the segments published; the caller
+    hands them to ``shared_memory.unlink`` once the call is settled (what the receiver never took then goes back
+    to the pool).
     """
     if _plain(obj, OUT_OF_BAND_THRESHOLD):
         return (_pack_plain(obj), []), []

@@ -5,7 +5,9 @@ levels (counted as they are entered; the total is bounded by a scan of a small b
 the decoded value); strings, lists and maps no longer than the bytes that would hold them; arrays and tensors
 only of plain numeric or bool dtypes, with shape, permutation and data size checked against each other before
 anything is built; each out-of-band buffer used once; a tensor only in a process that has already imported
-torch. Anything else raises DecodeError. Large arrays share the received frame's memory (read-only for numpy).
+torch. Anything else raises DecodeError. Large arrays share the received frame's memory, or the sender's
+shared-memory segment (mapped copy-on-write, released to the sender when the last array or tensor using it goes):
+numpy arrays are read-only; a tensor written in place changes its own copy-on-write pages, never the sender's.
 """
 
 from __future__ import annotations
@@ -244,7 +246,8 @@ class _Decoder:
             tensor = torch.empty(dense_shape, dtype=dtype)  # no elements: nothing is allocated
         else:
             with warnings.catch_warnings():
-                warnings.simplefilter("ignore", UserWarning)  # frames are read-only buffers; tensors share them
+                # Frames and shared-memory views are read-only buffers; tensors share them (writes stay private).
+                warnings.simplefilter("ignore", UserWarning)
                 flat = torch.frombuffer(raw if type(ref) is not bytes else bytearray(raw), dtype=torch.uint8)
             tensor = flat.view(dtype).reshape(dense_shape)
         return tensor.permute(inverse(perm)) if perm else tensor

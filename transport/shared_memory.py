@@ -1,19 +1,25 @@
-"""Same-host shared-memory path for large buffers: one copy into /dev/shm instead of two through TCP.
+"""Same-host shared-memory path for large buffers: the sender copies once into memory it keeps mapped, the
+receiver maps the same pages (no copy) and hands out read-only views on them.
 
-The sender writes a buffer into a fresh file ``miles-<pid>-<32 hex digits>`` (mode 0600) in its user's private
-directory ``SHM_DIR`` (``/dev/shm/miles-u<uid>``, mode 0700) and sends only the name; the receiver maps the file
-and unlinks it at once, so the memory lives exactly as long as the arrays that use it. The sender also unlinks its
-files once the call is settled (covering messages never decoded), and ``sweep_orphans`` removes files left by
-processes that died. A write fills a file allocated ahead of need when one of its size is ready
-(:mod:`transport.shm_spares`). ``MILES_SHM=0`` turns the path off (every byte then crosses the socket: useful to
-measure TCP, or where /dev/shm is small); ``MILES_SHM_DIR`` moves the base directory.
+The sender copies a buffer into a segment of its pool (:mod:`transport.shm_pool`), a file in its user's private
+directory ``SHM_DIR`` (``/dev/shm/miles-u<uid>``, mode 0700), and sends only the segment's public name
+``miles-<pid>-<32 hex digits>``. The receiver (:func:`read`) *takes* the segment by renaming it to
+``<name>.r<its pid>``, maps it copy-on-write and returns a read-only view: numpy arrays decoded from it are
+read-only (as arrays from socket frames are), and a torch tensor written in place gets private pages, never
+touching the sender's. When the last view goes (the mapping is garbage), the receiver renames the file to
+``<name>.f`` and the sender reuses the segment. The sender takes back a segment never taken once the call is
+settled (:func:`unlink`: a reader that comes later finds the name gone), and one whose reader died.
+``sweep_orphans`` and ``remove_files_of`` clean up after processes that died. ``MILES_SHM=0`` turns the path
+off (every byte then crosses the socket: useful to measure TCP, or where /dev/shm is small); ``MILES_SHM_DIR``
+moves the base directory; ``MILES_SHM_POOL_BYTES`` caps each process's pool.
 
-What binds a reference to the buffer it names: the name's 128 random bits, known only to the writer and to the
-peer it sent the name to, in a directory no other user can list or write. The pid in a name only says whose it
-is for ``sweep_orphans``: it proves nothing. The directory is used only if it is a real directory (not a link) of
-this user with mode 0700. A reader opens a file without following links and maps it only if it is a regular file
-of this user, linked once, of exactly the size the reference states; otherwise it raises ValueError and leaves the
-file alone. Processes of different users never share buffers: their ``machine_id`` differs.
+What binds a reference to the buffer it names: the name's 128 random bits, fresh for every message, known only
+to the writer and to the peer it sent the name to, in a directory no other user can list or write. The pid in
+a name only says whose it is for cleaning up: it proves nothing. The directory is used only if it is a real
+directory (not a link) of this user with mode 0700. A reader takes a name by an atomic rename (so one reader at
+most gets it), opens it without following links and maps it only if it is a regular file of this user, linked
+once, holding at least the bytes the reference states; otherwise it raises ValueError and renames the file back,
+leaving it in place. Processes of different users never share buffers: their ``machine_id`` differs.
 """
 
 from __future__ import annotations
@@ -23,15 +29,17 @@ import contextlib
 import logging
 import mmap
 import os
-import re
-import secrets
 import stat
+import threading
+import time
+import weakref
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 
 import psutil
 
-from transport import shm_spares
+from transport import shm_names
+from transport.shm_pool import SegmentPool, max_bytes_from_env
 
 log = logging.getLogger(__name__)
 
@@ -41,12 +49,11 @@ SHM_DIR = SHM_ROOT / f"miles-u{os.geteuid()}"
 #: Set to ``0`` to keep every buffer on the socket, even between processes of one machine.
 SHM_ENV = "MILES_SHM"
 #: Buffers at least this large use shared memory when both ends are on one machine.
-SHM_THRESHOLD = 4 * 1024 * 1024  # below this, one zero-copy TCP frame is as fast as a file in /dev/shm
-_NAME = re.compile(r"miles-([1-9][0-9]{0,6})-[0-9a-f]{32}")  # Linux pids have at most 7 digits
-_SPARE_NAME = re.compile(rf"{shm_spares.PREFIX}([1-9][0-9]{{0,6}})-[0-9a-f]{{16}}({re.escape(shm_spares.PARTIAL)})?")
-_MAX_WRITE = 1 << 30
+SHM_THRESHOLD = 4 * 1024 * 1024  # below this, one zero-copy TCP frame is as fast as a copy through /dev/shm
 _MAX_BYTES = 1 << 48
 _OPEN_DIRECTORY = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+_OPEN_BUFFER = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC  # NONBLOCK: a planted FIFO
+_WARN_EVERY_S = 60.0
 
 
 def machine_id() -> str:
@@ -71,21 +78,23 @@ def available() -> bool:
 
 
 @contextlib.contextmanager
-def _directory(*, create: bool = False) -> Iterator[int]:
-    """A descriptor of SHM_DIR, checked to be this user's own directory with mode 0700; raises OSError."""
+def _directory(*, create: bool = False, path: Path | None = None) -> Iterator[int]:
+    """A descriptor of ``path`` (default SHM_DIR), checked to be this user's own directory with mode 0700;
+    raises OSError."""
+    path = path or SHM_DIR
     created = False
     if create:
         with contextlib.suppress(FileExistsError):
-            os.mkdir(SHM_DIR, 0o700)
+            os.mkdir(path, 0o700)
             created = True
-    fd = os.open(SHM_DIR, _OPEN_DIRECTORY)  # a symbolic link fails here (O_NOFOLLOW)
+    fd = os.open(path, _OPEN_DIRECTORY)  # a symbolic link fails here (O_NOFOLLOW)
     try:
         if created:
             os.fchmod(fd, 0o700)  # whatever the umask
         info = os.fstat(fd)
         if info.st_uid != os.geteuid() or stat.S_IMODE(info.st_mode) != 0o700:
             raise PermissionError(
-                f"{SHM_DIR} belongs to uid {info.st_uid} with mode {stat.S_IMODE(info.st_mode):o}; it must be this "
+                f"{path} belongs to uid {info.st_uid} with mode {stat.S_IMODE(info.st_mode):o}; it must be this "
                 f"user's (uid {os.geteuid()}) with mode 700: remove it"
             )
         yield fd
@@ -93,76 +102,85 @@ def _directory(*, create: bool = False) -> Iterator[int]:
         os.close(fd)
 
 
-_spares = shm_spares.SpareFiles(SHM_DIR)
+_pool: SegmentPool | None = None
+_pool_lock = threading.Lock()
+_warned_at = -_WARN_EVERY_S
 
 
-def _fresh_spares() -> None:
-    global _spares
-    _spares = shm_spares.SpareFiles(SHM_DIR)  # a forked child must not take its parent's spare
+def pool() -> SegmentPool:
+    """This process's pool of segments (made on first use)."""
+    global _pool
+    with _pool_lock:
+        if _pool is None:
+            _pool = SegmentPool(lambda: _directory(create=True), max_bytes_from_env(SHM_ROOT))
+        return _pool
 
 
-os.register_at_fork(after_in_child=_fresh_spares)
-atexit.register(lambda: drop_spares())
+def _forget_pool_in_child() -> None:
+    """A forked child starts with no segments: its parent's stay the parent's (unmapped here, not removed)."""
+    global _pool, _pool_lock
+    old, _pool, _pool_lock = _pool, None, threading.Lock()  # the parent's lock may have been held at the fork
+    if old is not None:
+        old.abandon()
 
 
-def write(data: memoryview) -> str:
-    """Copy ``data`` into a new shared-memory file (a spare allocated ahead, if one fits); returns its name."""
-    name = f"miles-{os.getpid()}-{secrets.token_hex(16)}"
-    with _directory(create=True) as directory:
-        fd = _open_new(directory, name, _spares.take(data.nbytes))
-        _spares.wrote(data.nbytes)  # a spare for the next write, if this size repeats
-        try:
-            view = data.cast("B") if data.format != "B" else data
-            offset = 0
-            while offset < len(view):
-                offset += os.write(fd, view[offset : offset + _MAX_WRITE])
-        except BaseException:
-            os.close(fd)
-            with contextlib.suppress(FileNotFoundError):
-                os.unlink(name, dir_fd=directory)
-            raise
-        os.close(fd)
-    return name
+os.register_at_fork(after_in_child=_forget_pool_in_child)
 
 
-def _open_new(directory: int, name: str, spare: Path | None) -> int:
-    """A descriptor to write buffer ``name`` into: ``spare`` renamed to it if given (and still there), else a
-    new file."""
-    if spare is not None:
-        with contextlib.suppress(FileNotFoundError):  # someone removed the spare
-            os.rename(spare.name, name, src_dir_fd=directory, dst_dir_fd=directory)
-            return os.open(name, os.O_WRONLY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=directory)
-    flags = os.O_CREAT | os.O_EXCL | os.O_WRONLY | os.O_NOFOLLOW | os.O_CLOEXEC
-    return os.open(name, flags, 0o600, dir_fd=directory)
+def write(data: memoryview) -> str | None:
+    """Copy ``data`` into a segment and publish it; returns its name, or None when shared memory cannot take it
+    now (e.g. /dev/shm is full: the caller then sends the bytes on the socket)."""
+    global _warned_at
+    try:
+        return pool().write(data)
+    except OSError as exc:
+        if time.monotonic() - _warned_at >= _WARN_EVERY_S:
+            _warned_at = time.monotonic()
+            log.warning("a %d-byte buffer goes over the socket: shared memory cannot take it (%s)", data.nbytes, exc)
+        return None
 
 
 def read(name: str, nbytes: int) -> memoryview:
-    """Map buffer ``name`` (``nbytes`` long) and unlink it; raises ValueError, and leaves the file alone, if it is
-    not a buffer this user wrote."""
-    if type(name) is not str or not _NAME.fullmatch(name) or type(nbytes) is not int or not 0 < nbytes <= _MAX_BYTES:
+    """Take buffer ``name`` and map its first ``nbytes`` bytes: a read-only view, released to its sender when
+    the last view of it goes. Raises ValueError, and leaves the file in place, if it is not a buffer this user
+    wrote."""
+    if type(name) is not str or not shm_names.PUBLIC.fullmatch(name) or type(nbytes) is not int:
         shown = name[:80] if isinstance(name, str) else type(name).__name__
         raise ValueError(f"invalid shared-memory reference {shown!r}")
-    gone = f"shared-memory buffer {name} is gone (already consumed or cleaned up)"
+    if not 0 < nbytes <= _MAX_BYTES:
+        raise ValueError(f"invalid shared-memory reference {name}: {nbytes} bytes")
+    taken, directory_path = shm_names.taken_name(name, os.getpid()), SHM_DIR
     try:
         with _directory() as directory:
             try:
-                fd = os.open(name, os.O_RDWR | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, dir_fd=directory)
+                os.rename(name, taken, src_dir_fd=directory, dst_dir_fd=directory)
             except FileNotFoundError:
-                raise ValueError(gone) from None
+                raise ValueError(
+                    f"shared-memory buffer {name} is gone: already read, or taken back by its sender (its call was "
+                    "settled, or the sender exited, before this process read it)"
+                ) from None
             try:
-                info = os.fstat(fd)
-                problem = _problem(info, nbytes)
-                if problem:
-                    raise ValueError(f"shared-memory buffer {name} {problem}; it was left in place")
-                mapped = mmap.mmap(fd, nbytes)
-            finally:
-                os.close(fd)
-            _unlink_if_same(directory, name, info)
-    except FileNotFoundError:
-        raise ValueError(gone) from None
+                mapping = _map(directory, taken, nbytes)
+            except BaseException:
+                with contextlib.suppress(OSError):
+                    os.rename(taken, name, src_dir_fd=directory, dst_dir_fd=directory)
+                raise
     except OSError as exc:  # ELOOP: a symbolic link; EACCES; an unusable directory
         raise ValueError(f"shared-memory buffer {name} cannot be read: {exc}") from None
-    return memoryview(mapped)
+    weakref.finalize(mapping, _release, directory_path, taken, shm_names.freed_name(name), os.getpid())
+    return memoryview(mapping).toreadonly()
+
+
+def _map(directory: int, taken: str, nbytes: int) -> mmap.mmap:
+    """Open and check a taken buffer, then map it copy-on-write: nothing done here can reach the file."""
+    fd = os.open(taken, _OPEN_BUFFER, dir_fd=directory)
+    try:
+        problem = _problem(os.fstat(fd), nbytes)
+        if problem:
+            raise ValueError(f"shared-memory buffer {shm_names.public_of(taken)} {problem}; it was left in place")
+        return mmap.mmap(fd, nbytes, access=mmap.ACCESS_COPY)
+    finally:
+        os.close(fd)
 
 
 def _problem(info: os.stat_result, nbytes: int) -> str:
@@ -173,58 +191,68 @@ def _problem(info: os.stat_result, nbytes: int) -> str:
         return f"belongs to uid {info.st_uid}, not to this process's uid {os.geteuid()}"
     if info.st_nlink != 1:
         return f"has {info.st_nlink} links"
-    if info.st_size != nbytes:
-        return f"holds {info.st_size} bytes, not the {nbytes} its reference states"
+    if info.st_size < nbytes:
+        return f"holds {info.st_size} bytes, fewer than the {nbytes} its reference states"
     return ""
 
 
-def _unlink_if_same(directory: int, name: str, opened: os.stat_result) -> None:
-    with contextlib.suppress(FileNotFoundError):
-        now = os.stat(name, dir_fd=directory, follow_symlinks=False)
-        if (now.st_dev, now.st_ino) == (opened.st_dev, opened.st_ino):
-            os.unlink(name, dir_fd=directory)
+def _release(directory_path: Path, taken: str, freed: str, reader: int) -> None:
+    """The last view of a taken buffer is gone: hand it back to its sender (gone already: nothing to do)."""
+    if os.getpid() != reader:  # a forked child's copy of the parent's view
+        return
+    with contextlib.suppress(OSError), _directory(path=directory_path) as directory:
+        os.rename(taken, freed, src_dir_fd=directory, dst_dir_fd=directory)
 
 
 def unlink(names: Iterable[str]) -> None:
-    """Remove buffers (names that are not buffer names are skipped)."""
-    names = [name for name in names if type(name) is str and _NAME.fullmatch(name)]
-    if names:
-        _remove(lambda name: True, names)
+    """The calls that carried these buffers (written by this process) are settled: the ones never taken go back
+    to the pool now, under their private names, so the public names are gone; taken ones come back once their
+    readers release them. Names this pool did not send are skipped."""
+    names = [name for name in names if type(name) is str and shm_names.PUBLIC.fullmatch(name)]
+    if names and _pool is not None:
+        with contextlib.suppress(OSError):
+            _pool.settle(names)
 
 
-def drop_spares() -> None:
-    """Remove this process's spare files now (a process that ends with ``os._exit`` skips ``atexit``)."""
-    _spares.drop()
-    remove_spares_of(os.getpid())  # one still being allocated, too
+def remove_own_files() -> None:
+    """Unmap this process's segments and remove its files now (at exit; a process that ends with ``os._exit``
+    skips ``atexit``). Readers keep what they mapped."""
+    if _pool is not None:
+        _pool.close()
+    remove_files_of(os.getpid())
 
 
-def remove_spares_of(pid: int) -> None:
-    """Remove the spare files of process ``pid``, which is gone (its parent calls this once it reaped it).
-    Buffers it wrote stay: a receiver may still read them; ``sweep_orphans`` removes what nobody will."""
-    prefix = f"{shm_spares.PREFIX}{pid}-"
-    _remove(lambda name: name.startswith(prefix))
+atexit.register(remove_own_files)
+
+
+def remove_files_of(pid: int) -> None:
+    """Remove the files process ``pid`` wrote and release the buffers it had taken: it is gone (its parent calls
+    this once it reaped it) or ending."""
+    _clean(lambda sender, reader: sender == pid, lambda sender, reader: reader == pid)
 
 
 def sweep_orphans() -> int:
-    """Remove buffers written by processes that no longer exist; returns how many were removed."""
-
-    def orphan(name: str) -> bool:
-        match = _NAME.fullmatch(name) or _SPARE_NAME.fullmatch(name)
-        return match is not None and not psutil.pid_exists(int(match.group(1)))
-
-    return _remove(orphan)
+    """Remove the files of senders that no longer exist and release the buffers of readers that no longer exist;
+    returns how many files were handled."""
+    return _clean(lambda sender, _: not psutil.pid_exists(sender), lambda _, reader: not psutil.pid_exists(reader))
 
 
-def _remove(condition: Callable[[str], bool], names: Iterable[str] | None = None) -> int:
-    """Unlink the files in SHM_DIR (among ``names``, else all) that meet ``condition``; returns how many."""
-    removed = 0
+def _clean(remove: Callable[[int, int], bool], release: Callable[[int, int], bool]) -> int:
+    """Unlink the files in SHM_DIR for which ``remove(sender, reader)`` holds, rename to freed those taken by a
+    reader for which ``release`` holds; returns how many. Names that are not ours are never touched."""
+    handled = 0
     try:
         with _directory() as directory:
-            for name in os.listdir(directory) if names is None else names:
-                if condition(name):
-                    with contextlib.suppress(FileNotFoundError):
+            for name in os.listdir(directory):
+                parsed = shm_names.parse(name)
+                with contextlib.suppress(FileNotFoundError):
+                    if parsed is not None and remove(*parsed):
                         os.unlink(name, dir_fd=directory)
-                        removed += 1
+                        handled += 1
+                    elif parsed is not None and parsed.reader and release(*parsed):
+                        freed = shm_names.freed_name(shm_names.public_of(name))
+                        os.rename(name, freed, src_dir_fd=directory, dst_dir_fd=directory)
+                        handled += 1
     except OSError:  # no directory yet, or not one to touch
-        return removed
-    return removed
+        return handled
+    return handled

@@ -146,33 +146,33 @@ def test_results_of_sync_calls_are_acknowledged_and_freed(counter: ActorHandle) 
         time.sleep(0.1)
 
 
-def test_shared_memory_files_are_removed_once_large_calls_are_done(counter: ActorHandle) -> None:
+def test_shared_memory_segments_go_back_to_their_pools_once_large_calls_are_done(counter: ActorHandle) -> None:
     size = shared_memory.SHM_THRESHOLD * 2  # above the threshold: both directions go through /dev/shm
     for _ in range(3):
         assert counter.nbytes(np.ones(size, dtype=np.uint8)).result(10) == size
         assert counter.array(size).result(10).nbytes == size
-    mine = [f"miles-{os.getpid()}-", f"miles-{counter.pid}-"]
+    published = [f"miles-{os.getpid()}-", f"miles-{counter.pid}-"]  # sent, taken or released: not yet back
     deadline = time.monotonic() + 5
-    while left := [p.name for p in shared_memory.SHM_DIR.iterdir() if p.name.startswith(tuple(mine))]:
-        assert time.monotonic() < deadline, f"shared-memory files left behind: {left}"
+    while left := [p.name for p in shared_memory.SHM_DIR.iterdir() if p.name.startswith(tuple(published))]:
+        assert time.monotonic() < deadline, f"shared-memory segments never came back to their pools: {left}"
         time.sleep(0.1)
 
 
-def test_an_actor_killed_by_a_signal_leaves_no_spare_shared_memory_file(no_leaks: None) -> None:
+def test_an_actor_killed_by_a_signal_leaves_no_shared_memory_segment(no_leaks: None) -> None:
     actor = spawn(Counter, kwargs={"start": 0})
     try:
         size = shared_memory.SHM_THRESHOLD * 2
-        for _ in range(2):  # the actor wrote two results of one size into /dev/shm: it keeps a spare
+        for _ in range(2):  # the actor wrote two results into its pool of segments, which it keeps for the next
             assert actor.array(size).result(10).nbytes == size
-        spares = f"miles-spare-{actor.pid}-*"
+        segments = f"miles-seg-{actor.pid}-*"
         deadline = time.monotonic() + 5
-        while not list(shared_memory.SHM_DIR.glob(spares)):
-            assert time.monotonic() < deadline, "the actor allocated no spare file for its next large result"
+        while not list(shared_memory.SHM_DIR.glob(segments)):
+            assert time.monotonic() < deadline, "the actor kept no segment for its next large result"
             time.sleep(0.01)
-        os.kill(actor.pid, signal.SIGKILL)  # no atexit: the spawner must remove it
+        os.kill(actor.pid, signal.SIGKILL)  # no atexit: the spawner must remove them
         deadline = time.monotonic() + 5
-        while left := list(shared_memory.SHM_DIR.glob(spares)):
-            assert time.monotonic() < deadline, f"a killed actor's spare was left behind: {left}"
+        while left := [*shared_memory.SHM_DIR.glob(segments), *shared_memory.SHM_DIR.glob(f"miles-{actor.pid}-*")]:
+            assert time.monotonic() < deadline, f"a killed actor's segments were left behind: {left}"
             time.sleep(0.05)
     finally:
         actor.kill()

@@ -1,8 +1,9 @@
 """Shared-memory references from the wire: only a buffer this user wrote, named by its unguessable name, is read.
 
 The attacks of the security review: name another process's buffer, plant a symbolic link (to a file of the right
-size) where a buffer would be, a file of another owner or of the wrong size, a directory that is a link or open to
-others. Each is refused with ValueError (DecodeError through the codec), and the file it named is left in place.
+size) where a buffer would be, a file of another owner or too small for its reference, a directory that is a link or
+open to others. Each is refused with ValueError (DecodeError through the codec), and the file it named is left in
+place, under its name (a reader takes a buffer by renaming it, and renames back what fails a check).
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ ROOT = Path(__file__).resolve().parents[2]
 SIZE = 64
 AS_ROOT = pytest.mark.skipif(os.geteuid() != 0, reason="needs root to act as, or give files to, another user")
 OTHER_UID = 65534  # nobody
+HEX = "0123456789abcdef" * 2
 
 
 def buffer_name(pid: int | None = None) -> str:
@@ -39,13 +41,11 @@ def reference(name: str, nbytes: int = SIZE) -> bytes:
 
 @pytest.fixture
 def shm_dir() -> Iterator[Path]:
-    """The real private directory; what a test plants in it is removed afterwards (spares are left to their owner)."""
+    """The real private directory; what a test plants in it is removed afterwards (this process's pool notices)."""
     assert shared_memory.available()
     before = set(os.listdir(shared_memory.SHM_DIR))
     yield shared_memory.SHM_DIR
     for name in set(os.listdir(shared_memory.SHM_DIR)) - before:
-        if name.startswith("miles-spare-"):
-            continue
         path = shared_memory.SHM_DIR / name
         path.rmdir() if path.is_dir() and not path.is_symlink() else path.unlink()
 
@@ -60,29 +60,38 @@ def test_buffers_have_unguessable_names_in_a_directory_only_this_user_can_list(s
         assert stat.S_IMODE(os.lstat(shm_dir / name).st_mode) == 0o600
     finally:
         assert bytes(shared_memory.read(name, SIZE)) == b"x" * SIZE
-    assert not (shm_dir / name).exists()  # the reader unlinked it
+    assert not (shm_dir / name).exists()  # the reader took it: the name is never valid again
     assert shared_memory.machine_id().endswith(f"/u{os.geteuid()}")  # other users never try shared memory
 
 
 _WRITE_ONE = """
+import sys
 from transport import shared_memory
-print(shared_memory.write(memoryview(b"secret!!" * 8)))
+print(shared_memory.write(memoryview(b"secret!!" * 8)), flush=True)
+sys.stdin.read()  # the buffer lives as long as its writer
 """
 
 
 def test_another_processs_buffer_cannot_be_named_without_its_name(shm_dir: Path) -> None:
-    done = subprocess.run([sys.executable, "-c", _WRITE_ONE], cwd=ROOT, capture_output=True, text=True, timeout=60)
-    name = done.stdout.strip()
-    assert done.returncode == 0 and (shm_dir / name).exists(), done.stderr
-    pid = int(name.split("-")[1])
-    for guess in (buffer_name(pid), f"miles-{pid}-{name[-32:-16]}", f"miles-{pid}-0", f"../miles-{pid}-{name[-32:]}"):
-        with pytest.raises(ValueError, match=r"gone|invalid"):
-            shared_memory.read(guess, SIZE)
-        with pytest.raises(DecodeError):
-            decode(reference(guess))
-    assert (shm_dir / name).exists()  # guesses touched nothing
-    assert decode(reference(name)) == b"secret!!" * 8  # the name itself is the capability
-    assert not (shm_dir / name).exists()
+    writer = subprocess.Popen(
+        [sys.executable, "-c", _WRITE_ONE], cwd=ROOT, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
+    )
+    try:
+        assert writer.stdout is not None and writer.stdin is not None
+        name = writer.stdout.readline().strip()
+        assert (shm_dir / name).exists(), name
+        pid = int(name.split("-")[1])
+        guesses = (buffer_name(pid), f"miles-{pid}-{name[-32:-16]}", f"miles-{pid}-0", f"../miles-{pid}-{name[-32:]}")
+        for guess in (*guesses, f"{name}.f", f"{name}.r{os.getpid()}", f"miles-seg-{pid}-{name[-32:]}"):
+            with pytest.raises(ValueError, match=r"gone|invalid"):
+                shared_memory.read(guess, SIZE)
+            with pytest.raises(DecodeError):
+                decode(reference(guess))
+        assert (shm_dir / name).exists()  # guesses touched nothing
+        assert decode(reference(name)) == b"secret!!" * 8  # the name itself is the capability
+        assert not (shm_dir / name).exists()
+    finally:
+        writer.communicate(timeout=60)  # its stdin closes: it exits
 
 
 @AS_ROOT
@@ -134,8 +143,8 @@ def test_a_symbolic_link_is_never_followed_nor_removed(shm_dir: Path, tmp_path: 
 def test_a_file_that_fails_validation_is_left_in_place(shm_dir: Path, tmp_path: Path, problem: str) -> None:
     name = buffer_name()
     path = shm_dir / name
-    if problem == "size":
-        path.write_bytes(b"z" * (SIZE + 1))
+    if problem == "size":  # fewer bytes than the reference states: mapping them would fault past the end
+        path.write_bytes(b"z" * (SIZE - 1))
     elif problem == "fifo":
         os.mkfifo(path, 0o600)
     elif problem == "directory":
@@ -147,10 +156,10 @@ def test_a_file_that_fails_validation_is_left_in_place(shm_dir: Path, tmp_path: 
         shared_memory.read(name, SIZE)
     with pytest.raises(DecodeError):
         decode(reference(name))
-    assert os.path.lexists(path)
-    if problem == "size":  # the same file read with its true size is a valid buffer: mapped, then removed
-        assert bytes(shared_memory.read(name, SIZE + 1)) == b"z" * (SIZE + 1)
-        assert not path.exists()
+    assert os.path.lexists(path) and not os.path.lexists(f"{path}.r{os.getpid()}")
+    if problem == "size":  # the same file read with at most its size is a valid buffer: mapped, then released
+        assert bytes(shared_memory.read(name, SIZE - 2)) == b"z" * (SIZE - 2)
+        assert not path.exists() and (shm_dir / f"{name}.f").exists()
 
 
 @AS_ROOT
@@ -166,13 +175,16 @@ def test_a_file_of_another_owner_is_refused_and_left_in_place(shm_dir: Path) -> 
 
 
 @pytest.fixture
-def own_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    """SHM_DIR moved under ``tmp_path`` (not created yet)."""
+def own_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
+    """SHM_DIR moved under ``tmp_path`` (not created yet), with a pool of its own."""
     root = tmp_path / "shm"
     root.mkdir()
     monkeypatch.setattr(shared_memory, "SHM_ROOT", root)
     monkeypatch.setattr(shared_memory, "SHM_DIR", root / f"miles-u{os.geteuid()}")
-    return shared_memory.SHM_DIR
+    monkeypatch.setattr(shared_memory, "_pool", None)
+    yield shared_memory.SHM_DIR
+    if shared_memory._pool is not None:
+        shared_memory._pool.close()
 
 
 def _plant_real_dir(directory: Path) -> str:
@@ -193,8 +205,7 @@ def test_a_directory_that_is_not_ours_alone_is_never_used(own_dir: Path, tmp_pat
         os.chmod(own_dir, 0o755) if problem == "mode 755" else os.chown(own_dir, OTHER_UID, OTHER_UID)
         planted = own_dir / name
     assert not shared_memory.available()
-    with pytest.raises(OSError):
-        shared_memory.write(memoryview(b"w" * SIZE))
+    assert shared_memory.write(memoryview(b"w" * SIZE)) is None  # the caller falls back to the socket
     with pytest.raises(ValueError, match="cannot be read"):
         shared_memory.read(name, SIZE)
     assert shared_memory.sweep_orphans() == 0
@@ -212,19 +223,29 @@ def test_a_fresh_private_directory_is_made_with_mode_700(own_dir: Path) -> None:
     array = np.arange(shared_memory.SHM_THRESHOLD, dtype=np.uint8)
     (body, buffers), names = encode_shared({"a": array})
     assert buffers == [] and os.listdir(own_dir) == names
+    assert stat.S_IMODE(os.lstat(own_dir / names[0]).st_mode) == 0o600
     assert np.array_equal(decode(body, buffers)["a"], array)
-    assert os.listdir(own_dir) == []
+    assert os.listdir(own_dir) == [f"{names[0]}.f"]  # released by its reader (this process) once the array went
 
 
 def test_sweeping_and_unlinking_touch_only_buffer_names_in_the_private_directory(own_dir: Path) -> None:
     assert shared_memory.available()
-    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
-    orphan, mine = buffer_name(int(dead.stdout)), buffer_name()
-    for name in (orphan, mine, "notes.txt"):
+    dead = int(subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True).stdout)
+    me = os.getpid()
+    orphans = [buffer_name(dead), f"{buffer_name(dead)}.f", f"{buffer_name(dead)}.r{me}", f"miles-seg-{dead}-{HEX}"]
+    read_by_the_dead = buffer_name()
+    kept = [buffer_name(), f"{buffer_name()}.r{me}", f"miles-seg-{me}-{HEX}", "notes.txt", f"{read_by_the_dead}.f"]
+    not_ours = [
+        f"{buffer_name(dead)}.r0",
+        f"{buffer_name(dead)}.x",
+        f"miles-{dead}-{HEX.upper()}",
+        f"miles-0{dead}-{HEX}",
+    ]
+    for name in (*orphans, *kept[:-1], *not_ours, f"{read_by_the_dead}.r{dead}"):
         (own_dir / name).write_bytes(b"s")
-    outside = own_dir.parent / buffer_name(int(dead.stdout))
+    outside = own_dir.parent / buffer_name(dead)
     outside.write_bytes(b"s")
-    assert shared_memory.sweep_orphans() == 1
-    assert sorted(os.listdir(own_dir)) == sorted([mine, "notes.txt"]) and outside.exists()
-    shared_memory.unlink(["notes.txt", f"../{outside.name}", mine])
-    assert os.listdir(own_dir) == ["notes.txt"] and outside.exists()
+    assert shared_memory.sweep_orphans() == len(orphans) + 1  # and the buffer a dead reader held, released
+    assert sorted(os.listdir(own_dir)) == sorted(kept + not_ours) and outside.exists()
+    shared_memory.unlink(["notes.txt", f"../{outside.name}", kept[0]])  # none of them sent by this pool
+    assert sorted(os.listdir(own_dir)) == sorted(kept + not_ours) and outside.exists()

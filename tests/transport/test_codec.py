@@ -123,14 +123,14 @@ def test_malformed_bodies_raise_decode_error() -> None:
         decode(b"\xc1\xc1\xc1")
 
 
-def test_shared_memory_path_maps_and_unlinks() -> None:
+def test_shared_memory_path_maps_and_takes_the_buffer() -> None:
     array = np.arange(4 << 20, dtype=np.uint8)
     (body, buffers), names = encode_shared({"a": array})
     assert buffers == [] and len(names) == 1
     assert (shared_memory.SHM_DIR / names[0]).exists()
     out = decode(body, buffers)["a"]
-    assert np.array_equal(out, array)
-    assert not (shared_memory.SHM_DIR / names[0]).exists()  # the reader unlinked it
+    assert np.array_equal(out, array) and not out.flags.writeable
+    assert not (shared_memory.SHM_DIR / names[0]).exists()  # the reader took it (renamed it to its own)
     with pytest.raises(DecodeError, match="gone"):
         decode(body, buffers)
     with pytest.raises(ValueError, match="invalid shared-memory reference"):
