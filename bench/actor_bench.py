@@ -1,4 +1,4 @@
-"""Runtime benchmark: spawn time, call latency, pipelined throughput, N:N, transfer GB/s.
+"""Runtime benchmark: spawn time, call latency, pipelined throughput, N:N, group calls, transfer GB/s.
 
 Run ``python bench/actor_bench.py`` (add ``--json`` for one JSON object as the last line). Sync calls are
 measured interleaved with round trips of a bare ZeroMQ echo server in another process, so the latency can be
@@ -88,6 +88,19 @@ def sync_latency(
     return actor_samples, raw_samples
 
 
+def group_p50_us(members: list[Any], calls: int) -> float:
+    """p50 of a group call (every member's ``noop``, all results back), in µs."""
+    group = ActorGroup(members)
+    for i in range(20):  # warm up every connection
+        group.noop(i).result(timeout=30)
+    samples = []
+    for i in range(calls):
+        started = time.perf_counter()
+        group.noop(i).result(timeout=30)
+        samples.append(time.perf_counter() - started)
+    return percentile(samples, 50) * 1e6
+
+
 def raw_gbps(raw: RawZmqEcho, size: int, repeats: int) -> float:
     """Bytes/s of ``size``-byte messages echoed by the raw server (counted one way, as the actor benchmark)."""
     data = bytes(size)
@@ -155,6 +168,16 @@ def run() -> dict[str, float]:
     results["nn_calls_per_s"] = 2 * calls_each / (time.perf_counter() - started)
     print(f"N:N 2 callers x 2 actors: {results['nn_calls_per_s']:.0f} calls/s", flush=True)
     drivers.kill()
+
+    members = [echo, other, *spawn_many("bench_actors:Echo", 30)]
+    for size in (8, 32):
+        results[f"group_p50_us_{size}"] = group_p50_us(members[:size], 300)
+        print(
+            f"group call over {size} actors: p50 {results[f'group_p50_us_{size}']:.0f} us "
+            f"({results[f'group_p50_us_{size}'] / results['sync_p50_us']:.1f}x one call)",
+            flush=True,
+        )
+    ActorGroup(members[2:]).kill()
 
     for label, size, repeats in (("1mib", MIB, 200), ("64mib", 64 * MIB, 10), ("256mib", 256 * MIB, 3)):
         results[f"arg_gbps_{label}"] = transfer_gbps(echo, size, repeats)
