@@ -3,8 +3,14 @@
 from __future__ import annotations
 
 import collections
+import json
+import os
+import signal
+import socket
+import subprocess
 import time
 from collections.abc import Callable, Sequence
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -25,3 +31,31 @@ def pipelined(method: Callable[[int], Any], calls: int, window: int, timeout_s: 
     while pending:
         pending.popleft().result(timeout=timeout_s)
     return calls / (time.perf_counter() - started)
+
+
+def free_port() -> int:
+    """A TCP port free on 127.0.0.1 right now."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def run_ranks(commands: Sequence[list[str]], outputs: Sequence[Path], *, cwd: Path, deadline_s: float) -> list[Any]:
+    """Run one process per rank (``commands[i]`` writes JSON to ``outputs[i]``), all within ``deadline_s``; the
+    JSON of every rank. Ranks still running at the deadline, or after one failed, are killed."""
+    env = {**os.environ, "PYTHONPATH": f"{cwd}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
+    procs: list[subprocess.Popen[bytes]] = []
+    try:
+        for command in commands:
+            procs.append(subprocess.Popen(command, cwd=cwd, env=env, stderr=subprocess.DEVNULL))
+        deadline = time.monotonic() + deadline_s
+        for rank, proc in enumerate(procs):
+            code = proc.wait(timeout=max(0.1, deadline - time.monotonic()))
+            if code != 0:
+                raise RuntimeError(f"rank {rank} of {len(procs)} exited with {code}")
+    finally:
+        for proc in procs:
+            if proc.poll() is None:
+                os.kill(proc.pid, signal.SIGKILL)
+                proc.wait(timeout=10)
+    return [json.loads(out.read_text()) for out in outputs]

@@ -14,14 +14,12 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import signal
-import socket
-import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
+
+from bench_common import free_port, run_ranks
 
 REPO = Path(__file__).resolve().parents[1]
 DEADLINE_S = 900.0
@@ -79,33 +77,15 @@ def worker(args: argparse.Namespace) -> None:
     Path(args.out).write_text(json.dumps(result))
 
 
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
-def run_ranks(model_dir: Path, workdir: Path) -> list[dict[str, float]]:
+def rank_results(model_dir: Path, workdir: Path) -> list[dict[str, float]]:
     port = free_port()
     outputs = [workdir / f"rank{rank}.json" for rank in range(2)]
-    env = {**os.environ, "PYTHONPATH": f"{REPO}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
-    procs: list[subprocess.Popen[bytes]] = []
-    try:
-        for rank in range(2):
-            cmd = [sys.executable, __file__, "--worker", "--rank", str(rank), "--port", str(port)]
-            cmd += ["--model-dir", str(model_dir), "--out", str(outputs[rank])]
-            procs.append(subprocess.Popen(cmd, cwd=REPO, env=env, stderr=subprocess.DEVNULL))
-        deadline = time.monotonic() + DEADLINE_S
-        for rank, proc in enumerate(procs):
-            code = proc.wait(timeout=max(0.1, deadline - time.monotonic()))
-            if code != 0:
-                raise RuntimeError(f"rank {rank} exited with {code}")
-    finally:
-        for proc in procs:
-            if proc.poll() is None:
-                os.kill(proc.pid, signal.SIGKILL)
-                proc.wait(timeout=10)
-    return [json.loads(out.read_text()) for out in outputs]
+    commands = [
+        [sys.executable, __file__, "--worker", "--rank", str(rank), "--port", str(port), "--model-dir", str(model_dir),
+         "--out", str(outputs[rank])]
+        for rank in range(2)
+    ]  # fmt: skip
+    return run_ranks(commands, outputs, cwd=REPO, deadline_s=DEADLINE_S)
 
 
 def main() -> int:
@@ -124,7 +104,7 @@ def main() -> int:
         model_dir = Path(args.model_dir) if args.model_dir else Path(tmp) / "qwen2.5-0.5b-random"
         made_s = None if args.model_dir else make_checkpoint(model_dir)
         size = sum(f.stat().st_size for f in model_dir.glob("*.safetensors"))
-        ranks = run_ranks(model_dir, Path(tmp))
+        ranks = rank_results(model_dir, Path(tmp))
     if made_s is not None:
         print(f"made the random checkpoint in {made_s:.1f} s ({size / 2**20:.0f} MiB of safetensors)")
     for rank, result in enumerate(ranks):

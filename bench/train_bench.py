@@ -12,15 +12,12 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import signal
-import socket
 import statistics
-import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
+
+from bench_common import free_port, run_ranks
 
 REPO = Path(__file__).resolve().parents[1]
 DEADLINE_S = 300.0
@@ -68,36 +65,18 @@ def worker(args: argparse.Namespace) -> None:
         trainer.close()
 
 
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
 def run_case(world_size: int, tp: int, args: argparse.Namespace, workdir: Path) -> dict[str, float]:
     """Start ``world_size`` ranks, wait for them (with a deadline), summarize rank 0's step times."""
     port = free_port()
-    procs: list[subprocess.Popen[bytes]] = []
     outputs = [workdir / f"w{world_size}-tp{tp}-rank{rank}.json" for rank in range(world_size)]
-    env = {**os.environ, "PYTHONPATH": f"{REPO}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
-    try:
-        for rank in range(world_size):
-            cmd = [sys.executable, __file__, "--worker", "--rank", str(rank), "--world-size", str(world_size)]
-            cmd += ["--port", str(port), "--tp", str(tp), "--out", str(outputs[rank])]
-            cmd += ["--steps", str(args.steps), "--warmup", str(args.warmup), "--batch", str(args.batch)]
-            cmd += ["--seq", str(args.seq), "--threads", str(args.threads)]
-            procs.append(subprocess.Popen(cmd, cwd=REPO, env=env, stderr=subprocess.DEVNULL))
-        deadline = time.monotonic() + DEADLINE_S
-        for rank, proc in enumerate(procs):
-            code = proc.wait(timeout=max(0.1, deadline - time.monotonic()))
-            if code != 0:
-                raise RuntimeError(f"rank {rank} of the {world_size}-rank case exited with {code}")
-    finally:
-        for proc in procs:
-            if proc.poll() is None:
-                os.kill(proc.pid, signal.SIGKILL)
-                proc.wait(timeout=10)
-    result = json.loads(outputs[0].read_text())
+    commands = []
+    for rank in range(world_size):
+        cmd = [sys.executable, __file__, "--worker", "--rank", str(rank), "--world-size", str(world_size)]
+        cmd += ["--port", str(port), "--tp", str(tp), "--out", str(outputs[rank])]
+        cmd += ["--steps", str(args.steps), "--warmup", str(args.warmup), "--batch", str(args.batch)]
+        cmd += ["--seq", str(args.seq), "--threads", str(args.threads)]
+        commands.append(cmd)
+    result = run_ranks(commands, outputs, cwd=REPO, deadline_s=DEADLINE_S)[0]
     times = result["times"]
     mean = statistics.fmean(times)
     return {
