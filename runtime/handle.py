@@ -296,10 +296,6 @@ class ActorHandle:
         return _handle_from_state, (self.to_state(),)
 
 
-def _handle_from_state(state: dict[str, Any]) -> ActorHandle:
-    return ActorHandle(**state)
-
-
 #: What encoding an argument may raise: OverflowError is msgpack's for an int outside 64 bits (it has no bigger).
 _UNSENDABLE = (UnsupportedTypeError, OverflowError)
 
