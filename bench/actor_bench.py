@@ -1,8 +1,8 @@
 """Runtime benchmark: spawn time, call latency, pipelined throughput, N:N, group calls, transfer GB/s.
 
 Run ``python bench/actor_bench.py`` (add ``--json`` for one JSON object as the last line). Sync calls are
-measured interleaved with round trips of a bare ZeroMQ echo server in another process, so the latency can be
-read as a ratio to that floor on a noisy machine.
+measured as the peer benchmarks do (2000 calls, each timed alone), then round trips of a bare ZeroMQ echo server in
+another process, so the latency can be read as a ratio to that floor on a noisy machine.
 """
 
 from __future__ import annotations
@@ -71,21 +71,29 @@ class RawZmqEcho:
             client.close(linger=0)
 
 
-def sync_latency(
-    echo: Any, raw: RawZmqEcho, calls: int, rounds: int = 10
-) -> tuple[list[float], dict[str, list[float]]]:
-    """Sync call latencies and raw ZeroMQ round trips per transport, interleaved in ``rounds`` so that all see
-    the same noise."""
+def sync_latency(echo: Any, raw: RawZmqEcho, calls: int) -> tuple[list[float], dict[str, list[float]]]:
+    """``calls`` sync call latencies, each timed alone one after the other (as the peers' benchmarks do), then as
+    many raw ZeroMQ round trips per transport. The two are not interleaved: the first call after a burst of raw
+    round trips finds the actor's threads asleep and costs 4-8x a warm one, which is a cost of going idle, not of
+    the call path (``idle_call_us`` measures it on its own)."""
     actor_samples: list[float] = []
-    raw_samples: dict[str, list[float]] = {transport: [] for transport in raw.clients}
-    for round_index in range(rounds):
-        for transport, samples in raw_samples.items():
-            samples.extend(raw.round_trip_s(b"x", transport) for _ in range(calls // rounds))
-        for i in range(calls // rounds):
-            started = time.perf_counter()
-            echo.noop(round_index * calls + i).result(timeout=10)
-            actor_samples.append(time.perf_counter() - started)
+    for i in range(calls):
+        started = time.perf_counter()
+        echo.noop(i).result(timeout=10)
+        actor_samples.append(time.perf_counter() - started)
+    raw_samples = {transport: [raw.round_trip_s(b"x", transport) for _ in range(calls)] for transport in raw.clients}
     return actor_samples, raw_samples
+
+
+def idle_call_us(echo: Any, idle_s: float, calls: int) -> float:
+    """p50 of a call made after ``idle_s`` of silence (both ends' threads asleep), in µs."""
+    samples = []
+    for i in range(calls):
+        time.sleep(idle_s)
+        started = time.perf_counter()
+        echo.noop(i).result(timeout=10)
+        samples.append(time.perf_counter() - started)
+    return percentile(samples, 50) * 1e6
 
 
 def group_p50_us(members: list[Any], calls: int) -> float:
@@ -135,19 +143,22 @@ def run() -> dict[str, float]:
     ActorGroup(actors[2:]).kill()
     echo, other = actors[0], actors[1]
 
-    for i in range(200):
+    for i in range(200):  # warm up, as the peers' benchmarks do
         echo.noop(i).result(timeout=10)
         raw.round_trip_s(b"x")
     samples, raw_samples = sync_latency(echo, raw, 2000)
     results["sync_p50_us"] = percentile(samples, 50) * 1e6
     results["sync_p99_us"] = percentile(samples, 99) * 1e6
     raw_p50_us = {transport: percentile(values, 50) * 1e6 for transport, values in raw_samples.items()}
+    results["idle_call_p50_us"] = idle_call_us(echo, 0.05, 50)
     used = "unix" if str(echo.connection.transport_address).startswith("ipc://") else "tcp"
     print(
         f"sync call latency: p50 {results['sync_p50_us']:.0f} us, p99 {results['sync_p99_us']:.0f} us; "
-        f"raw ZeroMQ round trip to another process, interleaved: p50 {raw_p50_us['tcp']:.0f} us over TCP, "
+        f"raw ZeroMQ round trip to another process: p50 {raw_p50_us['tcp']:.0f} us over TCP, "
         f"{raw_p50_us['unix']:.0f} us over a Unix socket (actor call over {used} / raw over {used} = "
-        f"{results['sync_p50_us'] / raw_p50_us[used]:.2f})",
+        f"{results['sync_p50_us'] / raw_p50_us[used]:.2f}); "
+        f"p99/p50 {results['sync_p99_us'] / results['sync_p50_us']:.2f}; "
+        f"a call after 50 ms idle: p50 {results['idle_call_p50_us']:.0f} us",
         flush=True,
     )
     print(f"raw ZeroMQ echo over TCP, 64 MiB: {raw_gbps(raw, 64 * MIB, 3):.2f} GB/s", flush=True)
