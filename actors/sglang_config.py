@@ -3,12 +3,14 @@
 :func:`launch_server_argv` renders ``python -m sglang.launch_server ...`` with SGLang's own flag names
 (``python/sglang/srt/server_args.py``: the primary flag is the field name with dashes). The same config
 renders the bundled CPU engine's command with :func:`cpu_engine_argv` on machines without a GPU; both
-serve the same HTTP API and are ready when ``GET`` :data:`READINESS_PATH` answers 200.
+serve the same HTTP API and are ready when ``GET`` :data:`READINESS_PATH` answers 200. Both serve a Hugging Face
+model directory given as ``model_path`` (see :func:`is_hf_directory`).
 """
 
 from __future__ import annotations
 
 import sys
+from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
@@ -111,6 +113,11 @@ def launch_server_argv(config: SGLangConfig, *, python: str = sys.executable) ->
     return argv + list(config.extra_args)
 
 
+def is_hf_directory(model_path: str) -> bool:
+    """Whether ``model_path`` is a Hugging Face model directory on this host (it has a config.json)."""
+    return (Path(model_path) / "config.json").is_file()
+
+
 def cpu_engine_argv(
     config: SGLangConfig,
     *,
@@ -120,13 +127,28 @@ def cpu_engine_argv(
 ) -> list[str]:
     """``python -m actors.cpu_engine ...`` serving the same address; GPU-only fields are ignored.
 
-    The CPU engine's model comes from ``model_config`` (default ModelConfig()); its weights from
-    ``model_path`` only if ``load_weights_from_model_path`` (a directory, see actors.cpu_engine.weights).
+    A ``model_path`` that is a Hugging Face directory is served as it is (``--model-path``: architecture,
+    weights and tokenizer from the directory; ``model_config`` must then be None). Otherwise the built-in model
+    comes from ``model_config`` (default ModelConfig()), its weights from ``model_path`` only if
+    ``load_weights_from_model_path`` (a directory, see actors.cpu_engine.weights). The CPU engine is one
+    tensor-parallel rank: ``tp_size`` must be 1.
     """
+    if config.tp_size != 1:
+        raise ValueError(f"tp_size={config.tp_size}: the CPU engine runs one tensor-parallel rank (tp_size=1)")
     argv = [python, "-m", "actors.cpu_engine", "--host", config.host, "--port", str(config.port)]
-    argv += ["--model-config", (model_config or ModelConfig()).model_dump_json()]
-    if load_weights_from_model_path:
+    if is_hf_directory(config.model_path):
+        if model_config is not None:
+            raise ValueError(
+                f"model_config: {config.model_path} is a Hugging Face directory whose config.json gives the "
+                "architecture; give no model_config"
+            )
         argv += ["--model-path", config.model_path]
+    else:
+        argv += ["--model-config", (model_config or ModelConfig()).model_dump_json()]
+        if load_weights_from_model_path:
+            argv += ["--model-path", config.model_path]
+    if config.dtype is not None:
+        argv += ["--dtype", config.dtype]
     if config.random_seed is not None:
         argv += ["--seed", str(config.random_seed)]
     if config.context_length is not None:

@@ -7,7 +7,6 @@ Commands (``op``; ``req`` echoes back in the reply):
   kill       {id, grace_s}  -> the process tree is stopped; its ``exited`` event follows; reply ``killed`` {id}
   list       {}             -> ``listing`` {procs: [{id, pid, alive, ready, returncode}]}
   ports      {n}            -> ``ports`` {ports: [int]} (free TCP ports on the host, never handed out twice)
-  registry   {entries: {name: handle state}} -> ``registry_written`` {count}: files in WORKDIR/actor-registry
   curve_keys {dir, files: {name: text}} -> ``curve_keys_written`` {path}: the cluster's CURVE keys in WORKDIR/dir
              (dir mode 0700, files 0600); the agent removes the directory when it exits
   heartbeat  {}             -> no reply; any line counts as a heartbeat
@@ -30,7 +29,6 @@ from typing import Any
 
 READY_PREFIX = "MILES_ACTOR_READY"  # printed once by `python -m runtime.worker` when bound
 PACKAGE_NAME = "miles-actors"
-REGISTRY_DIR = "actor-registry"  # under the host workdir; workers get MILES_ACTOR_REGISTRY pointing at it
 CURVE_DIR_PREFIX = "curve-"  # key directories: WORKDIR/curve-{launch id}[-{host}]
 
 OP_SPAWN = "spawn"
@@ -39,7 +37,6 @@ OP_LIST = "list"
 OP_PORTS = "ports"
 OP_HEARTBEAT = "heartbeat"
 OP_SHUTDOWN = "shutdown"
-OP_REGISTRY = "registry"
 OP_CURVE_KEYS = "curve_keys"
 
 EV_HELLO = "hello"
@@ -54,7 +51,6 @@ EV_LISTING = "listing"
 EV_PORTS = "ports"
 EV_BYE = "bye"
 EV_HEARTBEAT = "heartbeat"  # sent every second; the launcher declares the agent lost after its heartbeat timeout
-EV_REGISTRY = "registry_written"
 EV_CURVE_KEYS = "curve_keys_written"
 EV_ERROR = "error"
 EV_AGENT_LOST = "agent_lost"  # synthesized launcher-side when the agent's stream ends

@@ -9,12 +9,14 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, TypeVar
 
 from launcher import agent_protocol as proto
+from launcher import provider_service
 from launcher.cells import CellInfo, WorkerInfo
 from launcher.errors import WorkerStartError
 from launcher.placement import CellPlacement
 from launcher.specs import ServeWorkerSpec
 from launcher.worker_command import build_spawn, port_counts
 from runtime.control_auth import SpawnTicket
+from runtime.naming import DEFAULT_NAMESPACE
 
 if TYPE_CHECKING:
     from launcher.provider_base import BaseWorkerProvider
@@ -114,6 +116,7 @@ class CellStarter:
                 master_port=cell.master_port,
                 stream_logs=self.provider.settings.stream_logs,
                 curve_dir=self.provider.host_curve_dir(worker.host),
+                name_service=self.provider.name_service_env(worker.host),
             )
             worker.env = command["env"]
             if worker.kind == "serve":  # the token travels inside the agent's SSH channel, to the worker's stdin
@@ -184,17 +187,13 @@ class CellStarter:
         self._publish_names()
 
     def _publish_names(self) -> None:
-        """Write every attached actor's handle into each host's registry (runtime.get_actor by name there)."""
-        entries = {
-            w.worker_id: w.handle.to_state()  # the runtime's own registry format (runtime.naming)
-            for w in self.provider.worker_infos()
-            if w.handle is not None
-        }
-
-        def publish(host: str) -> None:
-            self.provider.link(host).request(proto.OP_REGISTRY, timeout_s=min(30.0, self._remaining()), entries=entries)
-
-        self._on_every_host(publish, list(self.provider.connected_hosts()))
+        """Register every attached actor of the batch in the launch's name service (``runtime.get_actor`` by its
+        worker id on every host), whoever held the name before (a cell that was restarted)."""
+        server = self.provider.name_server
+        assert server is not None, "connect() starts the name service"
+        for worker in (w for cell in self.infos for w in cell.workers):
+            if worker.handle is not None:
+                server.registry.put(DEFAULT_NAMESPACE, worker.worker_id, worker.handle.to_state())
 
     def _on_every_host(self, work: Callable[[str], T], hosts: list[str]) -> list[T]:
         """``work(host)`` on the hosts in parallel (one agent round trip each, at most ``max_parallel_hosts`` at
@@ -218,6 +217,8 @@ class CellStarter:
             "worker_id": worker.worker_id,
             "host": worker.host,
         }
+        if "provider_api" in names:  # the launcher's provider API as this worker's host reaches it
+            values["provider_api"] = provider_service.address_for(self.provider, worker.host)
         return {name: values[name] for name in names}
 
     def _failure(self, what: str, workers: list[WorkerInfo]) -> str:

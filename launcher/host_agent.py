@@ -14,7 +14,6 @@ from __future__ import annotations
 import argparse
 import contextlib
 import ctypes
-import json
 import logging
 import os
 import platform
@@ -121,8 +120,6 @@ class HostAgent:
         for sig in (signal.SIGTERM, signal.SIGHUP, signal.SIGINT):
             signal.signal(sig, lambda signum, _frame: self._stop(f"signal {signal.Signals(signum).name}"))
         (self.workdir / "logs").mkdir(parents=True, exist_ok=True)
-        for stale in (self.workdir / proto.REGISTRY_DIR).glob("*.json"):  # names of an earlier launch
-            stale.unlink(missing_ok=True)
         threading.Thread(target=self._read_stdin, name="agent-stdin", daemon=True).start()
         self.out.emit(
             proto.EV_HELLO,
@@ -188,8 +185,6 @@ class HostAgent:
                 self._kill(command)
             elif op == proto.OP_LIST:
                 self.out.emit(proto.EV_LISTING, req=req, procs=[self._describe(m) for m in self.procs.values()])
-            elif op == proto.OP_REGISTRY:
-                self.out.emit(proto.EV_REGISTRY, req=req, count=self._write_registry(command["entries"]))
             elif op == proto.OP_CURVE_KEYS:
                 self.out.emit(proto.EV_CURVE_KEYS, req=req, path=str(self._write_keys(command)))
             elif op == proto.OP_PORTS:
@@ -342,16 +337,6 @@ class HostAgent:
                 if child.pid not in managed_pids and child.status() == psutil.STATUS_ZOMBIE:
                     with contextlib.suppress(ChildProcessError):
                         os.waitpid(child.pid, os.WNOHANG)
-
-    def _write_registry(self, entries: dict[str, Any]) -> int:
-        """Write one JSON file per actor name (runtime.naming's format), atomically."""
-        directory = self.workdir / proto.REGISTRY_DIR
-        directory.mkdir(parents=True, exist_ok=True)
-        for name, state in entries.items():
-            tmp = directory / f".{name}.json.tmp"
-            tmp.write_text(json.dumps(state))
-            tmp.replace(directory / f"{name}.json")
-        return len(entries)
 
     def _write_keys(self, command: dict[str, Any]) -> Path:
         """Write the cluster's CURVE key files into WORKDIR/dir (0700; each file 0600 from its first byte)."""

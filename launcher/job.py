@@ -16,11 +16,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from launcher import provider_service
 from launcher.cells import CellInfo, DeathReport, WorkerInfo
 from launcher.errors import ConfigError, LauncherError
 from launcher.hosts_config import ClusterConfig, JobConfig
 from launcher.process_tree import pdeathsig_preexec
 from launcher.provider_base import BaseWorkerProvider
+from launcher.provider_service import ProviderClient
+from runtime.name_service import NAME_SERVICE_ENV
 from transport.security import CURVE_DIR_ENV
 
 #: Environment of a command job: the Prometheus HTTP service discovery URL (empty when off).
@@ -80,6 +83,11 @@ class JobContext:
         return self.provider.curve_dir
 
     @property
+    def provider_api(self) -> ProviderClient:
+        """The launch's provider API (list, start, stop, restart cells; see launcher.provider_service)."""
+        return ProviderClient(provider_service.address_for(self.provider, None), curve_dir=self.curve_dir)
+
+    @property
     def deaths(self) -> list[DeathReport]:
         """Workers that died while their cell was meant to run."""
         return list(self.provider.deaths)
@@ -118,6 +126,8 @@ def run_job(job: JobConfig, ctx: JobContext, *, state_path: Path | None = None) 
         "MILES_LAUNCH_ARGS": json.dumps(job.args),
         CURVE_DIR_ENV: ctx.curve_dir or "",
         METRICS_SD_ENV: ctx.metrics_sd_url or "",
+        NAME_SERVICE_ENV: ctx.provider.name_service_env(None),  # get_actor and named spawns use the launch's names
+        provider_service.PROVIDER_API_ENV: json.dumps(provider_service.address_for(ctx.provider, None)),
     }
     if state_path is not None:
         env["MILES_LAUNCH_STATE"] = str(state_path)

@@ -114,20 +114,21 @@ class Inventory:
         """All (host, gpu) slots in order."""
         return [(h, g) for h in self.hosts for g in sorted(self.free[h])]
 
-    def fits(self, host: str, amount: Fraction, *, emptiest: bool = False) -> tuple[int, ...] | None:
-        """GPU ids on ``host`` that can take a bundle of ``amount`` GPUs, or None.
+    def fits(self, host: str, amount: Fraction, *, emptiest: bool = False, min_gpu: int = 0) -> tuple[int, ...] | None:
+        """GPU ids (>= ``min_gpu``) on ``host`` that can take a bundle of ``amount`` GPUs, or None.
 
         A fraction goes on the first GPU with room (packing), or with ``emptiest`` on the GPU with the most room.
         """
         free = self.free[host]
         if amount == 0:
             return ()
+        ids = [gpu for gpu in sorted(free) if gpu >= min_gpu]
         if amount < 1:
-            candidates = [gpu for gpu in sorted(free) if free[gpu] >= amount]
+            candidates = [gpu for gpu in ids if free[gpu] >= amount]
             if not candidates:
                 return None
             return (max(candidates, key=lambda gpu: (free[gpu], -gpu)) if emptiest else candidates[0],)
-        whole = [gpu for gpu in sorted(free) if free[gpu] == 1]
+        whole = [gpu for gpu in ids if free[gpu] == 1]
         return tuple(whole[: int(amount)]) if len(whole) >= amount else None
 
     def take(self, host: str, gpus: tuple[int, ...], share: Fraction) -> None:
@@ -205,14 +206,14 @@ def _place_cell(
     if pool.strategy is Strategy.PACK:
         for host in allowed:  # whole cell on one host, if any host can take it
             trial = Inventory(hosts=inv.hosts, free={h: dict(v) for h, v in inv.free.items()})
-            got = _fill(trial, host, amount, share, pool.workers_per_cell)
+            got = _fill(trial, host, amount, share, pool.workers_per_cell, pool.min_gpu_id)
             if got is not None:
                 inv.free = trial.free
                 return [(host, g) for g in got], cursor
     for worker in range(pool.workers_per_cell):
         order = allowed if pool.strategy is Strategy.PACK else allowed[cursor:] + allowed[:cursor]
         for offset, host in enumerate(order):
-            gpus = inv.fits(host, amount, emptiest=pool.strategy is Strategy.SPREAD)
+            gpus = inv.fits(host, amount, emptiest=pool.strategy is Strategy.SPREAD, min_gpu=pool.min_gpu_id)
             if gpus is not None:
                 inv.take(host, gpus, share)
                 bundles.append((host, gpus))
@@ -228,10 +229,12 @@ def _place_cell(
     return bundles, cursor
 
 
-def _fill(inv: Inventory, host: str, amount: Fraction, share: Fraction, count: int) -> list[tuple[int, ...]] | None:
+def _fill(
+    inv: Inventory, host: str, amount: Fraction, share: Fraction, count: int, min_gpu: int
+) -> list[tuple[int, ...]] | None:
     got = []
     for _ in range(count):
-        gpus = inv.fits(host, amount)
+        gpus = inv.fits(host, amount, min_gpu=min_gpu)
         if gpus is None:
             return None
         inv.take(host, gpus, share)

@@ -9,6 +9,10 @@ Security: with ``[launcher] curve`` (the default) the provider generates this la
 connect (:mod:`launcher.curve_keys`), ships them to every host agent, gives every worker ``MILES_CURVE_DIR`` and
 attaches with them (``provider.curve_dir``); teardown removes them everywhere.
 
+Names: the provider is its launch's name authority: it serves the launch's registry of actor names
+(:mod:`runtime.name_service`) from this process, and every worker and command job finds it in
+``MILES_NAME_SERVICE`` (:meth:`name_service_env`), so a name is one name on every host.
+
 Metrics: the provider serves Prometheus HTTP service discovery (``provider.metrics_sd_url``) and mirrors it into
 ``{launcher.workdir}/prometheus-targets.json``, listing every live worker's ``/metrics`` with the labels pool,
 cell, worker, host and miles_job; a worker leaves the list when it exits and a restarted one joins again.
@@ -34,11 +38,13 @@ from launcher.agent_link import AgentLink
 from launcher.cell_starter import CellStarter
 from launcher.cells import CellInfo, DeathReport, WorkerInfo
 from launcher.errors import AgentError, HostCheckError, LauncherError, UnknownPool
-from launcher.hosts_config import ClusterConfig, HostConfig
+from launcher.hosts_config import ClusterConfig, HostConfig, open_bind_hosts
 from launcher.launch_state import write_state
 from launcher.placement import CellPlacement, PlacementPlan, plan_placement
+from launcher.provider_service import ProviderApiServer, serve_provider_api
 from launcher.service_discovery import ServiceDiscovery
 from launcher.specs import CommandWorkerSpec
+from runtime import name_service
 
 log = logging.getLogger(__name__)
 
@@ -91,6 +97,8 @@ class BaseWorkerProvider(ABC):
         self.reach_back: dict[str, str] = {}  # SSH host -> the launcher's address as that host reaches it
         self.restarts: dict[str, int] = {}  # cell id -> times restart_cell started it again
         self.service_discovery: ServiceDiscovery | None = None
+        self.name_server: name_service.NameServer | None = None  # this launch's names (runtime.name_service)
+        self.provider_api: ProviderApiServer | None = None  # launcher.provider_service, for jobs and actors
         self._sd_published: dict[str, dict[str, str]] | None = None
 
     @abstractmethod
@@ -168,6 +176,10 @@ class BaseWorkerProvider(ABC):
             keys = curve_keys.create_launch_keys(Path(self.settings.workdir), self.launch_id)
             self._key_files = curve_keys.key_files(keys.directory)
             self.curve_dir = keys.directory
+        if self.name_server is None:
+            self._serve_names()
+        if self.provider_api is None:
+            self.provider_api = serve_provider_api(self)
         if self.settings.metrics_sd_port >= 0 and self.service_discovery is None:
             host, port = self.settings.metrics_sd_host, self.settings.metrics_sd_port
             path = Path(self.settings.workdir) / SD_FILE
@@ -179,6 +191,27 @@ class BaseWorkerProvider(ABC):
                     f"metrics_sd_port; 0 picks a free port, -1 turns it off): {exc}"
                 ) from None
             self._say(f"Prometheus service discovery: {self.metrics_sd_url}; file_sd: {path}")
+
+    def _serve_names(self) -> None:
+        """Serve this launch's name registry: on every interface when SSH hosts must reach it (with the rule of
+        actors' open binds: CURVE on, or ``allow_open_binds_without_curve``), else on loopback."""
+        open_bind = bool(open_bind_hosts(self.config)) and (
+            self.curve_dir is not None or self.settings.allow_open_binds_without_curve
+        )
+        try:
+            self.name_server = name_service.serve(curve_dir=self.curve_dir, open_bind=open_bind)
+        except (OSError, RuntimeError) as exc:
+            raise LauncherError(f"cannot serve the launch's actor names: {exc}") from None
+        where = "every interface" if open_bind else "loopback"
+        self._say(f"actor name service on {where}, port {self.name_server.port}")
+
+    def name_service_env(self, host: str | None) -> str:
+        """``MILES_NAME_SERVICE`` for a process on ``host`` (None: the launcher's host): the service as that host
+        reaches this process (an SSH host: the address its SSH connection came from; a local host: loopback)."""
+        if self.name_server is None:
+            raise LauncherError("the launch's name service is not running (connect() starts it)")
+        reach = self.reach_back.get(host, "127.0.0.1") if host is not None else "127.0.0.1"
+        return self.name_server.address(reach).to_env()
 
     def _ship_keys(self, host: HostConfig, link: AgentLink) -> None:
         """Send the keys to the host's agent (over its SSH channel or pipe); it writes them 0600 under its workdir."""
@@ -344,6 +377,12 @@ class BaseWorkerProvider(ABC):
                 worker.handle.mark_dead(f"actor {worker.worker_id} was stopped by the launcher")
         self._host_key_dirs.clear()
         curve_keys.remove_keys(self.curve_dir)
+        if self.provider_api is not None:
+            self.provider_api.close()
+            self.provider_api = None
+        if self.name_server is not None:
+            self.name_server.close()
+            self.name_server = None
         if self.service_discovery is not None:
             self.service_discovery.close()
         if self.state_path is not None:

@@ -47,6 +47,7 @@ TEMPLATE_FIELDS = frozenset(
 # Plan values a ServeWorkerSpec may inject into its constructor kwargs.
 PLAN_KWARGS = frozenset(
     {"rank", "world_size", "local_rank", "master_addr", "master_port", "gpu_ids", "cell_id", "worker_id", "host"}
+    | {"provider_api"}  # the launcher's provider API address (launcher.provider_service)
 )
 
 _FROZEN = ConfigDict(frozen=True, extra="forbid")
@@ -231,6 +232,9 @@ class PoolSpec(BaseModel):
     hosts: tuple[str, ...] | None = Field(default=None, description="restrict placement to these hosts")
     colocate_with: str | None = Field(
         default=None, description="pool id whose worker (i, j) shares host and GPUs with ours (fractional)"
+    )
+    min_gpu_id: int = Field(
+        default=0, ge=0, description="place on GPU ids >= this only (e.g. SGLang's base_gpu_id: lower ids stay free)"
     )
 
     @field_validator("id")

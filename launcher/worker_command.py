@@ -9,6 +9,7 @@ from launcher import agent_protocol as proto
 from launcher.hosts_config import HostConfig
 from launcher.placement import WorkerPlacement
 from launcher.specs import CommandWorkerSpec, PortScope, ServeWorkerSpec
+from runtime.name_service import NAME_SERVICE_ENV
 from transport.security import CURVE_DIR_ENV
 
 
@@ -27,7 +28,6 @@ def plan_env(
         "MILES_WORKER_ID": placement.worker_id,
         "MILES_HOST": host.name,
         "MILES_GPU_SHARE": f"{placement.gpu_share:g}",
-        "MILES_ACTOR_REGISTRY": str(host.workdir / proto.REGISTRY_DIR),
         "PYTHONUNBUFFERED": "1",
     }
     if master_port is not None:
@@ -52,11 +52,14 @@ def build_spawn(
     master_port: int | None,
     stream_logs: str,
     curve_dir: str | None = None,
+    name_service: str = "",
 ) -> dict[str, Any]:
     """The fields of an agent ``spawn`` command for one worker (``ports`` holds worker and cell ports).
 
     ``curve_dir``: where this host's copy of the launch's CURVE keys is; None (CURVE off) sets ``MILES_CURVE_DIR``
     empty, so a value inherited from the agent's environment cannot turn CURVE on for one side only.
+    ``name_service``: ``MILES_NAME_SERVICE``, the launch's name service as this host reaches it
+    (``provider.name_service_env``); the launcher's value wins over any env, as the keys do.
     """
     env = {
         # What an actor bound on 0.0.0.0 names as its own address (e.g. in the object refs it hands out): the
@@ -67,6 +70,7 @@ def build_spawn(
         **spec.env,
         **plan_env(host, placement, master_addr=master_addr, master_port=master_port),
         CURVE_DIR_ENV: curve_dir or "",  # the launcher's keys win over any env: both sides must agree
+        NAME_SERVICE_ENV: name_service,
     }
     if isinstance(spec, ServeWorkerSpec):
         argv = [host.python, "-m", "runtime.worker", "--bind", f"tcp://{bind_address(host)}:{ports['port']}"]

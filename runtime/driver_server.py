@@ -1,32 +1,75 @@
-"""Serving this process's object refs when it is not an actor (a driver script, a launcher's job).
+"""In-process actor servers of a process that is not an actor (a driver script, a launcher).
 
-``runtime.put`` in such a process starts, once, an actor server of its own on the runtime's loop: it holds no
-actor class of the user's, answers only the built-in methods (``__object_get__``/``__object_free__``, health), and
-lives as long as the process. It binds loopback, or every interface when ``MILES_ADVERTISE_HOST`` names this host
-for other hosts (with CURVE on only, as actors' open binds). It holds no spawn token: no control call is accepted.
+``start_server`` serves one object of this process's own as an 'actor' on the runtime's loop: its public methods,
+the built-in methods (``__object_get__``/``__object_free__``, health), nothing else. It holds no spawn token: no
+control call is accepted. Two uses:
+
+- object refs: ``runtime.put`` in such a process starts, once, a server of :class:`DriverObjects` (no methods of
+  its own) that serves the process's refs while it lives (:func:`ensure_serving`). It binds loopback, or every
+  interface when ``MILES_ADVERTISE_HOST`` names this host for other hosts (with CURVE on only, as actors' open
+  binds);
+- a launch's name service: the launcher serves its registry of actor names (:mod:`runtime.name_service`).
 """
 
 from __future__ import annotations
 
 import os
 import threading
+from typing import Any
 
 from runtime import object_refs
 from runtime.actor_server import ActorServer
 from runtime.client import ClientRuntime
 from runtime.metadata import class_info
 from transport import security
+from transport.security import CurveConfig
 
 _lock = threading.Lock()
 _START_DEADLINE_S = 10.0
+_STOP_DEADLINE_S = 10.0
 
 
 class DriverObjects:
     """The 'actor' a driver's object refs name as their owner: it has no methods of its own."""
 
 
-def _bind_address(curve_on: bool) -> str:
-    return "tcp://0.0.0.0:0" if curve_on and os.environ.get("MILES_ADVERTISE_HOST") else "tcp://127.0.0.1:0"
+_LOOPBACK = ("127.0.0.1", "localhost", "::1")
+_WILDCARDS = ("0.0.0.0", "*", "[::]", "::")
+
+
+def bind_address(curve_on: bool) -> str:
+    """Where a server of this process (or an actor it spawns) listens: every interface when this host is named for
+    other hosts (``MILES_ADVERTISE_HOST``, set by launchers, and not loopback) with CURVE on, as actors' open
+    binds; loopback otherwise."""
+    advertised = os.environ.get("MILES_ADVERTISE_HOST", "")
+    return "tcp://0.0.0.0:0" if curve_on and advertised and advertised not in _LOOPBACK else "tcp://127.0.0.1:0"
+
+
+def advertised(address: str) -> str:
+    """``address`` as other hosts reach it: a wildcard bind is named by ``MILES_ADVERTISE_HOST``."""
+    scheme, _, rest = address.partition("://")
+    host, _, port = rest.rpartition(":")
+    named = os.environ.get("MILES_ADVERTISE_HOST")
+    return f"{scheme}://{named}:{port}" if host in _WILDCARDS and named else address
+
+
+def start_server(instance: Any, name: str, *, bind: str, curve: CurveConfig | None, what: str) -> ActorServer:
+    """Serve ``instance``'s public methods (and the built-ins) at ``bind`` from this process, on the runtime's
+    loop; only clients holding ``curve``'s client keys get through (None: plain TCP). ``what`` names it in errors."""
+    runtime = ClientRuntime.get()
+    server = ActorServer(bind=bind, curve=curve, context=runtime.context)
+
+    async def start() -> None:
+        await server.start(serves_actor=False)
+        server.configure(class_info(type(instance)), instance, name, None)
+
+    runtime.run(start(), timeout_s=_START_DEADLINE_S, what=what)
+    return server
+
+
+def stop_server(server: ActorServer, *, what: str) -> None:
+    """Stop a server :func:`start_server` started (calls in flight are answered ActorDied)."""
+    ClientRuntime.get().run(server.stop(), timeout_s=_STOP_DEADLINE_S, what=what)
 
 
 def ensure_serving() -> None:
@@ -34,13 +77,9 @@ def ensure_serving() -> None:
     with _lock:
         if object_refs.serving():
             return
-        runtime = ClientRuntime.get()
         curve = security.resolve()
-        server = ActorServer(bind=_bind_address(curve is not None), curve=curve, context=runtime.context)
-
-        async def start() -> None:
-            await server.start(serves_actor=False)
-            server.configure(class_info(DriverObjects), DriverObjects(), f"driver-{os.getpid()}", None)
-
-        runtime.run(start(), timeout_s=_START_DEADLINE_S, what="start serving this process's object refs")
+        server = start_server(
+            DriverObjects(), f"driver-{os.getpid()}", bind=bind_address(curve is not None), curve=curve,
+            what="start serving this process's object refs",
+        )  # fmt: skip
         object_refs.bind_server(server)

@@ -1,102 +1,120 @@
 """Named actors: ``spawn(..., name="x", namespace="ns")`` and ``get_actor("x", namespace="ns")``.
 
-Names live in this process and in a registry directory, one small JSON file (the handle's state) per name:
-``MILES_ACTOR_REGISTRY`` (launchers set it on every host of a job), else one that the first spawning process of a
-tree (a driver script) makes for itself and hands to every actor it spawns, and they to theirs; so ``get_actor``
-works inside any actor of the same launch or driver with no setup. The registry is per host: a launcher writes
-every cell's handle into each host's registry, and a name an actor registers is seen by processes on its host.
+Names live in this process (the handles it registered) and in its tree's registry, one of:
+
+- in a launch (``miles-launch``): the launch's name service, which the launcher process keeps and serves
+  (:mod:`runtime.name_service`); every worker, command job and actor they spawn finds it in
+  ``MILES_NAME_SERVICE``, so a name is one name on every host of the launch; the launcher process itself uses
+  its registry directly;
+- in a plain driver's tree: a registry directory the first spawning process makes and hands down
+  (:mod:`runtime.name_files`; ``MILES_ACTOR_REGISTRY`` names one explicitly). ``get_actor`` works inside any
+  actor of the same launch or driver with no setup.
 
 A name belongs to one live actor: spawning another under it raises ValueError (``get_if_exists=True`` returns
-the live one instead); the name of an actor that died may be taken again. ``namespace`` scopes names (as Ray's):
-the same name in two namespaces is two actors; the default namespace is the one the launcher's cells are in.
-A file holds no secret (no spawn token): a handle from ``get_actor`` can call methods, not kill.
+the live one instead); the name of an actor that died may be taken again (:mod:`runtime.spawn_names` asks the
+holder). ``namespace`` scopes names (as Ray's): the same name in two namespaces is two actors; the default
+namespace is the one the launcher's cells are in. An entry holds no secret (no spawn token): a handle from
+``get_actor`` can call methods, not kill.
+
+The functions that ask the registry are sync; on the runtime's event loop thread (e.g. inside a coroutine run by
+``runtime.spawn``) use their async variants (``get_actor_async``): with a name service, the sync ones refuse to
+block the loop they would wait on.
 """
 
 from __future__ import annotations
 
-import atexit
-import contextlib
-import fcntl
-import json
-import os
-import re
-import shutil
-import tempfile
+import asyncio
+import logging
 import threading
-from collections.abc import Iterator
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from runtime import name_service
+from runtime.client import ClientRuntime
 from runtime.errors import ActorNotFound
+from runtime.name_files import REGISTRY_ENV, FileRegistry, registry_dir
+from runtime.name_service import NAME_SERVICE_ENV, NameRegistry, NameServiceClient, check_name
 
 if TYPE_CHECKING:
     from runtime.handle import ActorHandle
 
-REGISTRY_ENV = "MILES_ACTOR_REGISTRY"
+log = logging.getLogger(__name__)
+
 DEFAULT_NAMESPACE = ""
-_VALID = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.:+=@-]{0,199}")
-_MAX_ENTRY_BYTES = 64 * 1024
 
 _names: dict[tuple[str, str], ActorHandle] = {}
 _lock = threading.Lock()
-_own_dir: Path | None = None  # the registry this process made (it has no MILES_ACTOR_REGISTRY)
+_background: set[asyncio.Task[Any]] = set()  # forget/refresh sent from the loop thread, kept until done
+
+Backend = NameRegistry | NameServiceClient | FileRegistry
 
 
-def check_name(what: str, value: str) -> None:
-    """Refuse a name or namespace that could not be a file name of its own (e.g. ``../x``)."""
-    if not isinstance(value, str) or not _VALID.fullmatch(value):
-        raise ValueError(
-            f"actor {what} {value!r} is not allowed: use 1 to 200 letters, digits and _ . : + = @ -, not starting "
-            "with a dot or a dash"
-        )
+def _backend() -> Backend:
+    """This process's registry: the one it serves (a launcher), the launch's service, else its tree's files."""
+    served = name_service.local_server()
+    if served is not None:
+        return served.registry
+    client = name_service.client_from_env()
+    if client is not None:
+        return client
+    return FileRegistry(registry_dir())
 
 
-def registry_dir() -> Path:
-    """This tree's registry: ``MILES_ACTOR_REGISTRY``, else a private directory made once (removed at exit)."""
-    global _own_dir
-    directory = os.environ.get(REGISTRY_ENV)
-    if directory:
-        return Path(directory)
-    with _lock:
-        if _own_dir is None:
-            _own_dir = Path(tempfile.mkdtemp(prefix=f"miles-actors-{os.getpid()}-"))  # mode 0700
-            atexit.register(shutil.rmtree, _own_dir, True)
-        return _own_dir
+async def _ask(op: str, *args: Any) -> Any:
+    backend = _backend()
+    if isinstance(backend, NameServiceClient):
+        return await backend.call(op, *args)
+    return getattr(backend, op)(*args)
 
 
-def _entry_path(name: str, namespace: str) -> Path:
-    base = registry_dir()
-    return base / f"{name}.json" if namespace == DEFAULT_NAMESPACE else base / f"@{namespace}" / f"{name}.json"
+def _ask_now(op: str, *args: Any, what: str) -> Any:
+    backend = _backend()
+    if isinstance(backend, NameServiceClient):
+        return backend.call_sync(op, *args, what=what)
+    return getattr(backend, op)(*args)
 
 
-def _read_entry(path: Path) -> dict[str, Any] | None:
-    try:
-        with path.open("rb") as file:
-            text = file.read(_MAX_ENTRY_BYTES + 1)
-        state = json.loads(text) if len(text) <= _MAX_ENTRY_BYTES else None
-    except (OSError, ValueError):
-        return None
-    return state if isinstance(state, dict) and isinstance(state.get("endpoint"), str) else None
-
-
-@contextlib.contextmanager
-def _locked(namespace: str) -> Iterator[None]:
-    """Serialise claims of names in one registry directory (across processes of the host)."""
-    lock_path = _entry_path("x", namespace).parent / ".lock"
-    lock_path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
-    with lock_path.open("a") as lock_file:
-        fcntl.flock(lock_file, fcntl.LOCK_EX)
+def _ask_soon(op: str, *args: Any, what: str) -> None:
+    """``op`` now, or, on the runtime's loop thread with a name service, as a task of that loop (it must not
+    block): an update whose failure is only logged (forget and refresh must not fail a kill or a restart)."""
+    runtime = ClientRuntime.get()
+    if not runtime.on_loop_thread() or not isinstance(_backend(), NameServiceClient):
         try:
-            yield
-        finally:
-            fcntl.flock(lock_file, fcntl.LOCK_UN)
+            _ask_now(op, *args, what=what)
+        except Exception as exc:
+            log.warning("%s: %s", what, exc)
+        return
+
+    async def send() -> None:
+        try:
+            await _ask(op, *args)
+        except Exception as exc:  # nobody awaits it: say so in the log
+            log.warning("%s: %s", what, exc)
+
+    task = asyncio.ensure_future(send())
+    _background.add(task)
+    task.add_done_callback(_background.discard)
 
 
-def _write_entry(path: Path, handle: ActorHandle) -> None:
-    path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    tmp.write_text(json.dumps(handle.to_state()))
-    tmp.replace(path)
+def child_env() -> dict[str, str]:
+    """What a process this one spawns needs to share its names (its own spawns and ``get_actor``)."""
+    served = name_service.local_server()
+    if served is not None:
+        return {NAME_SERVICE_ENV: served.address("127.0.0.1").to_env()}  # spawned here: on this host
+    client = name_service.client_from_env()
+    if client is not None:
+        return {NAME_SERVICE_ENV: client.address.to_env()}
+    return {REGISTRY_ENV: str(registry_dir())}
+
+
+def _check(name: str, namespace: str) -> None:
+    check_name("name", name)
+    if namespace:
+        check_name("namespace", namespace)
+
+
+def _remember(name: str, namespace: str, handle: ActorHandle) -> None:
+    with _lock:
+        _names[(namespace, name)] = handle
 
 
 def local_handle(name: str, namespace: str = DEFAULT_NAMESPACE) -> ActorHandle | None:
@@ -106,67 +124,58 @@ def local_handle(name: str, namespace: str = DEFAULT_NAMESPACE) -> ActorHandle |
     return handle if handle is not None and handle.dead is None else None
 
 
-def registered_state(name: str, namespace: str = DEFAULT_NAMESPACE) -> dict[str, Any] | None:
+async def registered_state_async(name: str, namespace: str = DEFAULT_NAMESPACE) -> dict[str, Any] | None:
     """The registry entry under the name (a handle's state), if any."""
-    return _read_entry(_entry_path(name, namespace))
+    return await _ask("lookup", namespace, name)
 
 
-def claim(name: str, handle: ActorHandle, namespace: str, *, replacing: dict[str, Any] | None) -> dict[str, Any] | None:
+async def claim_async(
+    name: str, handle: ActorHandle, namespace: str, *, replacing: dict[str, Any] | None
+) -> dict[str, Any] | None:
     """Register ``handle`` under the name unless another actor holds it; returns that holder's entry (the claim then
     failed). ``replacing``: an entry its caller found dead; it is taken over only if it is still the one there."""
-    path = _entry_path(name, namespace)
-    with _locked(namespace):
-        current = _read_entry(path)
-        if current is not None and current.get("endpoint") != handle.endpoint and current != replacing:
-            return current
-        _write_entry(path, handle)
-    with _lock:
-        _names[(namespace, name)] = handle
-    return None
+    holder = await _ask("claim", namespace, name, handle.to_state(), replacing)
+    if holder is None:
+        _remember(name, namespace, handle)
+    return holder
 
 
-def register_name(name: str, handle: ActorHandle, namespace: str = DEFAULT_NAMESPACE) -> None:
-    """Record ``handle`` under the name, whoever held it (launchers; ``spawn`` claims names with checks)."""
-    check_name("name", name)
-    _write_entry(_entry_path(name, namespace), handle)
+async def register_name_async(name: str, handle: ActorHandle, namespace: str = DEFAULT_NAMESPACE) -> None:
+    """Record ``handle`` under the name, whoever held it (``attach``: launchers name their cells; ``spawn``
+    claims names with checks). With a name service this is a claim (only the launcher overwrites names)."""
+    _check(name, namespace)
+    backend = _backend()
+    if isinstance(backend, NameServiceClient):
+        holder = await backend.call("claim", namespace, name, handle.to_state(), None)
+        if holder is not None:
+            raise ValueError(f"actor name {name!r} is taken by the actor at {holder.get('endpoint')}")
+    else:
+        backend.put(namespace, name, handle.to_state())
+    _remember(name, namespace, handle)
+
+
+def _keys_of(handle: ActorHandle, *, drop: bool) -> list[tuple[str, str]]:
     with _lock:
-        _names[(namespace, name)] = handle
+        keys = [key for key, held in _names.items() if held is handle]
+        if drop:
+            for key in keys:
+                del _names[key]
+    return keys
 
 
 def refresh(handle: ActorHandle) -> None:
     """Rewrite the entries of ``handle`` (it restarted: a new boot id), so ``get_actor`` reaches the new one."""
-    with _lock:
-        keys = [key for key, held in _names.items() if held is handle]
-    for namespace, name in keys:
-        path = _entry_path(name, namespace)
-        current = _read_entry(path)
-        if current is not None and current.get("endpoint") == handle.endpoint:
-            _write_entry(path, handle)
+    for namespace, name in _keys_of(handle, drop=False):
+        _ask_soon("refresh", namespace, name, handle.to_state(), what=f"refresh the name {name!r}")
 
 
 def forget(handle: ActorHandle) -> None:
     """Drop the names of ``handle`` (it was killed), here and in the registry where they still name it."""
-    with _lock:
-        keys = [key for key, held in _names.items() if held is handle]
-        for key in keys:
-            del _names[key]
-    for namespace, name in keys:
-        path = _entry_path(name, namespace)
-        current = _read_entry(path)
-        if current is not None and current.get("endpoint") == handle.endpoint:
-            path.unlink(missing_ok=True)
+    for namespace, name in _keys_of(handle, drop=True):
+        _ask_soon("forget", namespace, name, handle.endpoint, what=f"forget the name {name!r}")
 
 
-def get_actor(name: str, namespace: str = DEFAULT_NAMESPACE) -> ActorHandle:
-    """The actor registered under the name in ``namespace`` (as Ray's ``ray.get_actor``); raises ActorNotFound
-    (a KeyError and a ValueError) listing the names known there."""
-    check_name("name", name)
-    if namespace:
-        check_name("namespace", namespace)
-    handle = local_handle(name, namespace)
-    if handle is not None:
-        return handle
-    state = registered_state(name, namespace)
+def _found(name: str, namespace: str, state: dict[str, Any] | None, known: list[str]) -> ActorHandle:
     if state is not None:
         from runtime.handle import ActorHandle
 
@@ -174,7 +183,31 @@ def get_actor(name: str, namespace: str = DEFAULT_NAMESPACE) -> ActorHandle:
             return ActorHandle(**state)
         except TypeError:  # not a handle's state: a corrupt entry
             pass
-    directory = _entry_path("x", namespace).parent
-    known = sorted({p.stem for p in directory.glob("*.json")} | {n for ns, n in _names if ns == namespace})
+    known = sorted(set(known) | {n for ns, n in _names if ns == namespace})
     where = f"namespace {namespace!r}" if namespace else "the default namespace"
     raise ActorNotFound(f"no actor named {name!r} in {where}; known names there: {known or 'none'}")
+
+
+def get_actor(name: str, namespace: str = DEFAULT_NAMESPACE) -> ActorHandle:
+    """The actor registered under the name in ``namespace`` (as Ray's ``ray.get_actor``); raises ActorNotFound
+    (a KeyError and a ValueError) listing the names known there. On the runtime's loop thread: ``get_actor_async``.
+    """
+    _check(name, namespace)
+    handle = local_handle(name, namespace)
+    if handle is not None:
+        return handle
+    what = f"get_actor({name!r}) (use `await runtime.naming.get_actor_async(...)` there)"
+    state = _ask_now("lookup", namespace, name, what=what)
+    known = _ask_now("names", namespace, what=what) if state is None else []
+    return _found(name, namespace, state, known)
+
+
+async def get_actor_async(name: str, namespace: str = DEFAULT_NAMESPACE) -> ActorHandle:
+    """:func:`get_actor` for async code (on any event loop, also the runtime's own)."""
+    _check(name, namespace)
+    handle = local_handle(name, namespace)
+    if handle is not None:
+        return handle
+    state = await _ask("lookup", namespace, name)
+    known = await _ask("names", namespace) if state is None else []
+    return _found(name, namespace, state, known)

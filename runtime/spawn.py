@@ -18,7 +18,7 @@ from typing import Any
 
 import cloudpickle
 
-from runtime import naming
+from runtime import driver_server, naming
 from runtime.builtin_methods import resolve_class
 from runtime.call_store import StoreLimits
 from runtime.client import ClientRuntime
@@ -106,7 +106,7 @@ async def attach_async(endpoint: str, actor_class: type | str, **options: Any) -
     under ``name`` (whoever held it: the launcher names its cells). Options: see :func:`_attach_async`."""
     handle = await _attach_async(endpoint, actor_class, **options)
     if options.get("name"):
-        naming.register_name(options["name"], handle)
+        await naming.register_name_async(options["name"], handle)
     return handle
 
 
@@ -271,18 +271,21 @@ async def spawn_async(
     child_env = {
         **(env or {}),
         CURVE_DIR_ENV: curve.directory if curve is not None else "",
-        naming.REGISTRY_ENV: str(naming.registry_dir()),  # its own spawns and get_actor use this tree's names
+        **naming.child_env(),  # its own spawns and get_actor use this tree's names
     }
     detached = lifetime == "detached"
     options = _options(name, concurrency_groups, max_concurrency, limits)
 
-    def start(bind: str = "tcp://127.0.0.1:0", **more: Any) -> ActorProcess:
-        return ActorProcess(label, env=child_env, cwd=cwd, bind=bind, detached=detached, **more)
+    bound = [driver_server.bind_address(curve is not None)]  # named actors on a launch's host: others reach them
+
+    def start(bind: str | None = None, **more: Any) -> ActorProcess:
+        return ActorProcess(label, env=child_env, cwd=cwd, bind=bind or bound[0], detached=detached, **more)
 
     async def first(process: ActorProcess) -> ActorHandle:
         ready = await asyncio.get_running_loop().run_in_executor(None, process.wait_ready, deadline_s)
+        bound.append(ready["endpoint"])  # a restart binds the same address again
         return await _attach_async(
-            ready["endpoint"], actor_class, ticket=process.ticket, kwargs=kwargs, name=name,
+            driver_server.advertised(ready["endpoint"]), actor_class, ticket=process.ticket, kwargs=kwargs, name=name,
             concurrency_groups=concurrency_groups, max_concurrency=max_concurrency, limits=limits,
             deadline_s=deadline_s, host=ready["host"], curve_dir=curve_dir, watch=process,
         )  # fmt: skip
@@ -293,14 +296,14 @@ async def spawn_async(
     def launch(on_exit: Callable[[int], None]) -> ActorProcess:
         port = None if metrics_port is None else (handle.metrics_port or metrics_port)
         return start(
-            handle.endpoint, metrics_port=port, on_exit=[on_exit],
+            bound[-1], metrics_port=port, on_exit=[on_exit],
             server_keys=process.ticket.server_keys,  # the same actor keys: handles given out stay valid
         )  # fmt: skip
 
     async def construct(new: ActorProcess, restarts: int, conn: Connection) -> dict[str, Any]:
         ready = await asyncio.get_running_loop().run_in_executor(None, new.wait_ready, deadline_s)
-        if ready["endpoint"] != handle.endpoint:
-            raise RuntimeError(f"the new process bound {ready['endpoint']}, not {handle.endpoint}")
+        if ready["endpoint"] != bound[-1]:
+            raise RuntimeError(f"the new process bound {ready['endpoint']}, not {bound[-1]}")
         bootstrap = ActorHandle(
             endpoint=handle.endpoint, name=label, class_path=str(ref)[:200], boot_id=None, host=ready["host"],
             pid=0, connection=conn, spawn_token=new.ticket.token,
@@ -313,7 +316,7 @@ async def spawn_async(
         previous_exits=exits,
     )  # fmt: skip
     if name is not None:
-        holder = naming.claim(name, handle, namespace, replacing=stale)
+        holder = await naming.claim_async(name, handle, namespace, replacing=stale)
         if holder is not None:  # another spawn took the name meanwhile
             handle.kill()
             if get_if_exists:

@@ -1,7 +1,8 @@
 """Names for ``spawn``: refuse a name a live actor holds, or hand that actor back (``get_if_exists=True``).
 
 Whether an actor holds its name is asked of the actor itself: a registry entry whose actor does not answer (or
-answers as another actor) is stale, and its name may be taken again (:mod:`runtime.naming`).
+answers as another actor) is stale, and its name may be taken again (:mod:`runtime.naming`). The same with every
+registry: a launch's name service or a driver's directory.
 """
 
 from __future__ import annotations
@@ -36,7 +37,7 @@ async def live_holder(
     local = naming.local_handle(name, namespace)
     if local is not None:
         return local, None
-    state = naming.registered_state(name, namespace)
+    state = await naming.registered_state_async(name, namespace)
     if state is None:
         return None, None
     if await _answers(state, curve_dir):

@@ -192,7 +192,8 @@ class UpdateWeightsFromTensorReqInput(_Req):
 
 
 class UpdateWeightFromDiskReqInput(_Req):
-    """``model_path``: a directory of weights (formats in ``actors.cpu_engine.weights``)."""
+    """``model_path``: a Hugging Face checkpoint directory of the served architecture, or another weights
+    directory (formats in ``actors.cpu_engine.weights``)."""
 
     model_path: str = Field(min_length=1)
     load_format: str | None = None

@@ -4,6 +4,8 @@ The launcher starts three pools (see hosts.example.toml): ``trainer`` (TrainerAc
 gloo), ``inference`` (an InferenceController that runs CPU engines behind the real sglang-router) and ``rollout``
 (a RolloutExecutor). This entrypoint wires them together and runs generate → reward → train → push weights,
 printing one line per iteration and writing a reward plot at the end. Exit code 0 means the reward rose.
+The default is the tiny built-in model; a commented variant in hosts.example.toml starts from a Hugging Face
+directory instead (``model_path`` for the trainer, the engines, the rollout's tokenizer and this job).
 """
 
 from __future__ import annotations

@@ -10,6 +10,7 @@ from typing import Any
 
 from actors.demo.progress import IterationRecord, ProgressBoard
 from actors.rollout.tasks import make_prompts
+from actors.tokenizer import tokenizer_for
 from actors.trainer.group import TrainerGroup
 from runtime import ActorHandle
 
@@ -27,6 +28,7 @@ class DemoSettings:
     seed: int = 0
     plot_path: str = "runs/demo/reward.png"
     step_timeout_s: float = 600.0
+    model_path: str | None = None  # a Hugging Face directory: its tokenizer makes the prompts' labels
 
     def __post_init__(self) -> None:
         for name in ("iterations", "prompts_per_iteration", "samples_per_prompt", "target_len"):
@@ -61,13 +63,14 @@ def run_loop(
     """Run ``settings.iterations`` iterations; returns the board (history) for the caller to check and plot."""
     board = ProgressBoard(settings.iterations)
     sync = WeightSync(trainer, controller)
+    tokenizer = tokenizer_for(settings.model_path)
     print(f"[demo] engines: {controller.engine_urls().result(timeout=30)}; router {controller.router_url().result(30)}")
     first_sync = sync.push("v0")
     print(f"[demo] initial weights pushed to the engines in {first_sync:.2f}s", flush=True)
     board.header()
     for iteration in range(1, settings.iterations + 1):
         prompts = make_prompts(settings.prompts_per_iteration, target_len=settings.target_len,
-                               seed=settings.seed * 100_003 + iteration)  # fmt: skip
+                               seed=settings.seed * 100_003 + iteration, tokenizer=tokenizer)  # fmt: skip
         started = time.perf_counter()
         rollout_result = rollout.generate(prompts, settings.samples_per_prompt).result(timeout=settings.step_timeout_s)
         rollout_s = time.perf_counter() - started

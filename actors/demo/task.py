@@ -2,7 +2,8 @@
 
 Reward per answer position: 1 for the right letter, a small credit for any letter of the task's alphabet (so a
 randomly initialised model gets a learning signal at once), 0 otherwise; averaged over the target's length.
-The prompts come from :func:`actors.rollout.tasks.make_prompts`.
+The prompts come from :func:`actors.rollout.tasks.make_prompts`. The letter credit knows the byte tokenizer's
+ids only: with a Hugging Face model (``model_path``) use ``actors.rollout.tasks:target_sequence_reward``.
 """
 
 from __future__ import annotations

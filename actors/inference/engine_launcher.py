@@ -35,7 +35,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from actors.inference.errors import EngineStartError
 from actors.model_config import ModelConfig
 from actors.processes import Spawner, exit_code, free_port, kill_group, log_tail, terminate_group
-from actors.sglang_config import READINESS_PATH, SGLangConfig, cpu_engine_argv, launch_server_argv
+from actors.sglang_config import READINESS_PATH, SGLangConfig, cpu_engine_argv, is_hf_directory, launch_server_argv
 
 logger = logging.getLogger(__name__)
 
@@ -55,7 +55,9 @@ class EngineSpec(BaseModel):
     incarnation: int = Field(default=0, ge=0, description="0 for the first start, +1 per restart")
     kind: EngineKind = "cpu"
     sglang: SGLangConfig = Field(description="template; host, port, GPU ids and NCCL port are chosen per engine")
-    model: ModelConfig | None = Field(default=None, description="CPU engine: the architecture and seed")
+    model: ModelConfig | None = Field(
+        default=None, description="CPU engine: the built-in model's architecture and seed (unused for an HF model_path)"
+    )
     weight_version: str | None = Field(default=None, description="CPU engine: the version it reports at start")
     cpu_args: tuple[str, ...] = Field(default=(), description="CPU engine: further flags")
 
@@ -154,7 +156,8 @@ class LocalEngineLauncher:
         """The command line for ``spec`` serving on ``port``."""
         if spec.kind == "cpu":
             config = spec.sglang.model_copy(update={"host": self.host, "port": port})
-            argv = cpu_engine_argv(config, model_config=spec.model, python=self.python)
+            hf = is_hf_directory(config.model_path)  # a Hugging Face directory brings its own architecture
+            argv = cpu_engine_argv(config, model_config=None if hf else spec.model, python=self.python)
             if spec.weight_version is not None:
                 argv += ["--weight-version", spec.weight_version]
             return argv + list(spec.cpu_args)

@@ -8,9 +8,11 @@
     result = executor.generate(make_prompts(4), 4).result(120)
     shard = result["shards"][rank].get()     # from any process: tokens, loss_mask, advantages, rewards, ...
 
-A prompt is ``{"input_ids": [...], "label": ...}`` (``"text"`` instead of ids is encoded with the CPU
-engine's byte tokenizer). The reward function, given as ``"module:function"``, is called as
-``fn(prompt_ids, response_ids, label) -> float`` (it may be async).
+A prompt is ``{"text": "...", "label": ...}`` or ``{"input_ids": [...], "label": ...}``. Text is encoded by the
+executor's tokenizer: that of ``model_path`` (a Hugging Face directory, local files only; give the directory
+the engines serve) or, without one, the byte tokenizer of the built-in model. Like SGLang's ``text`` input, the
+tokenizer's special tokens are added (``add_special_tokens=True``). The reward function, given as
+``"module:function"``, is called as ``fn(prompt_ids, response_ids, label) -> float`` (it may be async).
 """
 
 from __future__ import annotations
@@ -25,9 +27,9 @@ from typing import Any
 
 import aiohttp
 
-from actors import tokenizer
 from actors.rollout.advantages import balanced_ranges, group_advantages
 from actors.rollout.router_client import Completion, generate_once
+from actors.tokenizer import tokenizer_for
 from runtime import ActorHandle, get_actor, method, metrics, put
 
 logger = logging.getLogger(__name__)
@@ -67,11 +69,13 @@ class RolloutExecutor:
         retry_deadline_s: float = 300.0,
         seed: int | None = None,
         normalize_std: bool = True,
+        model_path: str | None = None,
     ) -> None:
         """``router_url``, ``controller`` (an InferenceController handle, asked for its router URL) or
         ``controller_name`` (its actor name, looked up with runtime.get_actor on first use: for hosts.toml).
         ``seed``: sample ``i`` of a call gets ``sampling_seed = seed + i`` (reproducible sampling).
-        ``retry_deadline_s``: how long one sample is retried on transient failures."""
+        ``retry_deadline_s``: how long one sample is retried on transient failures. ``model_path``: the
+        Hugging Face directory whose tokenizer encodes text prompts (default: the byte tokenizer)."""
         if sum(x is not None for x in (router_url, controller, controller_name)) != 1:
             raise ValueError("give exactly one of router_url, controller or controller_name")
         if dp_size < 1 or max_concurrency < 1:
@@ -88,6 +92,8 @@ class RolloutExecutor:
         self.retry_deadline_s = retry_deadline_s
         self.seed = seed
         self.normalize_std = normalize_std
+        self.model_path = model_path
+        self.tokenizer = tokenizer_for(model_path)
         self._session: aiohttp.ClientSession | None = None
         self._last_stats: dict[str, Any] = {}
 
@@ -191,12 +197,11 @@ class RolloutExecutor:
             self.controller = get_actor(self.controller_name)
         return str(await self.controller.router_url()).rstrip("/")
 
-    @staticmethod
-    def _prompt_ids(index: int, prompt: dict[str, Any]) -> list[int]:
+    def _prompt_ids(self, index: int, prompt: dict[str, Any]) -> list[int]:
         if "input_ids" in prompt:
             ids = [int(t) for t in prompt["input_ids"]]
         elif "text" in prompt:
-            ids = tokenizer.encode(str(prompt["text"]))
+            ids = self.tokenizer.encode(str(prompt["text"]))
         else:
             raise ValueError(f"prompts[{index}] needs 'input_ids' (or 'text'), has keys {sorted(prompt)}")
         if not ids:

@@ -1,9 +1,10 @@
 """A verifiable toy task: answer ``copy <letters> =`` with those letters; reward = fraction of positions right.
 
 Deterministic and cheap to score, so a tiny model can learn it with GRPO and tests can check rewards exactly.
-Prompts are dicts the rollout executor takes: ``{"input_ids": [...], "label": [...]}`` (byte tokenizer of
-:mod:`actors.tokenizer`, as the CPU engine uses). The reward function's dotted path is
-``"actors.rollout.tasks:target_sequence_reward"``.
+Prompts are dicts the rollout executor takes: ``{"text": "copy abcd =", "label": [...]}``; the executor encodes
+the text with its tokenizer, and the label holds the target's ids in the same tokenizer (default: the byte
+tokenizer of :mod:`actors.tokenizer`, as the built-in model uses; give a Hugging Face directory's tokenizer for
+an HF model). The reward function's dotted path is ``"actors.rollout.tasks:target_sequence_reward"``.
 """
 
 from __future__ import annotations
@@ -12,22 +13,22 @@ import random
 from collections.abc import Sequence
 from typing import Any
 
-from actors import tokenizer
+from actors.tokenizer import BYTE_TOKENIZER, Tokenizer
 
 ALPHABET = "abcdefghij"
 
 
-def make_prompts(count: int, *, target_len: int = 4, seed: int = 0) -> list[dict[str, Any]]:
-    """``count`` prompts ``copy <target> =``, each labelled with the target's token ids."""
+def make_prompts(
+    count: int, *, target_len: int = 4, seed: int = 0, tokenizer: Tokenizer = BYTE_TOKENIZER
+) -> list[dict[str, Any]]:
+    """``count`` text prompts ``copy <target> =``, each labelled with the target's ids in ``tokenizer``."""
     if count < 1 or target_len < 1:
         raise ValueError(f"count and target_len must be at least 1, got {count} and {target_len}")
     rng = random.Random(seed)
     prompts = []
     for _ in range(count):
         target = "".join(rng.choice(ALPHABET) for _ in range(target_len))
-        prompts.append(
-            {"input_ids": tokenizer.encode(f"copy {target} ="), "label": tokenizer.encode(target, add_bos=False)}
-        )
+        prompts.append({"text": f"copy {target} =", "label": tokenizer.encode(target, add_special_tokens=False)})
     return prompts
 
 

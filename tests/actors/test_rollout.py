@@ -24,6 +24,7 @@ from inference_fixtures import (
     wait_replaced,
 )
 
+from actors import tokenizer
 from actors.rollout import (
     RolloutExecutor,
     balanced_ranges,
@@ -84,9 +85,10 @@ def test_advantages_and_rewards_are_group_normalised_and_exact() -> None:
         group_advantages([1.0] * 6, 4)
     assert [len(r) for r in balanced_ranges(7, 3)] == [3, 2, 2] and balanced_ranges(2, 3)[2] == range(2, 2)
     [prompt] = make_prompts(1, target_len=3, seed=1)
-    label = prompt["label"]
-    assert target_sequence_reward(prompt["input_ids"], label, label) == 1.0
-    assert target_sequence_reward(prompt["input_ids"], [label[0], -1], label) == pytest.approx(1 / 3)
+    label, prompt_ids = prompt["label"], tokenizer.encode(prompt["text"])
+    assert prompt["text"].startswith("copy ") and label == tokenizer.encode(prompt["text"][5:8], add_bos=False)
+    assert target_sequence_reward(prompt_ids, label, label) == 1.0
+    assert target_sequence_reward(prompt_ids, [label[0], -1], label) == pytest.approx(1 / 3)
     assert make_prompts(2, seed=4) == make_prompts(2, seed=4) != make_prompts(2, seed=5)
 
 
@@ -145,7 +147,7 @@ def test_shards_are_object_refs_with_shapes_rewards_and_zero_sum_advantages(exec
     groups: dict[int, list[float]] = defaultdict(list)
     for shard in shards:
         for i, tokens in enumerate(shard["tokens"]):
-            prompt = prompts[shard["prompt_index"][i]]["input_ids"]
+            prompt = tokenizer.encode(prompts[shard["prompt_index"][i]]["text"])  # the executor's byte tokenizer
             response = tokens[len(prompt) :]
             assert tokens[: len(prompt)] == prompt and len(response) == shard["response_lengths"][i] == 8
             assert shard["loss_mask"][i] == [0] * len(prompt) + [1] * 8

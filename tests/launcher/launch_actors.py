@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import os
+import signal
 import socket
 import time
 from typing import Any
 
-from runtime import ActorHandle, get_actor, metrics
+from runtime import ActorHandle, get_actor, metrics, spawn
 
 
 class Counter:
@@ -18,6 +19,7 @@ class Counter:
         self.adds = metrics.counter("launch_counter_adds_total", "Calls of Counter.add")
         self.gauge = metrics.gauge("launch_counter_value", "The counter's value")
         self.gauge.set(start)
+        self.children: dict[tuple[str, str], ActorHandle] = {}
 
     def add(self, n: int) -> int:
         """Add ``n``; the new value."""
@@ -61,9 +63,27 @@ class Counter:
         await peer.add(0)
         return str(peer.connection.transport_address)
 
-    async def add_on_named(self, name: str, n: int) -> int:
-        """Look the peer up by name (launcher-published registry on this host) and call it."""
-        return await get_actor(name).add(n)
+    async def add_on_named(self, name: str, n: int, namespace: str = "") -> int:
+        """Look the peer up by name (the launch's name service) and call it."""
+        return await get_actor(name, namespace=namespace).add(n)
+
+    def spawn_named(self, name: str, namespace: str, get_if_exists: bool) -> dict[str, Any]:
+        """Spawn a named Counter child on this host (or get the live holder); where it is."""
+        child = spawn(
+            "launch_actors:Counter", kwargs={"start": 0}, name=name, namespace=namespace, get_if_exists=get_if_exists
+        )
+        if child.process is not None:  # ours: it lives as long as this actor holds it
+            self.children[(namespace, name)] = child
+        return {"endpoint": child.endpoint, "pid": child.pid, "host": os.environ.get("MILES_HOST")}
+
+    def kill_child(self, name: str, namespace: str) -> int:
+        """SIGKILL the named child's process (its name stays registered, held by a dead actor); its pid."""
+        child = self.children.pop((namespace, name))
+        os.kill(child.pid, signal.SIGKILL)
+        deadline = time.monotonic() + 10
+        while child.dead is None and time.monotonic() < deadline:
+            time.sleep(0.05)
+        return child.pid
 
     def crash(self, code: int) -> None:
         """Exit the process abruptly."""

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -134,3 +135,22 @@ def launch_until_job_runs(argv: list[str], marker: Path, *, timeout_s: float = 6
             raise AssertionError(f"the launcher never started the job within {timeout_s} s")
         time.sleep(0.1)
     return launcher
+
+
+def check_names_across(stdout: str, hosts: list[str]) -> dict[str, Any]:
+    """Assert what ``launch_jobs:names_across`` printed: one name, one actor, on every host of the launch."""
+    out = json.loads(stdout.split("NAMES ", 1)[1].splitlines()[0])
+    assert out["hosts"] == hosts
+    child = out["child"]
+    assert child["host"] == hosts[0]
+    assert out["b_adds"] == 5  # found from the other host, and called there
+    assert f"actor name 'shared' is taken by a live actor at {child['endpoint']}" in out["taken"]
+    assert out["if_exists"]["endpoint"] == child["endpoint"] and out["if_exists"]["pid"] == child["pid"]
+    assert out["blue"]["host"] == hosts[-1] and out["blue"]["endpoint"] != child["endpoint"]
+    assert out["a_blue"] == 1 and out["a_default"] == 6  # the same name in two namespaces: two actors
+    assert out["green"].startswith("runtime.errors.ActorNotFound: no actor named 'shared' in namespace 'green'")
+    assert out["launcher"] == 6
+    assert out["killed_pid"] == child["pid"]
+    assert out["again"]["host"] == hosts[-1] and out["again"]["endpoint"] != child["endpoint"]
+    assert out["a_after"] == 0  # the host of the dead holder now reaches the new one by the name
+    return out

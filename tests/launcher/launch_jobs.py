@@ -70,6 +70,7 @@ def cross_calls(ctx: Any) -> int:
     names = {w.worker_id: w.host for w in ctx.workers("c")}
     target = next(name for name, host in names.items() if host == first)
     by_name = on[second][0].add_on_named(target, 7).result(timeout=20)
+    on[second][0].say("hello from the second host").result(timeout=20)  # its output reaches the console
     result = {
         "hosts": hosts,
         "by_handle": by_handle,
@@ -120,3 +121,37 @@ def unknown_pool(ctx: Any) -> int:
         print(f"UNKNOWN_POOL {type(exc).__name__}: {exc}", flush=True)
         return 0
     return 1
+
+
+def names_across(ctx: Any) -> int:
+    """Named actors across the hosts of a launch (the launch's name service); prints one line ``NAMES {json}``.
+
+    An actor on the first host spawns a named child; an actor on the last host finds and calls it, cannot take
+    its name, gets it with get_if_exists; namespaces scope names; a name held by a killed actor is taken again.
+    """
+    from runtime import RemoteError, get_actor
+
+    workers = ctx.workers("c")
+    hosts = sorted({w.host for w in workers})
+    a = next(w.handle for w in workers if w.host == hosts[0])
+    b = next(w.handle for w in workers if w.host == hosts[-1])
+    out: dict[str, Any] = {"hosts": hosts, "child": a.spawn_named("shared", "", False).result(60)}
+    out["b_adds"] = b.add_on_named("shared", 5).result(30)
+    try:
+        b.spawn_named("shared", "", False).result(60)
+    except ValueError as exc:
+        out["taken"] = str(exc)
+    out["if_exists"] = b.spawn_named("shared", "", True).result(60)
+    out["blue"] = b.spawn_named("shared", "blue", False).result(60)
+    out["a_blue"] = a.add_on_named("shared", 1, "blue").result(30)
+    out["a_default"] = a.add_on_named("shared", 1).result(30)
+    try:
+        a.add_on_named("shared", 1, "green").result(30)
+    except RemoteError as exc:
+        out["green"] = f"{exc.remote_type}: {exc.remote_message}"
+    out["launcher"] = get_actor("shared").add(0).result(10)  # the launcher's own registry, no round trip
+    out["killed_pid"] = a.kill_child("shared", "").result(30)
+    out["again"] = b.spawn_named("shared", "", False).result(60)
+    out["a_after"] = a.add_on_named("shared", 0).result(30)
+    print("NAMES " + json.dumps(out), flush=True)
+    return 0

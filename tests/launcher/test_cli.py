@@ -12,7 +12,7 @@ from typing import Any
 
 import psutil
 import toml_text
-from launch_helpers import PYTHON, local_host, subprocess_env
+from launch_helpers import PYTHON, check_names_across, local_host, subprocess_env
 
 HTTP = {
     "kind": "command",
@@ -210,3 +210,27 @@ def test_ctrl_c_during_start_tears_down(tmp_path: Path) -> None:
     proc.send_signal(signal.SIGINT)
     _out, err = proc.communicate(timeout=30)
     assert proc.returncode == 130 and "teardown complete" in err
+
+
+def test_named_actors_are_one_name_across_the_hosts_of_a_launch(tmp_path: Path) -> None:
+    """The launch's name service on one machine: an actor on n0 spawns a named child, an actor on n1 finds it,
+    cannot take its name, gets it with get_if_exists; namespaces; a killed holder's name is taken again."""
+    pools = [{"id": "c", "cells": 2, "strategy": "SPREAD", "worker": COUNTER}]
+    result = cli(str(write(tmp_path, {"entrypoint": "launch_jobs:names_across"}, pools)))
+    assert result.returncode == 0, result.stderr[-3000:]
+    check_names_across(result.stdout, ["n0", "n1"])
+
+
+def test_a_command_job_shares_the_launch_names(tmp_path: Path) -> None:
+    """A command job gets MILES_NAME_SERVICE: it finds the cells by name, and what it names, the cells find."""
+    script = (
+        "from runtime import get_actor, spawn\n"
+        "print('CELL', get_actor('c-0-0').add(1).result(10))\n"
+        "mine = spawn('launch_actors:Counter', kwargs={'start': 40}, name='from-job')\n"
+        "print('BACK', get_actor('c-0-0').add_on_named('from-job', 2).result(30))\n"
+        "mine.kill()\n"
+    )
+    pools = [{"id": "c", "cells": 1, "worker": COUNTER}]
+    result = cli(str(write(tmp_path, {"command": [PYTHON, "-c", script]}, pools)))
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "CELL 1" in result.stdout and "BACK 42" in result.stdout

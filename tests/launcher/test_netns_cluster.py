@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import toml_text
-from launch_helpers import PYTHON, NetnsCluster, launch_until_job_runs, ssh_host, subprocess_env
+from launch_helpers import PYTHON, NetnsCluster, check_names_across, launch_until_job_runs, ssh_host, subprocess_env
 from sshd_fixture import SshKeys
 
 COUNTER = {"kind": "serve", "actor_class": "launch_actors:Counter", "kwargs": {"start": 1}}
@@ -70,6 +70,25 @@ def test_actors_on_two_hosts_call_across(netns_cluster: NetnsCluster, ssh_keys: 
         target, route = cross["routes"][kind]
         assert route == target, kind
     assert "host=h2)" in result.stderr or "host=h2)" in result.stdout
+    assert netns_cluster.stray_pids() == {ns: set() for _, ns, _ in netns_cluster.hosts}
+
+
+def test_named_actors_are_one_name_across_ssh_hosts(
+    netns_cluster: NetnsCluster, ssh_keys: SshKeys, tmp_path: Path
+) -> None:
+    """The launch's name service, reached from each host at the address its SSH connection came from: an actor on
+    h1 spawns a named child; an actor on h2 finds and calls it, cannot take its name (ValueError naming the
+    holder), gets it with get_if_exists; namespaces scope names; a killed holder's name is taken again from h2."""
+    config = write(tmp_path, netns_cluster, ssh_keys, "launch_jobs:names_across")
+    result = subprocess.run(
+        launcher_argv(netns_cluster, config), capture_output=True, text=True, timeout=180, env=subprocess_env()
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    out = check_names_across(result.stdout, ["h1", "h2"])
+    (_, _, h1_address), (_, _, h2_address) = netns_cluster.hosts
+    assert out["child"]["endpoint"].startswith(f"tcp://{h1_address}:")  # named by the address h2 reaches
+    assert out["again"]["endpoint"].startswith(f"tcp://{h2_address}:")
+    assert "actor name service on every interface" in result.stderr + result.stdout
     assert netns_cluster.stray_pids() == {ns: set() for _, ns, _ in netns_cluster.hosts}
 
 

@@ -33,7 +33,7 @@ def test_serve_worker_spawn() -> None:
     assert env["CUDA_VISIBLE_DEVICES"] == "2,3" and env["LOCAL_RANK"] == "1" and env["RANK"] == "1"
     assert env["WORLD_SIZE"] == "2" and env["MASTER_ADDR"] == "10.0.0.5" and env["MASTER_PORT"] == "4001"
     assert env["A"] == "host" and env["B"] == "spec" and env["MILES_WORKER_ID"] == "eng-0-1"
-    assert env["MILES_ACTOR_REGISTRY"] == "/w/actor-registry"
+    assert "MILES_ACTOR_REGISTRY" not in env  # names are the launch's name service's (MILES_NAME_SERVICE)
     assert env["MILES_ADVERTISE_HOST"] == "10.0.0.5"  # refs made by a 0.0.0.0-bound actor name a reachable host
 
 
@@ -107,3 +107,14 @@ def test_curve_dir_is_set_for_every_worker_and_empty_when_off() -> None:
     assert on["env"]["MILES_CURVE_DIR"] == "/w/k"  # the launch's keys win: both sides must agree
     off = build_spawn(host, spec, placement, ports={"port": 1}, master_addr="x", master_port=2, stream_logs="none")
     assert off["env"]["MILES_CURVE_DIR"] == ""  # an inherited value cannot turn CURVE on for one side only
+
+
+def test_the_name_service_is_named_for_every_worker_and_wins_over_any_env() -> None:
+    spec = ServeWorkerSpec(actor_class="m:C", env={"MILES_NAME_SERVICE": "elsewhere"})
+    host, placement = _setup(spec)
+    service = '{"endpoint": "tcp://10.0.0.1:7000", "server_key": null}'
+    spawn = build_spawn(
+        host, spec, placement, ports={"port": 1}, master_addr="x", master_port=2, stream_logs="none",
+        name_service=service,
+    )  # fmt: skip
+    assert spawn["env"]["MILES_NAME_SERVICE"] == service

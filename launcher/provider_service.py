@@ -1,0 +1,295 @@
+"""The provider API: jobs and actors list, start, stop and restart the launch's cells through the launcher.
+
+The launcher process serves :class:`ProviderService` (its provider's cells) from an in-process actor server
+(:func:`runtime.driver_server.start_server`) with the launch's CURVE keys: only holders of the launch's client key
+get through, as for every actor (with CURVE off, whoever reaches its port). It listens on every interface when SSH
+hosts must reach it (CURVE on, or ``allow_open_binds_without_curve``), else on loopback.
+
+Who finds it where:
+
+- a serve worker whose spec lists ``plan_kwargs = ["provider_api"]`` gets its address (``{"endpoint",
+  "server_key"}``, the launcher as that worker's host reaches it) as the constructor kwarg ``provider_api``;
+- a job entrypoint uses ``ctx.provider_api`` (a :class:`ProviderClient`); a command job finds the address in
+  ``MILES_PROVIDER_API`` (JSON).
+
+Calls: ``pools()``, ``cells(pool)`` (per cell: host, address, ports, state alive/starting/dead/stopped, pid,
+restarts, death reason, workers), ``deaths(since)`` (reports numbered from 0, for polling), ``lost_hosts()``, and
+``restart_cell(pool, index)``, ``start_cells(pool, indices)``, ``stop_cells(pool, indices)`` (they wait for the
+cells to be ready, or stopped; calls for one cell are serialized). A cell on a lost host is dead and is not restarted
+there (the error says so): its host must come back first.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import os
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Annotated, Any
+
+from pydantic import Field
+
+from runtime.errors import ActorDied, DeadlineExceeded, NotDelivered, RemoteError
+from transport.security import FROM_ENV, CurveDir
+
+if TYPE_CHECKING:
+    from launcher.cells import CellInfo, WorkerInfo
+    from launcher.provider_base import BaseWorkerProvider
+    from runtime.actor_server import ActorServer
+    from runtime.handle import ActorHandle
+
+log = logging.getLogger(__name__)
+
+#: Environment variable of a command job: the provider API's address (JSON).
+PROVIDER_API_ENV = "MILES_PROVIDER_API"
+CALL_DEADLINE_S = 30.0  # queries; start/restart calls wait for the cells' start deadline on top
+DEFAULT_START_WAIT_S = 300.0  # a start call without deadline_s waits up to [launcher] start_deadline_s (300 s)
+MAX_DEATHS_PER_CALL = 1000
+
+_Pool = Annotated[str, Field(min_length=1, max_length=200)]
+_Index = Annotated[int, Field(ge=0, le=1_000_000)]
+_Indices = Annotated[list[_Index], Field(max_length=10_000)]
+_Deadline = Annotated[float, Field(gt=0, le=86_400)]
+
+
+class ProviderApiError(RuntimeError):
+    """A provider API call was refused (unknown pool or cell, a lost host) or did not get through."""
+
+
+class ProviderService:
+    """The launch's cells as the provider API serves them (see the module docstring)."""
+
+    def __init__(self, *, provider: BaseWorkerProvider) -> None:
+        self._provider = provider
+        self._locks: dict[tuple[str, int], asyncio.Lock] = {}
+
+    def pools(self) -> list[str]:
+        """Pool ids in hosts.toml order."""
+        return [pool.id for pool in self._provider.config.pools]
+
+    def cells(self, pool: _Pool) -> list[dict[str, Any]]:
+        """Every cell of the pool's plan, started or not, in index order (see :func:`cell_view`)."""
+        started = {cell.index: cell for cell in self._provider.cells(pool)}  # UnknownPool names the pools
+        return [self._view(pool, index, started.get(index)) for index in self._indices(pool)]
+
+    def deaths(self, since: _Index = 0) -> list[dict[str, Any]]:
+        """Death reports number ``since`` and on (at most 1000), each with its number ``seq``."""
+        reports = list(self._provider.deaths)[since : since + MAX_DEATHS_PER_CALL]
+        return [
+            {"seq": since + n, "cell_id": r.cell_id, "worker_id": r.worker_id, "host": r.host, "pid": r.pid,
+             "returncode": r.returncode, "reason": r.reason, "at": r.at}
+            for n, r in enumerate(reports)
+        ]  # fmt: skip
+
+    def lost_hosts(self) -> dict[str, str]:
+        """Hosts whose agent was lost, and why."""
+        return dict(self._provider.lost_hosts)
+
+    async def restart_cell(self, pool: _Pool, index: _Index, deadline_s: _Deadline | None = None) -> dict[str, Any]:
+        """Stop the cell (dead or alive) and start it again on its planned hosts; its view once ready."""
+        self._check(pool, [index])
+        async with self._lock(pool, index):
+            info = await asyncio.to_thread(self._provider.restart_cell, pool, index, deadline_s=deadline_s)
+        return self._view(pool, index, info)
+
+    async def start_cells(
+        self, pool: _Pool, indices: _Indices | None = None, deadline_s: _Deadline | None = None
+    ) -> list[dict[str, Any]]:
+        """Start stopped cells (all of the pool by default); their views once ready. A started cell is refused:
+        restart it instead."""
+        wanted = self._check(pool, indices)
+        running = sorted(cell.index for cell in self._provider.cells(pool) if cell.index in wanted)
+        if running:
+            raise ProviderApiError(f"pool {pool!r}: cells {running} are started; restart_cell replaces one")
+        locks = [self._lock(pool, index) for index in wanted]
+        for lock in locks:
+            await lock.acquire()
+        try:
+            infos = await asyncio.to_thread(self._provider.start_cells, pool, wanted, deadline_s=deadline_s)
+        finally:
+            for lock in locks:
+                lock.release()
+        return [self._view(pool, info.index, info) for info in infos]
+
+    async def stop_cells(self, pool: _Pool, indices: _Indices | None = None) -> None:
+        """Stop cells (all of the pool by default): their process trees are killed on their hosts (a lost host's
+        cells are only forgotten)."""
+        wanted = self._check(pool, indices, starting=False)
+        await asyncio.to_thread(self._provider.stop_cells, pool, wanted)
+
+    # ---- helpers ------------------------------------------------------------------------------------------------
+
+    def _indices(self, pool: str) -> list[int]:
+        return [cell.index for cell in self._provider.plan.cells(pool)]
+
+    def _check(self, pool: str, indices: list[int] | None, *, starting: bool = True) -> list[int]:
+        """The indices asked for (all by default); refuses unknown pools and cells, and starting cells of lost
+        hosts."""
+        self._provider.cells(pool)  # UnknownPool, naming the pools
+        known = self._indices(pool)
+        wanted = known if indices is None else sorted(set(indices))
+        unknown = [i for i in wanted if i not in known]
+        if unknown:
+            raise ProviderApiError(f"pool {pool!r} has no cells {unknown} (its cells are 0..{len(known) - 1})")
+        lost = self._provider.lost_hosts if starting else {}
+        for cell in self._provider.plan.cells(pool):
+            hosts = {w.host for w in cell.workers if w.host in lost}
+            if cell.index in wanted and hosts:
+                host = sorted(hosts)[0]
+                raise ProviderApiError(
+                    f"cell {cell.cell_id}: host {host!r} is lost ({lost[host]}); its cells cannot be started there "
+                    "until the host is back (serve with the other cells meanwhile)"
+                )
+        return wanted
+
+    def _lock(self, pool: str, index: int) -> asyncio.Lock:
+        return self._locks.setdefault((pool, index), asyncio.Lock())
+
+    def _view(self, pool: str, index: int, info: CellInfo | None) -> dict[str, Any]:
+        placement = next(c for c in self._provider.plan.cells(pool) if c.index == index)
+        restarts = self._provider.restarts.get(placement.cell_id, 0)
+        if info is None:
+            hosts = [w.host for w in placement.workers]
+            return {"pool": pool, "index": index, "cell_id": placement.cell_id, "state": "stopped",
+                    "host": placement.master_host, "hosts": hosts, "address": None, "ports": {}, "pid": None,
+                    "restarts": restarts, "death_reason": None, "workers": []}  # fmt: skip
+        with self._provider._cond:
+            state = "alive" if info.alive else "dead" if info.death_reason else "starting"
+            workers = [_worker_view(w, w.host in self._provider.lost_hosts) for w in info.workers]
+            return {"pool": pool, "index": index, "cell_id": info.cell_id, "state": state,
+                    "host": workers[0]["host"], "hosts": [w["host"] for w in workers],
+                    "address": workers[0]["address"], "ports": workers[0]["ports"], "pid": workers[0]["pid"],
+                    "restarts": restarts, "death_reason": info.death_reason, "workers": workers}  # fmt: skip
+
+
+def _worker_view(worker: WorkerInfo, host_lost: bool) -> dict[str, Any]:
+    return {"worker_id": worker.worker_id, "host": worker.host, "address": worker.address,
+            "ports": dict(worker.ports), "pid": worker.pid, "state": worker.state, "gpu_ids": list(worker.gpu_ids),
+            "error": worker.error, "log_path": worker.log_path, "host_lost": host_lost}  # fmt: skip
+
+
+@dataclass
+class ProviderApiServer:
+    """The provider API served by this process (the launcher): see :func:`serve`."""
+
+    server: ActorServer
+    port: int
+
+    def address(self, reach: str) -> dict[str, Any]:
+        """``{"endpoint", "server_key"}`` as a host reaching this process at ``reach`` (an IP address) sees it."""
+        shown = f"[{reach}]" if ":" in reach else reach
+        key = self.server.server_keys.public.decode() if self.server.curve is not None else None
+        return {"endpoint": f"tcp://{shown}:{self.port}", "server_key": key}
+
+    def close(self) -> None:
+        """Stop serving (calls in flight are answered ActorDied)."""
+        from runtime import driver_server
+
+        try:
+            driver_server.stop_server(self.server, what="stop the provider API")
+        except Exception as exc:  # e.g. at exit, with the runtime's loop already stopped
+            log.warning("stopping the provider API on port %d: %s", self.port, exc)
+
+
+def serve_provider_api(provider: BaseWorkerProvider) -> ProviderApiServer:
+    """Serve ``provider``'s cells with its launch's keys; on every interface when its SSH hosts must reach it
+    (with CURVE on, or ``allow_open_binds_without_curve``), else on loopback."""
+    from launcher.errors import LauncherError
+    from launcher.hosts_config import open_bind_hosts
+    from runtime import driver_server
+    from transport import security
+
+    settings = provider.config.launcher
+    open_bind = bool(open_bind_hosts(provider.config)) and (
+        provider.curve_dir is not None or settings.allow_open_binds_without_curve
+    )
+    try:
+        server = driver_server.start_server(
+            ProviderService(provider=provider), "provider-api", curve=security.resolve(provider.curve_dir),
+            bind="tcp://0.0.0.0:0" if open_bind else "tcp://127.0.0.1:0", what="start the provider API",
+        )  # fmt: skip
+    except (OSError, RuntimeError) as exc:
+        raise LauncherError(f"cannot serve the provider API: {exc}") from None
+    return ProviderApiServer(server=server, port=int(server.address.rsplit(":", 1)[1]))
+
+
+def address_for(provider: BaseWorkerProvider, host: str | None) -> dict[str, Any]:
+    """The provider API's address for a process on ``host`` (None: the launcher's host)."""
+    api = getattr(provider, "provider_api", None)
+    if api is None:
+        raise ProviderApiError("the provider API is not served (the provider's connect() starts it)")
+    reach = provider.reach_back.get(host, "127.0.0.1") if host is not None else "127.0.0.1"
+    return api.address(reach)
+
+
+class ProviderClient:
+    """Calls the provider API at ``address`` (``{"endpoint", "server_key"}``) with deadlines; errors name it.
+
+    ``curve_dir``: the launch's client keys (default: ``MILES_CURVE_DIR``, which the launcher sets everywhere; None:
+    plain TCP)."""
+
+    def __init__(
+        self, address: dict[str, Any], *, curve_dir: CurveDir = FROM_ENV, deadline_s: float = CALL_DEADLINE_S
+    ) -> None:
+        endpoint = address.get("endpoint") if isinstance(address, dict) else None
+        if not isinstance(endpoint, str) or not endpoint.startswith("tcp://"):
+            raise ValueError(
+                f"provider API address {str(address)[:200]!r}: expected {{'endpoint': 'tcp://host:port', "
+                "'server_key': key or None}} (the launcher fills it: plan_kwargs = ['provider_api'])"
+            )
+        self.address = address
+        self.deadline_s = deadline_s
+        self._curve_dir = curve_dir
+        self._handle: ActorHandle | None = None
+
+    @classmethod
+    def from_env(cls) -> ProviderClient | None:
+        """The client of ``MILES_PROVIDER_API`` (a command job), if set."""
+        text = os.environ.get(PROVIDER_API_ENV, "")
+        return cls(json.loads(text)) if text else None
+
+    @property
+    def handle(self) -> ActorHandle:
+        if self._handle is None:
+            from runtime.handle import ActorHandle
+            from runtime.metadata import class_info, class_path
+
+            endpoint = self.address["endpoint"]
+            self._handle = ActorHandle(
+                endpoint=endpoint, name="provider-api", class_path=class_path(ProviderService), boot_id=None,
+                host=endpoint, pid=0, info=class_info(ProviderService), server_key=self.address.get("server_key"),
+                curve_dir=self._curve_dir,
+            )  # fmt: skip
+        return self._handle
+
+    def _deadline(self, op: str, kwargs: dict[str, Any]) -> float:
+        if op not in ("restart_cell", "start_cells"):
+            return self.deadline_s
+        return self.deadline_s + (kwargs.get("deadline_s") or DEFAULT_START_WAIT_S)
+
+    def _unavailable(self, op: str, exc: Exception) -> ProviderApiError:
+        return ProviderApiError(
+            f"the provider API at {self.address['endpoint']} did not answer {op}: is the launcher still running, "
+            f"and can this host reach it? ({exc})"
+        )
+
+    async def call(self, op: str, *args: Any, **kwargs: Any) -> Any:
+        """``op(*args, **kwargs)`` on the provider API (await it on any loop)."""
+        try:
+            method = self.handle.method(op).options(deadline_s=self._deadline(op, kwargs))
+            return await method(*args, **kwargs)
+        except RemoteError:
+            raise
+        except (ActorDied, DeadlineExceeded, NotDelivered) as exc:
+            raise self._unavailable(op, exc) from None
+
+    def call_sync(self, op: str, *args: Any, **kwargs: Any) -> Any:
+        """``op(*args, **kwargs)``, blocking (not on the runtime's event loop thread)."""
+        deadline = self._deadline(op, kwargs)
+        try:
+            return self.handle.method(op).options(deadline_s=deadline)(*args, **kwargs).result(deadline + 2)
+        except RemoteError:
+            raise
+        except (ActorDied, DeadlineExceeded, NotDelivered) as exc:
+            raise self._unavailable(op, exc) from None
