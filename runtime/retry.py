@@ -12,11 +12,13 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import TypeVar
 
-from runtime.errors import DeadlineExceeded, NotDelivered, OverCapacity
+from runtime.errors import DeadlineExceeded, NotDelivered, OverCapacity, RemoteError
 
 T = TypeVar("T")
 
-#: Errors after which trying again is safe and may succeed.
+#: Errors after which trying again is safe and may succeed. ConnectionError means this process's own connection
+#: failed: a method that ran on an actor and raised ConnectionError there (a RemoteError that is also one, see
+#: runtime.errors) is not retried by default, since trying again would run it again.
 RETRYABLE: tuple[type[BaseException], ...] = (NotDelivered, OverCapacity, ConnectionError)
 
 
@@ -88,6 +90,7 @@ async def retry_until_deadline(
         try:
             return await attempt()
         except retry_on as exc:
+            _raise_if_it_ran(exc, retry_on)
             await asyncio.sleep(clock.pause_after(exc))
 
 
@@ -109,4 +112,11 @@ def retry_until_deadline_sync(
         try:
             return attempt()
         except retry_on as exc:
+            _raise_if_it_ran(exc, retry_on)
             time.sleep(clock.pause_after(exc))
+
+
+def _raise_if_it_ran(exc: BaseException, retry_on: tuple[type[BaseException], ...]) -> None:
+    """With the default ``retry_on``, a failure raised by the method itself on the actor is final."""
+    if retry_on is RETRYABLE and isinstance(exc, RemoteError):
+        raise exc

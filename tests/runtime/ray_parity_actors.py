@@ -58,6 +58,14 @@ class Raiser:
     def parity_error(self, code: int) -> None:
         raise ParityError(code, "from the actor")
 
+    def connection_error(self) -> None:
+        """Fails as a method whose own outbound connection failed (the call ran)."""
+        self.connection_errors = getattr(self, "connection_errors", 0) + 1
+        raise ConnectionError(f"refused (attempt {self.connection_errors})")
+
+    def connection_errors_seen(self) -> int:
+        return getattr(self, "connection_errors", 0)
+
     def key_error(self, key: str) -> None:
         raise KeyError(key)
 

@@ -189,3 +189,25 @@ def test_retry_until_deadline_bounds_tries(no_leaks: None) -> None:
     assert len(tries) == 2
     with pytest.raises(ValueError, match="max_tries"):
         retry_until_deadline_sync(attempt, deadline_s=1, max_tries=0)
+
+
+def test_a_method_that_raised_connection_error_is_not_run_again_by_default(no_leaks: None) -> None:
+    """A remote ConnectionError is caught as ConnectionError (dual class), but it means the method ran and failed on
+    the actor: the default retry_on (for this process's own connection failures) must not run it again; naming
+    the error type explicitly does (as Ray's retry_exceptions is opt-in, python/ray/actor.py)."""
+    raiser = spawn("ray_parity_actors:Raiser")
+    try:
+        with pytest.raises(ConnectionError, match="attempt 1"):
+            retry_until_deadline_sync(lambda: raiser.connection_error().result(timeout=10), deadline_s=5)
+        assert raiser.connection_errors_seen().result(timeout=10) == 1
+        with pytest.raises(ConnectionError):
+            retry_until_deadline_sync(
+                lambda: raiser.connection_error().result(timeout=10),
+                deadline_s=60,
+                max_tries=3,
+                base_delay_s=0.01,
+                retry_on=(ConnectionError,),
+            )
+        assert raiser.connection_errors_seen().result(timeout=10) == 4
+    finally:
+        raiser.kill()
