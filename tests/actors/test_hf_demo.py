@@ -14,10 +14,9 @@ import subprocess
 import sys
 from pathlib import Path
 
-import psutil
 from hf_fixtures import make_checkpoint
 
-from tests.e2e.test_demo_job import ROOT, ROW, miles_processes, small_config
+from tests.e2e.test_demo_job import ROOT, ROW, left_behind, marked_env, small_config
 
 PLACEHOLDER = "/models/Qwen2.5-0.5B-Instruct"
 
@@ -39,14 +38,12 @@ def hf_variant(tmp_path: Path, model_dir: Path) -> Path:
 def test_demo_runs_on_a_hugging_face_checkpoint(tmp_path: Path) -> None:
     model_dir = make_checkpoint("qwen2", tmp_path / "qwen2", seed=3)
     config = hf_variant(tmp_path, model_dir)
-    before = {p.pid for p in miles_processes()}
+    env, marker = marked_env()
     result = subprocess.run([sys.executable, "-m", "launcher.cli", str(config)], capture_output=True, text=True,
-                            timeout=600, cwd=ROOT)  # fmt: skip
+                            timeout=600, cwd=ROOT, env=env)  # fmt: skip
     output = result.stdout + result.stderr
     rows = [m for m in (ROW.match(line) for line in result.stdout.splitlines()) if m]
     assert [int(m.group(1)) for m in rows] == [1, 2], output[-4000:]
     assert result.returncode == 0 or (result.returncode == 1 and "the reward did not rise" in output), output[-4000:]
     assert "teardown complete" in output
-    left = [p for p in miles_processes() if p.pid not in before]
-    psutil.wait_procs(left, timeout=10)
-    assert not [p for p in left if p.is_running() and p.status() != psutil.STATUS_ZOMBIE], "processes left behind"
+    assert not left_behind(marker), "processes left behind"

@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import contextlib
+import os
 import re
 import signal
 import subprocess
 import sys
 import time
+import uuid
 from pathlib import Path
 
 import psutil
@@ -33,13 +36,30 @@ def small_config(tmp_path: Path, iterations: int) -> Path:
     return config
 
 
-def miles_processes() -> list[psutil.Process]:
-    found = []
-    for proc in psutil.process_iter(["cmdline"]):
-        cmdline = " ".join(proc.info["cmdline"] or [])
-        if any(marker in cmdline for marker in ("runtime.worker", "actors.cpu_engine", "sglang_router", "host_agent")):
-            found.append(proc)
-    return found
+RUN_MARKER = "MILES_TEST_RUN"  # every process a launch starts inherits it, and no process of another run has it
+
+
+def marked_env() -> tuple[dict[str, str], str]:
+    """An environment for ``miles-launch`` carrying a fresh run marker, and the marker."""
+    marker = uuid.uuid4().hex
+    return {**os.environ, RUN_MARKER: marker}, marker
+
+
+def left_behind(marker: str) -> list[psutil.Process]:
+    """Processes of the run ``marker`` still alive (after giving them 10 s to go); other test runs on the machine
+    never count."""
+    marked = []
+    for proc in psutil.process_iter():
+        with contextlib.suppress(psutil.Error):
+            if proc.environ().get(RUN_MARKER) == marker:
+                marked.append(proc)
+    psutil.wait_procs(marked, timeout=10)
+    alive = []
+    for proc in marked:
+        with contextlib.suppress(psutil.Error):
+            if proc.is_running() and proc.status() != psutil.STATUS_ZOMBIE:
+                alive.append(proc)
+    return alive
 
 
 def test_dry_run_prints_the_plan() -> None:
@@ -51,10 +71,10 @@ def test_dry_run_prints_the_plan() -> None:
 
 
 def test_demo_reward_rises_and_nothing_is_left(tmp_path: Path) -> None:
-    before = {p.pid for p in miles_processes()}
+    env, marker = marked_env()
     config = small_config(tmp_path, iterations=8)
     result = subprocess.run([*LAUNCH, str(config)], capture_output=True, text=True, timeout=600,
-                            cwd=ROOT)  # fmt: skip
+                            cwd=ROOT, env=env)  # fmt: skip
     output = result.stdout + result.stderr
     assert result.returncode == 0, output[-4000:]
     # The console as a new user sees it: launcher progress and the job's table, no worker INFO records.
@@ -66,9 +86,7 @@ def test_demo_reward_rises_and_nothing_is_left(tmp_path: Path) -> None:
     assert sum(rewards[-2:]) / 2 > sum(rewards[:2]) / 2 + 0.02, f"reward did not rise: {rewards}"
     assert (tmp_path / "reward.png").stat().st_size > 10_000
     assert "teardown complete" in output
-    left = [p for p in miles_processes() if p.pid not in before]
-    psutil.wait_procs(left, timeout=10)
-    assert not [p for p in left if p.is_running() and p.status() != psutil.STATUS_ZOMBIE], "processes left behind"
+    assert not left_behind(marker), "processes left behind"
 
 
 @pytest.mark.parametrize("bad", ["bogus = 1"])
@@ -83,10 +101,10 @@ def test_bad_demo_settings_fail_clearly(tmp_path: Path, bad: str) -> None:
 
 
 def test_ctrl_c_mid_loop_stops_everything(tmp_path: Path) -> None:
-    before = {p.pid for p in miles_processes()}
+    env, marker = marked_env()
     config = small_config(tmp_path, iterations=200)
     proc = subprocess.Popen([*LAUNCH, str(config), "--no-logs"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                            text=True, cwd=ROOT)  # fmt: skip
+                            text=True, cwd=ROOT, env=env)  # fmt: skip
     seen: list[str] = []
     try:
         deadline = time.monotonic() + 240
@@ -104,6 +122,4 @@ def test_ctrl_c_mid_loop_stops_everything(tmp_path: Path) -> None:
             proc.wait(10)
     assert proc.returncode != 0
     assert "teardown complete" in rest, rest[-3000:]
-    left = [p for p in miles_processes() if p.pid not in before]
-    psutil.wait_procs(left, timeout=10)
-    assert not [p for p in left if p.is_running() and p.status() != psutil.STATUS_ZOMBIE], "processes left behind"
+    assert not left_behind(marker), "processes left behind"
