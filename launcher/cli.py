@@ -134,6 +134,8 @@ def _describe(config: ClusterConfig, plan: PlacementPlan) -> str:
             f"  {pool.id:<14} {pool.cells} cell(s) x {pool.workers_per_cell} {pool.worker.kind} "
             f"worker(s), gpus={pool.worker.gpus:g} each, {pool.strategy.value}"
         )
+        if pool.worker.kind == "command":  # the template each worker's placeholders are filled into
+            lines.append(f"    command: {pool.worker.command}")
     lines += ["placement:", *("  " + row for row in plan.describe().splitlines())]
     job = config.job
     lines.append(f"job: {job.entrypoint or ' '.join(job.command or ())}")

@@ -8,7 +8,8 @@ number (that many free GPUs on one host). A cell's bundles are reserved as a gan
 - SPREAD: bundles round-robin over hosts (the cursor carries over between cells of a pool); fractions go to the
   emptiest GPU of the host (PACK puts them on the first GPU with room).
 - ``colocate_with``: worker (i, j) uses the same host and GPUs as worker (i, j) of the other pool, consuming its
-  own (fractional) share of those GPUs.
+  own (fractional) share of those GPUs; pools of other shapes pair their workers in (cell, worker) order (8 engine
+  cells of one worker beside a trainer cell of 8 ranks), as long as both have as many workers.
 
 Each worker is told its GPU ids explicitly: the launcher sets CUDA_VISIBLE_DEVICES from the plan (empty for CPU
 workers) and LOCAL_RANK = its index among its cell's workers on the same host. CUDA_VISIBLE_DEVICES is never
@@ -244,27 +245,29 @@ def _fill(
 
 def _colocate(pool: PoolSpec, target: tuple[CellPlacement, ...], inv: Inventory) -> tuple[CellPlacement, ...]:
     amount = _amount(pool.worker.gpus)
-    if len(target) != pool.cells or any(len(c.workers) != pool.workers_per_cell for c in target):
+    theirs = [w for cell in target for w in cell.workers]  # paired in order: (cell, worker) of both pools, flattened
+    if len(theirs) != pool.cells * pool.workers_per_cell:
         raise PlacementError(
-            f"pool {pool.id!r}: colocate_with {pool.colocate_with!r} needs the same cells and workers_per_cell"
+            f"pool {pool.id!r}: colocate_with {pool.colocate_with!r} needs as many workers (cells x "
+            f"workers_per_cell: {pool.cells} x {pool.workers_per_cell}) as it has ({len(theirs)})"
         )
     if amount >= 1:
         raise PlacementError(f"pool {pool.id!r}: colocated workers must use a fraction of a GPU, got {float(amount):g}")
     cells = []
-    for cell in target:
+    for index in range(pool.cells):
         bundles = []
-        for other in cell.workers:
+        for other in theirs[index * pool.workers_per_cell : (index + 1) * pool.workers_per_cell]:
             gpus = other.gpu_ids if amount > 0 else ()
             for gpu in gpus:
                 if inv.free[other.host][gpu] < amount:
                     raise PlacementError(
-                        f"pool {pool.id!r} cell {pool.cell_id(cell.index)!r}: host {other.host!r} gpu {gpu} has "
+                        f"pool {pool.id!r} cell {pool.cell_id(index)!r}: host {other.host!r} gpu {gpu} has "
                         f"{float(inv.free[other.host][gpu]):.3g} free, needs {float(amount):g} to colocate with "
                         f"{other.worker_id!r}. Nothing was started: make the shares sum to <= 1."
                     )
             inv.take(other.host, gpus, amount)
             bundles.append((other.host, gpus))
-        cells.append(_cell(pool, cell.index, bundles, share=amount))
+        cells.append(_cell(pool, index, bundles, share=amount))
     return tuple(cells)
 
 

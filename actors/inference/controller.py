@@ -23,12 +23,15 @@ from actors.inference.cells import CellState, EngineCell, RouterSettings
 from actors.inference.engine_client import EngineClient
 from actors.inference.engine_launcher import EngineKind, EngineLauncher, EngineSpec, LocalEngineLauncher
 from actors.inference.errors import EngineRequestError, NoServingEngines
+from actors.inference.provider_engines import ProviderEngineLauncher
+from actors.inference.router_keeper import RouterKeeper
 from actors.inference.weight_updates import PAUSE_MODES, WeightUpdates
 from actors.inference.weights_cache import WeightsCache
 from actors.model_config import ModelConfig
-from actors.processes import Spawner, advertised_host, free_port
+from actors.processes import Spawner, advertised_host
 from actors.router import RouterError, RouterProcess
 from actors.sglang_config import SGLangConfig
+from launcher.provider_service import ProviderClient
 from runtime import method
 
 logger = logging.getLogger(__name__)
@@ -44,7 +47,7 @@ class InferenceController(WeightUpdates):
         self,
         *,
         server_id: str,
-        num_engines: int,
+        num_engines: int | None = None,
         engine: EngineKind = "cpu",
         sglang: SGLangConfig | None = None,
         model: ModelConfig | None = None,
@@ -62,6 +65,8 @@ class InferenceController(WeightUpdates):
         cpu_engine_args: list[str] | None = None,
         log_dir: str | None = None,
         launcher: str | None = None,
+        engine_pool: str | None = None,
+        provider_api: dict[str, Any] | None = None,
     ) -> None:
         """``sglang``: the engines' SGLangConfig template (required for ``engine="sglang"``; host, port, GPU ids
         and NCCL port are chosen per engine). ``model``: the CPU engine's ModelConfig. ``initial_weights``: a
@@ -71,9 +76,19 @@ class InferenceController(WeightUpdates):
         it (a dead process is restarted at the first check); ``max_restarts`` per cell, then it is disposed.
         ``update_lock_timeout_s``: an update holding the lock longer is aborted (its caller is presumed dead).
         ``pause_mode``: SGLang's pause mode during updates. ``launcher``: ``"module:factory"`` returning an
-        EngineLauncher, called with ``log_dir=`` (default: LocalEngineLauncher)."""
-        if num_engines < 1:
+        EngineLauncher, called with ``log_dir=`` (default: LocalEngineLauncher). ``engine_pool``: the hosts.toml pool
+        of launcher-placed engines (actors.inference.engine_pool) to serve instead of forking engines here, one
+        controller cell per pool cell (``num_engines``, if given, must match); the launcher fills ``provider_api``
+        (``plan_kwargs = ["provider_api"]``)."""
+        if engine_pool is None and num_engines is None:
+            raise ValueError("give num_engines (engines this controller starts) or engine_pool (a launcher pool)")
+        if num_engines is not None and num_engines < 1:
             raise ValueError(f"num_engines must be at least 1, got {num_engines}")
+        if engine_pool is not None and provider_api is None:
+            raise ValueError(
+                f"engine_pool={engine_pool!r} needs the launcher's provider API: add plan_kwargs = ['provider_api'] "
+                "to the controller's pool in hosts.toml"
+            )
         if engine not in ("cpu", "sglang"):
             raise ValueError(f"engine must be 'cpu' or 'sglang', got {engine!r}")
         if engine == "sglang" and sglang is None:
@@ -103,7 +118,10 @@ class InferenceController(WeightUpdates):
         self.initial_weight_version = initial_weight_version
         self.log_dir = Path(log_dir or tempfile.mkdtemp(prefix=f"inference-{server_id}-"))
         self.launcher_factory = launcher
-        self._cells = [EngineCell(f"{server_id}-{index}", index) for index in range(num_engines)]
+        self.engine_pool = engine_pool
+        self.provider_api = provider_api
+        self.num_engines = num_engines
+        self._cells = [EngineCell(f"{server_id}-{index}", index) for index in range(num_engines or 0)]
         self._weights = WeightsCache(version=initial_weight_version, restorable=initial_weights)
         self._tasks: set[asyncio.Task[Any]] = set()
         self._start_task: asyncio.Task[None] | None = None
@@ -113,6 +131,8 @@ class InferenceController(WeightUpdates):
         self._spawner: Spawner | None = None
         self._launcher: EngineLauncher | None = None
         self._router: RouterProcess | None = None
+        self._keeper: RouterKeeper | None = None
+        self._router_ready = asyncio.Event()  # engines adopted from the launcher are ready before the router
         super().__init__()
 
     # ---- lifecycle --------------------------------------------------------------------------------------
@@ -136,30 +156,33 @@ class InferenceController(WeightUpdates):
         self._session = aiohttp.ClientSession()
         self._spawner = Spawner(name=f"{self.server_id}-spawner")
         self._launcher = self._make_launcher(self._spawner)
-        settings = self.router_settings
-        self._router = RouterProcess(
-            host=settings.host,
-            port=settings.port or free_port(settings.host),
-            prometheus_port=settings.prometheus_port or free_port(settings.host),
-            policy=settings.policy,
-            health_check_interval_s=settings.health_check_interval_s,
-            health_failure_threshold=settings.health_failure_threshold,
-            worker_startup_timeout_s=settings.worker_startup_timeout_s,
-            log_level=settings.log_level,
-            extra_args=settings.extra_args,
-            log_path=self.log_dir / "router.log",
-            preexec_fn=self._spawner.preexec,
-        )
-        await self._spawner.run(self._router.start, settings.start_timeout_s, wait=False)
+        if isinstance(self._launcher, ProviderEngineLauncher):
+            await self._adopt_pool(self._launcher)
+        self._keeper = RouterKeeper(self.router_settings, log_path=self.log_dir / "router.log", spawner=self._spawner)
+        self._router = self._keeper.process
+        await self._keeper.start()
         cell_tasks = [asyncio.ensure_future(self._keep_cell(cell, reason=None)) for cell in self._cells]
         self._tasks.update(cell_tasks)  # cancelled by shutdown(), even if the router fails to start
-        await asyncio.to_thread(self._router.wait_ready, settings.start_timeout_s)
+        await self._keeper.wait_ready()
+        self._router_ready.set()
         self._watcher = asyncio.create_task(self._watch(), name=f"{self.server_id}-health")
         await asyncio.gather(*cell_tasks)
         self._tasks.difference_update(cell_tasks)
         logger.info("server %s: router %s, cells %s", self.server_id, self._router.url, self.cells())
 
+    async def _adopt_pool(self, launcher: ProviderEngineLauncher) -> None:
+        """One cell per cell of the launcher's engine pool."""
+        count = len(await launcher.cells())
+        if self.num_engines is not None and self.num_engines != count:
+            raise ValueError(f"num_engines={self.num_engines} but pool {self.engine_pool!r} has {count} cells")
+        self._cells = [EngineCell(f"{self.server_id}-{index}", index) for index in range(count)]
+
     def _make_launcher(self, spawner: Spawner) -> EngineLauncher:
+        if self.engine_pool is not None:
+            assert self.provider_api is not None
+            interval = min(1.0, self.health_check_interval_s)
+            return ProviderEngineLauncher(api=ProviderClient(self.provider_api), pool=self.engine_pool,
+                                          poll_interval_s=interval)  # fmt: skip
         if self.launcher_factory is None:
             return LocalEngineLauncher(log_dir=self.log_dir, spawner=spawner, host=advertised_host())
         module, _, name = self.launcher_factory.partition(":")
@@ -226,6 +249,7 @@ class InferenceController(WeightUpdates):
             "router_metrics_url": router.metrics_url if router else None,
             "router_pid": router.pid if router else None,
             "router_alive": bool(router and router.is_running()),
+            "router_restarts": self._keeper.restarts if self._keeper else 0,
             "weight_version": self._weights.version,
             "weights_restorable": self._weights.restorable,
             "update": self._update_view(),
@@ -323,6 +347,7 @@ class InferenceController(WeightUpdates):
             self._release_update_lock()
 
     async def _register(self, cell: EngineCell) -> None:
+        await self._router_ready.wait()
         assert self._router is not None and cell.url is not None
         cell.router_worker_id = await asyncio.to_thread(
             self._router.add_worker, cell.url, timeout_s=self.router_settings.add_worker_timeout_s
@@ -358,10 +383,24 @@ class InferenceController(WeightUpdates):
             await asyncio.sleep(self.health_check_interval_s)
             watched = [c for c in self._cells if c.state in LIVE_STATES and not c.busy and c.process is not None]
             await asyncio.gather(*(self._check(cell) for cell in watched))
-            if self._router is not None and not self._router.is_running():
-                logger.error(
-                    "server %s: router %s is not running; requests through it fail", self.server_id, self._router.url
-                )
+            if self._router is not None and not self._router.is_running() and not self._closing:
+                await self._restart_router()
+
+    async def _restart_router(self) -> None:
+        """The router died: start it again on its ports and register every serving engine with it."""
+        assert self._keeper is not None
+        try:
+            self._router = await self._keeper.restart()
+        except RouterError as exc:
+            logger.error("server %s: the router could not be started again: %s", self.server_id, exc)
+            return
+        for cell in self._cells:
+            if cell.state == CellState.SERVING and not cell.busy:
+                cell.router_worker_id = None
+                try:
+                    await self._register(cell)
+                except RouterError as exc:
+                    self._restart(cell, f"registering with the restarted router failed: {exc}")
 
     async def _check(self, cell: EngineCell) -> None:
         assert cell.process is not None and cell.client is not None

@@ -198,3 +198,23 @@ def test_pending_engine_joins_the_router_only_with_weights_and_dies_with_the_con
         # SIGKILL the controller's process: its engine and router must go with it (PR_SET_PDEATHSIG).
         controller.kill()
         assert wait_gone([cell["pid"], status["router_pid"]]) == []
+
+
+def test_killed_router_is_started_again_on_its_url_with_every_serving_engine(controller: ActorHandle) -> None:
+    """actors/inference/router_keeper.py: the router's ports are kept, so its URL stays; the serving engines are
+    registered with the new router (sglang-router 0.3.2's GET /workers lists them)."""
+    before = controller.status().result(10)
+    assert before["router_alive"] and before["router_restarts"] == 0
+    os.kill(before["router_pid"], signal.SIGKILL)
+    deadline = time.monotonic() + 60
+    while True:
+        status = controller.status().result(10)
+        serving = [c for c in status["cells"] if c["state"] == "serving"]
+        if status["router_restarts"] == 1 and status["router_alive"] and all(c["router_worker_id"] for c in serving):
+            break
+        assert time.monotonic() < deadline, f"router not restarted within 60 s: {status}"
+        time.sleep(0.1)
+    assert status["router_url"] == before["router_url"] and status["router_pid"] != before["router_pid"]
+    workers = requests.get(status["router_url"] + "/workers", timeout=HTTP_TIMEOUT_S).json()["workers"]
+    assert {w["url"] for w in workers} == {c["url"] for c in serving} and len(serving) == 2
+    assert greedy(status["router_url"])["output_ids"]

@@ -90,7 +90,9 @@ def test_colocation_over_capacity_fails() -> None:
 
 
 def test_colocation_needs_matching_shapes() -> None:
-    with pytest.raises(PlacementError, match="same cells"):
+    with pytest.raises(
+        PlacementError, match=r"needs as many workers \(cells x workers_per_cell: 1 x 1\) as it has \(2\)"
+    ):
         plan_placement(hosts(2), [pool("actor", 0.5, cells=2), pool("rollout", 0.5, colocate_with="actor")])
 
 
@@ -128,3 +130,21 @@ def test_spread_fractions_use_the_emptiest_gpu() -> None:
     assert [w.gpu_ids for w in plan.workers()] == [(0,), (1,)]
     packed = plan_placement(hosts(2), [pool("a", 0.5, cells=2)])
     assert [w.gpu_ids for w in packed.workers()] == [(0,), (0,)]
+
+
+def test_colocation_pairs_workers_of_other_shapes_in_order() -> None:
+    """8 one-worker engine cells beside a trainer cell of 8 ranks: engine cell k shares trainer rank k's GPU."""
+    plan = plan_placement(
+        hosts(8),
+        [pool("trainer", 0.5, per_cell=8, strategy="SPREAD"), pool("engines", 0.5, cells=8, colocate_with="trainer")],
+    )
+    trainer = [(w.host, w.gpu_ids) for w in plan.cells("trainer")[0].workers]
+    assert [(c.workers[0].host, c.workers[0].gpu_ids) for c in plan.cells("engines")] == trainer
+    assert [gpus for _, gpus in trainer] == [(g,) for g in range(8)]  # SPREAD: a fraction goes to the emptiest GPU
+    assert [w.gpu_share for w in plan.workers()] == [0.5] * 16
+
+
+def test_min_gpu_id_keeps_lower_gpus_free() -> None:
+    """SGLang's base_gpu_id as a pool's min_gpu_id (actors/inference/engine_pool.py)."""
+    plan = plan_placement(hosts(8), [pool("engines", 2, cells=2, min_gpu_id=4)])
+    assert [c.workers[0].gpu_ids for c in plan.cells("engines")] == [(4, 5), (6, 7)]

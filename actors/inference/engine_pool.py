@@ -1,0 +1,140 @@
+"""Engines as launcher-placed workers: the hosts.toml pool of an inference server, rendered from SGLangConfig.
+
+The launcher knows nothing of SGLang: an engine pool is a ``command`` pool whose template this module renders from
+an :class:`~actors.sglang_config.SGLangConfig` (``python -m sglang.launch_server ...``) or, on machines without a GPU,
+the CPU engine's command (``python -m actors.cpu_engine ...``). Per engine:
+
+- ``tp_size`` GPUs on one host (``gpus = tp_size`` per worker): the plan picks them (PACK, SPREAD, the hosts'
+  explicit GPU ids) and sets ``CUDA_VISIBLE_DEVICES``, so the rendered ``--base-gpu-id`` is 0 (the first GPU the
+  engine sees) and a template's ``base_gpu_id`` becomes the pool's ``min_gpu_id`` (only GPU ids at or above it);
+- ``nnodes > 1``: one worker per node (``workers_per_cell = nnodes``, ``tp_size / nnodes`` GPUs each, SPREAD by
+  default), ``--node-rank {rank}`` and ``--dist-init-addr {master_addr}:{master_port}`` (node 0's host and the
+  cell's port), as SGLang's multi-node launch; only node 0 serves HTTP, so the launcher does not probe the other
+  nodes (``ready.kind = "none"``) and the controller waits for node 0's ``/health_generate``;
+- ports ``port`` (HTTP) and ``nccl_port`` allocated free on the engine's host; the HTTP server listens on ``bind``
+  (default every interface, as SGLang deployments usually do: the router and the trainer reach it at the host's
+  address, and the launcher probes its readiness on the host's loopback); ``bind="{host}"`` limits it to the
+  host's address (then give the pool a readiness probe that reaches it).
+
+Use :func:`engine_pool` to build the ``[[pools]]`` table (a dict), or copy a rendered ``command`` into hosts.toml
+(examples/cluster-2x8gpu.toml). The controller finds the pool with ``engine_pool = "<id>"`` and
+``plan_kwargs = ["provider_api"]`` (see :mod:`actors.inference.provider_engines`).
+"""
+
+from __future__ import annotations
+
+import shlex
+from typing import Any
+
+from actors.model_config import ModelConfig
+from actors.sglang_config import READINESS_PATH, SGLangConfig, cpu_engine_argv, launch_server_argv
+
+DEFAULT_BIND = "0.0.0.0"
+_HOST, _PORT, _NCCL, _RANK, _DIST, _PYTHON = (f"\0{name}\0" for name in ("host", "port", "nccl", "rank", "dist", "py"))
+_PLACEHOLDERS = {
+    _HOST: "{host}",
+    _PORT: "{port}",
+    _NCCL: "{nccl_port}",
+    _RANK: "{rank}",
+    _DIST: "{master_addr}:{master_port}",
+    _PYTHON: "{python}",
+}
+ENGINE_PORTS = {"port": "worker", "nccl_port": "worker"}
+
+
+def engine_command(
+    sglang: SGLangConfig,
+    *,
+    engine: str = "sglang",
+    model: ModelConfig | None = None,
+    weight_version: str | None = None,
+    cpu_args: tuple[str, ...] | list[str] = (),
+    bind: str = DEFAULT_BIND,
+) -> str:
+    """The command template (launcher placeholders, other braces escaped) of one engine worker.
+
+    ``engine="cpu"``: the CPU engine (tp_size 1, one node) with ``model`` (its built-in model) or the config's
+    Hugging Face ``model_path`` (which must be at the same path on every host)."""
+    if engine == "cpu":
+        if sglang.nnodes != 1:
+            raise ValueError(f"nnodes={sglang.nnodes}: the CPU engine runs on one node")
+        config = sglang.model_copy(update={"host": _bind(bind), "port": _PORT})
+        argv = cpu_engine_argv(config, model_config=model, python=_PYTHON)
+        if weight_version is not None:
+            argv += ["--weight-version", weight_version]
+        argv += list(cpu_args)
+    elif engine == "sglang":
+        if sglang.tp_size % sglang.nnodes:
+            raise ValueError(f"tp_size={sglang.tp_size} must be a multiple of nnodes={sglang.nnodes} (GPUs per node)")
+        multi = sglang.nnodes > 1
+        update = {"host": _bind(bind), "port": _PORT, "nccl_port": _NCCL, "base_gpu_id": 0}
+        update |= {"node_rank": _RANK, "dist_init_addr": _DIST} if multi else {"node_rank": 0, "dist_init_addr": None}
+        argv = launch_server_argv(sglang.model_copy(update=update), python=_PYTHON)  # not validated: placeholders
+    else:
+        raise ValueError(f"engine must be 'cpu' or 'sglang', got {engine!r}")
+    return " ".join(_PLACEHOLDERS.get(arg) or _escape(arg) for arg in argv)
+
+
+def _bind(bind: str) -> str:
+    return _HOST if bind == "{host}" else bind
+
+
+def _escape(arg: str) -> str:
+    if any(sentinel in arg for sentinel in _PLACEHOLDERS):  # only whole arguments are launcher values
+        raise ValueError(f"argument {arg!r} mixes a launcher value with text")
+    return shlex.quote(arg).replace("{", "{{").replace("}", "}}")
+
+
+def engine_worker(
+    sglang: SGLangConfig,
+    *,
+    engine: str = "sglang",
+    ready_deadline_s: float = 600.0,
+    gpus: float | None = None,
+    env: dict[str, str] | None = None,
+    **command: Any,
+) -> dict[str, Any]:
+    """The ``[pools.worker]`` table of one engine worker (one node of an engine). ``gpus``: per worker (default
+    ``tp_size / nnodes`` for SGLang, 0 for the CPU engine; a fraction < 1 when colocated with a trainer)."""
+    per_node = sglang.tp_size // sglang.nnodes
+    ready = (
+        {"kind": "http", "port": "port", "path": READINESS_PATH, "deadline_s": ready_deadline_s}
+        if sglang.nnodes == 1
+        else {"kind": "none"}
+    )
+    return {
+        "kind": "command",
+        "command": engine_command(sglang, engine=engine, **command),
+        "ports": dict(ENGINE_PORTS),
+        "ready": ready,
+        "gpus": gpus if gpus is not None else (0 if engine == "cpu" else per_node),
+        "env": dict(env or {}),
+        "metrics_port": "port",  # SGLang (--enable-metrics) and the CPU engine serve /metrics on their HTTP port
+    }
+
+
+def engine_pool(
+    pool_id: str,
+    cells: int,
+    sglang: SGLangConfig,
+    *,
+    strategy: str | None = None,
+    hosts: list[str] | None = None,
+    colocate_with: str | None = None,
+    **worker: Any,
+) -> dict[str, Any]:
+    """The ``[[pools]]`` table of ``cells`` engines (one cell per engine, ``nnodes`` workers per cell)."""
+    pool: dict[str, Any] = {
+        "id": pool_id,
+        "cells": cells,
+        "workers_per_cell": sglang.nnodes,
+        "strategy": strategy or ("SPREAD" if sglang.nnodes > 1 else "PACK"),
+        "worker": engine_worker(sglang, **worker),
+    }
+    if sglang.base_gpu_id:
+        pool["min_gpu_id"] = sglang.base_gpu_id
+    if hosts is not None:
+        pool["hosts"] = list(hosts)
+    if colocate_with is not None:
+        pool["colocate_with"] = colocate_with
+    return pool

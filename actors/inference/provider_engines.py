@@ -1,0 +1,142 @@
+"""Engines the launcher placed: an :class:`~actors.inference.engine_launcher.EngineLauncher` over the provider API.
+
+The engine pool (:mod:`actors.inference.engine_pool`) is started by the launcher with every other pool; the
+controller's cell ``i`` is the pool's cell ``i``. :meth:`ProviderEngineLauncher.launch` adopts the launcher's cell on
+the first start (if it is alive) and otherwise asks the launcher to restart it on its planned host
+(``restart_cell``: new ports, same host and GPUs), then waits for node 0's ``/health_generate``. A background
+poll (``cells`` and ``deaths`` every ``poll_interval_s``) tells each engine when its cell died (killed, crashed, its
+host lost), which the controller's health check sees as ``exit_code()``. A cell whose host is lost cannot be
+restarted (the launcher refuses): the controller disposes it after ``max_restarts`` and serves with the rest.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from typing import Any
+
+from actors.inference.engine_launcher import EngineSpec, wait_ready
+from actors.inference.errors import EngineStartError
+from launcher.provider_service import ProviderApiError, ProviderClient
+from runtime import RemoteError
+
+logger = logging.getLogger(__name__)
+
+DEAD_CODE = -9  # exit_code() of an engine whose cell died without a known return code (e.g. its host was lost)
+
+
+class ProviderEngineProcess:
+    """One incarnation of a launcher-placed engine cell (node 0 serves its HTTP API)."""
+
+    def __init__(self, launcher: ProviderEngineLauncher, cell_id: str, view: dict[str, Any]) -> None:
+        self._launcher = launcher
+        self.cell_id = cell_id
+        self.view = view
+        worker = view["workers"][0]
+        address = f"[{worker['address']}]" if ":" in worker["address"] else worker["address"]
+        self.url = f"http://{address}:{worker['ports']['port']}"
+        self.host = str(view["host"])
+        self.pids = {w["pid"] for w in view["workers"]}
+        self.code: int | None = None
+        self.since = time.monotonic()  # a poll that began earlier saw an older incarnation of the cell
+
+    @property
+    def pid(self) -> int | None:
+        return self.view["pid"]
+
+    @property
+    def log_path(self) -> str | None:
+        path = self.view["workers"][0].get("log_path")
+        return f"{self.host}:{path}" if path else None
+
+    def exit_code(self) -> int | None:
+        return self.code
+
+    async def stop(self, timeout_s: float = 10.0) -> int | None:
+        if self.code is None:
+            await self._launcher.stop_cell(self.view["index"])
+            self.code = DEAD_CODE
+        return self.code
+
+    async def kill(self) -> int | None:
+        return await self.stop()
+
+    def log_tail(self, lines: int = 20) -> str:
+        return f"(log on host {self.host}: {self.log_path}; `miles-launch logs hosts.toml {self.view['cell_id']}`)"
+
+
+class ProviderEngineLauncher:
+    """Starts and watches the engine cells of one launcher pool through the provider API."""
+
+    def __init__(self, *, api: ProviderClient, pool: str, poll_interval_s: float = 1.0) -> None:
+        self.api = api
+        self.pool = pool
+        self.poll_interval_s = poll_interval_s
+        self._engines: dict[int, ProviderEngineProcess] = {}
+        self._deaths_seen = 0
+        self._poller: asyncio.Task[None] | None = None
+
+    async def cells(self) -> list[dict[str, Any]]:
+        """The pool's cells as the launcher sees them."""
+        return list(await self.api.call("cells", self.pool))
+
+    async def launch(self, spec: EngineSpec, *, timeout_s: float) -> ProviderEngineProcess:
+        """Adopt (first start) or restart the pool's cell ``spec.index`` and wait until node 0 is ready."""
+        deadline = time.monotonic() + timeout_s
+        try:
+            view = (await self.cells())[spec.index]
+            if spec.incarnation > 0 or view["state"] != "alive":
+                logger.info("engine %s: asking the launcher to restart %s on %s", spec.cell_id, view["cell_id"],
+                            view["host"])  # fmt: skip
+                view = await self.api.call("restart_cell", self.pool, spec.index, deadline_s=timeout_s)
+        except (RemoteError, ProviderApiError, IndexError) as exc:
+            raise EngineStartError(f"engine {spec.cell_id} (pool {self.pool!r} cell {spec.index}): {exc}") from None
+        engine = ProviderEngineProcess(self, spec.cell_id, view)
+        self._engines[spec.index] = engine
+        if self._poller is None:
+            self._poller = asyncio.create_task(self._poll(), name=f"{self.pool}-cells")
+        await wait_ready(engine, deadline)
+        return engine
+
+    async def stop_cell(self, index: int) -> None:
+        """Stop the pool's cell ``index`` (its engine is retired)."""
+        try:
+            await self.api.call("stop_cells", self.pool, [index])
+        except (RemoteError, ProviderApiError) as exc:
+            logger.warning("stopping %s cell %d: %s", self.pool, index, exc)
+
+    async def close(self) -> None:
+        """Stop watching (the launcher stops the engines at teardown; the controller stops them on shutdown)."""
+        if self._poller is not None:
+            self._poller.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._poller
+
+    async def _poll(self) -> None:
+        while True:
+            await asyncio.sleep(self.poll_interval_s)
+            try:
+                began = time.monotonic()
+                self._update(await self.cells(), await self.api.call("deaths", self._deaths_seen), began)
+            except (RemoteError, ProviderApiError) as exc:
+                logger.warning("pool %s: cannot poll the launcher's cells: %s", self.pool, exc)
+
+    def _update(self, views: list[dict[str, Any]], deaths: list[dict[str, Any]], began: float) -> None:
+        """Mark engines whose cell died (a death report names one of their pids) or was replaced or stopped."""
+        self._deaths_seen += len(deaths)
+        for engine in self._engines.values():
+            if engine.code is not None or engine.since >= began:
+                continue
+            for death in deaths:
+                if death["pid"] in engine.pids:
+                    code = death["returncode"]
+                    engine.code = code if isinstance(code, int) else DEAD_CODE
+                    logger.warning("engine %s on %s: %s", engine.cell_id, death["host"], death["reason"])
+            view = views[engine.view["index"]] if engine.view["index"] < len(views) else None
+            if engine.code is None and (view is None or view["state"] != "alive" or view["pid"] != engine.pid):
+                state = view["state"] if view else "gone"
+                if state != "starting":
+                    engine.code = DEAD_CODE
+                    logger.warning("engine %s: its cell is %s on %s", engine.cell_id, state, engine.host)

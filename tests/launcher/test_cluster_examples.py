@@ -1,0 +1,99 @@
+"""examples/cluster-2x8gpu*.toml: `miles-launch --dry-run` prints the whole plan on a machine without GPUs or SSH
+hosts, the plan is the one the file promises, and the engine commands are what actors/inference/engine_pool.py
+renders from their SGLangConfig (so the examples cannot drift from the renderer)."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from actors.inference.engine_pool import engine_pool
+from actors.sglang_config import SGLangConfig
+from launcher.hosts_config import load_config
+from launcher.placement import plan_placement
+from launcher.worker_command import build_spawn
+
+ROOT = Path(__file__).resolve().parents[2]
+EXAMPLES = ROOT / "examples"
+MODEL = "/models/Qwen2.5-7B-Instruct"
+ROW = re.compile(r"(?m)^\s+((?:trainer|engines|inference|rollout)-\d+-\d+)\s+(gpu-[ab])\s+(\S+)\s+([0-9.]+)\s")
+
+
+def dry_run(name: str) -> dict[str, tuple[str, str, str]]:
+    result = subprocess.run(
+        [sys.executable, "-m", "launcher.cli", str(EXAMPLES / name), "--dry-run"],
+        capture_output=True, text=True, timeout=60, cwd=ROOT,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    assert "sglang.launch_server" in result.stdout and "security: CURVE" in result.stdout
+    return {worker: (host, gpus, share) for worker, host, gpus, share in ROW.findall(result.stdout)}
+
+
+def test_split_example_plans_trainer_on_one_host_and_four_tp2_engines_on_the_other() -> None:
+    plan = dry_run("cluster-2x8gpu.toml")
+    assert len(plan) == 8 + 4 + 2
+    assert [plan[f"trainer-0-{r}"] for r in range(8)] == [("gpu-a", str(g), "1") for g in range(8)]
+    assert [plan[f"engines-{c}-0"] for c in range(4)] == [("gpu-b", f"{2 * c},{2 * c + 1}", "1") for c in range(4)]
+    assert plan["inference-0-0"][0] == plan["rollout-0-0"][0] == "gpu-a"
+
+
+def test_colocated_example_shares_every_gpu_between_a_trainer_rank_and_an_engine() -> None:
+    plan = dry_run("cluster-2x8gpu-colocated.toml")
+    for rank in range(16):
+        trainer, engine = plan[f"trainer-0-{rank}"], plan[f"engines-{rank}-0"]
+        assert trainer == engine and trainer[2] == "0.5", (rank, trainer, engine)
+    assert sorted({(h, g) for h, g, _ in plan.values() if g != "-"}) == sorted(
+        (h, str(g)) for h in ("gpu-a", "gpu-b") for g in range(8)
+    )
+
+
+@pytest.mark.parametrize(
+    ("name", "sglang"),
+    [
+        ("cluster-2x8gpu.toml", SGLangConfig(model_path=MODEL, port=30000, tp_size=2, mem_fraction_static=0.8)),
+        (
+            "cluster-2x8gpu-colocated.toml",
+            SGLangConfig(model_path=MODEL, port=30000, mem_fraction_static=0.4, enable_memory_saver=True),
+        ),
+    ],
+)
+def test_example_engine_pools_are_what_the_renderer_makes(name: str, sglang: SGLangConfig) -> None:
+    config = load_config(EXAMPLES / name)
+    pool = config.pool("engines")
+    rendered = engine_pool("engines", pool.cells, sglang, ready_deadline_s=900)["worker"]
+    worker = pool.worker.model_dump(mode="json", exclude={"stop_grace_s", "kind"})
+    expected = {k: v for k, v in rendered.items() if k not in ("gpus", "kind")}
+    expected["ready"] = {**expected["ready"], "probe_host": "127.0.0.1"}
+    assert worker["command"] == expected["command"]
+    assert {k: worker[k] for k in ("ports", "ready", "metrics_port")} == {
+        k: expected[k] for k in ("ports", "ready", "metrics_port")
+    }
+
+
+def test_a_two_node_engine_gets_node_rank_and_node_0s_dist_init_address() -> None:
+    """SGLang's multi-node launch (server_args.py: --nnodes, --node-rank, --dist-init-addr): one worker per node,
+    SPREAD over the hosts, node 0's host and the cell's port as dist-init address, tp_size / nnodes GPUs each."""
+    sglang = SGLangConfig(model_path=MODEL, port=1, tp_size=16, nnodes=2, dist_init_addr="x:1")
+    config = load_config(EXAMPLES / "cluster-2x8gpu.toml")
+    pool_table = engine_pool("big", 1, sglang)
+    assert (pool_table["workers_per_cell"], pool_table["strategy"], pool_table["worker"]["gpus"]) == (2, "SPREAD", 8)
+    pool = type(config.pools[0]).model_validate(pool_table)
+    (cell,) = plan_placement(config.hosts, [pool]).cells("big")
+    argvs = []
+    for placement in cell.workers:
+        spawn = build_spawn(
+            config.host(placement.host), pool.worker, placement, ports={"port": 30001, "nccl_port": 30002},
+            master_addr="10.0.0.11", master_port=29500, stream_logs="warnings", curve_dir=None, name_service="{}",
+        )  # fmt: skip
+        argvs.append(spawn["argv"])
+        assert spawn["env"]["CUDA_VISIBLE_DEVICES"] == ",".join(map(str, range(8)))
+    assert [w.host for w in cell.workers] == ["gpu-a", "gpu-b"]
+    for rank, argv in enumerate(argvs):
+        flags = dict(zip(argv[3::2], argv[4::2], strict=False))
+        assert argv[1:3] == ["-m", "sglang.launch_server"]
+        assert flags["--node-rank"] == str(rank) and flags["--nnodes"] == "2" and flags["--tp-size"] == "16"
+        assert flags["--dist-init-addr"] == "10.0.0.11:29500" and flags["--base-gpu-id"] == "0"

@@ -1,0 +1,145 @@
+"""Launcher-placed CPU engines on both hosts of the two-namespace cluster, behind the controller's sglang-router.
+
+The engine pool is rendered by actors/inference/engine_pool.py (a command pool: the launcher knows nothing of
+SGLang); the controller (on h1) gets the pool's cells from the launcher's provider API (launcher/provider_service.py)
+instead of forking engines. kill -9 of the engine on h2 while requests flow through the router: the launcher reports
+the death, the controller asks it to restart the cell, the new engine runs on h2 again (new pid, new port) and is
+registered with the router, and requests keep succeeding through the router meanwhile (the engine on h1 serves).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import time
+from pathlib import Path
+from typing import Any
+
+import toml_text
+from launch_helpers import PYTHON, NetnsCluster, ssh_host, subprocess_env
+from sshd_fixture import SshKeys
+
+from actors.inference.engine_pool import engine_pool
+from actors.model_config import ModelConfig
+from actors.sglang_config import SGLangConfig
+
+TINY = ModelConfig(
+    hidden_size=32, num_layers=1, num_attention_heads=2, num_key_value_heads=2, ffn_hidden_size=64,
+    max_position_embeddings=128, seed=3,
+)  # fmt: skip
+FAST_ROUTER = {"policy": "round_robin", "health_check_interval_s": 1, "health_failure_threshold": 1}
+
+
+def inference_pools(*, engines: int = 2, engine_hosts: list[str] | None = None) -> list[dict[str, Any]]:
+    """A CPU engine pool SPREAD over the hosts, and the controller (on h1) serving it."""
+    sglang = SGLangConfig(model_path="cpu-engine", port=30000)
+    pool = engine_pool("engines", engines, sglang, engine="cpu", model=TINY, weight_version="default",
+                       strategy="SPREAD", hosts=engine_hosts, ready_deadline_s=120)  # fmt: skip
+    controller = {
+        "id": "inference",
+        "hosts": ["h1"],
+        "worker": {
+            "kind": "serve",
+            "actor_class": "actors.inference.controller:InferenceController",
+            "plan_kwargs": ["provider_api"],
+            "kwargs": {
+                "server_id": "engines",
+                "engine": "cpu",
+                "engine_pool": "engines",
+                "initial_weights": True,
+                "router": FAST_ROUTER,
+                "health_check_interval_s": 0.5,
+                "engine_start_timeout_s": 120,
+            },
+        },
+    }
+    return [pool, controller]
+
+
+def cluster_hosts(tmp_path: Path, cluster: NetnsCluster, keys: SshKeys) -> list[dict[str, Any]]:
+    hosts = []
+    for name, _, address in cluster.hosts:
+        host = ssh_host(name, address, 22, keys, tmp_path / name, gpus=0)
+        host["env"] = {**host["env"], "OMP_NUM_THREADS": "1", "MILES_SHM": "0"}
+        hosts.append(host)
+    return hosts
+
+
+def test_engine_on_h2_killed_is_replaced_on_h2_while_traffic_goes_on(
+    netns_cluster: NetnsCluster, ssh_keys: SshKeys, tmp_path: Path
+) -> None:
+    data = {
+        "launcher": {"workdir": str(tmp_path / "run"), "stop_grace_s": 3, "start_deadline_s": 180},
+        "hosts": cluster_hosts(tmp_path, netns_cluster, ssh_keys),
+        "job": {"entrypoint": "launch_inference_jobs:engine_failover"},
+        "pools": inference_pools(),
+    }
+    config = tmp_path / "hosts.toml"
+    config.write_text(toml_text.dump(data))
+    result = subprocess.run(
+        [*netns_cluster.exec_argv(), PYTHON, "-m", "launcher.cli", str(config)],
+        capture_output=True, text=True, timeout=420, env=subprocess_env(MILES_SHM="0"),
+    )  # fmt: skip
+    output = result.stdout + result.stderr
+    assert result.returncode == 0, output[-5000:]
+    report = json.loads(result.stdout.split("FAILOVER ", 1)[1].splitlines()[0])
+    (_, _, h1_address), (_, _, h2_address) = netns_cluster.hosts
+    assert sorted(c["host"] for c in report["before"]) == ["h1", "h2"]
+    victim, after = report["victim"], report["after"][report["victim"]["index"]]
+    assert (after["host"], after["state"], after["restarts"]) == ("h2", "alive", 1)
+    assert after["pid"] != victim["pid"] and after["address"] == h2_address
+    cell = report["controller_cell"]
+    assert cell["restarts"] == 1 and cell["url"] == f"http://{h2_address}:{after['ports']['port']}"
+    assert cell["url"] in report["router_workers"] and len(report["router_workers"]) == 2
+    assert all(url.startswith((f"http://{h1_address}:", f"http://{h2_address}:")) for url in report["router_workers"])
+    (death,) = report["deaths"]
+    assert death["host"] == "h2" and death["pid"] == victim["pid"] and "SIGKILL" in death["reason"]
+    assert report["ok_during"] >= 1, report  # the router kept serving (the h1 engine) while h2's was replaced
+    assert report["failed_during"] == [], report  # sglang-router retries a request the dead engine dropped
+    assert report["failed_after"] == [], report
+    deadline = time.monotonic() + 10
+    while any(netns_cluster.stray_pids().values()) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert netns_cluster.stray_pids() == {ns: set() for _, ns, _ in netns_cluster.hosts}, "processes left on a host"
+
+
+def test_demo_job_with_launcher_placed_engines_on_both_hosts(
+    netns_cluster: NetnsCluster, ssh_keys: SshKeys, tmp_path: Path
+) -> None:
+    """hosts.example.toml's demo with its engines as a launcher pool SPREAD over h1 and h2 (the trainer pushes
+    weights to both hosts' engines, the rollout generates through the router on h1): the reward must rise."""
+    from test_netns_demo import ITERATIONS, ROW, demo_config, tomllib
+
+    config = demo_config(tmp_path, netns_cluster, ssh_keys)
+    data = tomllib.loads(config.read_text())
+    inference = next(pool for pool in data["pools"] if pool["id"] == "inference")
+    model = ModelConfig(**inference["worker"]["kwargs"]["model"])
+    sglang = SGLangConfig(model_path="cpu-engine", port=30000)
+    engines = engine_pool("engines", 2, sglang, engine="cpu", model=model, strategy="SPREAD", ready_deadline_s=120)
+    inference["worker"]["plan_kwargs"] = ["provider_api"]
+    kwargs = inference["worker"]["kwargs"]
+    del kwargs["num_engines"]
+    kwargs.update(engine_pool="engines", server_id="engines")
+    data["pools"].append(engines)
+    config.write_text(toml_text.dump(data))
+    result = subprocess.run(
+        [*netns_cluster.exec_argv(), PYTHON, "-m", "launcher.cli", str(config), "--no-logs"],
+        capture_output=True, text=True, timeout=300, env=subprocess_env(MILES_SHM="0"),
+    )  # fmt: skip
+    output = result.stdout + result.stderr
+    assert result.returncode == 0, output[-5000:]
+    (_, _, h1_address), (_, _, h2_address) = netns_cluster.hosts
+    urls = re.search(r"\[demo\] engines: (\[.*?\])", result.stdout)
+    assert urls and {u.split("//")[1].split(":")[0] for u in json.loads(urls.group(1).replace("'", '"'))} == {
+        h1_address,
+        h2_address,
+    }, result.stdout
+    rows = [m for m in (ROW.match(line) for line in result.stdout.splitlines()) if m]
+    assert [int(m.group(1)) for m in rows] == list(range(1, ITERATIONS + 1)), result.stdout
+    rewards = [float(m.group(3)) for m in rows]
+    assert sum(rewards[-2:]) / 2 > sum(rewards[:2]) / 2 + 0.02, f"reward did not rise: {rewards}"
+    deadline = time.monotonic() + 10
+    while any(netns_cluster.stray_pids().values()) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert netns_cluster.stray_pids() == {ns: set() for _, ns, _ in netns_cluster.hosts}, "processes left on a host"
