@@ -58,6 +58,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--weight-version", default="default")
     parser.add_argument("--max-batch-size", type=int, default=64)
     parser.add_argument("--pause-wait-timeout", type=float, default=300.0, help="seconds /generate waits")
+    parser.add_argument(
+        "--enable-cache-report", action="store_true",
+        help="OpenAI usage reports prompt_tokens_details.cached_tokens (SGLang's flag)",
+    )  # fmt: skip
     parser.add_argument("--threads", type=int, default=1, help="torch intra-op threads")
     parser.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
     parser.add_argument("--log-requests", action="store_true", help="log every HTTP request")
@@ -135,6 +139,7 @@ def main(argv: list[str] | None = None) -> None:
         context_length=context_length,
         max_batch_size=args.max_batch_size,
         pause_wait_timeout_s=args.pause_wait_timeout,
+        enable_cache_report=args.enable_cache_report,
     )
     app = create_app(CPUEngine(served.model, settings, served.tokenizer), host=args.host, port=args.port)
     logger.info("serving %s on http://%s:%d", settings.model_path, args.host, args.port)

@@ -61,7 +61,12 @@ class EngineSettings(BaseModel):
     weights_group_timeout_s: float = Field(
         default=120.0, gt=0.0, description="Deadline to join a weight-update group and for each broadcast."
     )
-    prefix_cache_tokens: int = Field(default=1 << 16, ge=0, description="Prompt tokens kept for reuse; 0: none.")
+    prefix_cache_tokens: int = Field(
+        default=1 << 16, ge=0, description="Tokens (prompts and outputs) the prefix cache keeps for reuse; 0: none."
+    )
+    enable_cache_report: bool = Field(
+        default=False, description="SGLang's --enable-cache-report: OpenAI usage has prompt_tokens_details."
+    )
     max_total_num_tokens: int = Field(default=1 << 16, gt=0, description="Token budget reported (token_usage).")
 
 
@@ -104,6 +109,7 @@ class CPUEngine(WeightSync):
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="cpu-engine-compute")
         self._scheduler: asyncio.Task[None] | None = None
         self._num_running = 0
+        self._flush_pending = False
         self.metrics.num_running_reqs.set_function(lambda: self._num_running)
         self.metrics.num_queue_reqs.set_function(lambda: max(0, len(self._in_flight) - self._num_running))
         self.metrics.token_usage.set_function(lambda: self._tokens_in_use() / settings.max_total_num_tokens)
@@ -217,6 +223,31 @@ class CPUEngine(WeightSync):
         self._unpaused.set()
         self.metrics.is_paused.set(0)
         logger.info("generation continued")
+
+    async def flush_cache(self, timeout_s: float) -> tuple[bool, str]:
+        """SGLang's ``/flush_cache`` (``scheduler.flush_cache`` through ``SchedulerFlushWrapper``): empty the
+        prefix cache only when idle; with ``timeout_s > 0`` wait that long for idle. Returns (success, message)."""
+        if self._flush_pending:
+            return False, "Another flush_cache is already in progress."
+        deadline = time.monotonic() + timeout_s
+        self._flush_pending = timeout_s > 0
+        try:
+            while not self._idle():
+                if time.monotonic() >= deadline:
+                    if timeout_s > 0:
+                        return False, "Timed out waiting for idle state."
+                    logger.warning("cache not flushed: %d request(s) in flight", len(self._in_flight))
+                    return False, ""
+                await asyncio.sleep(POLL_S)
+        finally:
+            self._flush_pending = False
+        dropped = self.prefix_cache.flush()
+        logger.info("cache flushed (%d tokens)", dropped)
+        return True, ""
+
+    def _idle(self) -> bool:
+        """SGLang's ``is_fully_idle(ignore_waiting=paused)``: nothing running, and nothing waiting unless paused."""
+        return self._num_running == 0 if self.paused else not self._in_flight
 
     # memory ---------------------------------------------------------------------------------------------
 

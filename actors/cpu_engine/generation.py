@@ -52,7 +52,8 @@ class Sequence:
 
     def check_abort(self) -> None:
         if self.abort_message is not None and not self.done:
-            self.finish_reason = {"type": "abort", "message": self.abort_message}
+            # SGLang's FINISH_ABORT.to_json(); a graceful abort has no status code
+            self.finish_reason = {"type": "abort", "message": self.abort_message, "status_code": None, "err_type": None}
 
     def step(self, logits: torch.Tensor) -> int:
         """Sample the next token from ``logits``, record it and decide whether the sequence is finished."""
@@ -121,7 +122,10 @@ class Sequence:
         }
         if self.item.return_logprob:
             self._add_logprobs(meta)
-        return {"text": self.text(), "output_ids": list(self.output_ids), "meta_info": meta}
+        text = self.text()
+        if not self.done:  # detokenizer_manager: a trailing incomplete character waits for its next bytes
+            text = text.rstrip("\ufffd")
+        return {"text": text, "output_ids": list(self.output_ids), "meta_info": meta}
 
     def _add_logprobs(self, meta: dict[str, Any]) -> None:
         """``tokenizer_manager.add_logprob_to_meta_info``: ``[logprob, token id, text or None]`` triples."""
@@ -170,6 +174,8 @@ def prefill(
     if prefix_cache is not None:
         prefix_cache.insert(prompt, keys, values)
     seq.cached_tokens = reused
+    if seq.item.parallel_sample and prefix_cache is not None and prefix_cache.max_tokens > 0:
+        seq.cached_tokens = limit  # SGLang prefills an n > 1 prompt once first; each sample then finds it cached
     seq.record_input_logprobs(logits, reused)
     return keys, values, logits[-1]
 
@@ -182,22 +188,30 @@ def run_batch(
     before_step: Callable[[list[Sequence]], None],
     prefix_cache: PrefixCache | None = None,
 ) -> None:
-    """Generate until every sequence in ``sequences`` is finished (stop, length or abort)."""
+    """Generate until every sequence in ``sequences`` is finished (stop, length or abort).
+
+    A sequence with ``max_new_tokens == 0`` is prefilled only (input logprobs, prefix cache), as SGLang's
+    prefill-only requests. Finished sequences leave their prompt and output in ``prefix_cache``.
+    """
     for seq in sequences:
         seq.check_abort()
-        if not seq.done and seq.max_new_tokens <= 0:
+    prefilling = [seq for seq in sequences if not seq.done]
+    prefilled = [prefill(model, seq, model_lock=model_lock, prefix_cache=prefix_cache) for seq in prefilling]
+    for seq in prefilling:
+        if seq.max_new_tokens <= 0:
             seq.finish_reason = {"type": "length", "length": 0}
-    live = [seq for seq in sequences if not seq.done]
+    live = [seq for seq in prefilling if not seq.done]
+    prefilled = [result for seq, result in zip(prefilling, prefilled, strict=True) if not seq.done]
     if not live:
         return
-    prefilled = [prefill(model, seq, model_lock=model_lock, prefix_cache=prefix_cache) for seq in live]
     prompt_lens = [len(seq.item.input_ids) for seq in live]
     width = max(prompt_lens)
+    starts = torch.tensor([width - length for length in prompt_lens])  # left padding: last tokens line up
     capacity = width + max(seq.max_new_tokens for seq in live)
     cache = KVCache.allocate(model.config, len(live), capacity, model.lm_head.weight.dtype)
     key_valid = torch.zeros(len(live), capacity, dtype=torch.bool)
     for row, (keys, values, _) in enumerate(prefilled):
-        start = width - prompt_lens[row]  # left padding keeps every row's last token in the last column
+        start = int(starts[row])
         for layer in range(model.config.num_layers):
             cache.keys[layer][row, :, start:width] = keys[layer]
             cache.values[layer][row, :, start:width] = values[layer]
@@ -211,13 +225,15 @@ def run_batch(
         for seq in live:
             seq.check_abort()
         keep = [row for row, seq in enumerate(live) if not seq.done]
+        if prefix_cache is not None:
+            _cache_finished(prefix_cache, live, cache, starts)
         if not keep:
             return
         if len(keep) < len(live):  # drop finished rows so they cost nothing from here on
             index = torch.tensor(keep, dtype=torch.long)
             cache.keys = [k.index_select(0, index) for k in cache.keys]
             cache.values = [v.index_select(0, index) for v in cache.values]
-            key_valid, next_positions = key_valid[index], next_positions[index]
+            key_valid, next_positions, starts = key_valid[index], next_positions[index], starts[index]
             live, tokens = [live[row] for row in keep], [tokens[row] for row in keep]
         key_valid[:, cache.length] = True
         step_ids = torch.tensor(tokens, dtype=torch.long)[:, None]
@@ -229,3 +245,16 @@ def run_batch(
                 cache=cache,
             )[:, -1]
         next_positions = next_positions + 1
+
+
+def _cache_finished(prefix_cache: PrefixCache, live: list[Sequence], cache: KVCache, starts: torch.Tensor) -> None:
+    """Insert each finished row's prompt and output but the last token (the last was never fed to the model)."""
+    for row, seq in enumerate(live):
+        if not seq.done or len(seq.output_ids) < 2:
+            continue  # with one output token the prompt alone is computed, and it was cached at prefill
+        start = int(starts[row])
+        tokens = [*seq.item.input_ids, *seq.output_ids[:-1]]
+        assert cache.length - start == len(tokens), (cache.length, start, len(tokens))
+        keys = [k[row, :, start : cache.length] for k in cache.keys]
+        values = [v[row, :, start : cache.length] for v in cache.values]
+        prefix_cache.insert(tokens, keys, values)

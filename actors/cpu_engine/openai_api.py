@@ -1,27 +1,41 @@
 """OpenAI-compatible ``/v1/models``, ``/v1/completions`` and ``/v1/chat/completions`` as SGLang serves them.
 
 Shapes from SGLang 0.5.23's ``srt/entrypoints/openai/protocol.py`` (``ModelCard``, ``CompletionRequest``,
-``ChatCompletionRequest``, ``CompletionResponse``, ``ChatCompletionResponse``, ``UsageInfo``) and the
-``/v1/models`` routes of ``http_server.py``. Like SGLang's pydantic models, unknown fields are ignored.
-Requests are translated to ``/generate`` items and run by the same engine; ``stream=true`` is refused here
-(use ``/generate`` with ``stream``). Chat messages are rendered and tokenized by the tokenizer's chat template
-(a Hugging Face directory's own, as SGLang's ``serving_chat.py`` does with ``tokenize=True``); OpenAI's lists
-of text parts are joined into one string first. The served name is SGLang's ``served_model_name`` (default: the
-model path; it follows ``/update_weights_from_disk`` to the new path, as ``tokenizer_manager.py`` does).
+``ChatCompletionRequest``, ``CompletionResponse``, ``ChatCompletionResponse``, ``UsageInfo``), the handlers in
+``serving_completions.py`` and ``serving_chat.py`` and the ``/v1/models`` routes of ``http_server.py``. Like
+SGLang's pydantic models, unknown fields are ignored; fields SGLang maps to features the CPU engine lacks
+(constrained decoding, LoRA, sessions ...) are passed to ``/generate``'s checks, which refuse any non-neutral
+value. Requests become ``/generate`` items run by the same engine; ``stream=true`` answers as SGLang's SSE
+(:mod:`actors.cpu_engine.openai_stream`). Chat messages are rendered and tokenized by the tokenizer's chat
+template (a Hugging Face directory's own, as ``serving_chat.py`` with ``tokenize=True``) unless ``input_ids``
+is given; OpenAI's lists of text parts are joined into one string first. The served name is SGLang's
+``served_model_name`` (default: the model path; it follows ``/update_weights_from_disk`` to the new path, as
+``tokenizer_manager.py`` does).
 """
 
 from __future__ import annotations
 
 import time
-import uuid
 from typing import Any
 
 from aiohttp import web
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, field_validator
 
-from actors.cpu_engine.protocol import RequestError, expand_generate_request, parse
+from actors.cpu_engine import openai_shapes as shapes
+from actors.cpu_engine import openai_stream
+from actors.cpu_engine.protocol import GenerateBatch, GenerationItem, RequestError, expand_generate_request, parse
 from actors.cpu_engine.routes import ENGINE, json_body
 from actors.tokenizer import message_text
+
+# Request fields SGLang forwards to GenerateReqInput unchanged; /generate's checks refuse what we lack.
+PASSED_THROUGH = ("rid", "lora_path", "session_id", "custom_logit_processor", "return_hidden_states")
+PASSED_THROUGH += ("return_routed_experts", "extra_key", "cache_salt", "priority", "routed_dp_rank")
+CONSTRAINED_FORMATS = ("json_schema", "json_object", "structural_tag")
+
+
+class StreamOptions(BaseModel):
+    include_usage: bool | None = False
+    continuous_usage_stats: bool | None = False
 
 
 class _OpenAIRequest(BaseModel):
@@ -35,13 +49,34 @@ class _OpenAIRequest(BaseModel):
     seed: int | None = None
     stop: str | list[str] | None = None
     stream: bool = False
-    top_k: int = -1
-    min_p: float = 0.0
-    repetition_penalty: float = 1.0
+    stream_options: StreamOptions | None = None
+    min_tokens: int = 0
+    regex: str | None = None
+    ebnf: str | None = None
     stop_token_ids: list[int] | None = None
+    stop_regex: str | list[str] | None = None
     no_stop_trim: bool = False
     ignore_eos: bool = False
     skip_special_tokens: bool = True
+    response_format: dict[str, Any] | None = None
+    custom_params: dict[str, Any] | None = None
+    watermark: dict[str, Any] | None = None
+    return_token_ids: bool = False
+    rid: str | list[str] | None = None
+    lora_path: str | list[str | None] | None = None
+    session_id: str | None = None
+    custom_logit_processor: str | list[str | None] | None = None
+    return_hidden_states: bool | str = False
+    return_routed_experts: bool = False
+    extra_key: str | list[str] | None = None
+    cache_salt: str | list[str] | None = None
+    priority: int | None = None
+    routed_dp_rank: int | None = None
+
+    def usage_wanted(self) -> tuple[bool, bool]:
+        """``utils.should_include_usage``: (final usage chunk, usage on every chunk)."""
+        options = self.stream_options
+        return bool(options and options.include_usage), bool(options and options.continuous_usage_stats)
 
 
 class CompletionRequest(_OpenAIRequest):
@@ -51,77 +86,98 @@ class CompletionRequest(_OpenAIRequest):
     max_tokens: int = 16
     temperature: float = 1.0
     top_p: float = 1.0
-    min_tokens: int = 0
+    top_k: int = -1
+    min_p: float = 0.0
+    repetition_penalty: float = 1.0
+    json_schema: str | None = None
+
+    @field_validator("max_tokens")
+    @classmethod
+    def _positive(cls, value: int) -> int:
+        if value <= 0:
+            raise ValueError("max_tokens must be positive")
+        return value
 
 
 class ChatCompletionRequest(_OpenAIRequest):
     messages: list[dict[str, Any]]
+    input_ids: list[int] | None = None
     logprobs: bool = False
     top_logprobs: int | None = None
     max_tokens: int | None = None
     max_completion_tokens: int | None = None
     temperature: float | None = None
     top_p: float | None = None
-    min_tokens: int = 0
+    top_k: int | None = None
+    min_p: float | None = None
+    repetition_penalty: float | None = None
+    return_prompt_token_ids: bool = False
+    return_meta_info: bool = False
 
 
-def _sampling(request: _OpenAIRequest, max_new_tokens: int | None, temperature: float, top_p: float) -> dict[str, Any]:
+def _sampling(request: CompletionRequest | ChatCompletionRequest, max_new_tokens: int | None) -> dict[str, Any]:
+    """``_build_sampling_params`` / ``ChatCompletionRequest.to_sampling_params`` with OpenAI's defaults."""
+    if request.response_format and request.response_format.get("type") in CONSTRAINED_FORMATS:
+        raise RequestError(f"response_format: {request.response_format['type']!r} is not supported by the CPU engine")
+    pick = lambda value, default: default if value is None else value  # noqa: E731
     return {
         "max_new_tokens": max_new_tokens,
-        "min_new_tokens": getattr(request, "min_tokens", 0),
-        "temperature": temperature,
-        "top_p": top_p,
-        "top_k": request.top_k,
-        "min_p": request.min_p,
+        "min_new_tokens": request.min_tokens,
+        "temperature": pick(request.temperature, 1.0),
+        "top_p": pick(request.top_p, 1.0),
+        "top_k": pick(request.top_k, -1),
+        "min_p": pick(request.min_p, 0.0),
         "frequency_penalty": request.frequency_penalty,
         "presence_penalty": request.presence_penalty,
-        "repetition_penalty": request.repetition_penalty,
+        "repetition_penalty": pick(request.repetition_penalty, 1.0),
         "stop": request.stop,
         "stop_token_ids": request.stop_token_ids,
+        "stop_regex": request.stop_regex,
+        "regex": request.regex,
+        "ebnf": request.ebnf,
+        "json_schema": getattr(request, "json_schema", None),
         "no_stop_trim": request.no_stop_trim,
         "ignore_eos": request.ignore_eos,
         "skip_special_tokens": request.skip_special_tokens,
         "logit_bias": request.logit_bias,
+        "custom_params": request.custom_params,
+        "watermark": request.watermark,
         "sampling_seed": request.seed,
         "n": request.n,
     }
 
 
-async def _run(request: web.Request, body: dict[str, Any]) -> list[dict[str, Any]]:
+def _expand(request: web.Request, body: dict[str, Any], openai: _OpenAIRequest) -> GenerateBatch:
+    """The ``/generate`` items of an OpenAI request (SGLang's ``_convert_to_internal_request``)."""
     engine = request.app[ENGINE]
-    batch = expand_generate_request(
+    passed = {name: getattr(openai, name) for name in PASSED_THROUGH}
+    passed["lora_path"] = _lora_from_model(request, openai.model) or openai.lora_path
+    body = {**body, **{name: value for name, value in passed.items() if value is not None}}
+    return expand_generate_request(
         body,
         vocab_size=engine.model.config.vocab_size,
         context_length=engine.settings.context_length,
         tokenizer=engine.tokenizer,
     )
-    return await engine.generate(batch.items)
 
 
-def _check_model(request: web.Request, model: str) -> None:
+async def _run(request: web.Request, items: list[GenerationItem]) -> list[dict[str, Any]]:
+    """The items' results; an abort carrying an error status fails the request, as tokenizer_manager does."""
+    results = await request.app[ENGINE].generate(items)
+    for result in results:
+        reason = result["meta_info"]["finish_reason"] or {}
+        if reason.get("type") == "abort" and (reason.get("status_code") or 0) >= 400:
+            raise RequestError(reason.get("message", "Generation aborted."), status=reason["status_code"])
+    return results
+
+
+def _lora_from_model(request: web.Request, model: str) -> str | None:
+    """``serving_base._parse_model_parameter``: ``base-model:adapter`` names a LoRA adapter (refused here)."""
     served = request.app[ENGINE].served_model_name
-    if model not in (served, "default"):
-        raise RequestError(f"model: the model '{model}' does not exist; this server serves '{served}'", status=404)
-
-
-def _finish(result: dict[str, Any]) -> tuple[str | None, Any]:
-    reason = result["meta_info"]["finish_reason"] or {}
-    return reason.get("type"), reason.get("matched")
-
-
-def _usage(results: list[dict[str, Any]], prompts: int) -> dict[str, Any]:
-    """``UsageInfo``: prompt tokens counted once per prompt (not per ``n`` sample), as SGLang's UsageProcessor."""
-    metas = [r["meta_info"] for r in results]
-    per_prompt = len(metas) // max(1, prompts)
-    prompt_tokens = sum(m["prompt_tokens"] for m in metas[:: max(1, per_prompt)])
-    completion = sum(m["completion_tokens"] for m in metas)
-    return {
-        "prompt_tokens": prompt_tokens,
-        "total_tokens": prompt_tokens + completion,
-        "completion_tokens": completion,
-        "prompt_tokens_details": {"cached_tokens": sum(m["cached_tokens"] for m in metas)},
-        "reasoning_tokens": 0,
-    }
+    if ":" not in model or model == served:
+        return None
+    adapter = model[len(served) + 1 :] if model.startswith(served + ":") else model.split(":", 1)[1]
+    return adapter.strip() or None
 
 
 async def models(request: web.Request) -> web.Response:
@@ -150,75 +206,129 @@ def _card(request: web.Request) -> dict[str, Any]:
     }
 
 
-async def completions(request: web.Request) -> web.Response:
+async def completions(request: web.Request) -> web.StreamResponse:
+    """``serving_completions.py``: ``OpenAIServingCompletion``."""
     body: CompletionRequest = parse(CompletionRequest, await json_body(request))
-    _check_model(request, body.model)
-    if body.stream:
-        raise RequestError("stream: streaming /v1/completions is not supported by the CPU engine; use /generate")
     prompt = body.prompt
-    field = "input_ids" if isinstance(prompt, list) and prompt and not isinstance(prompt[0], str) else "text"
+    if not prompt or (isinstance(prompt, list) and all(not p for p in prompt)):
+        raise RequestError("Prompt cannot be empty")
+    field = "text" if isinstance(prompt, str) or isinstance(prompt[0], str) else "input_ids"
     generate = {
         field: prompt,
-        "sampling_params": _sampling(body, body.max_tokens, body.temperature, body.top_p),
+        "sampling_params": _sampling(body, body.max_tokens),
         "return_logprob": body.logprobs is not None,
         "top_logprobs_num": body.logprobs or 0,
+        "logprob_start_len": 0 if body.echo and body.logprobs else -1,
         "return_text_in_logprobs": True,
     }
-    results = await _run(request, generate)
-    prompts = len(prompt) if isinstance(prompt, list) and prompt and isinstance(prompt[0], (str, list)) else 1
-    choices = []
-    for index, result in enumerate(results):
-        reason, matched = _finish(result)
-        choice = {"index": index, "text": result["text"], "logprobs": None}
-        if body.logprobs is not None:
-            choice["logprobs"] = _completion_logprobs(result["meta_info"])
-        choices.append({**choice, "finish_reason": reason, "matched_stop": matched})
-    reply = {"id": uuid.uuid4().hex, "object": "text_completion", "created": int(time.time()), "model": body.model}
-    return web.json_response({**reply, "choices": choices, "usage": _usage(results, prompts), "metadata": None})
-
-
-def _completion_logprobs(meta: dict[str, Any]) -> dict[str, Any]:
-    """SGLang's ``LogProbs``: tokens, their logprobs, offsets and ``{token: logprob}`` top alternatives."""
-    entries = meta.get("output_token_logprobs", [])
-    tops = meta.get("output_top_logprobs") or [None] * len(entries)
-    offsets, offset = [], 0
-    for _, _, text in entries:
-        offsets.append(offset)
-        offset += len(text or "")
-    return {
-        "text_offset": offsets,
-        "token_logprobs": [lp for lp, _, _ in entries],
-        "tokens": [text for _, _, text in entries],
-        "top_logprobs": [None if top is None else {t: lp for lp, _, t in top} for top in tops],
-    }
-
-
-async def chat_completions(request: web.Request) -> web.Response:
-    body: ChatCompletionRequest = parse(ChatCompletionRequest, await json_body(request))
-    _check_model(request, body.model)
+    batch = _expand(request, generate, body)
+    echoes = _echo_texts(request, body, batch.items) if body.echo else None
     if body.stream:
-        raise RequestError("stream: streaming /v1/chat/completions is not supported by the CPU engine; use /generate")
-    input_ids = _chat_input_ids(request.app[ENGINE].tokenizer, body.messages)
-    max_new = body.max_completion_tokens if body.max_completion_tokens is not None else body.max_tokens
-    temperature = 1.0 if body.temperature is None else body.temperature
+        chunks = openai_stream.completion_chunks(request.app[ENGINE], batch.items, body, echoes)
+        return await openai_stream.respond(request, chunks)
+    results = await _run(request, batch.items)
+    choices = [_completion_choice(body, i, result, batch.items[i], echoes) for i, result in enumerate(results)]
+    reply = {"id": results[0]["meta_info"]["id"], "object": "text_completion", "created": int(time.time())}
+    usage = shapes.response_usage(results, body.n, request.app[ENGINE].settings.enable_cache_report)
+    reply |= {"model": body.model, "choices": choices, "usage": usage}
+    return web.json_response({**reply, "metadata": shapes.metadata(results[0]["meta_info"])})
+
+
+def _echo_texts(request: web.Request, body: CompletionRequest, items: list[GenerationItem]) -> list[str]:
+    """``_prepare_echo_prompts`` / ``_get_echo_text``: each choice's prompt, text as sent or ids decoded."""
+    prompt = body.prompt
+    if isinstance(prompt, str):
+        return [prompt] * len(items)
+    if isinstance(prompt[0], str):
+        return [str(prompt[index // body.n]) for index in range(len(items))]
+    return [request.app[ENGINE].tokenizer.decode(item.input_ids) for item in items]
+
+
+def _completion_choice(
+    body: CompletionRequest, index: int, result: dict[str, Any], item: GenerationItem, echoes: list[str] | None
+) -> dict[str, Any]:
+    """``_build_completion_response``: one ``CompletionResponseChoice``."""
+    meta = result["meta_info"]
+    logprobs = None
+    if body.logprobs is not None:
+        echoed = body.echo and body.logprobs
+        logprobs = shapes.completion_logprobs(
+            meta.get("output_token_logprobs", []),
+            meta.get("output_top_logprobs", []),
+            meta["input_token_logprobs"] if echoed else None,
+            meta.get("input_top_logprobs") if echoed else None,
+        )
+    reason, matched = shapes.finish(result)
+    text = (echoes[index] if echoes else "") + result["text"]
+    choice = {"index": index, "text": text, "logprobs": logprobs, "finish_reason": reason, "matched_stop": matched}
+    if body.return_token_ids:
+        choice |= {"token_ids": result["output_ids"], "prompt_token_ids": item.input_ids}
+    return choice
+
+
+async def chat_completions(request: web.Request) -> web.StreamResponse:
+    """``serving_chat.py``: ``OpenAIServingChat`` without reasoning or tool-call parsers."""
+    body: ChatCompletionRequest = parse(ChatCompletionRequest, await json_body(request))
+    if not body.messages:
+        raise RequestError("Messages cannot be empty.")
+    if body.stream:
+        _check_streamable(body)
+    input_ids = body.input_ids or _chat_input_ids(request.app[ENGINE].tokenizer, body.messages)
     generate = {
         "input_ids": input_ids,
-        "sampling_params": _sampling(body, max_new, temperature, 1.0 if body.top_p is None else body.top_p),
+        "sampling_params": _sampling(body, body.max_completion_tokens or body.max_tokens),
         "return_logprob": body.logprobs,
+        "logprob_start_len": -1,
         "top_logprobs_num": body.top_logprobs or 0,
         "return_text_in_logprobs": True,
     }
-    results = await _run(request, generate)
-    choices = []
-    for index, result in enumerate(results):
-        reason, matched = _finish(result)
-        message = {"role": "assistant", "content": result["text"], "reasoning_content": None}
-        logprobs = _chat_logprobs(result["meta_info"]) if body.logprobs else None
-        choices.append(
-            {"index": index, "message": message, "logprobs": logprobs, "finish_reason": reason, "matched_stop": matched}
+    batch = _expand(request, generate, body)
+    if body.stream:
+        return await openai_stream.respond(request, openai_stream.chat_chunks(request.app[ENGINE], batch.items, body))
+    results = await _run(request, batch.items)
+    choices = [_chat_choice(body, index, result, input_ids) for index, result in enumerate(results)]
+    reply = {"id": results[0]["meta_info"]["id"], "object": "chat.completion", "created": int(time.time())}
+    usage = shapes.response_usage(results, body.n, request.app[ENGINE].settings.enable_cache_report)
+    reply |= {"model": body.model, "choices": choices, "usage": usage}
+    return web.json_response({**reply, "metadata": shapes.metadata(results[0]["meta_info"])})
+
+
+def _check_streamable(body: ChatCompletionRequest) -> None:
+    """``_convert_to_internal_request``: what chat streaming refuses."""
+    if body.return_prompt_token_ids:
+        raise RequestError(
+            "return_prompt_token_ids is not supported with streaming. "
+            "Please set stream=false when using return_prompt_token_ids=true."
         )
-    reply = {"id": uuid.uuid4().hex, "object": "chat.completion", "created": int(time.time()), "model": body.model}
-    return web.json_response({**reply, "choices": choices, "usage": _usage(results, 1), "metadata": None})
+    if body.return_token_ids:
+        raise RequestError(
+            "return_token_ids is not supported with streaming on /v1/chat/completions. "
+            "Please set stream=false when using return_token_ids=true."
+        )
+    if body.return_meta_info:
+        raise RequestError(
+            "return_meta_info is not supported with streaming. "
+            "Please set stream=false when using return_meta_info=true."
+        )
+
+
+def _chat_choice(body: ChatCompletionRequest, index: int, result: dict[str, Any], prompt: list[int]) -> dict[str, Any]:
+    """``_build_chat_response``: one ``ChatCompletionResponseChoice``."""
+    meta = result["meta_info"]
+    logprobs = None
+    if body.logprobs:
+        logprobs = shapes.chat_logprobs(meta["output_token_logprobs"], meta.get("output_top_logprobs"))
+    reason, matched = shapes.finish(result)
+    message = {"role": "assistant", "content": result["text"] or "", "reasoning_content": None}
+    choice = {"index": index, "message": message, "logprobs": logprobs}
+    choice |= {"finish_reason": reason, "matched_stop": matched}
+    if body.return_prompt_token_ids or body.return_token_ids:
+        choice["prompt_token_ids"] = prompt
+    if body.return_token_ids:
+        choice["response_token_ids"] = result["output_ids"]
+    if body.return_meta_info:
+        choice["meta_info"] = meta
+    return choice
 
 
 def _chat_input_ids(tokenizer: Any, messages: list[dict[str, Any]]) -> list[int]:
@@ -228,17 +338,6 @@ def _chat_input_ids(tokenizer: Any, messages: list[dict[str, Any]]) -> list[int]
         return list(tokenizer.apply_chat_template(plain, add_generation_prompt=True))
     except Exception as exc:  # jinja templates raise what they like (TemplateError, ValueError, TypeError ...)
         raise RequestError(f"messages: the chat template refused them: {exc}") from exc
-
-
-def _chat_logprobs(meta: dict[str, Any]) -> dict[str, Any]:
-    """SGLang's ``ChoiceLogprobs``: one ``{token, bytes, logprob, top_logprobs}`` per generated token."""
-    entries = meta.get("output_token_logprobs", [])
-    tops = meta.get("output_top_logprobs") or [[] for _ in entries]
-    content = []
-    for (logprob, _, text), top in zip(entries, tops, strict=True):
-        alternatives = [{"token": t, "bytes": list(t.encode()), "logprob": lp} for lp, _, t in top or []]
-        content.append({"token": text, "bytes": list(text.encode()), "logprob": logprob, "top_logprobs": alternatives})
-    return {"content": content}
 
 
 def add_routes(app: web.Application) -> None:

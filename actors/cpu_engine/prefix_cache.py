@@ -1,16 +1,21 @@
-"""A prefix cache: the keys/values of prompts already computed, reused by prompts that start the same way.
+"""A radix prefix cache: keys/values of token sequences already computed, reused by requests that start the same way.
 
-SGLang's radix cache does this per token with a tree; here each cached prompt keeps its per-layer keys and
-values, a lookup takes the longest common prefix over the entries, and the least recently used prompts are
-evicted beyond ``max_tokens``. Reuse shows in each answer's ``meta_info.cached_tokens``; ``/flush_cache``
-and weight updates (``flush_cache=true``) empty it, since cached keys/values belong to the old weights.
+As SGLang's radix cache (``srt/mem_cache/radix_cache.py``): a tree keyed by token ids, one node per shared
+run of tokens holding that run's keys/values per layer. A lookup walks the tree and returns the longest
+cached prefix of the new request's input ids; prompts are inserted after their prefill and finished requests
+insert their prompt plus generated tokens (all but the last, whose keys/values were never computed), so a
+follow-up turn that repeats an earlier answer reuses it. Beyond ``max_tokens`` the least recently used leaves
+are evicted. Reuse shows in each answer's ``meta_info.cached_tokens``; ``/flush_cache`` and weight updates
+(``flush_cache=true``) empty it, since cached keys/values belong to the old weights.
 """
 
 from __future__ import annotations
 
+import heapq
+import itertools
 import threading
-from collections import OrderedDict
-from dataclasses import dataclass
+from collections.abc import Sequence
+from dataclasses import dataclass, field
 
 import torch
 
@@ -24,59 +29,129 @@ class PrefixHit:
     values: list[torch.Tensor]
 
 
+@dataclass(eq=False)
+class _Node:
+    """A run of ``tokens`` and their keys/values per layer (``[n_kv_heads, len(tokens), head_dim]``)."""
+
+    tokens: tuple[int, ...]
+    keys: list[torch.Tensor]
+    values: list[torch.Tensor]
+    parent: _Node | None
+    last_used: int = 0
+    children: dict[int, _Node] = field(default_factory=dict)
+
+
 class PrefixCache:
     """Thread-safe; ``max_tokens`` bounds the tokens held (0 disables caching)."""
 
     def __init__(self, max_tokens: int) -> None:
         self.max_tokens = max_tokens
-        self._entries: OrderedDict[tuple[int, ...], tuple[list[torch.Tensor], list[torch.Tensor]]] = OrderedDict()
+        self._root = _Node((), [], [], None)
         self._tokens = 0
+        self._clock = itertools.count(1)
         self._lock = threading.Lock()
 
     @property
     def num_tokens(self) -> int:
         return self._tokens
 
-    def match(self, prompt: list[int], limit: int) -> PrefixHit | None:
-        """The longest cached prefix of ``prompt``, at most ``limit`` tokens long; None when under one token."""
-        best_key, best = None, 0
+    def match(self, tokens: Sequence[int], limit: int) -> PrefixHit | None:
+        """The longest cached prefix of ``tokens``, at most ``limit`` long; None when under one token."""
+        limit = min(limit, len(tokens))
+        segments: list[tuple[_Node, int]] = []
         with self._lock:
-            for key in self._entries:
-                shared = _common_prefix(key, prompt, limit)
-                if shared > best:
-                    best_key, best = key, shared
-            if best_key is None:
-                return None
-            self._entries.move_to_end(best_key)
-            keys, values = self._entries[best_key]
-        return PrefixHit(best, [k[:, :best] for k in keys], [v[:, :best] for v in values])
+            now, node, pos = next(self._clock), self._root, 0
+            while pos < limit and (child := node.children.get(tokens[pos])) is not None:
+                shared = _common_prefix(child.tokens, tokens, pos, limit)
+                child.last_used = now
+                segments.append((child, shared))
+                pos += shared
+                if shared < len(child.tokens):
+                    break
+                node = child
+        if pos == 0:
+            return None
+        layers = range(len(segments[0][0].keys))
+        keys = [torch.cat([n.keys[layer][:, :used] for n, used in segments], dim=1) for layer in layers]
+        values = [torch.cat([n.values[layer][:, :used] for n, used in segments], dim=1) for layer in layers]
+        return PrefixHit(pos, keys, values)
 
-    def insert(self, prompt: list[int], keys: list[torch.Tensor], values: list[torch.Tensor]) -> None:
-        """Remember ``prompt``'s keys/values (``[n_kv_heads, len(prompt), head_dim]`` per layer)."""
-        key = tuple(prompt)
-        if not key or len(key) > self.max_tokens:
+    def insert(self, tokens: Sequence[int], keys: list[torch.Tensor], values: list[torch.Tensor]) -> None:
+        """Remember ``tokens``' keys/values (``[n_kv_heads, >= len(tokens), head_dim]`` per layer)."""
+        if self.max_tokens <= 0 or not tokens:
             return
         with self._lock:
-            if key in self._entries:
-                self._entries.move_to_end(key)
-                return
-            self._entries[key] = ([k.clone() for k in keys], [v.clone() for v in values])
-            self._tokens += len(key)
-            while self._tokens > self.max_tokens:
-                evicted, _ = self._entries.popitem(last=False)
-                self._tokens -= len(evicted)
+            now, node, pos = next(self._clock), self._root, 0
+            while pos < len(tokens):
+                child = node.children.get(tokens[pos])
+                if child is None:
+                    run = slice(pos, len(tokens))
+                    leaf = _Node(tuple(tokens[run]), _copy(keys, run), _copy(values, run), node, now)
+                    node.children[tokens[pos]] = leaf
+                    self._tokens += len(leaf.tokens)
+                    break
+                shared = _common_prefix(child.tokens, tokens, pos, len(tokens))
+                if shared < len(child.tokens):
+                    child = _split(child, shared)
+                child.last_used = now
+                node, pos = child, pos + shared
+            self._evict()
 
     def flush(self) -> int:
         """Forget everything; returns how many tokens were cached."""
         with self._lock:
             dropped, self._tokens = self._tokens, 0
-            self._entries.clear()
+            self._root.children.clear()
         return dropped
 
+    def _evict(self) -> None:
+        """Drop least recently used leaves until at most ``max_tokens`` are held (lock held)."""
+        if self._tokens <= self.max_tokens:
+            return
+        heap = [(leaf.last_used, id(leaf), leaf) for leaf in self._leaves()]
+        heapq.heapify(heap)
+        while self._tokens > self.max_tokens and heap:
+            _, _, leaf = heapq.heappop(heap)
+            parent = leaf.parent
+            assert parent is not None
+            del parent.children[leaf.tokens[0]]
+            self._tokens -= len(leaf.tokens)
+            if parent is not self._root and not parent.children:
+                heapq.heappush(heap, (parent.last_used, id(parent), parent))
 
-def _common_prefix(a: tuple[int, ...], b: list[int], limit: int) -> int:
-    length = min(len(a), len(b), limit)
+    def _leaves(self) -> list[_Node]:
+        leaves, pending = [], list(self._root.children.values())
+        while pending:
+            node = pending.pop()
+            if node.children:
+                pending.extend(node.children.values())
+            else:
+                leaves.append(node)
+        return leaves
+
+
+def _split(node: _Node, at: int) -> _Node:
+    """Cut ``node`` after ``at`` tokens: a new parent holds the head, ``node`` keeps the tail; returns the head."""
+    assert node.parent is not None
+    head_run, tail_run = slice(0, at), slice(at, len(node.tokens))
+    head = _Node(node.tokens[:at], _copy(node.keys, head_run), _copy(node.values, head_run), node.parent)
+    head.last_used = node.last_used
+    node.parent.children[head.tokens[0]] = head
+    node.tokens, node.keys, node.values = node.tokens[at:], _copy(node.keys, tail_run), _copy(node.values, tail_run)
+    node.parent = head
+    head.children[node.tokens[0]] = node
+    return head
+
+
+def _copy(tensors: list[torch.Tensor], run: slice) -> list[torch.Tensor]:
+    """Own copies of ``tensors[:, run]`` (views would keep whole batches alive)."""
+    return [t[:, run].clone() for t in tensors]
+
+
+def _common_prefix(cached: tuple[int, ...], tokens: Sequence[int], start: int, stop: int) -> int:
+    """How many of ``cached`` equal ``tokens[start:stop]`` from the front."""
+    length = min(len(cached), stop - start)
     for index in range(length):
-        if a[index] != b[index]:
+        if cached[index] != tokens[start + index]:
             return index
     return length

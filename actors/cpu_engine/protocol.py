@@ -64,6 +64,7 @@ class GenerationItem:
     logprob_text: bool
     logprob_start_len: int = -1
     top_logprobs_num: int = 0
+    parallel_sample: bool = False  # one of n > 1 samples of its prompt
 
     @property
     def input_logprob_start(self) -> int:
@@ -121,6 +122,7 @@ def expand_generate_request(
                     logprob_text=request.return_text_in_logprobs,
                     logprob_start_len=int(starts[i] if starts[i] is not None else -1),
                     top_logprobs_num=int(tops[i] or 0),
+                    parallel_sample=n > 1,
                 )
             )
     if len({item.rid for item in items}) != len(items):

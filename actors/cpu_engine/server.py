@@ -41,6 +41,7 @@ logger = logging.getLogger(__name__)
 DISK_LOAD_FORMATS = (None, "auto", "pt", "safetensors")
 TENSOR_LOAD_FORMATS = (None,)
 MAX_BODY_BYTES = 1 << 31  # weight updates are large
+MAX_FLUSH_TIMEOUT_S = 3600.0  # /flush_cache?timeout= (SGLang: any value >= 0; bounded here so nothing hangs)
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
@@ -116,7 +117,8 @@ async def _stream(request: web.Request, engine: CPUEngine, items: list[Any], bat
                 event = {**result, "index": index} if batched else result
                 await response.write(b"data: " + json.dumps(event).encode() + b"\n\n")
     except RequestError as exc:  # headers are sent: report in the stream, as SGLang does
-        error = {"error": {"message": exc.message, "type": "invalid_request_error", "code": exc.status}}
+        error = {"message": exc.message, "type": "invalid_request_error", "code": exc.status, "retryable": False}
+        error = {"error": error}
         await response.write(b"data: " + json.dumps(error).encode() + b"\n\n")
     await response.write(b"data: [DONE]\n\n")
     await response.write_eof()
@@ -133,7 +135,17 @@ async def server_info(request: web.Request) -> web.Response:
 
 
 async def flush_cache(request: web.Request) -> web.Response:
-    request.app[ENGINE].prefix_cache.flush()
+    """``http_server.flush_cache``: 200 when flushed, 400 with the scheduler's message when requests run."""
+    raw = request.query.get("timeout", "0")
+    try:
+        timeout_s = float(raw)
+    except ValueError:
+        timeout_s = -1.0
+    if not 0.0 <= timeout_s <= MAX_FLUSH_TIMEOUT_S:
+        raise RequestError(f"timeout: {raw!r} is not a number of seconds in [0, {MAX_FLUSH_TIMEOUT_S:g}]")
+    success, message = await request.app[ENGINE].flush_cache(timeout_s)
+    if not success:
+        return web.Response(text=message or "Flush cache failed.\n", status=400)
     return web.Response(
         text="Cache flushed.\nPlease check backend logs for more details. "
         "(When there are running or waiting requests, the operation will not be performed.)\n"
@@ -243,9 +255,10 @@ async def resume_memory_occupation(request: web.Request) -> web.Response:
 
 async def abort_request(request: web.Request) -> web.Response:
     body: AbortReq = parse(AbortReq, await json_body(request))
-    if not body.rid and not body.abort_all:
-        raise RequestError("rid: give the request id to abort, or abort_all=true")
-    request.app[ENGINE].abort(body.rid or "", abort_all=body.abort_all)
+    if not body.rid and not body.abort_all:  # tokenizer_manager.abort_request ignores it (and so answers 200)
+        logger.warning("ignored /abort_request with an empty rid and abort_all=false")
+    else:
+        request.app[ENGINE].abort(body.rid or "", abort_all=body.abort_all)
     return web.Response(status=200)
 
 

@@ -280,7 +280,6 @@ def test_serves_every_endpoint(engine: EngineProcess) -> None:
             400,
             "'/no/such/dir' is not a directory",
         ),
-        ("/abort_request", {}, 400, "rid: give the request id"),
         (
             "/pause_generation",
             {"mode": "later"},
@@ -403,3 +402,24 @@ def test_released_memory_refuses_generation_until_resumed(engine: EngineProcess)
     assert again.status_code == 400 and "was not released" in again.json()["message"]
     assert get(engine, "/ready").status_code == 200
     assert greedy(engine, n=2)["meta_info"]["completion_tokens"] == 2
+
+
+def test_prefix_cache_is_a_bounded_radix_tree_evicting_lru_leaves() -> None:
+    """As SGLang's radix cache: shared runs stored once, longest-prefix matches, least recently used leaves go."""
+    from actors.cpu_engine.prefix_cache import PrefixCache
+
+    def kv(tokens: list[int]) -> list[torch.Tensor]:
+        return [torch.tensor(tokens, dtype=torch.float32).reshape(1, -1, 1)]  # a layer whose keys are the ids
+
+    cache = PrefixCache(max_tokens=10)
+    cache.insert([1, 2, 3, 4], kv([1, 2, 3, 4]), kv([1, 2, 3, 4]))
+    cache.insert([1, 2, 7, 8], kv([1, 2, 7, 8]), kv([1, 2, 7, 8]))
+    assert cache.num_tokens == 6  # [1, 2] is shared
+    hit = cache.match([1, 2, 7, 9], limit=10)
+    assert hit is not None and hit.length == 3 and hit.keys[0].flatten().tolist() == [1.0, 2.0, 7.0]
+    assert cache.match([1, 2, 3, 4, 5], limit=2).length == 2 and cache.match([9], limit=1) is None
+    cache.match([1, 2, 3], limit=3)  # [3, 4] is now more recent than [7, 8]
+    cache.insert([5, 6, 7, 8, 9, 10], kv([5, 6, 7, 8, 9, 10]), kv([5, 6, 7, 8, 9, 10]))
+    assert cache.num_tokens == 10
+    assert cache.match([1, 2, 7, 8], limit=4).length == 2 and cache.match([1, 2, 3, 4], limit=4).length == 4
+    assert cache.flush() == 10 and cache.num_tokens == 0 and cache.match([1, 2], limit=2) is None
