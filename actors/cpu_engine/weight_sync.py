@@ -34,6 +34,12 @@ from actors.weights_wire import decode_named_tensors
 logger = logging.getLogger(__name__)
 
 TP_RANK = 0  # the CPU engine is one TP rank
+# srt/managers/scheduler_components/weight_updater.py flush_cache_after_weight_update: the weights are loaded, the
+# call fails (400) when requests still run or wait (not while paused) and flush_cache was asked for.
+FLUSH_AFTER_UPDATE_REFUSED = (
+    "Weights were updated, but the cache was not flushed because requests are still running or queued. "
+    "Retract or finish them, then call /flush_cache."
+)
 SESSION_REQUIRED = "{what} must run between begin_weight_update() and end_weight_update()"
 
 
@@ -47,6 +53,7 @@ class WeightSync:
     metrics: EngineMetrics
     prefix_cache: PrefixCache
     _model_lock: threading.Lock
+    _idle: Callable[[], bool]  # CPUEngine's: SGLang's is_fully_idle(ignore_waiting=paused)
     weights_group_timeout_s: float
 
     def __init__(self) -> None:
@@ -237,10 +244,12 @@ class WeightSync:
         count = await asyncio.to_thread(load)
         if weight_version is not None:
             self.weight_version = weight_version
-        if flush:
-            self.prefix_cache.flush()
         self.metrics.weight_updates.inc()
         logger.info("loaded %d tensors; weight_version=%s", count, self.weight_version)
+        if flush:  # as SGLang's flush_cache_after_weight_update: a flush that cannot happen fails the call
+            if not self._idle():
+                raise RequestError(FLUSH_AFTER_UPDATE_REFUSED)
+            self.prefix_cache.flush()
         return count
 
     def _load_locked(self, named: list[tuple[str, torch.Tensor]], *, require_all: bool) -> int:

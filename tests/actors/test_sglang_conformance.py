@@ -284,6 +284,29 @@ def test_flush_cache_is_refused_while_requests_run(engine: EngineProcess) -> Non
     assert requests.get(engine.url + "/flush_cache?timeout=-1", timeout=TIMEOUT_S).status_code == 400
 
 
+def test_a_weight_update_that_cannot_flush_fails_after_loading(engine: EngineProcess) -> None:
+    """scheduler_components/weight_updater.py ``flush_cache_after_weight_update``: with ``flush_cache`` and requests
+    still running (here frozen by an in-place pause) the weights load and the version moves, but the call fails
+    (400, success false, its message); without ``flush_cache`` the same update succeeds."""
+    body = {"input_ids": [256, 1, 2], "rid": "held-2", "sampling_params": {**GREEDY, "max_new_tokens": 100}}
+    reply, lines = _hold_a_running_stream(engine, "/generate", body)
+    try:
+        assert post(engine, "/begin_weight_update", {}).ok
+        update = {"serialized_named_tensors": [_payload()], "flush_cache": True, "weight_version": "v-held"}
+        refused = post(engine, "/update_weights_from_tensor", update)
+        assert refused.status_code == 400 and refused.json()["success"] is False
+        assert refused.json()["message"].startswith("Weights were updated, but the cache was not flushed because")
+        assert get(engine, "/model_info").json()["weight_version"] == "v-held"
+        quiet = post(engine, "/update_weights_from_tensor", {**update, "flush_cache": False, "weight_version": "v2"})
+        assert quiet.json() == {"success": True, "message": "Success"}
+        assert post(engine, "/end_weight_update", {}).ok
+        assert post(engine, "/abort_request", {"rid": "held-2"}).status_code == 200
+    finally:
+        post(engine, "/continue_generation", {})
+        list(lines)
+        reply.close()
+
+
 # ---- OpenAI-compatible API -------------------------------------------------------------------------------
 
 
