@@ -30,7 +30,6 @@ from actors.cpu_engine.model import LlamaForCausalLM
 from actors.cpu_engine.prefix_cache import PrefixCache
 from actors.cpu_engine.protocol import GenerationItem, RequestError
 from actors.cpu_engine.weight_sync import WeightSync
-from actors.hf.config import SUPPORTED as HF_ARCHITECTURES
 from actors.tokenizer import BYTE_TOKENIZER, Tokenizer
 
 logger = logging.getLogger(__name__)
@@ -271,58 +270,6 @@ class CPUEngine(WeightSync):
         self._released.difference_update(wanted)
         logger.info("memory resumed; still released: %s", sorted(self._released))
         return sorted(self._released)
-
-    # reports ------------------------------------------------------------------------------------
-
-    def model_info(self) -> dict[str, Any]:
-        """SGLang's ``/model_info`` (``http_server.py``), plus the CPU engine's ``model_config``."""
-        config = self.model.config
-        return {
-            "model_path": self.model_path,
-            "tokenizer_path": self.settings.tokenizer_path,
-            "served_model_name": self.served_model_name,
-            "is_generation": True,
-            "model_type": config.architecture,
-            "architectures": [HF_ARCHITECTURES[config.architecture]],
-            "weight_version": self.weight_version,
-            "load_format": "auto",
-            "reasoning_parser": None,
-            "tool_call_parser": None,
-            "disaggregation_mode": "null",
-            "preferred_sampling_params": None,
-            "has_image_understanding": False,
-            "has_audio_understanding": False,
-            "model_config": config.model_dump(),
-        }
-
-    def server_info(self, host: str, port: int) -> dict[str, Any]:
-        return {
-            "version": "miles-actors-cpu-engine",
-            "model_path": self.model_path,
-            "served_model_name": self.served_model_name,
-            "tokenizer_path": self.settings.tokenizer_path,
-            "host": host,
-            "port": port,
-            "tp_size": 1,
-            "dp_size": 1,
-            "context_length": self.settings.context_length,
-            "random_seed": self.settings.random_seed,
-            "max_running_requests": self.settings.max_batch_size,
-            "max_total_num_tokens": self.settings.max_total_num_tokens,
-            "weight_version": self.weight_version,
-            "internal_states": [
-                {
-                    "paused": self.paused,
-                    "pause_mode": self._pause_mode,
-                    "released_memory": sorted(self._released),
-                    "num_in_flight": len(self._in_flight),
-                    "weight_version": self.weight_version,
-                    "max_total_num_tokens": self.settings.max_total_num_tokens,
-                    "cached_tokens": self.prefix_cache.num_tokens,
-                    "weight_update_session": self._session_selector is not None,
-                }
-            ],
-        }
 
     # internals ------------------------------------------------------------------------------------
 

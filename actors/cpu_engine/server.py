@@ -16,7 +16,7 @@ from typing import Any
 
 from aiohttp import web
 
-from actors.cpu_engine import openai_api
+from actors.cpu_engine import openai_api, reports
 from actors.cpu_engine.engine import CPUEngine
 from actors.cpu_engine.io_struct import (
     AbortReq,
@@ -126,12 +126,12 @@ async def _stream(request: web.Request, engine: CPUEngine, items: list[Any], bat
 
 
 async def model_info(request: web.Request) -> web.Response:
-    return web.json_response(request.app[ENGINE].model_info())
+    return web.json_response(reports.model_info(request.app[ENGINE]))
 
 
 async def server_info(request: web.Request) -> web.Response:
     host, port = request.app[ADDRESS]
-    return web.json_response(request.app[ENGINE].server_info(host, port))
+    return web.json_response(reports.server_info(request.app[ENGINE], host, port))
 
 
 async def flush_cache(request: web.Request) -> web.Response:
