@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import psutil
 import zmq
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
@@ -141,6 +142,8 @@ def run() -> dict[str, float]:
     results["spawn_s_per_actor"] = (time.perf_counter() - started) / 8
     print(f"spawn: 8 actors in {results['spawn_s_per_actor'] * 8:.2f} s", flush=True)
     ActorGroup(actors[2:]).kill()
+    psutil.wait_procs([psutil.Process(a.pid) for a in actors[2:] if psutil.pid_exists(a.pid)], timeout=30)
+    time.sleep(1.0)  # the latency below must not share the CPU with six processes exiting
     echo, other = actors[0], actors[1]
 
     for i in range(200):  # warm up, as the peers' benchmarks do
