@@ -13,7 +13,8 @@ Who finds it where:
   ``MILES_PROVIDER_API`` (JSON).
 
 Calls: ``pools()``, ``cells(pool)`` (per cell: host, address, ports, state alive/starting/dead/stopped, pid,
-restarts, death reason, workers), ``deaths(since)`` (reports numbered from 0, for polling), ``lost_hosts()``, and
+restarts, death reason, workers, its lost hosts), ``deaths(since)`` (reports numbered from 0, for polling),
+``lost_hosts()``, and
 ``restart_cell(pool, index)``, ``start_cells(pool, indices)``, ``stop_cells(pool, indices)`` (they wait for the
 cells to be ready, or stopped; calls for one cell are serialized). A cell on a lost host is dead and is not restarted
 there (the error says so): its host must come back first.
@@ -149,18 +150,20 @@ class ProviderService:
     def _view(self, pool: str, index: int, info: CellInfo | None) -> dict[str, Any]:
         placement = next(c for c in self._provider.plan.cells(pool) if c.index == index)
         restarts = self._provider.restarts.get(placement.cell_id, 0)
+        lost = sorted({w.host for w in placement.workers} & set(self._provider.lost_hosts))
         if info is None:
             hosts = [w.host for w in placement.workers]
             return {"pool": pool, "index": index, "cell_id": placement.cell_id, "state": "stopped",
                     "host": placement.master_host, "hosts": hosts, "address": None, "ports": {}, "pid": None,
-                    "restarts": restarts, "death_reason": None, "workers": []}  # fmt: skip
+                    "restarts": restarts, "death_reason": None, "workers": [], "lost_hosts": lost}  # fmt: skip
         with self._provider._cond:
             state = "alive" if info.alive else "dead" if info.death_reason else "starting"
             workers = [_worker_view(w, w.host in self._provider.lost_hosts) for w in info.workers]
             return {"pool": pool, "index": index, "cell_id": info.cell_id, "state": state,
                     "host": workers[0]["host"], "hosts": [w["host"] for w in workers],
                     "address": workers[0]["address"], "ports": workers[0]["ports"], "pid": workers[0]["pid"],
-                    "restarts": restarts, "death_reason": info.death_reason, "workers": workers}  # fmt: skip
+                    "restarts": restarts, "death_reason": info.death_reason, "workers": workers,
+                    "lost_hosts": lost}  # fmt: skip
 
 
 def _worker_view(worker: WorkerInfo, host_lost: bool) -> dict[str, Any]:

@@ -29,6 +29,7 @@ class DemoSettings:
     plot_path: str = "runs/demo/reward.png"
     step_timeout_s: float = 600.0
     model_path: str | None = None  # a Hugging Face directory: its tokenizer makes the prompts' labels
+    colocate: bool = False  # engines share the trainer's GPUs: they release their memory while it trains
 
     def __post_init__(self) -> None:
         for name in ("iterations", "prompts_per_iteration", "samples_per_prompt", "target_len"):
@@ -39,14 +40,31 @@ class DemoSettings:
 
 
 class WeightSync:
-    """Trainer → engines: lock and pause through the controller, the trainer posts, then continue."""
+    """Trainer → engines: lock and pause through the controller, the trainer posts, then continue.
 
-    def __init__(self, trainer: TrainerGroup, controller: ActorHandle) -> None:
+    ``colocate``: the engines release their memory (every tag) before the train step; after it they take the
+    weights memory back, the new weights are pushed, then they take the KV cache back (SGLang's memory saver,
+    in the order miles uses; see actors/inference/memory.py)."""
+
+    def __init__(self, trainer: TrainerGroup, controller: ActorHandle, *, colocate: bool = False) -> None:
         self.trainer = trainer
         self.controller = controller
+        self.colocate = colocate
+
+    def before_train(self) -> None:
+        if self.colocate:
+            self.controller.release_memory().result(timeout=120)
 
     def push(self, version: str) -> float:
         started = time.perf_counter()
+        if self.colocate:
+            self.controller.resume_memory(["weights"]).result(timeout=120)
+        self.update(version)
+        if self.colocate:
+            self.controller.resume_memory(["kv_cache", "cuda_graph"]).result(timeout=120)
+        return time.perf_counter() - started
+
+    def update(self, version: str) -> None:
         update = self.controller.start_update_weights().result(timeout=120)
         try:
             self.trainer.push_weights(update["engine_urls"], version)
@@ -54,7 +72,6 @@ class WeightSync:
             self.controller.abort_update_weights(update["token"]).result(timeout=60)
             raise
         self.controller.end_update_weights(update["token"], version).result(timeout=120)
-        return time.perf_counter() - started
 
 
 def run_loop(
@@ -62,10 +79,12 @@ def run_loop(
 ) -> ProgressBoard:
     """Run ``settings.iterations`` iterations; returns the board (history) for the caller to check and plot."""
     board = ProgressBoard(settings.iterations)
-    sync = WeightSync(trainer, controller)
+    sync = WeightSync(trainer, controller, colocate=settings.colocate)
     tokenizer = tokenizer_for(settings.model_path)
     print(f"[demo] engines: {controller.engine_urls().result(timeout=30)}; router {controller.router_url().result(30)}")
-    first_sync = sync.push("v0")
+    started = time.perf_counter()
+    sync.update("v0")
+    first_sync = time.perf_counter() - started
     print(f"[demo] initial weights pushed to the engines in {first_sync:.2f}s", flush=True)
     board.header()
     for iteration in range(1, settings.iterations + 1):
@@ -76,6 +95,7 @@ def run_loop(
         rollout_s = time.perf_counter() - started
         stats: dict[str, Any] = rollout_result["stats"]
         started = time.perf_counter()
+        sync.before_train()
         metrics = trainer.train_on_shards(rollout_result["shards"], timeout_s=settings.step_timeout_s)
         train_s = time.perf_counter() - started
         for shard in rollout_result["shards"]:

@@ -23,8 +23,10 @@ from actors.inference.cells import CellState, EngineCell, RouterSettings
 from actors.inference.engine_client import EngineClient
 from actors.inference.engine_launcher import EngineKind, EngineLauncher, EngineSpec, LocalEngineLauncher
 from actors.inference.errors import EngineRequestError, NoServingEngines
+from actors.inference.memory import MemoryOccupation
 from actors.inference.provider_engines import ProviderEngineLauncher
 from actors.inference.router_keeper import RouterKeeper
+from actors.inference.router_pool import PoolRouterKeeper, router_keeper
 from actors.inference.weight_updates import PAUSE_MODES, WeightUpdates
 from actors.inference.weights_cache import WeightsCache
 from actors.model_config import ModelConfig
@@ -40,7 +42,7 @@ RESTART_BACKOFF_S = 0.5
 LIVE_STATES = (CellState.SERVING, CellState.PENDING_WEIGHTS)
 
 
-class InferenceController(WeightUpdates):
+class InferenceController(WeightUpdates, MemoryOccupation):
     """Owns ``num_engines`` engine cells ``{server_id}-{index}`` behind one sglang-router."""
 
     def __init__(
@@ -66,6 +68,7 @@ class InferenceController(WeightUpdates):
         log_dir: str | None = None,
         launcher: str | None = None,
         engine_pool: str | None = None,
+        router_pool: str | None = None,
         provider_api: dict[str, Any] | None = None,
     ) -> None:
         """``sglang``: the engines' SGLangConfig template (required for ``engine="sglang"``; host, port, GPU ids
@@ -79,14 +82,16 @@ class InferenceController(WeightUpdates):
         EngineLauncher, called with ``log_dir=`` (default: LocalEngineLauncher). ``engine_pool``: the hosts.toml pool
         of launcher-placed engines (actors.inference.engine_pool) to serve instead of forking engines here, one
         controller cell per pool cell (``num_engines``, if given, must match); the launcher fills ``provider_api``
-        (``plan_kwargs = ["provider_api"]``)."""
+        (``plan_kwargs = ["provider_api"]``). ``router_pool``: the hosts.toml pool of the router
+        (actors.inference.router_pool; default: the controller runs the router beside it)."""
         if engine_pool is None and num_engines is None:
             raise ValueError("give num_engines (engines this controller starts) or engine_pool (a launcher pool)")
         if num_engines is not None and num_engines < 1:
             raise ValueError(f"num_engines must be at least 1, got {num_engines}")
-        if engine_pool is not None and provider_api is None:
+        pools = [f"{k}={v!r}" for k, v in (("engine_pool", engine_pool), ("router_pool", router_pool)) if v]
+        if pools and provider_api is None:
             raise ValueError(
-                f"engine_pool={engine_pool!r} needs the launcher's provider API: add plan_kwargs = ['provider_api'] "
+                f"{' and '.join(pools)} needs the launcher's provider API: add plan_kwargs = ['provider_api'] "
                 "to the controller's pool in hosts.toml"
             )
         if engine not in ("cpu", "sglang"):
@@ -119,6 +124,7 @@ class InferenceController(WeightUpdates):
         self.log_dir = Path(log_dir or tempfile.mkdtemp(prefix=f"inference-{server_id}-"))
         self.launcher_factory = launcher
         self.engine_pool = engine_pool
+        self.router_pool = router_pool
         self.provider_api = provider_api
         self.num_engines = num_engines
         self._cells = [EngineCell(f"{server_id}-{index}", index) for index in range(num_engines or 0)]
@@ -131,9 +137,10 @@ class InferenceController(WeightUpdates):
         self._spawner: Spawner | None = None
         self._launcher: EngineLauncher | None = None
         self._router: RouterProcess | None = None
-        self._keeper: RouterKeeper | None = None
+        self._keeper: RouterKeeper | PoolRouterKeeper | None = None
         self._router_ready = asyncio.Event()  # engines adopted from the launcher are ready before the router
-        super().__init__()
+        WeightUpdates.__init__(self)
+        MemoryOccupation.__init__(self)
 
     # ---- lifecycle --------------------------------------------------------------------------------------
 
@@ -158,9 +165,12 @@ class InferenceController(WeightUpdates):
         self._launcher = self._make_launcher(self._spawner)
         if isinstance(self._launcher, ProviderEngineLauncher):
             await self._adopt_pool(self._launcher)
-        self._keeper = RouterKeeper(self.router_settings, log_path=self.log_dir / "router.log", spawner=self._spawner)
-        self._router = self._keeper.process
+        self._keeper = router_keeper(
+            self.router_settings, pool=self.router_pool, provider_api=self.provider_api, spawner=self._spawner,
+            log_path=self.log_dir / "router.log", poll_interval_s=min(1.0, self.health_check_interval_s),
+        )  # fmt: skip
         await self._keeper.start()
+        self._router = self._keeper.process
         cell_tasks = [asyncio.ensure_future(self._keep_cell(cell, reason=None)) for cell in self._cells]
         self._tasks.update(cell_tasks)  # cancelled by shutdown(), even if the router fails to start
         await self._keeper.wait_ready()
@@ -207,6 +217,8 @@ class InferenceController(WeightUpdates):
             cell.state, cell.router_worker_id = CellState.DISPOSED, None
         if self._router is not None:
             await asyncio.to_thread(self._router.stop, timeout_s / 2)
+        if self._keeper is not None:
+            await self._keeper.close()
         if self._launcher is not None:
             await self._launcher.close()
         if self._spawner is not None:
@@ -230,6 +242,8 @@ class InferenceController(WeightUpdates):
 
     @method(control_plane=True)
     def router_url(self) -> str:
+        """Where to send generation; refused (MemoryReleased) while the engines' memory is released."""
+        self._check_generation()
         if self._router is None:
             raise NoServingEngines(f"server {self.server_id} is not started: call start() first")
         return self._router.url
@@ -253,6 +267,7 @@ class InferenceController(WeightUpdates):
             "weight_version": self._weights.version,
             "weights_restorable": self._weights.restorable,
             "update": self._update_view(),
+            "memory": self.memory_state(),
             "cells": self.cells(),
         }
 
@@ -342,6 +357,7 @@ class InferenceController(WeightUpdates):
                 return
             await self._weights.replay(cell.client, timeout_s=self.update_timeout_s)
             cell.weight_version = self._weights.version
+            await self._release_new(cell)
             await self._register(cell)
         finally:
             self._release_update_lock()
@@ -387,7 +403,8 @@ class InferenceController(WeightUpdates):
                 await self._restart_router()
 
     async def _restart_router(self) -> None:
-        """The router died: start it again on its ports and register every serving engine with it."""
+        """The router died: start it again (the controller's own on its ports; the launcher's router cell on its
+        host, new ports) and register every serving engine with it."""
         assert self._keeper is not None
         try:
             self._router = await self._keeper.restart()
@@ -407,6 +424,8 @@ class InferenceController(WeightUpdates):
         code = cell.process.exit_code()
         if code is not None:
             self._restart(cell, f"{cell.where()} (pid {cell.process.pid}) exited with code {code}")
+            return
+        if self._released:  # an engine without its memory may fail a generating health check: exits still count
             return
         timeout_s = min(self.request_timeout_s, max(1.0, self.health_check_interval_s * 2))
         if await cell.client.healthy(timeout_s=timeout_s):

@@ -82,6 +82,10 @@ class EngineClient:
                     raise
             await asyncio.sleep(0.1)
 
+    async def memory(self, op: str, tags: list[str], *, timeout_s: float) -> None:
+        """``POST /release_memory_occupation`` (op ``release``) or ``/resume_memory_occupation`` (``resume``)."""
+        await self.request("POST", f"/{op}_memory_occupation", {"tags": tags}, timeout_s=timeout_s)
+
     async def update_from_tensors(self, named: list[tuple[str, Any]], version: str, *, timeout_s: float) -> None:
         """CPU engine: load CPU tensors and set ``version``."""
         payload = await asyncio.to_thread(encode_named_tensors, named)

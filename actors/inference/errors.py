@@ -7,6 +7,7 @@
 | UpdateInProgress   | start_update_weights timed out: another update holds the lock | end/abort that update first   |
 | UpdateNotHeld      | end/abort/push with a token that does not hold the lock      | call start_update_weights      |
 | NoServingEngines   | no engine can take the request (all failed, or pending)      | see cells() for each error     |
+| MemoryReleased     | generation or an update while the engines' memory is released | call resume_memory() first    |
 """
 
 from __future__ import annotations
@@ -38,3 +39,7 @@ class UpdateNotHeld(InferenceError):
 
 class NoServingEngines(InferenceError):
     """No engine is in a state that can take the request."""
+
+
+class MemoryReleased(InferenceError):
+    """The engines' memory is released (colocated training): no generation, no weight update into it."""

@@ -3,7 +3,8 @@
 The router runs on the controller's host (hosts.toml places the controller's pool, ``hosts = [...]``), listening on
 ``RouterSettings.host`` (default: the host's advertised address). Its ports are chosen once, so a router started
 again after a crash keeps its URL: clients retry against the same address, and the controller registers every
-serving engine with the new router.
+serving engine with the new router. To run the router where hosts.toml says instead, see
+:mod:`actors.inference.router_pool`.
 """
 
 from __future__ import annotations
@@ -65,3 +66,6 @@ class RouterKeeper:
         await self.start()
         await self.wait_ready()
         return self.process
+
+    async def close(self) -> None:
+        """Nothing to let go of (the controller stops the process)."""

@@ -82,6 +82,7 @@ class WeightUpdates:
         Returns ``{"token", "engine_urls", "weight_version"}``: post the weights to ``engine_urls``, then call
         end_update_weights(token, version) or abort_update_weights(token).
         """
+        self._before_update()
         if not await self._acquire_update_lock(timeout_s):
             held = self._update
             holder = f"update {held.token} (held {time.monotonic() - held.started_at:.1f}s)" if held else "a restart"
@@ -366,6 +367,10 @@ class WeightUpdates:
 
     def _cell_errors(self) -> str:
         return "; ".join(f"{c.cell_id} ({c.state.value}): {c.last_error}" for c in self._cells)
+
+    if TYPE_CHECKING:  # provided by MemoryOccupation (later in InferenceController's MRO)
+
+        def _before_update(self) -> None: ...
 
     # provided by InferenceController
     def _fail(self, cell: EngineCell, exc: BaseException) -> None:

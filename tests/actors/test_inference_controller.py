@@ -218,3 +218,52 @@ def test_killed_router_is_started_again_on_its_url_with_every_serving_engine(con
     workers = requests.get(status["router_url"] + "/workers", timeout=HTTP_TIMEOUT_S).json()["workers"]
     assert {w["url"] for w in workers} == {c["url"] for c in serving} and len(serving) == 2
     assert greedy(status["router_url"])["output_ids"]
+
+
+def test_memory_released_for_training_refuses_generation_until_resumed_in_sglang_order(
+    controller: ActorHandle,
+) -> None:
+    """actors/inference/memory.py, in the order miles drives SGLang's memory saver (sglang/srt/entrypoints/
+    http_server.py /release_memory_occupation and /resume_memory_occupation; tags from sglang/srt/constants.py):
+    release everything, resume weights, update, resume kv_cache and cuda_graph. The engines' own /ready and
+    /get_server_info show each step."""
+    urls = sorted(controller.engine_urls().result(10))
+    restarts = [c["restarts"] for c in controller.cells().result(10)]
+
+    def released() -> list[list[str]]:
+        return [requests.get(u + "/get_server_info", timeout=HTTP_TIMEOUT_S).json()["internal_states"][0]
+                ["released_memory"] for u in urls]  # fmt: skip
+
+    def ready() -> list[int]:
+        return [requests.get(u + "/ready", timeout=HTTP_TIMEOUT_S).status_code for u in urls]
+
+    with pytest.raises(RemoteError, match=r"unknown tags \['gpu'\]"):
+        controller.release_memory(["gpu"]).result(10)
+    with pytest.raises(RemoteError, match=r"memory \['weights'\] is not released"):
+        controller.resume_memory(["weights"]).result(10)
+    assert controller.release_memory().result(30) == {"released": ["cuda_graph", "kv_cache", "weights"],
+                                                      "generation": False}  # fmt: skip
+    try:
+        assert released() == [["cuda_graph", "kv_cache", "weights"]] * 2 and ready() == [503, 503]
+        with pytest.raises(RemoteError, match=r"generation is refused .*resume_memory\(\) first"):
+            controller.router_url().result(10)
+        with pytest.raises(RemoteError, match=r"resume_memory\(\['weights'\]\) before updating"):
+            controller.start_update_weights().result(10)
+        time.sleep(1.5)  # health checks pass by: released engines are not restarted
+        cells = controller.cells().result(10)
+        assert [(c["state"], c["restarts"]) for c in cells] == [("serving", n) for n in restarts], cells
+        controller.resume_memory(["weights"]).result(30)
+        assert released() == [["cuda_graph", "kv_cache"]] * 2 and ready() == [503, 503]
+        other = TINY.model_copy(update={"seed": 11})
+        version = new_version("colocated")
+        controller.update_weights_from_tensors(weights_of(other), version).result(CALL_TIMEOUT_S)
+        with pytest.raises(RemoteError, match="generation is refused"):
+            controller.router_url().result(10)
+    finally:
+        state = controller.resume_memory().result(30)
+    assert state == {"released": [], "generation": True} and released() == [[], []] and ready() == [200, 200]
+    router = controller.router_url().result(10)
+    for _ in range(2):  # both engines (round robin) serve the weights updated while the KV cache was released
+        reply = greedy(router)
+        assert reply["output_ids"] == reference_greedy(other) and reply["meta_info"]["weight_version"] == version
+    controller.update_weights_from_tensors(weights_of(TINY), new_version("seed")).result(CALL_TIMEOUT_S)

@@ -82,6 +82,13 @@ class NetnsCluster:
         listeners = {s.pid for s in self.sshds}
         return {ns: self.pids(ns) - listeners for _, ns, _ in self.hosts}
 
+    def assert_no_strays(self, timeout_s: float = 10.0) -> None:
+        """Every host namespace holds only its sshd listener within ``timeout_s``."""
+        deadline = time.monotonic() + timeout_s
+        while any(self.stray_pids().values()) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert self.stray_pids() == {ns: set() for _, ns, _ in self.hosts}, "processes left on a host"
+
 
 def write_hosts_toml(
     tmp_path: Path,

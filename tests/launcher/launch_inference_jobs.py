@@ -5,8 +5,10 @@ from __future__ import annotations
 import json
 import os
 import signal
+import subprocess
 import threading
 import time
+from collections.abc import Callable
 from typing import Any
 
 import requests
@@ -15,10 +17,12 @@ BODY = {"text": "The answer is", "sampling_params": {"temperature": 0, "max_new_
 
 
 class Traffic:
-    """Requests through the router, one after another on a thread, each recorded as (time, status or error)."""
+    """Requests through the router, one after another on a thread, each recorded as (the time it was sent, status or
+    error). ``router_url``: the URL, or a function asked before each request (a restarted router has a new one)."""
 
-    def __init__(self, router_url: str) -> None:
-        self.url = router_url + "/generate"
+    def __init__(self, router_url: str | Callable[[], str], timeout_s: float = 30.0) -> None:
+        self.router_url = router_url if callable(router_url) else (lambda: router_url)
+        self.timeout_s = timeout_s
         self.log: list[tuple[float, int | str]] = []
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="traffic", daemon=True)
@@ -26,11 +30,14 @@ class Traffic:
 
     def _run(self) -> None:
         while not self._stop.is_set():
+            sent = time.monotonic()
             try:
-                status: int | str = requests.post(self.url, json=BODY, timeout=30).status_code
-            except requests.RequestException as exc:
+                url = self.router_url() + "/generate"
+                status: int | str = requests.post(url, json=BODY, timeout=self.timeout_s).status_code
+            except Exception as exc:  # no answer, or the controller did not name a router
                 status = type(exc).__name__
-            self.log.append((time.monotonic(), status))
+                time.sleep(0.1)
+            self.log.append((sent, status))
 
     def ok_since(self, since: float) -> int:
         return sum(1 for at, status in list(self.log) if at >= since and status == 200)
@@ -87,5 +94,160 @@ def engine_failover(ctx: Any) -> int:
         "deaths": api.call_sync("deaths", 0),
     }
     print("FAILOVER " + json.dumps(report), flush=True)
+    controller.shutdown().result(timeout=60)
+    return 0
+
+
+def engine_state(url: str) -> dict[str, Any]:
+    """What an engine says of itself: released memory and weight version (/get_server_info), /ready's status."""
+    info = requests.get(url + "/get_server_info", timeout=10).json()["internal_states"][0]
+    ready = requests.get(url + "/ready", timeout=10).status_code
+    return {"url": url, "released": info["released_memory"], "version": info["weight_version"], "ready": ready}
+
+
+class Watched:
+    """A TrainerGroup or rollout handle whose calls first record every engine's own state (``log``)."""
+
+    def __init__(self, inner: Any, label: str, urls: Any, log: list[dict[str, Any]]) -> None:
+        self._inner, self._label, self._urls, self._log = inner, label, urls, log
+
+    def __getattr__(self, name: str) -> Any:
+        attr = getattr(self._inner, name)
+        if name not in ("train_on_shards", "push_weights", "generate"):
+            return attr
+
+        def call(*args: Any, **kwargs: Any) -> Any:
+            self._log.append({"call": f"{self._label}.{name}", "engines": [engine_state(u) for u in self._urls()]})
+            if name == "push_weights":
+                self._log[-1]["version"] = args[1]
+            return attr(*args, **kwargs)
+
+        return call
+
+
+def colocated_demo(ctx: Any) -> int:
+    """actors.demo's loop with ``colocate = true`` (from job.args), its trainer and rollout watched: before each
+    train step, weight push and rollout every engine's own state is recorded; prints ``COLOCATED {json}``."""
+    from actors.demo.loop import DemoSettings, finish, run_loop
+    from actors.trainer.group import TrainerGroup
+
+    settings = DemoSettings(**ctx.args)
+    (controller,) = ctx.handles("inference")
+    controller.start().result(timeout=300)
+    urls = sorted(controller.engine_urls().result(timeout=30))
+    log: list[dict[str, Any]] = []
+    trainer = Watched(TrainerGroup.from_handles(ctx.handles("trainer")), "trainer", lambda: urls, log)
+    (rollout,) = ctx.handles("rollout")
+    versions: list[list[str]] = []
+
+    class Rollout:
+        def generate(self, *args: Any, **kwargs: Any) -> Any:
+            log.append({"call": "rollout.generate", "engines": [engine_state(u) for u in urls]})
+            future = rollout.generate(*args, **kwargs)
+
+            class Recorded:
+                def result(self, timeout: float) -> Any:
+                    reply = future.result(timeout=timeout)
+                    versions.append(reply["stats"]["weight_versions"])
+                    return reply
+
+            return Recorded()
+
+    try:
+        board = run_loop(settings, trainer, controller, Rollout())  # type: ignore[arg-type]
+        refused = ""
+        controller.release_memory().result(timeout=60)
+        try:
+            controller.router_url().result(timeout=10)
+        except Exception as exc:  # the controller refuses generation while released
+            refused = str(exc)
+        controller.resume_memory().result(timeout=60)
+    finally:
+        controller.shutdown().result(timeout=60)
+    print("COLOCATED " + json.dumps({"log": log, "versions": versions, "refused": refused}), flush=True)
+    return finish(board, settings)
+
+
+def router_failover(ctx: Any) -> int:
+    """kill -9 the launcher-placed router while requests flow through it (the traffic asks the controller for the
+    router's URL before each request); print what was seen before and after (``ROUTER {json}``)."""
+    (controller,) = ctx.handles("inference")
+    controller.start().result(timeout=240)
+    api = ctx.provider_api
+    (before,) = api.call_sync("cells", "router")
+    first = controller.status().result(timeout=10)
+    traffic = Traffic(lambda: controller.router_url().result(timeout=10), timeout_s=20)
+    try:
+        started = time.monotonic()
+        wait("requests served before the kill", lambda: traffic.ok_since(started) >= 3, 60)
+        os.kill(before["pid"], signal.SIGKILL)
+
+        def restarted() -> dict[str, Any] | None:
+            status = controller.status().result(timeout=10)
+            serving = [c for c in status["cells"] if c["state"] == "serving"]
+            done = status["router_restarts"] == 1 and status["router_alive"]
+            return status if done and len(serving) == 2 and all(c["router_worker_id"] for c in serving) else None
+
+        status = wait("the router restarted with both engines", restarted, 120)
+        back = time.monotonic()
+        wait("requests served through the new router", lambda: traffic.ok_since(back) >= 3, 60)
+    finally:
+        traffic.stop()
+    workers = requests.get(status["router_url"] + "/workers", timeout=10).json()["workers"]
+    report = {
+        "before": before,
+        "after": api.call_sync("cells", "router")[0],
+        "engines": api.call_sync("cells", "engines"),
+        "first_url": first["router_url"],
+        "status": status,
+        "router_workers": sorted(w["url"] for w in workers),
+        "ok_after": traffic.ok_since(back),
+        "failed_after": [s for at, s in traffic.log if at >= back and s != 200],
+        "deaths": api.call_sync("deaths", 0),
+    }
+    print("ROUTER " + json.dumps(report), flush=True)
+    controller.shutdown().result(timeout=60)
+    return 0
+
+
+def lost_host(ctx: Any) -> int:
+    """Cut host h2 off (its namespace's link down, ``ctx.args["cut_ns"]``) while requests flow through the router
+    on h1; print what the controller and the launcher saw (``LOST {json}``). The link is brought back at the end."""
+    cut_ns = ctx.args["cut_ns"]
+    (controller,) = ctx.handles("inference")
+    controller.start().result(timeout=240)
+    router = controller.router_url().result(timeout=10)
+    api = ctx.provider_api
+    before = api.call_sync("cells", "engines")
+    traffic = Traffic(router, timeout_s=10)
+    try:
+        started = time.monotonic()
+        wait("requests served before the cut", lambda: traffic.ok_since(started) >= 3, 60)
+        subprocess.run(["ip", "-n", cut_ns, "link", "set", "eth0", "down"], check=True)
+        cut = time.monotonic()
+
+        def dropped() -> list[dict[str, Any]] | None:
+            cells = controller.cells().result(timeout=10)
+            return cells if any(c["state"] == "disposed" for c in cells) else None
+
+        cells = wait("h2's engine dropped by the controller", dropped, 120)
+        dropped_at = time.monotonic()
+        wait("requests served by h1's engine", lambda: traffic.ok_since(dropped_at) >= 5, 60)
+        workers = requests.get(router + "/workers", timeout=10).json()["workers"]
+    finally:
+        traffic.stop()
+        subprocess.run(["ip", "-n", cut_ns, "link", "set", "eth0", "up"], check=False)
+    report = {
+        "before": before,
+        "cells": cells,
+        "lost_hosts": api.call_sync("lost_hosts"),
+        "after": api.call_sync("cells", "engines"),
+        "router_workers": sorted(w["url"] for w in workers),
+        "cut_to_dropped_s": dropped_at - cut,
+        "ok_after": traffic.ok_since(dropped_at),
+        "failed_after": [s for at, s in traffic.log if at >= dropped_at and s != 200],
+        "deaths": api.call_sync("deaths", 0),
+    }
+    print("LOST " + json.dumps(report), flush=True)
     controller.shutdown().result(timeout=60)
     return 0

@@ -12,7 +12,6 @@ from __future__ import annotations
 import json
 import re
 import subprocess
-import time
 from pathlib import Path
 from typing import Any
 
@@ -66,24 +65,30 @@ def cluster_hosts(tmp_path: Path, cluster: NetnsCluster, keys: SshKeys) -> list[
     return hosts
 
 
-def test_engine_on_h2_killed_is_replaced_on_h2_while_traffic_goes_on(
-    netns_cluster: NetnsCluster, ssh_keys: SshKeys, tmp_path: Path
-) -> None:
+def launch(cluster: NetnsCluster, keys: SshKeys, tmp_path: Path, entrypoint: str, pools: list[dict[str, Any]],
+           args: dict[str, Any] | None = None, **launcher: Any) -> str:  # fmt: skip
+    """Run miles-launch with these pools and job on the cluster; its stdout (it must exit 0)."""
     data = {
-        "launcher": {"workdir": str(tmp_path / "run"), "stop_grace_s": 3, "start_deadline_s": 180},
-        "hosts": cluster_hosts(tmp_path, netns_cluster, ssh_keys),
-        "job": {"entrypoint": "launch_inference_jobs:engine_failover"},
-        "pools": inference_pools(),
+        "launcher": {"workdir": str(tmp_path / "run"), "stop_grace_s": 3, "start_deadline_s": 180, **launcher},
+        "hosts": cluster_hosts(tmp_path, cluster, keys),
+        "job": {"entrypoint": entrypoint, "args": args or {}},
+        "pools": pools,
     }
     config = tmp_path / "hosts.toml"
     config.write_text(toml_text.dump(data))
     result = subprocess.run(
-        [*netns_cluster.exec_argv(), PYTHON, "-m", "launcher.cli", str(config)],
+        [*cluster.exec_argv(), PYTHON, "-m", "launcher.cli", str(config)],
         capture_output=True, text=True, timeout=420, env=subprocess_env(MILES_SHM="0"),
     )  # fmt: skip
-    output = result.stdout + result.stderr
-    assert result.returncode == 0, output[-5000:]
-    report = json.loads(result.stdout.split("FAILOVER ", 1)[1].splitlines()[0])
+    assert result.returncode == 0, (result.stdout + result.stderr)[-6000:]
+    return result.stdout
+
+
+def test_engine_on_h2_killed_is_replaced_on_h2_while_traffic_goes_on(
+    netns_cluster: NetnsCluster, ssh_keys: SshKeys, tmp_path: Path
+) -> None:
+    out = launch(netns_cluster, ssh_keys, tmp_path, "launch_inference_jobs:engine_failover", inference_pools())
+    report = json.loads(out.split("FAILOVER ", 1)[1].splitlines()[0])
     (_, _, h1_address), (_, _, h2_address) = netns_cluster.hosts
     assert sorted(c["host"] for c in report["before"]) == ["h1", "h2"]
     victim, after = report["victim"], report["after"][report["victim"]["index"]]
@@ -98,10 +103,7 @@ def test_engine_on_h2_killed_is_replaced_on_h2_while_traffic_goes_on(
     assert report["ok_during"] >= 1, report  # the router kept serving (the h1 engine) while h2's was replaced
     assert report["failed_during"] == [], report  # sglang-router retries a request the dead engine dropped
     assert report["failed_after"] == [], report
-    deadline = time.monotonic() + 10
-    while any(netns_cluster.stray_pids().values()) and time.monotonic() < deadline:
-        time.sleep(0.1)
-    assert netns_cluster.stray_pids() == {ns: set() for _, ns, _ in netns_cluster.hosts}, "processes left on a host"
+    netns_cluster.assert_no_strays()
 
 
 def test_demo_job_with_launcher_placed_engines_on_both_hosts(
@@ -139,7 +141,4 @@ def test_demo_job_with_launcher_placed_engines_on_both_hosts(
     assert [int(m.group(1)) for m in rows] == list(range(1, ITERATIONS + 1)), result.stdout
     rewards = [float(m.group(3)) for m in rows]
     assert sum(rewards[-2:]) / 2 > sum(rewards[:2]) / 2 + 0.02, f"reward did not rise: {rewards}"
-    deadline = time.monotonic() + 10
-    while any(netns_cluster.stray_pids().values()) and time.monotonic() < deadline:
-        time.sleep(0.1)
-    assert netns_cluster.stray_pids() == {ns: set() for _, ns, _ in netns_cluster.hosts}, "processes left on a host"
+    netns_cluster.assert_no_strays()

@@ -1,0 +1,134 @@
+"""Colocation: the engines give their GPU memory back while the trainer trains on the same GPUs.
+
+SGLang's memory saver (``--enable-memory-saver``) serves ``POST /release_memory_occupation`` and
+``POST /resume_memory_occupation`` with ``{"tags": [...]}`` (``srt/entrypoints/http_server.py``,
+``Release/ResumeMemoryOccupationReqInput`` in ``srt/managers/io_struct.py``; the tags are ``srt/constants.py``'s
+``GPU_MEMORY_ALL_TYPES``). The order miles uses around a train step::
+
+    await controller.release_memory()                 # every tag: kv_cache, weights, cuda_graph
+    ... train ...
+    await controller.resume_memory(["weights"])       # room for the new weights only
+    ... update weights (start_update_weights / end_update_weights, or update_weights_from_*) ...
+    await controller.resume_memory(["kv_cache", "cuda_graph"])
+
+While ``weights`` or ``kv_cache`` is released the controller refuses generation (``router_url()`` raises
+:class:`~actors.inference.errors.MemoryReleased`) and a weight update while ``weights`` is released. An engine
+(re)started meanwhile is released like the others once it holds the current weights.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import TYPE_CHECKING, Any
+
+from actors.inference.cells import CellState, EngineCell
+from actors.inference.errors import InferenceError, MemoryReleased, UpdateInProgress
+
+if TYPE_CHECKING:
+    from collections.abc import Awaitable, Callable
+
+logger = logging.getLogger(__name__)
+
+MEMORY_TAGS = ("kv_cache", "weights", "cuda_graph")  # sglang/srt/constants.py: GPU_MEMORY_ALL_TYPES
+GENERATION_TAGS = frozenset({"kv_cache", "weights"})  # without them an engine cannot generate
+_LIVE = (CellState.SERVING, CellState.PENDING_WEIGHTS)
+
+
+class MemoryOccupation:
+    """Mixed into InferenceController: release and resume the memory of every live engine."""
+
+    server_id: str
+    _cells: list[EngineCell]
+    request_timeout_s: float
+
+    def __init__(self) -> None:
+        self._released: set[str] = set()
+
+    async def release_memory(self, tags: list[str] | None = None, timeout_s: float = 60.0) -> dict[str, Any]:
+        """Release ``tags`` (default: all) on every engine; returns memory_state(). Waits up to ``timeout_s`` for
+        a weight update in progress to end. Engines must be idle (SGLang requires it: end the rollout first)."""
+        wanted = self._memory_tags(tags, "release_memory")
+        await self._memory_locked(timeout_s, "release_memory", self._released.update, wanted, "release")
+        return self.memory_state()
+
+    async def resume_memory(self, tags: list[str] | None = None, timeout_s: float = 60.0) -> dict[str, Any]:
+        """Take ``tags`` (default: all released) back on every engine; returns memory_state()."""
+        wanted = self._memory_tags(tags, "resume_memory") if tags is not None else set(self._released)
+        missing = sorted(wanted - self._released)
+        if missing:
+            raise InferenceError(
+                f"server {self.server_id}: memory {missing} is not released (released: {sorted(self._released)}); "
+                "call release_memory first"
+            )
+        await self._memory_locked(timeout_s, "resume_memory", self._released.difference_update, wanted, "resume")
+        return self.memory_state()
+
+    def memory_state(self) -> dict[str, Any]:
+        """``{"released": [tags], "generation": whether generation is allowed}``."""
+        return {"released": sorted(self._released), "generation": not (GENERATION_TAGS & self._released)}
+
+    # ---- hooks used by the controller and the weight updates ----------------------------------------------
+
+    def _check_generation(self) -> None:
+        """Refuse generation while the engines' weights or KV cache are released."""
+        released = sorted(GENERATION_TAGS & self._released)
+        if released:
+            raise MemoryReleased(
+                f"server {self.server_id}: generation is refused while the engines' memory {released} is released "
+                "(colocated training); call resume_memory() first"
+            )
+
+    def _before_update(self) -> None:
+        if "weights" in self._released:
+            raise MemoryReleased(
+                f"server {self.server_id}: the engines' weights memory is released; call "
+                "resume_memory(['weights']) before updating weights (SGLang's order: resume weights, update, "
+                "resume kv_cache)"
+            )
+
+    async def _release_new(self, cell: EngineCell) -> None:
+        """A (re)started engine holding the current weights: release what the others have released."""
+        if self._released and cell.client is not None:
+            await cell.client.memory("release", sorted(self._released), timeout_s=self.request_timeout_s)
+
+    # ---- internals --------------------------------------------------------------------------------------
+
+    def _memory_tags(self, tags: list[str] | None, what: str) -> set[str]:
+        if tags is None:
+            return set(MEMORY_TAGS)
+        if not isinstance(tags, list) or not tags or len(tags) > len(MEMORY_TAGS):
+            raise ValueError(f"{what}: tags must be a non-empty list of {list(MEMORY_TAGS)}, got {str(tags)[:200]}")
+        unknown = sorted(str(t)[:40] for t in tags if t not in MEMORY_TAGS)
+        if unknown:
+            raise ValueError(f"{what}: unknown tags {unknown}; SGLang's tags are {list(MEMORY_TAGS)}")
+        return set(tags)
+
+    async def _memory_locked(
+        self, timeout_s: float, what: str, record: Callable[[set[str]], None], wanted: set[str], op: str
+    ) -> None:
+        """Under the update lock: ``op`` the ``wanted`` tags on every live engine, then ``record`` them."""
+        if not await self._acquire_update_lock(timeout_s):
+            raise UpdateInProgress(f"server {self.server_id}: {what} waited {timeout_s}s for a weight update to end")
+        try:
+            tags = sorted(wanted)
+
+            async def apply(cell: EngineCell) -> None:
+                assert cell.client is not None
+                await cell.client.memory(op, tags, timeout_s=self.request_timeout_s)
+
+            cells = [c for c in self._cells if c.state in _LIVE and c.client is not None and not c.busy]
+            await self._on_all(cells, apply, what)
+            record(wanted)
+            logger.info("server %s: %s %s; released now: %s", self.server_id, what, tags, sorted(self._released))
+        finally:
+            self._release_update_lock()
+
+    if TYPE_CHECKING:  # provided by WeightUpdates (earlier in InferenceController's MRO)
+
+        async def _acquire_update_lock(self, timeout_s: float) -> bool: ...
+
+        def _release_update_lock(self) -> None: ...
+
+        async def _on_all(
+            self, cells: list[EngineCell], action: Callable[[EngineCell], Awaitable[None]], what: str
+        ) -> list[EngineCell]: ...

@@ -1,0 +1,187 @@
+"""The router as a launcher-placed worker: hosts.toml says where it runs, the controller finds it by the provider API.
+
+:func:`router_pool` renders the ``[[pools]]`` table of one sglang-router (a ``command`` worker, listening on every
+interface on free ports of its host; ``hosts = [...]`` places it, else the plan does). The controller serves it
+with ``router_pool = "<id>"`` (and ``plan_kwargs = ["provider_api"]``): :class:`PoolRouterKeeper` adopts the
+pool's cell, watches it through the provider API, and when it dies asks the launcher to restart the cell on its
+host (new ports, so a new URL: ``router_url()`` names it; the controller registers the serving engines again).
+Without ``router_pool`` the controller runs the router itself, beside it (:mod:`actors.inference.router_keeper`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import shlex
+import time
+from pathlib import Path
+from typing import Any
+
+from actors.inference.cells import RouterSettings
+from actors.inference.router_keeper import RouterKeeper
+from actors.processes import Spawner
+from actors.router import RouterError, RouterProcess
+from launcher.provider_service import ProviderApiError, ProviderClient
+from runtime import RemoteError
+
+logger = logging.getLogger(__name__)
+
+_PORT, _PROMETHEUS = 1, 2  # sentinels replaced by the launcher's placeholders
+ROUTER_PORTS = {"port": "worker", "prometheus_port": "worker"}
+
+
+def router_command(settings: RouterSettings | None = None, *, bind: str = "0.0.0.0") -> str:
+    """The command template of a router worker (``{python}``, ``{port}``, ``{prometheus_port}``)."""
+    settings = settings or RouterSettings(host=bind)
+    process = RouterProcess(
+        host=bind, port=_PORT, prometheus_port=_PROMETHEUS, policy=settings.policy,
+        health_check_interval_s=settings.health_check_interval_s,
+        health_failure_threshold=settings.health_failure_threshold,
+        worker_startup_timeout_s=settings.worker_startup_timeout_s, log_level=settings.log_level,
+        extra_args=settings.extra_args, python="{python}",
+    )  # fmt: skip
+    argv = process.argv()
+    out = []
+    for before, arg in zip(["", *argv], argv, strict=False):
+        if before in ("--port", "--prometheus-port"):
+            out.append("{port}" if before == "--port" else "{prometheus_port}")
+        elif arg == "{python}":
+            out.append(arg)
+        else:
+            out.append(shlex.quote(arg).replace("{", "{{").replace("}", "}}"))
+    return " ".join(out)
+
+
+def router_pool(
+    pool_id: str = "router", settings: RouterSettings | None = None, *, hosts: list[str] | None = None
+) -> dict[str, Any]:
+    """The ``[[pools]]`` table of one router (one cell, one command worker, no GPU)."""
+    start_s = settings.start_timeout_s if settings else RouterSettings.model_fields["start_timeout_s"].default
+    pool: dict[str, Any] = {
+        "id": pool_id,
+        "cells": 1,
+        "worker": {
+            "kind": "command",
+            "command": router_command(settings),
+            "ports": dict(ROUTER_PORTS),
+            "ready": {"kind": "http", "port": "port", "path": "/liveness", "deadline_s": start_s},
+            "gpus": 0,
+        },
+    }
+    if hosts is not None:
+        pool["hosts"] = list(hosts)
+    return pool
+
+
+class PoolRouter(RouterProcess):
+    """A router the launcher started (one incarnation of the pool's cell): driven over HTTP, never forked here."""
+
+    def __init__(self, view: dict[str, Any]) -> None:
+        worker = view["workers"][0]
+        address = f"[{worker['address']}]" if ":" in worker["address"] else worker["address"]
+        super().__init__(host=address, port=worker["ports"]["port"], prometheus_port=worker["ports"]["prometheus_port"])
+        self.view = view
+        self.dead: str | None = None
+        self.since = time.monotonic()
+
+    @property
+    def pid(self) -> int | None:
+        return self.view["pid"]
+
+    def is_running(self) -> bool:
+        return self.dead is None
+
+    def stop(self, timeout_s: float = 10.0) -> int | None:
+        """The launcher stops it (at teardown, or restart_cell)."""
+        return None
+
+    def _check_alive(self) -> None:
+        if self.dead is not None:
+            raise RouterError(f"router {self.url} (cell {self.view['cell_id']} on {self.view['host']}): {self.dead}")
+
+    def _log_tail(self, lines: int = 20) -> str:
+        return f" (its log is on host {self.view['host']}: `miles-launch logs hosts.toml {self.view['cell_id']}`)"
+
+
+class PoolRouterKeeper:
+    """RouterKeeper's interface over a launcher pool's router cell (see the module docstring)."""
+
+    def __init__(
+        self, *, api: ProviderClient, pool: str, settings: RouterSettings, poll_interval_s: float = 1.0
+    ) -> None:
+        self.api = api
+        self.pool = pool
+        self.settings = settings
+        self.poll_interval_s = poll_interval_s
+        self.restarts = 0
+        self.process: PoolRouter | None = None
+        self._poller: asyncio.Task[None] | None = None
+
+    async def start(self) -> None:
+        """Adopt the pool's router (restarted first if it is not alive)."""
+        view = await self._call("cells", self.pool)
+        if len(view) != 1:
+            raise RouterError(f"router pool {self.pool!r} has {len(view)} cells; a router pool has one")
+        if view[0]["state"] != "alive":
+            view = [await self._call("restart_cell", self.pool, 0, deadline_s=self.settings.start_timeout_s)]
+        self.process = PoolRouter(view[0])
+        logger.info("router %s: cell %s on %s", self.process.url, view[0]["cell_id"], view[0]["host"])
+        if self._poller is None:
+            self._poller = asyncio.create_task(self._poll(), name=f"{self.pool}-router")
+
+    async def wait_ready(self) -> None:
+        assert self.process is not None
+        await asyncio.to_thread(self.process.wait_ready, self.settings.start_timeout_s)
+
+    async def restart(self) -> PoolRouter:
+        """Ask the launcher to restart the router's cell on its host; returns the new router once it answers."""
+        old = self.process
+        self.restarts += 1
+        if old is not None:
+            logger.error("router %s (pid %s): %s; the launcher starts it again (restart %d)",
+                         old.url, old.pid, old.dead, self.restarts)  # fmt: skip
+        view = await self._call("restart_cell", self.pool, 0, deadline_s=self.settings.start_timeout_s)
+        self.process = PoolRouter(view)
+        await self.wait_ready()
+        return self.process
+
+    async def close(self) -> None:
+        if self._poller is not None:
+            self._poller.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._poller
+
+    async def _call(self, op: str, *args: Any, **kwargs: Any) -> Any:
+        try:
+            return await self.api.call(op, *args, **kwargs)
+        except (RemoteError, ProviderApiError) as exc:
+            raise RouterError(f"router pool {self.pool!r}: {op}: {exc}") from None
+
+    async def _poll(self) -> None:
+        """Mark the router dead once its cell is not alive or is another incarnation."""
+        while True:
+            await asyncio.sleep(self.poll_interval_s)
+            router, began = self.process, time.monotonic()
+            try:
+                (view,) = await self.api.call("cells", self.pool)
+            except (RemoteError, ProviderApiError, ValueError) as exc:
+                logger.warning("router pool %s: cannot poll the launcher: %s", self.pool, exc)
+                continue
+            if router is None or router.dead is not None or router.since >= began or view["state"] == "starting":
+                continue
+            if view["state"] != "alive" or view["pid"] != router.pid:
+                router.dead = f"its cell is {view['state']} ({view.get('death_reason') or 'replaced'})"
+
+
+def router_keeper(
+    settings: RouterSettings, *, pool: str | None, provider_api: dict[str, Any] | None, spawner: Spawner,
+    log_path: Path, poll_interval_s: float,
+) -> RouterKeeper | PoolRouterKeeper:  # fmt: skip
+    """The launcher pool ``pool``'s router (through the provider API), or without ``pool`` one run here."""
+    if pool is None:
+        return RouterKeeper(settings, log_path=log_path, spawner=spawner)
+    if provider_api is None:
+        raise ValueError(f"router_pool={pool!r} needs the launcher's provider API: plan_kwargs = ['provider_api']")
+    return PoolRouterKeeper(api=ProviderClient(provider_api), pool=pool, settings=settings,
+                            poll_interval_s=poll_interval_s)  # fmt: skip
