@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from actors.inference.engine_pool import engine_pool
+from actors.inference.router_pool import router_pool
 from actors.sglang_config import SGLangConfig
 from launcher.hosts_config import load_config
 from launcher.placement import plan_placement
@@ -20,7 +21,9 @@ from launcher.worker_command import build_spawn
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLES = ROOT / "examples"
 MODEL = "/models/Qwen2.5-7B-Instruct"
-ROW = re.compile(r"(?m)^\s+((?:trainer|engines|inference|rollout)-\d+-\d+)\s+(gpu-[ab])\s+(\S+)\s+([0-9.]+)\s")
+ROW = re.compile(
+    r"(?m)^\s+((?:trainer|engines|inference|rollout|router)-\d+-\d+)\s+(gpu-[ab]|launcher)\s+(\S+)\s+([0-9.]+)\s"
+)
 
 
 def dry_run(name: str) -> dict[str, tuple[str, str, str]]:
@@ -35,10 +38,26 @@ def dry_run(name: str) -> dict[str, tuple[str, str, str]]:
 
 def test_split_example_plans_trainer_on_one_host_and_four_tp2_engines_on_the_other() -> None:
     plan = dry_run("cluster-2x8gpu.toml")
-    assert len(plan) == 8 + 4 + 2
+    assert len(plan) == 8 + 4 + 2 + 1
     assert [plan[f"trainer-0-{r}"] for r in range(8)] == [("gpu-a", str(g), "1") for g in range(8)]
     assert [plan[f"engines-{c}-0"] for c in range(4)] == [("gpu-b", f"{2 * c},{2 * c + 1}", "1") for c in range(4)]
     assert plan["inference-0-0"][0] == plan["rollout-0-0"][0] == "gpu-a"
+    assert plan["router-0-0"] == ("launcher", "-", "0")  # the router on the launcher's own machine
+
+
+def test_split_example_router_pool_is_what_the_renderer_makes_and_the_controller_uses_it() -> None:
+    config = load_config(EXAMPLES / "cluster-2x8gpu.toml")
+    launcher_host = config.host("launcher")
+    assert (launcher_host.provider, launcher_host.address) == ("local", "localhost")
+    rendered = router_pool("router", hosts=["launcher"])
+    pool = config.pool("router")
+    assert pool.hosts == ("launcher",) and pool.cells == 1
+    worker = pool.worker.model_dump(mode="json", exclude={"stop_grace_s", "kind", "metrics_port"})
+    expected = {**rendered["worker"]}
+    expected.pop("kind")
+    expected["ready"] = {**expected["ready"], "probe_host": "127.0.0.1"}
+    assert {k: worker[k] for k in expected} == expected
+    assert config.pool("inference").worker.kwargs["router_pool"] == "router"
 
 
 def test_colocated_example_shares_every_gpu_between_a_trainer_rank_and_an_engine() -> None:
