@@ -9,7 +9,7 @@ Public surface::
         .save_hf_checkpoint(path) -> path                            (collective; an HF directory)
         .push_weights_to_engines(urls, weight_version)               (collective; rank 0 posts)
         .save_checkpoint(path) / .load_checkpoint(path)              (collective)
-        .weights_digest() / .optimizer_digest() / .health() / .close()
+        .weights_digest() / .optimizer_digest() / .optimizer_kind / .health() / .close()
     TrainerActor: the same, as an actor (health and layout on the control lane)
     TrainerGroup.spawn(world_size=, config=): N ranks as actors; train_step shards the batch over DP ranks
     TrainerConfig (model_path: a Hugging Face directory to train), ParallelConfig, OptimizerConfig

@@ -49,6 +49,13 @@ class PackedBatch:
             self.tokens[start:stop, :width], mask[:, : width - 1], self.advantages[start:stop, : width - 1]
         )
 
+    def micro_batches(self, size: int | None) -> list[PackedBatch]:
+        """Consecutive groups of ``size`` rows (all rows when None) that have masked tokens; TP peers hold
+        the same rows, so they skip the same empty groups together."""
+        step = size or self.size
+        groups = [self.rows(start, min(start + step, self.size)) for start in range(0, self.size, step)]
+        return [group for group in groups if group.masked_tokens > 0]
+
     def fingerprint(self) -> int:
         """A 62-bit hash of the contents, to check that TP peers were given the same shard."""
         digest = hashlib.blake2b(digest_size=8)

@@ -1,12 +1,17 @@
-"""Trainer checkpoints: one file per TP rank (weights + AdamW state) and a metadata file, written last.
+"""Trainer checkpoints: one file per TP rank (weights + optimizer state) and a metadata file, written last.
 
 Layout of a checkpoint directory (must be on a filesystem every rank can reach)::
 
-    metadata.json        format, step, TP size, the ModelConfig; present only once every shard is written
-    tp000.pt, tp001.pt   {"step", "model": {megatron name: tensor}, "optimizer": AdamW state_dict}
+    metadata.json        format, step, TP size, optimizer kind, the ModelConfig; present once every file is written
+    tp000.pt, tp001.pt   {"step", "model": {megatron name: tensor}, "optimizer": its state (None when per DP rank)}
+    tp000_dp001.optim.pt with Megatron's distributed optimizer only: each rank's own optimizer shard
 
-DP replicas hold identical state, so only DP rank 0 of each TP rank writes, and a checkpoint loads at any
-DP size; the TP size must match. Both functions are collectives over all ranks.
+DP replicas hold identical weights, so only DP rank 0 of each TP rank writes them, and a checkpoint loads
+at any DP size; the TP size must match. The distributed optimizer shards its state over DP (see
+:mod:`.megatron_optimizer`): every rank writes its shard, and such a checkpoint resumes at the same TP and DP
+size only. The optimizer kind (torch AdamW on CPU, Megatron's on CUDA) must match too: their states differ.
+Both functions are collectives over all ranks; the weights are the unwrapped GPTModel's (DDP keeps the same
+parameter objects).
 """
 
 from __future__ import annotations
@@ -24,6 +29,7 @@ import torch.distributed as dist
 from actors.model_config import ModelConfig
 from actors.trainer.distributed import ParallelLayout, all_ok
 from actors.trainer.errors import CheckpointError
+from actors.trainer.optimizer import TrainerOptimizer
 
 logger = logging.getLogger(__name__)
 
@@ -33,6 +39,11 @@ METADATA_FILE = "metadata.json"
 
 def shard_path(directory: Path, tp_rank: int) -> Path:
     return directory / f"tp{tp_rank:03d}.pt"
+
+
+def optimizer_shard_path(directory: Path, layout: ParallelLayout) -> Path:
+    """Where a rank's own optimizer shard goes (distributed optimizer only)."""
+    return directory / f"tp{layout.tp_rank:03d}_dp{layout.dp_rank:03d}.optim.pt"
 
 
 def _atomic_save(obj: object, target: Path) -> None:
@@ -47,7 +58,7 @@ def save(
     layout: ParallelLayout,
     model_config: ModelConfig,
     params: dict[str, torch.Tensor],
-    optimizer: torch.optim.Optimizer,
+    optimizer: TrainerOptimizer,
     step: int,
 ) -> None:
     """Write this rank's share of a checkpoint; returns once the whole checkpoint is complete."""
@@ -59,23 +70,31 @@ def save(
     except OSError as exc:
         error = f"cannot prepare {directory}: {exc}"
     _agree(not error, error, "prepare")
+    target = shard_path(directory, layout.tp_rank)
     try:
+        optimizer_state = optimizer.state_dict()  # collective-free on every path
+        if optimizer.dp_sharded:
+            target = optimizer_shard_path(directory, layout)
+            _atomic_save({"step": step, "optimizer": optimizer_state}, target)
+            target = shard_path(directory, layout.tp_rank)
         if layout.dp_rank == 0:
             state = {
                 "step": step,
                 "model": {name: p.detach().cpu().clone() for name, p in params.items()},
-                "optimizer": optimizer.state_dict(),
+                "optimizer": None if optimizer.dp_sharded else optimizer_state,
             }
-            _atomic_save(state, shard_path(directory, layout.tp_rank))
+            _atomic_save(state, target)
     except OSError as exc:
-        error = f"cannot write {shard_path(directory, layout.tp_rank)}: {exc}"
+        error = f"cannot write {target}: {exc}"
     _agree(not error, error, "write shards")
     if layout.rank == 0:
         metadata = {
             "format": FORMAT,
             "step": step,
             "tensor_model_parallel_size": layout.tp_size,
+            "data_parallel_size": layout.dp_size,
             "saved_with_world_size": layout.world_size,
+            "optimizer": optimizer.kind,
             "saved_at_unix": time.time(),
             "model": model_config.model_dump(),
         }
@@ -92,13 +111,13 @@ def load(
     layout: ParallelLayout,
     model_config: ModelConfig,
     params: dict[str, torch.Tensor],
-    optimizer: torch.optim.Optimizer,
+    optimizer: TrainerOptimizer,
 ) -> int:
     """Restore weights and optimizer state in place; returns the checkpoint's step."""
     error = ""
     state: dict[str, Any] = {}
     try:
-        state = _read_checked(directory, layout, model_config, params)
+        state = _read_checked(directory, layout, model_config, params, optimizer)
     except (OSError, ValueError, KeyError, RuntimeError) as exc:
         error = f"rank {layout.rank}: {exc}"
     _agree(not error, error, "read")
@@ -111,7 +130,11 @@ def load(
 
 
 def _read_checked(
-    directory: Path, layout: ParallelLayout, model_config: ModelConfig, params: dict[str, torch.Tensor]
+    directory: Path,
+    layout: ParallelLayout,
+    model_config: ModelConfig,
+    params: dict[str, torch.Tensor],
+    optimizer: TrainerOptimizer,
 ) -> dict[str, Any]:
     meta_file = directory / METADATA_FILE
     if not meta_file.is_file():
@@ -126,7 +149,13 @@ def _read_checked(
         )
     if ModelConfig.model_validate(metadata["model"]) != model_config:
         raise ValueError(f"checkpoint model config {metadata['model']} differs from this trainer's")
+    _check_optimizer_fits(metadata, layout, optimizer)
     state = torch.load(shard_path(directory, layout.tp_rank), map_location="cpu", weights_only=True)
+    if optimizer.dp_sharded:
+        own = torch.load(optimizer_shard_path(directory, layout), map_location="cpu", weights_only=True)
+        if int(own["step"]) != int(metadata["step"]):
+            raise ValueError(f"optimizer shard step {own['step']} != metadata step {metadata['step']}")
+        state["optimizer"] = own["optimizer"]
     saved = state["model"]
     if set(saved) != set(params):
         raise ValueError(f"parameter names differ: {sorted(set(saved) ^ set(params))[:5]}")
@@ -136,6 +165,20 @@ def _read_checked(
     if int(state["step"]) != int(metadata["step"]):
         raise ValueError(f"shard step {state['step']} != metadata step {metadata['step']}")
     return state
+
+
+def _check_optimizer_fits(metadata: dict[str, Any], layout: ParallelLayout, optimizer: TrainerOptimizer) -> None:
+    saved_kind = metadata.get("optimizer", "torch_adamw")  # checkpoints from before the CUDA path: torch AdamW
+    if saved_kind != optimizer.kind:
+        raise ValueError(
+            f"checkpoint optimizer state is {saved_kind!r}, this trainer uses {optimizer.kind!r} (torch_adamw on CPU, "
+            "megatron[_distributed] on CUDA, see optimizer.use_distributed_optimizer); their states do not convert"
+        )
+    if optimizer.dp_sharded and metadata.get("data_parallel_size") != layout.dp_size:
+        raise ValueError(
+            f"checkpoint has data_parallel_size={metadata.get('data_parallel_size')}, this trainer {layout.dp_size}; "
+            "the distributed optimizer's state resumes at the same DP size only"
+        )
 
 
 def _agree(ok: bool, error: str, stage: str) -> None:

@@ -36,15 +36,28 @@ class ParallelConfig(BaseModel):
 
 
 class OptimizerConfig(BaseModel):
-    """torch AdamW on the trainer's device (Megatron's optimizer needs CUDA)."""
+    """AdamW with global-norm clipping: torch AdamW and our gradient all-reduce on CPU, Megatron's
+    DistributedDataParallel and optimizer (``get_megatron_optimizer``) on CUDA. See :mod:`actors.trainer.optimizer`.
+    """
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
     lr: float = Field(default=1e-4, gt=0)
-    weight_decay: float = Field(default=0.0, ge=0, description="Not applied to norm weights (1-D).")
+    weight_decay: float = Field(default=0.0, ge=0, description="Not applied to norm weights and biases (1-D).")
     betas: tuple[float, float] = (0.9, 0.999)
     eps: float = Field(default=1e-8, gt=0)
     grad_clip: float = Field(default=1.0, ge=0, description="Max global grad L2 norm; 0 disables clipping.")
+    use_distributed_optimizer: bool | None = Field(
+        default=None,
+        description="Shard the optimizer state over the DP ranks (Megatron's DistributedOptimizer; CUDA only). "
+        "None: on with CUDA, off on CPU.",
+    )
+    overlap_grad_reduce: bool = Field(
+        default=False, description="Overlap the DP gradient reduction with the backward pass (Megatron DDP; CUDA only)."
+    )
+    grad_reduce_in_fp32: bool = Field(
+        default=True, description="Accumulate and reduce gradients in float32 (Megatron DDP; CUDA only)."
+    )
 
     @model_validator(mode="after")
     def _check_betas(self) -> OptimizerConfig:

@@ -101,6 +101,9 @@ def transformer_config(
         persist_layer_norm=False,
         sequence_parallel=False,
         cuda_graph_scope=[],  # the default "full" only triggers a deprecation warning
+        # The loss is already divided by the global masked-token count, so Megatron's DDP must sum
+        # gradients over DP ranks instead of averaging them (its only other use is MoE/MTP, unused here).
+        calculate_per_token_loss=True,
     )
 
 

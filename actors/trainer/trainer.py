@@ -36,9 +36,9 @@ from actors.trainer.distributed import (
     teardown_parallel,
 )
 from actors.trainer.errors import BatchRejected, CheckpointError, TrainerError, TrainerFailed, WeightPushError
-from actors.trainer.grads import allreduce_gradients, clip_gradients, sum_qk_norm_gradients
 from actors.trainer.hf_export import export_hf
 from actors.trainer.loss import policy_gradient_loss_sum
+from actors.trainer.optimizer import OptimizerKind, build_optimizer, choose_optimizer, state_pairs
 from actors.trainer.weights_push import push_over_group, push_to_engines
 
 logger = logging.getLogger(__name__)
@@ -81,6 +81,7 @@ class Trainer:
             self._layout = setup_parallel(
                 tensor_model_parallel_size=tp, seed=config.model.seed, timeout_s=config.collective_timeout_s
             )
+            kind = choose_optimizer(config.optimizer, self._layout.device)  # before the model: fail fast
             self._model = gpt_model.build_gpt_model(
                 config.model, tensor_model_parallel_size=tp, device=self._layout.device,
                 initialize=config.model_path is None,
@@ -90,27 +91,21 @@ class Trainer:
             self._hf_dtypes: dict[str, torch.dtype] = {}
             if config.model_path is not None:
                 self._hf_dtypes = hf_checkpoint.load(config.model_path, self._named, config.model, self._layout)
-            self._params = list(self._named.values())
-            self._optimizer = self._build_optimizer()
+            # After loading: Megatron's DDP moves the parameters into its buffers, keeping their values.
+            self._optimizer = build_optimizer(kind, self._model, config.optimizer, self._layout)
         except BaseException:
             teardown_parallel()
             raise
         logger.info(
-            "trainer rank %d ready: tp %d/%d dp %d/%d on %s, %d local parameters",
+            "trainer rank %d ready: tp %d/%d dp %d/%d on %s, %d local parameters, optimizer %s",
             rank, self._layout.tp_rank, self._layout.tp_size, self._layout.dp_rank, self._layout.dp_size,
-            self._layout.device, sum(p.numel() for p in self._params),
+            self._layout.device, sum(p.numel() for p in self._named.values()), kind,
         )  # fmt: skip
 
-    def _build_optimizer(self) -> torch.optim.AdamW:
-        opt = self._config.optimizer
-        decay = [p for p in self._params if p.dim() >= 2]
-        no_decay = [p for p in self._params if p.dim() < 2]  # norm weights, as in Megatron
-        return torch.optim.AdamW(
-            [{"params": decay, "weight_decay": opt.weight_decay}, {"params": no_decay, "weight_decay": 0.0}],
-            lr=opt.lr,
-            betas=opt.betas,
-            eps=opt.eps,
-        )
+    @property
+    def optimizer_kind(self) -> OptimizerKind:
+        """``torch_adamw`` (CPU), ``megatron`` or ``megatron_distributed`` (CUDA); see :mod:`.optimizer`."""
+        return self._optimizer.kind
 
     @property
     def layout(self) -> ParallelLayout:
@@ -189,28 +184,18 @@ class Trainer:
             counts = torch.tensor([packed.masked_tokens], dtype=torch.float64, device=layout.device)
             dist.all_reduce(counts, group=layout.dp_group)
             global_tokens = float(counts.item())
-            self._optimizer.zero_grad(set_to_none=False)
+            self._optimizer.zero_grad()
             local_loss = torch.zeros(1, dtype=torch.float64, device=layout.device)
-            step_size = self._config.micro_batch_size or packed.size
-            for start in range(0, packed.size, step_size):
-                micro = packed.rows(start, min(start + step_size, packed.size))
-                if micro.masked_tokens == 0:
-                    continue  # TP peers hold the same rows, so they skip the same forward together
-                loss_sum = self._micro_loss_sum(micro)
-                (loss_sum / max(global_tokens, 1.0)).backward()
+            micros = packed.micro_batches(self._config.micro_batch_size)
+            for index, micro in enumerate(micros):
+                with self._optimizer.micro_batch(last=index == len(micros) - 1):
+                    loss_sum = self._micro_loss_sum(micro)
+                    (loss_sum / max(global_tokens, 1.0)).backward()
                 local_loss += loss_sum.detach().double()
-            if self._config.model.qk_norm:
-                sum_qk_norm_gradients(self._named, group=layout.tp_group, size=layout.tp_size)
-            total_loss = allreduce_gradients(self._params, local_loss, group=layout.dp_group, size=layout.dp_size)
+            total_loss = self._optimizer.finish_gradients(local_loss)
             grad_norm = 0.0
             if global_tokens > 0:
-                grad_norm = clip_gradients(
-                    self._params,
-                    self._config.optimizer.grad_clip,
-                    tp_group=layout.tp_group,
-                    tp_size=layout.tp_size,
-                )
-                self._optimizer.step()
+                grad_norm = self._optimizer.step()
                 self._step += 1
             elapsed = time.perf_counter() - started
             self._last_step_s = elapsed
@@ -224,7 +209,7 @@ class Trainer:
 
     def _micro_loss_sum(self, micro: PackedBatch) -> Tensor:
         device = self._layout.device
-        logprobs = gpt_model.token_logprobs(self._model, micro.tokens.to(device))
+        logprobs = gpt_model.token_logprobs(self._optimizer.model, micro.tokens.to(device))  # DDP on CUDA
         return policy_gradient_loss_sum(logprobs, micro.advantages.to(device), micro.mask.to(device))
 
     def forward_logprobs(self, tokens: TokenRows) -> list[Tensor]:
@@ -287,11 +272,10 @@ class Trainer:
             return digest_named_tensors(self._named.items())
 
     def optimizer_digest(self) -> str:
-        """sha256 of this rank's AdamW state (moments and step counts), e.g. to check a checkpoint reload."""
+        """sha256 of this rank's AdamW state (moments and step counts), e.g. to check a checkpoint reload;
+        with the distributed optimizer each DP rank digests its own shard."""
         with self._running("optimizer_digest"):
-            state = self._optimizer.state_dict()["state"]
-            pairs = [(f"{i}.{k}", v) for i in sorted(state) for k, v in sorted(state[i].items())]
-            return digest_named_tensors([(name, torch.as_tensor(v)) for name, v in pairs])
+            return digest_named_tensors(list(state_pairs(self._optimizer)))
 
     def save_checkpoint(self, path: str | None = None) -> str:
         """Write a checkpoint (collective) to ``path``, default ``{checkpoint_dir}/step_{step:08d}``;
