@@ -14,10 +14,10 @@ Public surface::
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from actors.hf.config import UnsupportedConfig, hf_config_dict, read_model_config
+from actors.lazy_exports import lazy_getattr
 
 if TYPE_CHECKING:
     from actors.hf.reader import CheckpointError, CheckpointReader
@@ -36,10 +36,7 @@ _LAZY = {
 }
 
 
-def __getattr__(name: str) -> Any:
-    if name in _LAZY:
-        return getattr(importlib.import_module(_LAZY[name]), name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+__getattr__ = lazy_getattr(__name__, _LAZY)
 
 
 __all__ = [
