@@ -42,6 +42,10 @@ class Traffic:
     def ok_since(self, since: float) -> int:
         return sum(1 for at, status in list(self.log) if at >= since and status == 200)
 
+    def failed_between(self, since: float, until: float = float("inf")) -> list[int]:
+        """Statuses of the requests sent in [since, until) that did not succeed."""
+        return [status for at, status in list(self.log) if since <= at < until and status != 200]
+
     def stop(self) -> None:
         self._stop.set()
         self._thread.join(60)
@@ -89,8 +93,8 @@ def engine_failover(ctx: Any) -> int:
         "controller_cell": cell,
         "router_workers": sorted(w["url"] for w in workers),
         "ok_during": traffic.ok_since(killed) - traffic.ok_since(back),
-        "failed_during": [s for at, s in traffic.log if killed <= at < back and s != 200],
-        "failed_after": [s for at, s in traffic.log if at >= back and s != 200],
+        "failed_during": traffic.failed_between(killed, back),
+        "failed_after": traffic.failed_between(back),
         "deaths": api.call_sync("deaths", 0),
     }
     print("FAILOVER " + json.dumps(report), flush=True)
@@ -202,7 +206,7 @@ def router_failover(ctx: Any) -> int:
         "status": status,
         "router_workers": sorted(w["url"] for w in workers),
         "ok_after": traffic.ok_since(back),
-        "failed_after": [s for at, s in traffic.log if at >= back and s != 200],
+        "failed_after": traffic.failed_between(back),
         "deaths": api.call_sync("deaths", 0),
     }
     print("ROUTER " + json.dumps(report), flush=True)
@@ -245,7 +249,7 @@ def lost_host(ctx: Any) -> int:
         "router_workers": sorted(w["url"] for w in workers),
         "cut_to_dropped_s": dropped_at - cut,
         "ok_after": traffic.ok_since(dropped_at),
-        "failed_after": [s for at, s in traffic.log if at >= dropped_at and s != 200],
+        "failed_after": traffic.failed_between(dropped_at),
         "deaths": api.call_sync("deaths", 0),
     }
     print("LOST " + json.dumps(report), flush=True)
