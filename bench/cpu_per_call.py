@@ -55,7 +55,7 @@ def _env(tree: Path) -> dict[str, str]:
 def main(argv: list[str] | None = None) -> int:
     """Print the numbers (``--json``: one JSON line as well)."""
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--tree", type=Path, default=HERE.parent, help="checkout to measure (default: this one)")
+    parser.add_argument("--tree", type=lambda p: Path(p).resolve(), default=HERE.parent, help="checkout to measure (default: this one)")
     parser.add_argument("--calls", type=int, default=20_000)
     parser.add_argument("--window", type=int, default=100)
     parser.add_argument("--batches", type=int, default=3)
@@ -64,7 +64,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if not os.environ.get(CHILD_ENV):  # the checkout measured (this one or --tree) in an interpreter of its own
         argv = [sys.executable, str(Path(__file__).resolve()), *sys.argv[1:]]
-        return subprocess.run(argv, env=_env(args.tree), check=False).returncode
+        # cwd too: ``python -m runtime.worker`` puts the working directory first on the actor's path
+        return subprocess.run(argv, env=_env(args.tree), cwd=args.tree, check=False).returncode
     import runtime
 
     print(f"measuring {Path(runtime.__file__).parent.parent}", flush=True)

@@ -32,6 +32,7 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from functools import partial
 from typing import TYPE_CHECKING, Any
 
 from runtime import header_checks
@@ -342,7 +343,7 @@ class Connection:
             )
         else:
             try:
-                good, value = decode_result(ok, message.body, message.buffers, self.site(call.method))
+                good, value = decode_result(ok, message.body, message.buffers, partial(self.site, call.method))
             except Exception as exc:  # e.g. a type this process has not registered
                 good, value = False, exc
         self._check_boot(boot_id)

@@ -37,6 +37,10 @@ class SubmitHeader(NamedTuple):
     shm_ok: bool
 
 
+_new_submit_header = tuple.__new__
+_BYTES_ONLY = {bytes}  # a SubmitHeader from a list already checked field by field
+
+
 def call_id(value: Any) -> bytes:
     if type(value) is not bytes or not 0 < len(value) <= MAX_CALL_ID_BYTES:
         raise BadHeader("bad_call_id", f"a call id must be 1 to {MAX_CALL_ID_BYTES} bytes, got {_describe(value)}")
@@ -44,7 +48,15 @@ def call_id(value: Any) -> bytes:
 
 
 def call_ids(value: Any) -> list[bytes]:
-    if value == [] and type(value) is list:  # the common case: nothing to acknowledge
+    if type(value) is list and (
+        not value  # the common cases: nothing to acknowledge, or ids as the runtime makes them (checked in C)
+        or (
+            len(value) <= MAX_IDS_PER_MESSAGE
+            and set(map(type, value)) == _BYTES_ONLY
+            and 0 < min(map(len, value))
+            and max(map(len, value)) <= MAX_CALL_ID_BYTES
+        )
+    ):
         return value
     if type(value) is not list or len(value) > MAX_IDS_PER_MESSAGE:
         raise BadHeader("bad_header", f"expected a list of at most {MAX_IDS_PER_MESSAGE} call ids")
@@ -60,6 +72,19 @@ def _optional(value: Any, kind: type, limit: int, field: str) -> Any:
 
 def submit(meta: list[Any]) -> SubmitHeader:
     """The fields of a SUBMIT: ``[call_id, method, deadline, expected_boot, proof, acks, shm_ok]``."""
+    if (  # the common case in one expression (an ordinary call); the checks below explain what is wrong
+        len(meta) == 7
+        and type(meta[0]) is bytes
+        and 0 < len(meta[0]) <= MAX_CALL_ID_BYTES
+        and type(meta[1]) is str
+        and 0 < len(meta[1]) <= MAX_METHOD_NAME
+        and (meta[2] is None or (type(meta[2]) is float and math.isfinite(meta[2])))
+        and (meta[3] is None or (type(meta[3]) is str and len(meta[3]) <= MAX_BOOT_ID))
+        and meta[4] is None
+        and type(meta[6]) is bool
+    ):
+        call_ids(meta[5])  # the acknowledgements piggybacked on the call
+        return _new_submit_header(SubmitHeader, meta)
     if len(meta) != 7:
         raise BadHeader("bad_header", f"a SUBMIT header has 7 fields, got {len(meta)}")
     cid, method, deadline, expected_boot, proof, acks, shm_ok = meta

@@ -81,8 +81,22 @@ class MethodInfo:
             return None
         return tuple(p.name for p in params), frozenset(p.name for p in params if p.default is p.empty)
 
+    @functools.cached_property
+    def _positional_hints(self) -> tuple[Any, ...] | None:
+        """The hints of the plain parameters, in order, when none needs a deep check (else None)."""
+        if self._plain is None or self.deep:
+            return None
+        return tuple(self.hints.get(name) for name in self._plain[0])
+
     def bind(self, args: tuple[Any, ...], kwargs: dict[str, Any], *, actor: str) -> None:
         """Check arity and types against the hints; raises CallRejected naming the argument."""
+        hints = self._positional_hints
+        if hints is not None and not kwargs and len(args) == len(hints):  # the common call: every argument given
+            for hint, value in zip(hints, args, strict=True):  # by position, each of its exact type or matching
+                if type(value) is not hint and hint is not None and not matches(value, hint):
+                    break
+            else:
+                return
         if self._plain is not None and self._bind_plain(args, kwargs, actor):
             return
         try:
@@ -115,7 +129,7 @@ class MethodInfo:
         hints = self.hints
         for name, value in zip(names, args, strict=False):  # stops after the last positional argument
             hint = hints.get(name)
-            if hint is not None and not matches(value, hint):
+            if hint is not None and type(value) is not hint and not matches(value, hint):  # exact type: a match
                 self._check(name, hint, value, actor)
         for name, value in kwargs.items():
             self._check(name, hints.get(name), value, actor)
@@ -141,7 +155,7 @@ class MethodInfo:
         """Raise TypeError naming the method, the annotation and what came back when ``value`` (what the method
         returned) does not match its return annotation."""
         hint = self.returns
-        if hint is None:
+        if hint is None or (type(value) is hint and "return" not in self.deep):
             return
         problem = None if matches(value, hint) else ""
         if problem is None and "return" in self.deep:

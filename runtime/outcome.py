@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import traceback
+from collections.abc import Callable
 from typing import Any
 
 from runtime.call_store import CallRecord
@@ -97,7 +98,10 @@ def to_exception(state: Any, site: CallSite) -> ActorError:
     return cls(message, site=site)
 
 
-def decode_result(ok: bool, body: Buffer | None, buffers: list[Buffer], site: CallSite) -> tuple[bool, Any]:
-    """(True, value) or (False, exception) for a RESULT's payload."""
+def decode_result(
+    ok: bool, body: Buffer | None, buffers: list[Buffer], site: Callable[[], CallSite]
+) -> tuple[bool, Any]:
+    """(True, value) or (False, exception) for a RESULT's payload; ``site()`` names the call in an exception (made
+    only then: most results are values)."""
     value = decode(body, buffers) if body is not None else None
-    return (True, value) if ok else (False, to_exception(value, site))
+    return (True, value) if ok else (False, to_exception(value, site()))
