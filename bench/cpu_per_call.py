@@ -55,7 +55,9 @@ def _env(tree: Path) -> dict[str, str]:
 def main(argv: list[str] | None = None) -> int:
     """Print the numbers (``--json``: one JSON line as well)."""
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--tree", type=lambda p: Path(p).resolve(), default=HERE.parent, help="checkout to measure (default: this one)")
+    parser.add_argument(
+        "--tree", type=lambda p: Path(p).resolve(), default=HERE.parent, help="checkout to measure (default: this one)"
+    )
     parser.add_argument("--calls", type=int, default=20_000)
     parser.add_argument("--window", type=int, default=100)
     parser.add_argument("--batches", type=int, default=3)

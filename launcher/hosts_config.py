@@ -3,6 +3,8 @@
 ``load_config(path)`` reads the file with tomllib and raises ``ConfigError`` whose message names the file, the line
 (best effort), the host or pool (by name) and the field. ``[host_defaults]`` is merged into every ``[[hosts]]``
 entry before validation. Relative ``workdir``/``key_file`` paths are resolved against the file's directory.
+Pool expanders rewrite their pools, and the built-in host "launcher" is added where a pool names it
+(launcher/pool_expanders.py).
 
 With CURVE off (``[launcher] curve = false``), actors of SSH hosts listen on every interface without
 authentication, so ``parse_config`` refuses such a file unless ``[launcher] allow_open_binds_without_curve = true``
@@ -21,6 +23,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from launcher.errors import ConfigError
 from launcher.log_filter import StreamLogs
+from launcher.pool_expanders import add_launcher_host, expand_pools
 from launcher.specs import ENTRYPOINT_RE, PoolSpec, _check_env
 
 if sys.version_info >= (3, 11):
@@ -259,11 +262,11 @@ def parse_config(text: str, *, source: Path | None = None) -> ClusterConfig:
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError(f"{label}: not valid TOML: {exc}") from None
     base = source.parent.resolve() if source else Path.cwd()
-    data = _prepare(raw, base)
+    data = add_launcher_host(expand_pools(_prepare(raw, base), label=label))  # launcher/pool_expanders.py
     try:
         config = ClusterConfig.model_validate({**data, "source": source})
     except ValidationError as exc:
-        raise ConfigError(_describe(exc, raw, text, label)) from None
+        raise ConfigError(_describe(exc, data, text, label)) from None
     check_open_binds(config, text=text)
     return config
 

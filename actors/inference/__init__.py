@@ -19,16 +19,8 @@ Engines are started through the :class:`EngineLauncher` protocol (:class:`LocalE
 a launcher-provided one for remote hosts later). Errors are listed in :mod:`actors.inference.errors`.
 """
 
-from actors.inference.cells import CellState, RouterSettings
-from actors.inference.controller import InferenceController
-from actors.inference.engine_launcher import (
-    EngineKind,
-    EngineLauncher,
-    EngineProcess,
-    EngineSpec,
-    LocalEngineLauncher,
-    LocalEngineProcess,
-)
+from typing import TYPE_CHECKING
+
 from actors.inference.errors import (
     EngineRequestError,
     EngineStartError,
@@ -37,6 +29,37 @@ from actors.inference.errors import (
     UpdateInProgress,
     UpdateNotHeld,
 )
+from actors.inference.router_settings import RouterSettings
+from actors.lazy_exports import lazy_getattr
+
+if TYPE_CHECKING:
+    from actors.inference.cells import CellState
+    from actors.inference.controller import InferenceController
+    from actors.inference.engine_launcher import (
+        EngineKind,
+        EngineLauncher,
+        EngineProcess,
+        EngineSpec,
+        LocalEngineLauncher,
+        LocalEngineProcess,
+    )
+
+# Imported on first use: they pull in torch and aiohttp (seconds), which the launcher (reading hosts.toml, running
+# this package's pool expander, actors.inference.router_table) and config users do not need.
+_LAZY = {
+    "CellState": "actors.inference.cells",
+    "InferenceController": "actors.inference.controller",
+    "EngineKind": "actors.inference.engine_launcher",
+    "EngineLauncher": "actors.inference.engine_launcher",
+    "EngineProcess": "actors.inference.engine_launcher",
+    "EngineSpec": "actors.inference.engine_launcher",
+    "LocalEngineLauncher": "actors.inference.engine_launcher",
+    "LocalEngineProcess": "actors.inference.engine_launcher",
+}
+
+
+__getattr__ = lazy_getattr(__name__, _LAZY)
+
 
 __all__ = [
     "CellState",

@@ -19,7 +19,7 @@ from typing import Any
 
 import aiohttp
 
-from actors.inference.cells import CellState, EngineCell, RouterSettings
+from actors.inference.cells import CellState, EngineCell
 from actors.inference.engine_client import EngineClient
 from actors.inference.engine_launcher import EngineKind, EngineLauncher, EngineSpec, LocalEngineLauncher
 from actors.inference.errors import EngineRequestError, NoServingEngines
@@ -27,6 +27,7 @@ from actors.inference.memory import MemoryOccupation
 from actors.inference.provider_engines import ProviderEngineLauncher
 from actors.inference.router_keeper import RouterKeeper
 from actors.inference.router_pool import PoolRouterKeeper, router_keeper
+from actors.inference.router_settings import RouterSettings
 from actors.inference.weight_updates import PAUSE_MODES, WeightUpdates
 from actors.inference.weights_cache import WeightsCache
 from actors.model_config import ModelConfig
@@ -68,7 +69,7 @@ class InferenceController(WeightUpdates, MemoryOccupation):
         log_dir: str | None = None,
         launcher: str | None = None,
         engine_pool: str | None = None,
-        router_pool: str | None = None,
+        router_pool: str | bool | None = None,
         provider_api: dict[str, Any] | None = None,
     ) -> None:
         """``sglang``: the engines' SGLangConfig template (required for ``engine="sglang"``; host, port, GPU ids
@@ -83,11 +84,14 @@ class InferenceController(WeightUpdates, MemoryOccupation):
         of launcher-placed engines (actors.inference.engine_pool) to serve instead of forking engines here, one
         controller cell per pool cell (``num_engines``, if given, must match); the launcher fills ``provider_api``
         (``plan_kwargs = ["provider_api"]``). ``router_pool``: the hosts.toml pool of the router
-        (actors.inference.router_pool; default: the controller runs the router beside it)."""
+        (actors.inference.router_pool); miles-launch sets it by default to a router pool on the launcher's host
+        (actors.inference.router_table); ``None``/``False``: the controller runs the router beside it."""
         if engine_pool is None and num_engines is None:
             raise ValueError("give num_engines (engines this controller starts) or engine_pool (a launcher pool)")
         if num_engines is not None and num_engines < 1:
             raise ValueError(f"num_engines must be at least 1, got {num_engines}")
+        if router_pool is True or router_pool == "":  # miles-launch turns true into a pool id (router_table.py)
+            raise ValueError(f"router_pool={router_pool!r}: give a router pool's id, or false to run the router here")
         pools = [f"{k}={v!r}" for k, v in (("engine_pool", engine_pool), ("router_pool", router_pool)) if v]
         if pools and provider_api is None:
             raise ValueError(
@@ -124,7 +128,7 @@ class InferenceController(WeightUpdates, MemoryOccupation):
         self.log_dir = Path(log_dir or tempfile.mkdtemp(prefix=f"inference-{server_id}-"))
         self.launcher_factory = launcher
         self.engine_pool = engine_pool
-        self.router_pool = router_pool
+        self.router_pool = router_pool or None  # False: the router runs beside the controller
         self.provider_api = provider_api
         self.num_engines = num_engines
         self._cells = [EngineCell(f"{server_id}-{index}", index) for index in range(num_engines or 0)]

@@ -3,8 +3,9 @@
 The router runs on the controller's host (hosts.toml places the controller's pool, ``hosts = [...]``), listening on
 ``RouterSettings.host`` (default: the host's advertised address). Its ports are chosen once, so a router started
 again after a crash keeps its URL: clients retry against the same address, and the controller registers every
-serving engine with the new router. To run the router where hosts.toml says instead, see
-:mod:`actors.inference.router_pool`.
+serving engine with the new router. The controller runs it so without the launcher's provider API, or with
+``router_pool = false``; under miles-launch with the provider API the router is a launcher pool, by default on the
+launcher's own machine (:mod:`actors.inference.router_table`, :mod:`actors.inference.router_pool`).
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ import asyncio
 import logging
 from pathlib import Path
 
-from actors.inference.cells import RouterSettings
+from actors.inference.router_settings import RouterSettings
 from actors.processes import Spawner, free_port
 from actors.router import RouterProcess
 

@@ -1,11 +1,13 @@
 """The router as a launcher-placed worker: hosts.toml says where it runs, the controller finds it by the provider API.
 
-:func:`router_pool` renders the ``[[pools]]`` table of one sglang-router (a ``command`` worker, listening on every
-interface on free ports of its host; ``hosts = [...]`` places it, else the plan does). The controller serves it
-with ``router_pool = "<id>"`` (and ``plan_kwargs = ["provider_api"]``): :class:`PoolRouterKeeper` adopts the
-pool's cell, watches it through the provider API, and when it dies asks the launcher to restart the cell on its
-host (new ports, so a new URL: ``router_url()`` names it; the controller registers the serving engines again).
-Without ``router_pool`` the controller runs the router itself, beside it (:mod:`actors.inference.router_keeper`).
+:func:`router_pool` (actors/inference/router_table.py) renders the ``[[pools]]`` table of one sglang-router. The
+controller serves it with ``router_pool = "<id>"`` (and ``plan_kwargs = ["provider_api"]``), which miles-launch sets
+by default, to a router pool on the launcher's own machine (router_table.expand_controller_pool).
+:class:`PoolRouterKeeper` adopts the pool's cell, watches it through the provider API, and when it dies asks the
+launcher to restart the cell on its host (new ports, so a new URL: ``router_url()`` names it; the controller registers
+the serving engines again). A router on a ``local`` host (the launcher's machine) reports a loopback address: the
+controller reaches it at the address it reaches the provider API at. With ``router_pool = false``, or spawned without
+the launcher, the controller runs the router itself, beside it (:mod:`actors.inference.router_keeper`).
 """
 
 from __future__ import annotations
@@ -13,73 +15,40 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import shlex
 import time
 from pathlib import Path
 from typing import Any
 
-from actors.inference.cells import RouterSettings
 from actors.inference.router_keeper import RouterKeeper
+from actors.inference.router_settings import RouterSettings
+from actors.inference.router_table import ROUTER_PORTS, router_command, router_pool
 from actors.processes import Spawner
 from actors.router import RouterError, RouterProcess
+from launcher.hosts_config import LOCAL_ADDRESSES
 from launcher.provider_service import ProviderApiError, ProviderClient
 from runtime import RemoteError
 
 logger = logging.getLogger(__name__)
 
-_PORT, _PROMETHEUS = 1, 2  # sentinels replaced by the launcher's placeholders
-ROUTER_PORTS = {"port": "worker", "prometheus_port": "worker"}
+__all__ = ["ROUTER_PORTS", "PoolRouter", "PoolRouterKeeper", "router_command", "router_keeper", "router_pool"]
 
 
-def router_command(settings: RouterSettings | None = None, *, bind: str = "0.0.0.0") -> str:
-    """The command template of a router worker (``{python}``, ``{port}``, ``{prometheus_port}``)."""
-    settings = settings or RouterSettings(host=bind)
-    process = RouterProcess(
-        host=bind, port=_PORT, prometheus_port=_PROMETHEUS, policy=settings.policy,
-        health_check_interval_s=settings.health_check_interval_s,
-        health_failure_threshold=settings.health_failure_threshold,
-        worker_startup_timeout_s=settings.worker_startup_timeout_s, log_level=settings.log_level,
-        extra_args=settings.extra_args, python="{python}",
-    )  # fmt: skip
-    argv = process.argv()
-    out = []
-    for before, arg in zip(["", *argv], argv, strict=False):
-        if before in ("--port", "--prometheus-port"):
-            out.append("{port}" if before == "--port" else "{prometheus_port}")
-        elif arg == "{python}":
-            out.append(arg)
-        else:
-            out.append(shlex.quote(arg).replace("{", "{{").replace("}", "}}"))
-    return " ".join(out)
-
-
-def router_pool(
-    pool_id: str = "router", settings: RouterSettings | None = None, *, hosts: list[str] | None = None
-) -> dict[str, Any]:
-    """The ``[[pools]]`` table of one router (one cell, one command worker, no GPU)."""
-    start_s = settings.start_timeout_s if settings else RouterSettings.model_fields["start_timeout_s"].default
-    pool: dict[str, Any] = {
-        "id": pool_id,
-        "cells": 1,
-        "worker": {
-            "kind": "command",
-            "command": router_command(settings),
-            "ports": dict(ROUTER_PORTS),
-            "ready": {"kind": "http", "port": "port", "path": "/liveness", "deadline_s": start_s},
-            "gpus": 0,
-        },
-    }
-    if hosts is not None:
-        pool["hosts"] = list(hosts)
-    return pool
+def reachable_address(address: str, api: ProviderClient) -> str:
+    """Where this process reaches a worker at ``address``: a local host's worker (a loopback address) runs on the
+    launcher's machine, so at the address this process reaches the launcher's provider API at."""
+    if address not in LOCAL_ADDRESSES:
+        return address
+    endpoint = str(api.address["endpoint"]).removeprefix("tcp://")
+    return endpoint.rsplit(":", 1)[0].strip("[]")
 
 
 class PoolRouter(RouterProcess):
     """A router the launcher started (one incarnation of the pool's cell): driven over HTTP, never forked here."""
 
-    def __init__(self, view: dict[str, Any]) -> None:
+    def __init__(self, view: dict[str, Any], api: ProviderClient) -> None:
         worker = view["workers"][0]
-        address = f"[{worker['address']}]" if ":" in worker["address"] else worker["address"]
+        address = reachable_address(worker["address"], api)
+        address = f"[{address}]" if ":" in address else address
         super().__init__(host=address, port=worker["ports"]["port"], prometheus_port=worker["ports"]["prometheus_port"])
         self.view = view
         self.dead: str | None = None
@@ -125,7 +94,7 @@ class PoolRouterKeeper:
             raise RouterError(f"router pool {self.pool!r} has {len(view)} cells; a router pool has one")
         if view[0]["state"] != "alive":
             view = [await self._call("restart_cell", self.pool, 0, deadline_s=self.settings.start_timeout_s)]
-        self.process = PoolRouter(view[0])
+        self.process = PoolRouter(view[0], self.api)
         logger.info("router %s: cell %s on %s", self.process.url, view[0]["cell_id"], view[0]["host"])
         if self._poller is None:
             self._poller = asyncio.create_task(self._poll(), name=f"{self.pool}-router")
@@ -142,7 +111,7 @@ class PoolRouterKeeper:
             logger.error("router %s (pid %s): %s; the launcher starts it again (restart %d)",
                          old.url, old.pid, old.dead, self.restarts)  # fmt: skip
         view = await self._call("restart_cell", self.pool, 0, deadline_s=self.settings.start_timeout_s)
-        self.process = PoolRouter(view)
+        self.process = PoolRouter(view, self.api)
         await self.wait_ready()
         return self.process
 

@@ -172,14 +172,22 @@ def colocated_demo(ctx: Any) -> int:
     return finish(board, settings)
 
 
+def in_my_netns(pid: int) -> bool:
+    """Whether process ``pid`` shares this process's network namespace (runs on the launcher's "machine")."""
+    return os.readlink(f"/proc/{pid}/ns/net") == os.readlink("/proc/self/ns/net")
+
+
 def router_failover(ctx: Any) -> int:
-    """kill -9 the launcher-placed router while requests flow through it (the traffic asks the controller for the
-    router's URL before each request); print what was seen before and after (``ROUTER {json}``)."""
+    """kill -9 the launcher-placed router (pool ``args.router_pool``) while requests flow through it (the traffic asks
+    the controller for the router's URL before each request); print what was seen before and after (``ROUTER {json}``),
+    and whether each router ran in the launcher's own network namespace."""
+    pool = ctx.args.get("router_pool", "router")
     (controller,) = ctx.handles("inference")
     controller.start().result(timeout=240)
     api = ctx.provider_api
-    (before,) = api.call_sync("cells", "router")
+    (before,) = api.call_sync("cells", pool)
     first = controller.status().result(timeout=10)
+    beside_launcher = [in_my_netns(before["pid"])]
     traffic = Traffic(lambda: controller.router_url().result(timeout=10), timeout_s=20)
     try:
         started = time.monotonic()
@@ -198,9 +206,12 @@ def router_failover(ctx: Any) -> int:
     finally:
         traffic.stop()
     workers = requests.get(status["router_url"] + "/workers", timeout=10).json()["workers"]
+    (after,) = api.call_sync("cells", pool)
+    beside_launcher.append(in_my_netns(after["pid"]))
     report = {
         "before": before,
-        "after": api.call_sync("cells", "router")[0],
+        "after": after,
+        "beside_launcher": beside_launcher,
         "engines": api.call_sync("cells", "engines"),
         "first_url": first["router_url"],
         "status": status,

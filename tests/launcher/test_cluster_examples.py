@@ -1,28 +1,33 @@
 """examples/cluster-2x8gpu*.toml: `miles-launch --dry-run` prints the whole plan on a machine without GPUs or SSH
 hosts, the plan is the one the file promises, and the engine commands are what actors/inference/engine_pool.py
-renders from their SGLangConfig (so the examples cannot drift from the renderer)."""
+renders from their SGLangConfig (so the examples cannot drift from the renderer). The split example gets its router
+by default (a pool on the built-in host "launcher", from the controller's pool expander,
+actors/inference/router_table.py); the colocated one names an explicit router pool on gpu-b."""
 
 from __future__ import annotations
 
 import re
 import subprocess
 import sys
+from importlib.metadata import entry_points
 from pathlib import Path
 
 import pytest
 
 from actors.inference.engine_pool import engine_pool
-from actors.inference.router_pool import router_pool
+from actors.inference.router_table import router_pool
 from actors.sglang_config import SGLangConfig
 from launcher.hosts_config import load_config
 from launcher.placement import plan_placement
+from launcher.pool_expanders import ENTRY_POINT_GROUP
 from launcher.worker_command import build_spawn
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLES = ROOT / "examples"
 MODEL = "/models/Qwen2.5-7B-Instruct"
 ROW = re.compile(
-    r"(?m)^\s+((?:trainer|engines|inference|rollout|router)-\d+-\d+)\s+(gpu-[ab]|launcher)\s+(\S+)\s+([0-9.]+)\s"
+    r"(?m)^\s+((?:trainer|engines|inference|rollout|router|inference-router)-\d+-\d+)\s+(gpu-[ab]|launcher)\s+(\S+)"
+    r"\s+([0-9.]+)\s"
 )
 
 
@@ -42,16 +47,36 @@ def test_split_example_plans_trainer_on_one_host_and_four_tp2_engines_on_the_oth
     assert [plan[f"trainer-0-{r}"] for r in range(8)] == [("gpu-a", str(g), "1") for g in range(8)]
     assert [plan[f"engines-{c}-0"] for c in range(4)] == [("gpu-b", f"{2 * c},{2 * c + 1}", "1") for c in range(4)]
     assert plan["inference-0-0"][0] == plan["rollout-0-0"][0] == "gpu-a"
-    assert plan["router-0-0"] == ("launcher", "-", "0")  # the router on the launcher's own machine
+    assert plan["inference-router-0-0"] == ("launcher", "-", "0")  # by default on the launcher's own machine
 
 
-def test_split_example_router_pool_is_what_the_renderer_makes_and_the_controller_uses_it() -> None:
+def test_the_controller_pool_expander_is_registered_by_the_installed_package() -> None:
+    """pyproject.toml's entry point, as `pip install -e .` (scripts/setup.sh) installs it."""
+    (point,) = [p for p in entry_points(group=ENTRY_POINT_GROUP) if "InferenceController" in p.name]
+    assert (point.name, point.value) == (
+        "actors.inference.controller.InferenceController",
+        "actors.inference.router_table:expand_controller_pool",
+    )
+
+
+def test_split_example_gets_the_default_router_pool_on_the_built_in_launcher_host() -> None:
     config = load_config(EXAMPLES / "cluster-2x8gpu.toml")
     launcher_host = config.host("launcher")
-    assert (launcher_host.provider, launcher_host.address) == ("local", "localhost")
-    rendered = router_pool("router", hosts=["launcher"])
+    assert (launcher_host.provider, launcher_host.address, launcher_host.gpu_ids) == ("local", "localhost", ())
+    assert launcher_host.python == sys.executable and launcher_host.env == {}
+    assert launcher_host.workdir == ROOT / "examples/runs/cluster-2x8gpu/launcher-host"
+    assert config.pool("inference").worker.kwargs["router_pool"] == "inference-router"
+    pool = config.pool("inference-router")
+    assert pool == type(pool).model_validate(router_pool("inference-router", hosts=["launcher"]))
+    assert [p.id for p in config.pools] == ["trainer", "engines", "inference", "rollout", "inference-router"]
+
+
+def test_colocated_example_router_pool_is_what_the_renderer_makes_and_the_controller_uses_it() -> None:
+    config = load_config(EXAMPLES / "cluster-2x8gpu-colocated.toml")
+    assert [h.name for h in config.hosts] == ["gpu-a", "gpu-b"]  # no pool names "launcher": no such host
+    rendered = router_pool("router", hosts=["gpu-b"])
     pool = config.pool("router")
-    assert pool.hosts == ("launcher",) and pool.cells == 1
+    assert pool.hosts == ("gpu-b",) and pool.cells == 1
     worker = pool.worker.model_dump(mode="json", exclude={"stop_grace_s", "kind", "metrics_port"})
     expected = {**rendered["worker"]}
     expected.pop("kind")
@@ -65,6 +90,7 @@ def test_colocated_example_shares_every_gpu_between_a_trainer_rank_and_an_engine
     for rank in range(16):
         trainer, engine = plan[f"trainer-0-{rank}"], plan[f"engines-{rank}-0"]
         assert trainer == engine and trainer[2] == "0.5", (rank, trainer, engine)
+    assert plan["router-0-0"] == ("gpu-b", "-", "0") and "inference-router-0-0" not in plan
     assert sorted({(h, g) for h, g, _ in plan.values() if g != "-"}) == sorted(
         (h, str(g)) for h in ("gpu-a", "gpu-b") for g in range(8)
     )

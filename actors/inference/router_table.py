@@ -1,0 +1,122 @@
+"""The router's ``[[pools]]`` table, and the launcher pool expander that gives a controller one by default.
+
+:func:`router_pool` renders one sglang-router as a launcher pool (a ``command`` worker listening on every interface,
+on free ports of its host; ``hosts = [...]`` places it). :func:`expand_controller_pool` is registered in
+pyproject.toml (entry-point group ``miles.pool_expanders``, launcher/pool_expanders.py) for
+``InferenceController``: at plan time, a controller pool with ``plan_kwargs = ["provider_api"]`` gets a companion
+pool ``{pool_id}-router`` on the launcher's own machine (the built-in host ``"launcher"``) and the kwarg
+``router_pool = "{pool_id}-router"``, unless its kwargs say otherwise:
+
+- ``router_pool = "<id>"``: the router is that pool of hosts.toml (placed where its ``hosts`` say);
+- ``router_pool = false``: the controller runs the router itself, beside it (actors/inference/router_keeper.py);
+- absent or ``true``: the default above (``true`` without the provider API is refused).
+
+Without the provider API (the single-host demo) nothing changes: the router runs beside the controller. A router
+pool serves one controller, so a controller pool of several cells must set ``router_pool = false``.
+This module imports neither the controller nor torch: the launcher loads it while reading hosts.toml.
+"""
+
+from __future__ import annotations
+
+import shlex
+from typing import Any
+
+from pydantic import ValidationError
+
+from actors.inference.router_settings import RouterSettings
+from actors.router import RouterProcess
+from launcher.pool_expanders import LAUNCHER_HOST
+
+_PORT, _PROMETHEUS = 1, 2  # sentinels replaced by the launcher's placeholders
+ROUTER_PORTS = {"port": "worker", "prometheus_port": "worker"}
+ROUTER_POOL_SUFFIX = "-router"
+
+
+def router_command(settings: RouterSettings | None = None, *, bind: str = "0.0.0.0") -> str:
+    """The command template of a router worker (``{python}``, ``{port}``, ``{prometheus_port}``)."""
+    settings = settings or RouterSettings(host=bind)
+    process = RouterProcess(
+        host=bind, port=_PORT, prometheus_port=_PROMETHEUS, policy=settings.policy,
+        health_check_interval_s=settings.health_check_interval_s,
+        health_failure_threshold=settings.health_failure_threshold,
+        worker_startup_timeout_s=settings.worker_startup_timeout_s, log_level=settings.log_level,
+        extra_args=settings.extra_args, python="{python}",
+    )  # fmt: skip
+    argv = process.argv()
+    out = []
+    for before, arg in zip(["", *argv], argv, strict=False):
+        if before in ("--port", "--prometheus-port"):
+            out.append("{port}" if before == "--port" else "{prometheus_port}")
+        elif arg == "{python}":
+            out.append(arg)
+        else:
+            out.append(shlex.quote(arg).replace("{", "{{").replace("}", "}}"))
+    return " ".join(out)
+
+
+def router_pool(
+    pool_id: str = "router", settings: RouterSettings | None = None, *, hosts: list[str] | None = None
+) -> dict[str, Any]:
+    """The ``[[pools]]`` table of one router (one cell, one command worker, no GPU)."""
+    start_s = settings.start_timeout_s if settings else RouterSettings.model_fields["start_timeout_s"].default
+    pool: dict[str, Any] = {
+        "id": pool_id,
+        "cells": 1,
+        "worker": {
+            "kind": "command",
+            "command": router_command(settings),
+            "ports": dict(ROUTER_PORTS),
+            "ready": {"kind": "http", "port": "port", "path": "/liveness", "deadline_s": start_s},
+            "gpus": 0,
+        },
+    }
+    if hosts is not None:
+        pool["hosts"] = list(hosts)
+    return pool
+
+
+def expand_controller_pool(pool: dict[str, Any]) -> list[dict[str, Any]]:
+    """A controller pool's tables: itself, and its default router pool on the launcher's host (module docstring).
+
+    Raises ValueError (the launcher names the pool and this expander) for a choice that cannot work.
+    """
+    worker = pool.get("worker")
+    kwargs = worker.get("kwargs", {}) if isinstance(worker, dict) else None
+    if not isinstance(kwargs, dict) or not isinstance(pool.get("id"), str):
+        return [pool]  # not a table this expander can read: hosts.toml validation reports what is wrong
+    choice = kwargs.get("router_pool")
+    with_api = "provider_api" in (worker.get("plan_kwargs") or ())
+    if choice is False or (choice is None and not with_api) or isinstance(choice, str):
+        _check_one_cell(pool, choice)
+        return [pool]
+    if choice not in (None, True):
+        raise ValueError(f"kwargs.router_pool must be a pool id, true or false, got {choice!r}")
+    if not with_api:
+        raise ValueError(
+            "router_pool = true places the router on the launcher's host, which the controller reaches through the "
+            "launcher's provider API: add plan_kwargs = ['provider_api'] to the pool's worker, or drop router_pool"
+        )
+    _check_one_cell(pool, True)
+    router = kwargs.get("router", {})
+    if not isinstance(router, dict):
+        raise ValueError(f"kwargs.router must be a table of RouterSettings fields, got {router!r}")
+    try:
+        settings = RouterSettings(**router)
+    except ValidationError as exc:
+        problems = "; ".join(f"{'.'.join(map(str, err['loc']))}: {err['msg']}" for err in exc.errors())
+        raise ValueError(f"kwargs.router (RouterSettings): {problems}") from None
+    router_id = pool["id"] + ROUTER_POOL_SUFFIX
+    controller = {**pool, "worker": {**worker, "kwargs": {**kwargs, "router_pool": router_id}}}
+    return [controller, router_pool(router_id, settings, hosts=[LAUNCHER_HOST])]
+
+
+def _check_one_cell(pool: dict[str, Any], choice: Any) -> None:
+    """A router pool has one router: one controller may adopt it, not one per cell of a controller pool."""
+    cells = pool.get("cells", 1)
+    if choice in (None, False) or not isinstance(cells, int) or cells <= 1:
+        return
+    raise ValueError(
+        f"cells = {cells}: each controller cell would adopt (and restart) the same router pool. Set "
+        "router_pool = false in the pool's kwargs to give each controller its own router, run beside it, or make "
+        "one controller pool (cells = 1) per router"
+    )
