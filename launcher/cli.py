@@ -39,6 +39,7 @@ from launcher.launch_state import process_alive, read_state, state_path_for
 from launcher.placement import PlacementPlan, plan_placement
 from launcher.progress import ProgressPrinter
 from launcher.ssh_provider import make_provider
+from launcher.text_columns import aligned
 from launcher.worker_command import bind_address
 from transport.security import CURVE_DIR_ENV
 
@@ -122,18 +123,19 @@ def _console_overrides(config: ClusterConfig, args: argparse.Namespace) -> Clust
 
 
 def _describe(config: ClusterConfig, plan: PlacementPlan) -> str:
-    lines = [f"hosts.toml: {config.source}", "hosts:"]
-    for host in config.hosts:
-        lines.append(
-            f"  {host.name:<14} {host.provider:<5} {host.address:<16} gpus={list(host.gpu_ids)} "
-            f"python={host.python} workdir={host.workdir} bind={bind_address(host)}"
-        )
-    lines.append("pools:")
-    for pool in config.pools:
-        lines.append(
-            f"  {pool.id:<14} {pool.cells} cell(s) x {pool.workers_per_cell} {pool.worker.kind} "
-            f"worker(s), gpus={pool.worker.gpus:g} each, {pool.strategy.value}"
-        )
+    hosts = [
+        (host.name, host.provider, host.address,
+         f"gpus={list(host.gpu_ids)} python={host.python} workdir={host.workdir} bind={bind_address(host)}")
+        for host in config.hosts
+    ]  # fmt: skip
+    lines = [f"hosts.toml: {config.source}", "hosts:", *aligned(hosts, indent="  "), "pools:"]
+    pools = [
+        (pool.id, f"{pool.cells} cell(s) x {pool.workers_per_cell} {pool.worker.kind} worker(s), "
+         f"gpus={pool.worker.gpus:g} each, {pool.strategy.value}")
+        for pool in config.pools
+    ]  # fmt: skip
+    for pool, line in zip(config.pools, aligned(pools, indent="  "), strict=True):
+        lines.append(line)
         if pool.worker.kind == "command":  # the template each worker's placeholders are filled into
             lines.append(f"    command: {pool.worker.command}")
     lines += ["placement:", *("  " + row for row in plan.describe().splitlines())]

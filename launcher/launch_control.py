@@ -16,6 +16,7 @@ from launcher.curve_keys import remove_keys, sweep_stale
 from launcher.hosts_config import ClusterConfig, HostConfig
 from launcher.launch_state import process_alive, read_state, state_path_for
 from launcher.process_tree import ProcessTree, terminate_trees
+from launcher.text_columns import aligned
 
 log = logging.getLogger(__name__)
 
@@ -155,10 +156,7 @@ def status_table(report: dict[str, Any]) -> str:
             error = (w.get("last_error") or "-").replace("\n", " ")
             row = (host, w.get("pool") or "-", w.get("cell") or "-", wid, str(w.get("pid")), str(w.get("state")))
             rows.append((*row, uptime, str(w.get("restarts", 0)), error[:100]))
-    widths = [max(len(row[i]) for row in rows) for i in range(len(STATUS_COLUMNS) - 1)]
-    lines = ["  ".join(cell.ljust(width) for cell, width in zip(row[:-1], widths, strict=True)) + "  " + row[-1]
-             for row in rows]  # fmt: skip
-    return "\n".join([head, *(line.rstrip() for line in lines)])
+    return "\n".join([head, *aligned(rows)])
 
 
 def _duration(seconds: float) -> str:

@@ -25,6 +25,7 @@ from fractions import Fraction
 from launcher.errors import PlacementError
 from launcher.hosts_config import HostConfig
 from launcher.specs import PoolSpec, Strategy
+from launcher.text_columns import aligned
 
 
 @dataclass(frozen=True)
@@ -92,11 +93,11 @@ class PlacementPlan:
 
     def describe(self) -> str:
         """A human-readable table of the plan (``miles-launch --dry-run``)."""
-        rows = ["worker                 host           gpus          share  local_rank"]
+        rows = [("worker", "host", "gpus", "share", "local_rank")]
         for w in self.workers():
             gpus = ",".join(map(str, w.gpu_ids)) or "-"
-            rows.append(f"{w.worker_id:<22} {w.host:<14} {gpus:<13} {w.gpu_share:<6.3g} {w.local_rank}")
-        return "\n".join(rows)
+            rows.append((w.worker_id, w.host, gpus, f"{w.gpu_share:.3g}", str(w.local_rank)))
+        return "\n".join(aligned(rows))
 
 
 @dataclass

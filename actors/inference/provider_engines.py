@@ -7,6 +7,8 @@ the first start (if it is alive) and otherwise asks the launcher to restart it o
 poll (``cells`` and ``deaths`` every ``poll_interval_s``) tells each engine when its cell died (killed, crashed, its
 host lost), which the controller's health check sees as ``exit_code()``. A cell whose host is lost cannot be
 restarted (the launcher refuses): the controller disposes it after ``max_restarts`` and serves with the rest.
+An engine on a ``local`` host (the launcher's machine) reports a loopback address: the controller reaches it at the
+address it reaches the provider API at (:mod:`actors.inference.provider_address`), as it does the router.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from typing import Any
 
 from actors.inference.engine_launcher import EngineSpec, wait_ready
 from actors.inference.errors import EngineStartError
+from actors.inference.provider_address import worker_url_host
 from launcher.provider_service import ProviderApiError, ProviderClient
 from runtime import RemoteError
 
@@ -35,8 +38,7 @@ class ProviderEngineProcess:
         self.cell_id = cell_id
         self.view = view
         worker = view["workers"][0]
-        address = f"[{worker['address']}]" if ":" in worker["address"] else worker["address"]
-        self.url = f"http://{address}:{worker['ports']['port']}"
+        self.url = f"http://{worker_url_host(worker, launcher.api)}:{worker['ports']['port']}"
         self.host = str(view["host"])
         self.pids = {w["pid"] for w in view["workers"]}
         self.code: int | None = None

@@ -6,8 +6,9 @@ by default, to a router pool on the launcher's own machine (router_table.expand_
 :class:`PoolRouterKeeper` adopts the pool's cell, watches it through the provider API, and when it dies asks the
 launcher to restart the cell on its host (new ports, so a new URL: ``router_url()`` names it; the controller registers
 the serving engines again). A router on a ``local`` host (the launcher's machine) reports a loopback address: the
-controller reaches it at the address it reaches the provider API at. With ``router_pool = false``, or spawned without
-the launcher, the controller runs the router itself, beside it (:mod:`actors.inference.router_keeper`).
+controller reaches it at the address it reaches the provider API at (actors/inference/provider_address.py). With
+``router_pool = false``, or spawned without the launcher, the controller runs the router itself, beside it
+(:mod:`actors.inference.router_keeper`).
 """
 
 from __future__ import annotations
@@ -19,12 +20,12 @@ import time
 from pathlib import Path
 from typing import Any
 
+from actors.inference.provider_address import worker_url_host
 from actors.inference.router_keeper import RouterKeeper
 from actors.inference.router_settings import RouterSettings
 from actors.inference.router_table import ROUTER_PORTS, router_command, router_pool
 from actors.processes import Spawner
 from actors.router import RouterError, RouterProcess
-from launcher.hosts_config import LOCAL_ADDRESSES
 from launcher.provider_service import ProviderApiError, ProviderClient
 from runtime import RemoteError
 
@@ -33,23 +34,13 @@ logger = logging.getLogger(__name__)
 __all__ = ["ROUTER_PORTS", "PoolRouter", "PoolRouterKeeper", "router_command", "router_keeper", "router_pool"]
 
 
-def reachable_address(address: str, api: ProviderClient) -> str:
-    """Where this process reaches a worker at ``address``: a local host's worker (a loopback address) runs on the
-    launcher's machine, so at the address this process reaches the launcher's provider API at."""
-    if address not in LOCAL_ADDRESSES:
-        return address
-    endpoint = str(api.address["endpoint"]).removeprefix("tcp://")
-    return endpoint.rsplit(":", 1)[0].strip("[]")
-
-
 class PoolRouter(RouterProcess):
     """A router the launcher started (one incarnation of the pool's cell): driven over HTTP, never forked here."""
 
     def __init__(self, view: dict[str, Any], api: ProviderClient) -> None:
         worker = view["workers"][0]
-        address = reachable_address(worker["address"], api)
-        address = f"[{address}]" if ":" in address else address
-        super().__init__(host=address, port=worker["ports"]["port"], prometheus_port=worker["ports"]["prometheus_port"])
+        host, ports = worker_url_host(worker, api), worker["ports"]
+        super().__init__(host=host, port=ports["port"], prometheus_port=ports["prometheus_port"])
         self.view = view
         self.dead: str | None = None
         self.since = time.monotonic()

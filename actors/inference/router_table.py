@@ -12,7 +12,9 @@ pool ``{pool_id}-router`` on the launcher's own machine (the built-in host ``"la
 - absent or ``true``: the default above (``true`` without the provider API is refused).
 
 Without the provider API (the single-host demo) nothing changes: the router runs beside the controller. A router
-pool serves one controller, so a controller pool of several cells must set ``router_pool = false``.
+pool serves one controller, so a controller pool of several cells must set ``router_pool = false``; a controller
+serves every cell of its ``engine_pool``, so a controller pool with an engine pool must have one cell (both refused
+at plan time).
 This module imports neither the controller nor torch: the launcher loads it while reading hosts.toml.
 """
 
@@ -84,6 +86,7 @@ def expand_controller_pool(pool: dict[str, Any]) -> list[dict[str, Any]]:
     kwargs = worker.get("kwargs", {}) if isinstance(worker, dict) else None
     if not isinstance(kwargs, dict) or not isinstance(pool.get("id"), str):
         return [pool]  # not a table this expander can read: hosts.toml validation reports what is wrong
+    _check_engine_pool_cells(pool, kwargs.get("engine_pool"))
     choice = kwargs.get("router_pool")
     with_api = "provider_api" in (worker.get("plan_kwargs") or ())
     if choice is False or (choice is None and not with_api) or isinstance(choice, str):
@@ -108,6 +111,19 @@ def expand_controller_pool(pool: dict[str, Any]) -> list[dict[str, Any]]:
     router_id = pool["id"] + ROUTER_POOL_SUFFIX
     controller = {**pool, "worker": {**worker, "kwargs": {**kwargs, "router_pool": router_id}}}
     return [controller, router_pool(router_id, settings, hosts=[LAUNCHER_HOST])]
+
+
+def _check_engine_pool_cells(pool: dict[str, Any], engine_pool: Any) -> None:
+    """A controller serves every cell of its engine pool (controller.py ``_adopt_pool``): one controller per pool."""
+    cells = pool.get("cells", 1)
+    if engine_pool is None or not isinstance(cells, int) or cells <= 1:
+        return
+    raise ValueError(
+        f"cells = {cells} with engine_pool = {engine_pool!r}: a controller serves every cell of its engine pool, so "
+        f"each of the {cells} controller cells would adopt (and restart) the same engines of pool {engine_pool!r}. "
+        f"Set cells = 1 (the engine pool's `cells` sets the number of engines); for several inference servers, give "
+        "each its own engine pool and its own controller pool naming it"
+    )
 
 
 def _check_one_cell(pool: dict[str, Any], choice: Any) -> None:

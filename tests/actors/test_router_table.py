@@ -4,6 +4,9 @@
 With the provider API the controller gets a router pool on the built-in host "launcher"; ``router_pool = false``,
 an explicit pool id, or no provider API (hosts.example.toml, the single-host demo) leave its pool as written, and
 ``router_pool = false`` really runs the router beside the controller (a child of the controller's process).
+A controller pool of several cells is refused where its cells would share one router pool or one engine pool (the
+controller adopts every cell of its engine pool: actors/inference/controller.py ``_adopt_pool``); with its own
+engines (``num_engines``) and routers it may have several.
 """
 
 from __future__ import annotations
@@ -42,6 +45,12 @@ def without_api(pool: dict[str, Any]) -> dict[str, Any]:
     return {**pool, "worker": {**pool["worker"], "plan_kwargs": []}}
 
 
+def forking_engines(pool: dict[str, Any]) -> dict[str, Any]:
+    """The controller pool forking its own engines (``num_engines``) instead of serving a launcher engine pool."""
+    kwargs = {k: v for k, v in pool["worker"]["kwargs"].items() if k != "engine_pool"}
+    return {**pool, "worker": {**pool["worker"], "kwargs": {**kwargs, "num_engines": 1}}}
+
+
 def config_text(pool: dict[str, Any]) -> str:
     data = {
         "hosts": [{"name": "h1", "address": "10.0.0.1", "workdir": "/w"}],
@@ -78,8 +87,9 @@ def test_the_expander_leaves_the_table_it_was_given_untouched() -> None:
         controller_pool(router_pool=False),
         controller_pool(router_pool="my-router"),
         without_api(controller_pool()),
+        {**forking_engines(controller_pool(router_pool=False)), "cells": 2},
     ],
-    ids=["router_pool-false", "explicit-pool", "no-provider-api"],
+    ids=["router_pool-false", "explicit-pool", "no-provider-api", "cells-forking-own-engines-and-router"],
 )
 def test_false_an_explicit_pool_or_no_provider_api_keep_the_pool_as_written(pool: dict[str, Any]) -> None:
     assert expand_controller_pool(copy.deepcopy(pool)) == [pool]
@@ -97,10 +107,19 @@ def test_the_single_host_demo_keeps_its_router_beside_the_controller() -> None:
     ("pool", "wanted"),
     [
         (
-            {**controller_pool(), "cells": 2},
+            {**forking_engines(controller_pool()), "cells": 2},
             "cells = 2: each controller cell would adopt (and restart) the same router",
         ),
-        ({**controller_pool(router_pool="r"), "cells": 3}, "cells = 3: each controller cell would adopt"),
+        ({**forking_engines(controller_pool(router_pool="r")), "cells": 3}, "cells = 3: each controller cell would"),
+        (
+            {**controller_pool(router_pool=False), "cells": 2},
+            "cells = 2 with engine_pool = 'engines': a controller serves every cell of its engine pool, so each of "
+            "the 2 controller cells would adopt (and restart) the same engines of pool 'engines'. Set cells = 1",
+        ),
+        (
+            {**without_api(controller_pool(router_pool=False)), "cells": 4},
+            "cells = 4 with engine_pool = 'engines'",
+        ),
         (without_api(controller_pool(router_pool=True)), "router_pool = true places the router on the launcher's host"),
         (
             controller_pool(router={"polcy": "random"}),
@@ -108,7 +127,15 @@ def test_the_single_host_demo_keeps_its_router_beside_the_controller() -> None:
         ),
         (controller_pool(router_pool=3), "kwargs.router_pool must be a pool id, true or false, got 3"),
     ],
-    ids=["default-with-cells", "explicit-with-cells", "true-without-api", "bad-router", "bad-choice"],
+    ids=[
+        "default-with-cells",
+        "explicit-with-cells",
+        "engine-pool-with-cells",
+        "engine-pool-with-cells-without-api",
+        "true-without-api",
+        "bad-router",
+        "bad-choice",
+    ],
 )
 def test_choices_that_cannot_work_are_refused_naming_the_pool_and_the_expander(
     pool: dict[str, Any], wanted: str

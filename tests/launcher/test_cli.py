@@ -66,7 +66,7 @@ def wait_for(path: Path, proc: subprocess.Popen[str], timeout: float = 60) -> di
 def test_dry_run_prints_plan(tmp_path: Path) -> None:
     result = cli(str(write(tmp_path, {"entrypoint": "launch_jobs:probe_http"})), "--dry-run")
     assert result.returncode == 0, result.stderr
-    assert "web-0-0                n0" in result.stdout and "web-1-0                n1" in result.stdout
+    assert re.search(r"(?m)^  web-0-0 +n0 ", result.stdout) and re.search(r"(?m)^  web-1-0 +n1 ", result.stdout)
     assert not (tmp_path / "n0" / "logs").exists()  # nothing started
 
 

@@ -1,0 +1,29 @@
+"""Where this process reaches a launcher-placed worker that the provider API reports.
+
+The provider API's cells view gives each worker its host's ``reach_address`` (launcher/cell_starter.py): an SSH
+host's address, or a loopback address for a ``local`` host (the launcher's own machine, e.g. the built-in host
+"launcher"). A loopback address is right only on the launcher's machine; from an SSH host the launcher's machine is
+reached at the address this process reaches the provider API at (the launcher serves it), so that address is used.
+Workers on local hosts must listen on an interface other hosts reach (engine and router pools bind 0.0.0.0).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from launcher.hosts_config import LOCAL_ADDRESSES
+from launcher.provider_service import ProviderClient
+
+
+def reachable_address(address: str, api: ProviderClient) -> str:
+    """``address`` (a worker's, from the provider API), or for a loopback one the provider API's host."""
+    if address not in LOCAL_ADDRESSES:
+        return address
+    endpoint = str(api.address["endpoint"]).removeprefix("tcp://")
+    return endpoint.rsplit(":", 1)[0].strip("[]")
+
+
+def worker_url_host(worker: dict[str, Any], api: ProviderClient) -> str:
+    """The host part of a URL of ``worker`` (a provider API worker view), an IPv6 address in brackets."""
+    address = reachable_address(str(worker["address"]), api)
+    return f"[{address}]" if ":" in address else address

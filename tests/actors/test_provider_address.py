@@ -1,0 +1,54 @@
+"""Engines the launcher placed on a ``local`` host are reached at the launcher's address, as its router is.
+
+The provider API's cells view gives each worker its host's ``reach_address`` (launcher/cell_starter.py builds
+WorkerInfo with it, launcher/provider_service.py ``_worker_view`` reports it): a loopback address for a ``local``
+host such as the built-in host "launcher" (launcher/pool_expanders.py). A controller on an SSH host must reach that
+machine at the address it reaches the provider API at (actors/inference/provider_address.py); engines and the router
+share the rule (actors/inference/provider_engines.py, actors/inference/router_pool.py).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from actors.inference.provider_engines import ProviderEngineLauncher, ProviderEngineProcess
+from actors.inference.router_pool import PoolRouter
+from launcher.hosts_config import load_config
+from launcher.provider_service import ProviderClient
+
+CLUSTER = load_config(Path(__file__).resolve().parents[2] / "examples" / "cluster-2x8gpu.toml")
+
+
+def cell_view(host: str, ports: dict[str, int]) -> dict[str, Any]:
+    """A cells() view of one worker on ``host`` at the address the launcher gives its workers."""
+    worker = {"address": CLUSTER.host(host).reach_address, "ports": ports, "pid": 4242, "host": host}
+    return {"pool": "engines", "index": 0, "cell_id": "engines-0", "host": host, "pid": 4242, "workers": [worker]}
+
+
+def engine_url(host: str, endpoint: str) -> str:
+    launcher = ProviderEngineLauncher(api=ProviderClient({"endpoint": endpoint, "server_key": None}), pool="engines")
+    return ProviderEngineProcess(launcher, "engines-0", cell_view(host, {"port": 30000, "nccl_port": 30001})).url
+
+
+@pytest.mark.parametrize(
+    ("host", "endpoint", "url"),
+    [
+        ("launcher", "tcp://10.0.0.1:7000", "http://10.0.0.1:30000"),  # controller on an SSH host
+        ("launcher", "tcp://[fd00::1]:7000", "http://[fd00::1]:30000"),
+        ("launcher", "tcp://127.0.0.1:7000", "http://127.0.0.1:30000"),  # controller on the launcher's machine
+        ("gpu-b", "tcp://10.0.0.1:7000", "http://10.0.0.12:30000"),  # an SSH host's engine: its own address
+    ],
+)
+def test_an_engine_on_a_local_host_is_reached_at_the_launchers_address(host: str, endpoint: str, url: str) -> None:
+    assert CLUSTER.host("launcher").provider == "local" and CLUSTER.host("gpu-b").provider == "ssh"
+    assert engine_url(host, endpoint) == url
+
+
+@pytest.mark.parametrize("host", ["launcher", "gpu-b"])
+def test_engines_and_the_router_of_one_host_are_reached_at_the_same_address(host: str) -> None:
+    api = ProviderClient({"endpoint": "tcp://10.0.0.1:7000", "server_key": None})
+    router = PoolRouter(cell_view(host, {"port": 31000, "prometheus_port": 31001}), api)
+    assert engine_url(host, "tcp://10.0.0.1:7000").removesuffix(":30000") == router.url.removesuffix(":31000")
