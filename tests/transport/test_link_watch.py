@@ -92,6 +92,7 @@ def test_bad_settings_are_refused() -> None:
 def test_nothing_listens_tells_a_refusal_from_a_listener() -> None:
     """The confirming connect: a refused one proves the listener gone; a listener (even one that never accepts),
     a malformed address or a timeout prove nothing."""
+
     async def check() -> None:
         with socket.create_server(("127.0.0.1", 0)) as listener:
             port = listener.getsockname()[1]
