@@ -51,6 +51,9 @@ _NOBLOCK_MORE = int(zmq.NOBLOCK | zmq.SNDMORE)
 _send = zmq.backend.Socket.send
 _RECHECK_MIN_S = 0.001  # a loop that left the socket to a waiting thread looks again after this ...
 _RECHECK_MAX_S = 0.01  # ... doubling up to this, until no thread waits
+#: A thread that has waited through a whole recheck at the longest interval (an idle actor's lane thread, a caller
+#: blocked on a long call) wakes the loop itself when it stops waiting; until then the loop only looks this often.
+_IDLE_WATCH_S = 1.0
 _PEER_RETRY_MIN_S = 0.001  # a ROUTER retries a peer whose pipe is full after this ...
 _PEER_RETRY_MAX_S = 0.05  # ... doubling up to this while none of them takes anything
 #: Messages a ROUTER keeps for one peer whose pipe is full (beyond the pipe's own high-water mark).
@@ -128,6 +131,8 @@ class ZmqEndpoint:
         self._waited_since_recheck = False
         self._pause_requested = False
         self._recheck_s = _RECHECK_MIN_S
+        self._recheck_timer: asyncio.TimerHandle | None = None
+        self._idle_watch = False  # the loop stopped rechecking: the last waiting thread to leave wakes it
         self._drain_scheduled = False
         self._closed = False
         self._on_handshake_failure = on_handshake_failure
@@ -354,7 +359,13 @@ class ZmqEndpoint:
             self._loop_reading = False
             self._loop.remove_reader(self._fd)
             self._recheck_s = _RECHECK_MIN_S
-            self._loop.call_later(self._recheck_s, self._recheck)
+            self._recheck_after(self._recheck_s)
+
+    def _recheck_after(self, delay_s: float) -> None:
+        """Schedule the one pending recheck (on the loop)."""
+        if self._recheck_timer is not None:
+            self._recheck_timer.cancel()
+        self._recheck_timer = self._loop.call_later(delay_s, self._recheck)
 
     def _waited(self) -> bool:
         """Whether a thread waits in receive_here now or has since the last recheck (lock held)."""
@@ -370,16 +381,30 @@ class ZmqEndpoint:
     def _recheck(self) -> None:
         """While paused: resume reading once no thread has waited since the last look (after 1, 2, 4 ... 10 ms).
         Threads that wait again and again (a loop of sync calls) keep the socket to themselves."""
+        self._recheck_timer = None
         if self._closed or self._loop_reading:
             return
         with self._lock:
             waiting = self._waited()
+            # A thread inside receive_here all along since a look at the longest interval: it waits for long.
+            self._idle_watch = (
+                self._recheck_s >= _RECHECK_MAX_S and bool(self._waiters) and not self._waited_since_recheck
+            )
             self._waited_since_recheck = False
         if not waiting:
             self._resume_reading()
             return
+        if self._idle_watch:  # no timer per 10 ms for an idle actor: the thread tells us when it leaves
+            self._recheck_after(_IDLE_WATCH_S)
+            return
         self._recheck_s = min(2 * self._recheck_s, _RECHECK_MAX_S)
-        self._loop.call_later(self._recheck_s, self._recheck)
+        self._recheck_after(self._recheck_s)
+
+    def _end_idle_watch(self) -> None:
+        """The long-waiting thread left receive_here: look again soon, as after any pause."""
+        if not self._closed and not self._loop_reading:
+            self._recheck_s = _RECHECK_MIN_S
+            self._recheck_after(self._recheck_s)
 
     def _schedule_drain(self) -> None:
         if not self._drain_scheduled and not self._closed:
@@ -450,6 +475,11 @@ class ZmqEndpoint:
         finally:
             with self._lock:
                 self._waiters.remove(waker)
+                wake_loop = self._idle_watch and not self._waiters
+                if wake_loop:
+                    self._idle_watch = False
+            if wake_loop:
+                self._on_loop(self._end_idle_watch)
         if received == _DRAIN_BATCH:
             self._nudge()  # this thread stops here with input left: someone else must read it
 
