@@ -1,5 +1,7 @@
 """Launch time: from start to every actor ready (spawned, bound, constructed), default 2 hosts x 4 actors.
 
+The actor is ``launch_probe:Probe`` (a module importing nothing, so workers do not import the launcher).
+
     python bench/launch_bench.py                   # two local-provider hosts on this machine
     python bench/launch_bench.py --config hosts.toml --pool c   # your own cluster (SSH hosts), one pool's actors
     python bench/launch_bench.py --json            # last line: {"hosts": 2, "actors": 8, "ready_s": ...}
@@ -27,17 +29,6 @@ from launcher.ssh_provider import make_provider
 HERE = Path(__file__).resolve().parent
 
 
-class Probe:
-    """The benchmarked actor: constructed, then pinged once."""
-
-    def __init__(self, *, index: int = 0) -> None:
-        self.index = index
-
-    def ping(self) -> int:
-        """Answer."""
-        return self.index
-
-
 def local_config(workdir: Path, hosts: int, per_host: int) -> ClusterConfig:
     """N local-provider hosts with ``per_host`` Probe actors each (SPREAD)."""
     lines = [f'[launcher]\nworkdir = "{workdir}/run"\nstop_grace_s = 3\n']
@@ -49,7 +40,7 @@ def local_config(workdir: Path, hosts: int, per_host: int) -> ClusterConfig:
     lines.append('[job]\nentrypoint = "launch_bench:main"\n')
     lines.append(
         f'[[pools]]\nid = "c"\ncells = {hosts * per_host}\nstrategy = "SPREAD"\n'
-        '[pools.worker]\nkind = "serve"\nactor_class = "launch_bench:Probe"\n'
+        '[pools.worker]\nkind = "serve"\nactor_class = "launch_probe:Probe"\n'
     )
     return parse_config("\n".join(lines))
 
@@ -132,7 +123,7 @@ def _on_namespace_cluster(args: argparse.Namespace) -> int:
             + cluster.hosts_toml(python=sys.executable, pythonpath=str(HERE))
             + '\n[job]\nentrypoint = "launch_bench:main"\n\n'
             f'[[pools]]\nid = "c"\ncells = {args.netns * args.actors_per_host}\nstrategy = "SPREAD"\n'
-            '[pools.worker]\nkind = "serve"\nactor_class = "launch_bench:Probe"\n'
+            '[pools.worker]\nkind = "serve"\nactor_class = "launch_probe:Probe"\n'
         )
         argv = [*cluster.exec_argv(), sys.executable, str(Path(__file__).resolve()), "--config", str(config)]
         argv += ["--repeat", str(args.repeat), *(["--json"] if args.json else []), *(["--steps"] if args.steps else [])]

@@ -2,7 +2,7 @@
 
 Commands (``op``; ``req`` echoes back in the reply):
   spawn      {id, argv, env, cwd, log_prefix, ready: {kind: line|tcp|http|none, prefix?, port?, path?, probe_host?,
-              deadline_s}, stdin?} -> event ``spawned`` {id, pid, create_time, log_path} or ``spawn_failed``
+              deadline_s}, stdin?} -> event ``spawned`` {id, pid, create_time, log_path, zygote} or ``spawn_failed``
               {id, error}; ``stdin``: text written to the child's stdin, then closed (a worker's spawn token)
   kill       {id, grace_s}  -> the process tree is stopped; its ``exited`` event follows; reply ``killed`` {id}
   list       {}             -> ``listing`` {procs: [{id, pid, alive, ready, returncode}]}

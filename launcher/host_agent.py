@@ -6,7 +6,8 @@ its output is streamed back prefixed ``(worker-id pid=N host=H)``. The agent is 
 child's descendants with psutil, and kills every tree (SIGTERM, grace, SIGKILL) when stdin hits EOF, heartbeats
 stop for ``--heartbeat-timeout`` seconds, it gets SIGTERM/SIGHUP/SIGINT, or the launcher sends ``shutdown``; then
 it deletes the CURVE key directories the launcher gave it (``curve_keys``). Children die with it even when it is
-killed with SIGKILL (PDEATHSIG).
+killed with SIGKILL (PDEATHSIG). ``python -m runtime.worker`` children are forked by the agent's fork server
+(``launcher.zygote``, driven by ``launcher.zygote_client``) and re-parented to the agent, with the same supervision.
 """
 
 from __future__ import annotations
@@ -35,8 +36,9 @@ import psutil
 
 from launcher import agent_protocol as proto
 from launcher.log_filter import ConsoleLogFilter
-from launcher.process_tree import ProcessTree, pdeathsig_preexec, terminate_trees
+from launcher.process_tree import ProcessTree, terminate_trees
 from launcher.readiness import free_ports, wait_ready
+from launcher.zygote_client import READY_WAIT_S, ForkedWorker, ZygoteClient
 from transport import shared_memory
 
 log = logging.getLogger("launcher.host_agent")
@@ -82,7 +84,7 @@ class Managed:
     """One supervised child."""
 
     id: str
-    popen: subprocess.Popen[bytes]
+    popen: subprocess.Popen[bytes] | ForkedWorker
     tree: ProcessTree
     prefix: str
     log_path: Path
@@ -109,6 +111,9 @@ class HostAgent:
         self.commands: queue.Queue[Any] = queue.Queue()
         self.stop_reason: str | None = None
         self.key_dirs: list[Path] = []  # CURVE key directories written for the launcher; removed on exit
+        # A spawn may wait for a starting zygote, blocking heartbeats: well under the launcher's patience.
+        wait_s = min(READY_WAIT_S, heartbeat_timeout_s / 3) if heartbeat_timeout_s > 0 else READY_WAIT_S
+        self.zygote = ZygoteClient(os.getpid(), ready_wait_s=wait_s)
 
     def _stop(self, reason: str) -> None:
         if self.stop_reason is None:
@@ -131,6 +136,7 @@ class HostAgent:
             package_version=_package_version(),
             cuda_visible_devices=os.environ.get("CUDA_VISIBLE_DEVICES"),
         )
+        self.zygote.start()  # imports in the background; the first runtime.worker spawn waits for it (bounded)
         last_heard = time.monotonic()
         next_scan = next_beat = 0.0
         grace = self.orphan_grace_s
@@ -159,6 +165,7 @@ class HostAgent:
                 next_beat = now + HEARTBEAT_INTERVAL_S
                 self.out.emit(proto.EV_HEARTBEAT)
         log.warning("host agent %s stopping: %s", self.host, self.stop_reason)
+        self.zygote.close()
         self._kill_all(grace)
         self._remove_keys()
         self.out.emit(proto.EV_BYE, reason=self.stop_reason)
@@ -207,22 +214,15 @@ class HostAgent:
         log_path = self.workdir / "logs" / f"{wid}.log"
         try:
             cwd.mkdir(parents=True, exist_ok=True)
-            popen = subprocess.Popen(
-                argv,
-                env=env,
-                cwd=cwd,
-                stdin=subprocess.PIPE if command.get("stdin") else subprocess.DEVNULL,
-                stdout=subprocess.PIPE,
-                stderr=subprocess.PIPE,
-                start_new_session=True,
-                preexec_fn=pdeathsig_preexec(os.getpid(), signal.SIGKILL),  # forked from the main thread only
-            )
+            popen = self.zygote.launch(argv, env, cwd, stdin=bool(command.get("stdin")))
         except OSError as exc:
             self.out.emit(proto.EV_SPAWN_FAILED, req=req, id=wid, error=f"cannot start {argv[0]!r}: {exc}")
             return
         _hand_over_stdin(popen, str(command.get("stdin") or ""))
         log_file = open(log_path, "ab")
-        log_file.write(f"==== {time.strftime('%Y-%m-%d %H:%M:%S')} start pid={popen.pid}: {argv}\n".encode())
+        forked = isinstance(popen, ForkedWorker)
+        how = " (forked by the zygote)" if forked else ""
+        log_file.write(f"==== {time.strftime('%Y-%m-%d %H:%M:%S')} start pid={popen.pid}{how}: {argv}\n".encode())
         managed = Managed(
             id=wid,
             popen=popen,
@@ -233,6 +233,17 @@ class HostAgent:
             ready_spec=dict(command.get("ready") or {"kind": "none"}),
         )
         self.procs[wid] = managed
+        # Before the readers start: a forked worker can print its ready line at once, and the launcher must hear
+        # of the worker before it hears that it is ready.
+        self.out.emit(
+            proto.EV_SPAWNED,
+            req=req,
+            id=wid,
+            pid=popen.pid,
+            create_time=managed.tree.create_time,
+            log_path=str(log_path),
+            zygote=forked,
+        )
         for stream_name, pipe in (("stdout", popen.stdout), ("stderr", popen.stderr)):
             reader = threading.Thread(
                 target=self._pump,
@@ -242,14 +253,6 @@ class HostAgent:
             )
             reader.start()
             managed.readers.append(reader)
-        self.out.emit(
-            proto.EV_SPAWNED,
-            req=req,
-            id=wid,
-            pid=popen.pid,
-            create_time=managed.tree.create_time,
-            log_path=str(log_path),
-        )
         threading.Thread(target=self._wait, args=(managed,), name=f"wait-{wid}", daemon=True).start()
         kind = managed.ready_spec.get("kind", "none")
         if kind == "none":
@@ -327,7 +330,7 @@ class HostAgent:
 
     def _scan(self) -> None:
         """Refresh descendant snapshots and reap orphans reparented to us that nobody waits for."""
-        managed_pids = {m.popen.pid for m in self.procs.values()}
+        managed_pids = {m.popen.pid for m in self.procs.values()} | {self.zygote.pid}
         self._adopt_orphans()
         for managed in self.procs.values():
             if not managed.exited.is_set():
@@ -405,7 +408,7 @@ def _package_version() -> str | None:
         return None
 
 
-def _hand_over_stdin(popen: subprocess.Popen[bytes], text: str) -> None:
+def _hand_over_stdin(popen: subprocess.Popen[bytes] | ForkedWorker, text: str) -> None:
     """Write ``text`` (a worker's spawn token line) to the child's stdin and close it; it is never logged."""
     if popen.stdin is None:
         return

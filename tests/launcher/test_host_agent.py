@@ -22,7 +22,7 @@ from launcher import agent_protocol as proto
 class AgentProc:
     """A host agent subprocess driven like the launcher drives it."""
 
-    def __init__(self, workdir: Path, heartbeat_timeout: float = 0.0) -> None:
+    def __init__(self, workdir: Path, heartbeat_timeout: float = 0.0, **env: str) -> None:
         self.proc = subprocess.Popen(
             [
                 PYTHON,
@@ -40,7 +40,7 @@ class AgentProc:
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
-            env=subprocess_env(),
+            env=subprocess_env(**env),
         )
         self.events: queue.Queue[dict[str, Any]] = queue.Queue()
         self.seen: list[dict[str, Any]] = []
