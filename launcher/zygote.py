@@ -80,7 +80,7 @@ def shadowed_module(path: list[str]) -> str | None:
     try:
         for name, module in list(sys.modules.items()):
             origin = getattr(getattr(module, "__spec__", None), "origin", None)
-            if "." in name or name == "__main__" or origin in (None, "built-in", "frozen"):
+            if "." in name or name.startswith("__") or origin in (None, "built-in", "frozen"):  # __main__, __mp_main__
                 continue
             spec = None
             for finder in sys.meta_path:
