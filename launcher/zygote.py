@@ -80,7 +80,9 @@ def shadowed_module(path: list[str]) -> str | None:
     try:
         for name, module in list(sys.modules.items()):
             origin = getattr(getattr(module, "__spec__", None), "origin", None)
-            if "." in name or name.startswith("__") or origin in (None, "built-in", "frozen"):  # __main__, __mp_main__
+            # Skipped: submodules (found through their package), __main__ and aliases such as __mp_main__, and
+            # modules not loaded from a file (built-in, frozen, or made up at run time, as torch does).
+            if "." in name or name.startswith("__") or origin is None or not os.path.isfile(origin):
                 continue
             spec = None
             for finder in sys.meta_path:
