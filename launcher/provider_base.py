@@ -440,7 +440,9 @@ class BaseWorkerProvider(ABC):
                 worker.recent_output.append(str(event.get("text")))
             elif ev == proto.EV_SPAWNED:
                 worker.pid, worker.create_time = event.get("pid"), event.get("create_time")
-                worker.log_path, worker.state = event.get("log_path"), "spawned"
+                worker.log_path = event.get("log_path")
+                if worker.state == "pending":  # never back from ready: events of two agent threads may cross
+                    worker.state = "spawned"
             elif ev == proto.EV_SPAWN_FAILED:
                 worker.state, worker.error = "failed", str(event.get("error"))
             elif ev == proto.EV_READY:

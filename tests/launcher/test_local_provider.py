@@ -174,3 +174,21 @@ def test_serve_workers_report_their_metrics_port(tmp_path: Path) -> None:
         provider.start_all(deadline_s=60)
         (worker,) = provider.worker_infos("c")
         assert worker.boot_id and isinstance(worker.metrics_port, int) and worker.metrics_port > 0
+
+
+def test_a_ready_event_that_overtakes_spawned_is_kept(tmp_path: Path) -> None:
+    """A worker forked in milliseconds may print its ready line before the agent's ``spawned`` event is read (two
+    agent threads write events): the worker stays ready, never goes back to spawned and waits for a second ready
+    line that never comes (it hung launches until their start deadline)."""
+    from launcher import agent_protocol as proto
+    from launcher.cells import WorkerInfo
+    from launcher.placement import WorkerPlacement
+
+    cfg = config(tmp_path, [{"id": "web", "cells": 1, "worker": HTTP}])
+    provider = LocalProvider(cfg)
+    placement = WorkerPlacement("web", 0, 0, "n0", (), 0.0, 0, 1)
+    worker = WorkerInfo(placement=placement, kind="command", address="127.0.0.1", ports={}, env={})
+    provider._workers[worker.worker_id] = worker
+    provider._on_event("n0", {"ev": proto.EV_READY, "id": worker.worker_id})
+    provider._on_event("n0", {"ev": proto.EV_SPAWNED, "id": worker.worker_id, "pid": 4242, "log_path": "/x.log"})
+    assert (worker.state, worker.pid, worker.log_path) == ("ready", 4242, "/x.log")
