@@ -131,7 +131,7 @@ class CallStore:
                 f"made), got {len(call_id)} bytes; the call was not run"
             )
         limits = self.limits
-        key = int.from_bytes(call_id[-8:], "big")  # order_key(call_id), inline: this runs for every call
+        key = order_key(call_id)
         age_s = now - (key >> 16) / 1000  # the key is the time made (ms) and a 16-bit counter
         skew_s = limits.max_clock_skew_s
         if -skew_s <= age_s <= limits.tombstone_ttl_s - skew_s and key > self.forgotten_key:

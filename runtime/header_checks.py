@@ -37,8 +37,8 @@ class SubmitHeader(NamedTuple):
     shm_ok: bool
 
 
-_new_submit_header = tuple.__new__
-_BYTES_ONLY = {bytes}  # a SubmitHeader from a list already checked field by field
+_new_submit_header = tuple.__new__  # a SubmitHeader from a list already checked field by field
+_BYTES_ONLY = {bytes}  # the set of types of a list of call ids
 
 
 def call_id(value: Any) -> bytes:
