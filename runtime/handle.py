@@ -19,6 +19,7 @@ from collections.abc import Generator
 from typing import Any
 
 from runtime import control_auth, naming
+from runtime.call_future import CallFuture, follow
 from runtime.call_ids import new_call_id
 from runtime.call_store import request_fingerprint
 from runtime.client import ClientRuntime
@@ -34,13 +35,14 @@ from transport.type_registry import register_type
 class PendingCall:
     """A call in flight. ``await call`` in async code, ``call.result(timeout)`` in plain code."""
 
-    __slots__ = ("_call", "_conn", "_runtime", "_site")
+    __slots__ = ("_call", "_conn", "_future", "_runtime", "_site")
 
     def __init__(self, call: Call, conn: Connection, runtime: ClientRuntime, site: str) -> None:
         self._call = call
         self._conn = conn
         self._runtime = runtime
         self._site = site
+        self._future: CallFuture | None = None
 
     @property
     def call_id(self) -> str:
@@ -48,7 +50,12 @@ class PendingCall:
 
     @property
     def future(self) -> concurrent.futures.Future[Any]:
-        return self._call.future
+        """The call as a ``concurrent.futures.Future``. Its done-callbacks run on the thread that read the reply
+        when that is a thread waiting in ``.result()``, else on this process's callback thread: never on an event
+        loop, so a callback may wait for another call. Cancelling it gives the call up locally."""
+        if self._future is None:
+            self._future = follow(self._call.future)
+        return self._future
 
     def done(self) -> bool:
         return self._call.future.done()

@@ -5,8 +5,10 @@ before any of that peer's messages reach the socket. The gate answers per socket
 :meth:`ZapGate.guard`): over ``max_connections`` open connections, no (status 500, which the client sees as such,
 and libzmq closes the connection at once); with CURVE, only authorised client keys (status 400 otherwise). Open
 connections are counted from the socket's own monitor events (accepted, disconnected), read by the gate's thread, so
-the count and the answers never race. Refusing there keeps one peer that opens thousands of connections from taking
-every file descriptor: the actor goes on serving the connections it has.
+the count and the answers never race. A connection still in its handshake counts as open (it holds a descriptor
+too), so a burst of connections is refused down to fewer than ``max_connections``, never past it. Refusing there
+keeps one peer that opens thousands of connections from taking every file descriptor: the actor goes on serving the
+connections it has.
 """
 
 from __future__ import annotations

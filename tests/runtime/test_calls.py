@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import os
 import signal
 import threading
@@ -219,17 +220,33 @@ def test_torch_tensors_keep_dtype_and_strides(counter: ActorHandle) -> None:
 
 
 @pytest.mark.timeout(60)  # the bug this guards against is a deadlock
-def test_a_done_callback_may_wait_for_another_call(counter: ActorHandle) -> None:
-    # The callback runs on whichever thread reads the reply, possibly one that is waiting on this very socket.
-    seen: list[int] = []
+@pytest.mark.parametrize("reader", ["a thread waiting in result()", "the runtime's loop"])
+def test_a_done_callback_may_wait_for_another_call(counter: ActorHandle, reader: str) -> None:
+    # The callback runs on the thread that reads the reply when that one waits in .result() (possibly on this
+    # very socket), else on the callback thread: never on the loop, where .result() would block its own reply.
+    seen: list[tuple[int, str]] = []
     first = counter.add(1)
-    first.future.add_done_callback(lambda _: seen.append(counter.add(100).result(10)))
-    assert first.result(10) == 11
+    first.future.add_done_callback(
+        lambda _: seen.append((counter.add(100).result(10), threading.current_thread().name))
+    )
+    if reader == "a thread waiting in result()":
+        assert first.result(10) == 11
     deadline = time.monotonic() + 10
     while not seen:
         assert time.monotonic() < deadline, "the callback's own call never finished"
         time.sleep(0.01)
-    assert seen == [111]
+    value, thread = seen[0]
+    assert value == 111
+    expected = {"miles-call-callbacks"} if reader == "the runtime's loop" else {"miles-call-callbacks", "MainThread"}
+    assert thread in expected
+
+
+def test_cancelling_the_future_gives_the_call_up_locally(counter: ActorHandle) -> None:
+    slow = counter.sleep(0.3)
+    assert slow.future.cancel() and slow.future.cancelled()
+    with pytest.raises(concurrent.futures.CancelledError):
+        slow.result(5)
+    assert counter.add(1).result(10) == 11  # the same lane goes on once the given-up call is done
 
 
 def test_same_host_calls_skip_tcp_unless_switched_off(
