@@ -132,8 +132,8 @@ class Zygote:
             request = json.loads(data)
             argv, cwd = [str(a) for a in request["argv"]], str(request["cwd"])
             env = {str(k): str(v) for k, v in request["env"].items()}
-        except (ValueError, KeyError, TypeError, AttributeError) as exc:
-            return {"error": f"bad request: {exc!r}"}
+        except (ValueError, KeyError, TypeError, AttributeError, RecursionError) as exc:  # e.g. nested 100000 deep
+            return {"error": f"bad request: {type(exc).__name__}: {str(exc)[:200]}"}
         why = import_env_mismatch(env, self.own_env)
         path = worker_sys_path(cwd, env, self.base_path)
         why = why or shadowed_module(path)

@@ -12,6 +12,7 @@ that thread.
 from __future__ import annotations
 
 import contextlib
+import errno
 import json
 import logging
 import os
@@ -101,6 +102,9 @@ class ZygoteClient:
         if not self.enabled:
             return
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        # One request is one datagram, which must fit the send buffer (the kernel may cap this at wmem_max:
+        # a larger request then gets EMSGSIZE, and that worker uses Popen).
+        ours.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, zygote.REQUEST_MAX_BYTES + _REPLY_MAX)
         argv = [sys.executable, "-m", "launcher.zygote", "--socket-fd", str(theirs.fileno())]
         argv += ["--agent-pid", str(self.agent_pid), "--title-room", " " * zygote.TITLE_ROOM]
         try:
@@ -196,7 +200,10 @@ class ZygoteClient:
         try:
             socket.send_fds(self.sock, [data], fds)
         except OSError as exc:
-            self._lost(f"cannot send it a request: {exc}")
+            if exc.errno == errno.EMSGSIZE:  # this request, not the zygote: only this worker uses Popen
+                log.info("spawn request of %d bytes exceeds the zygote socket's buffer; using Popen", len(data))
+            else:
+                self._lost(f"cannot send it a request: {exc}")
             return None
         reply = self._receive(REPLY_WAIT_S)
         if reply is None:

@@ -202,7 +202,12 @@ def test_disabled_or_refused_requests_use_popen(tmp_path: Path) -> None:
         assert spawn_worker(on, "n-0-3", cwd=str(shadowing))["zygote"] is False
         script = spawn_worker(on, "n-0-4", argv=[PYTHON, "-c", "print('MILES_ACTOR_READY {}')"])
         assert script["zygote"] is False
-        for wid in ("n-0-0", "n-0-1", "n-0-2", "n-0-4"):
+        (fork_server,) = zygote_pids(on)
+        # A request too large for one datagram (600 KB of environment) is that worker's problem, not the zygote's.
+        spawn_worker(on, "n-0-5", env={f"BIG_{i}": "x" * 100_000 for i in range(6)})
+        assert spawn_worker(on, "n-0-6")["zygote"] is True
+        assert zygote_pids(on) == [fork_server]
+        for wid in ("n-0-0", "n-0-1", "n-0-2", "n-0-4", "n-0-5", "n-0-6"):
             event_of(on, proto.EV_READY, wid)
         exited = event_of(on, proto.EV_EXITED, "n-0-3")  # Popen ran it: python -m hit the shadow
         assert exited["returncode"] == 1
