@@ -10,40 +10,24 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import ctypes
 import functools
 import logging
 import os
 import signal
 import socket
 import subprocess
-import sys
 import time
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, TypeVar
 
+from runtime.parent_death import die_with_parent_preexec
+
 logger = logging.getLogger(__name__)
 
 T = TypeVar("T")
-PR_SET_PDEATHSIG = 1
 POLL_S = 0.05
-
-
-def die_with_parent_preexec() -> Callable[[], None] | None:
-    """A ``preexec_fn`` that makes the child get SIGKILL when its forking thread dies (Linux; None elsewhere)."""
-    if not sys.platform.startswith("linux"):
-        return None
-    prctl = ctypes.CDLL(None, use_errno=True).prctl  # resolved before fork: the child only calls it
-    parent = os.getpid()
-
-    def setup() -> None:
-        prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
-        if os.getppid() != parent:  # the parent died before prctl took effect
-            os._exit(1)
-
-    return setup
 
 
 def free_port(host: str = "127.0.0.1") -> int:

@@ -20,10 +20,10 @@ from launcher import provider_service
 from launcher.cells import CellInfo, DeathReport, WorkerInfo
 from launcher.errors import ConfigError, LauncherError
 from launcher.hosts_config import ClusterConfig, JobConfig
-from launcher.process_tree import pdeathsig_preexec
 from launcher.provider_base import BaseWorkerProvider
 from launcher.provider_service import ProviderClient
 from runtime.name_service import NAME_SERVICE_ENV
+from runtime.parent_death import die_with_parent_preexec
 from transport.security import CURVE_DIR_ENV
 
 #: Environment of a command job: the Prometheus HTTP service discovery URL (empty when off).
@@ -132,9 +132,7 @@ def run_job(job: JobConfig, ctx: JobContext, *, state_path: Path | None = None) 
     if state_path is not None:
         env["MILES_LAUNCH_STATE"] = str(state_path)
     preexec = (
-        pdeathsig_preexec(os.getpid(), signal.SIGTERM)
-        if threading.current_thread() is threading.main_thread()
-        else None
+        die_with_parent_preexec(sig=signal.SIGTERM) if threading.current_thread() is threading.main_thread() else None
     )
     proc = subprocess.Popen(list(job.command), env=env, preexec_fn=preexec)
     try:

@@ -3,36 +3,14 @@
 from __future__ import annotations
 
 import contextlib
-import ctypes
 import logging
 import os
 import signal
-import sys
 import time
-from collections.abc import Callable
 
 import psutil
 
 log = logging.getLogger(__name__)
-
-PR_SET_PDEATHSIG = 1
-
-
-def pdeathsig_preexec(parent_pid: int, sig: int) -> Callable[[], None] | None:
-    """A ``preexec_fn`` making the child get ``sig`` when the forking *thread* dies (Linux; None elsewhere).
-
-    Fork from a long-lived thread (the main thread): PR_SET_PDEATHSIG fires when the forking thread exits.
-    """
-    if not sys.platform.startswith("linux"):
-        return None
-    prctl = ctypes.CDLL(None, use_errno=True).prctl  # resolved before fork: the child only calls it
-
-    def setup() -> None:
-        prctl(PR_SET_PDEATHSIG, sig, 0, 0, 0)
-        if os.getppid() != parent_pid:  # the parent died before prctl took effect
-            os._exit(1)
-
-    return setup
 
 
 class ProcessTree:

@@ -35,6 +35,8 @@ import threading
 import time
 from typing import Any, NoReturn
 
+from runtime.parent_death import die_with_parent
+
 log = logging.getLogger("launcher.zygote")
 
 WORKER_MODULE = "runtime.worker"
@@ -42,7 +44,6 @@ REQUEST_MAX_BYTES = 1 << 20
 STDIO_FDS = 3
 SETUP_DEADLINE_S = 5.0  # fork, re-parent and death signal of one worker
 TITLE_ROOM = 512  # bytes of argv area reserved so a worker's /proc/PID/cmdline can show its own argv
-_PR_SET_PDEATHSIG = 1
 _PID = struct.Struct("q")
 # Variables read when the preloaded modules were imported: a worker asking for another value is not forked.
 IMPORT_TIME_ENV = (
@@ -214,9 +215,7 @@ def _die_with_agent(agent_pid: int) -> None:
         if time.monotonic() > deadline:
             raise OSError(f"not re-parented to the host agent {agent_pid} (parent {os.getppid()})")
         time.sleep(0.001)
-    if sys.platform.startswith("linux"):
-        ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
-    if os.getppid() != agent_pid:
+    if not die_with_parent(agent_pid):
         raise OSError(f"the host agent {agent_pid} died")
 
 

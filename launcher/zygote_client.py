@@ -18,7 +18,6 @@ import logging
 import os
 import select
 import shutil
-import signal
 import socket
 import subprocess
 import sys
@@ -27,7 +26,7 @@ from pathlib import Path
 from typing import BinaryIO
 
 from launcher import zygote
-from launcher.process_tree import pdeathsig_preexec
+from runtime.parent_death import die_with_parent_preexec
 
 log = logging.getLogger("launcher.zygote_client")
 
@@ -113,7 +112,7 @@ class ZygoteClient:
                 stdin=subprocess.DEVNULL,
                 stdout=subprocess.DEVNULL,
                 pass_fds=(theirs.fileno(),),
-                preexec_fn=pdeathsig_preexec(self.agent_pid, signal.SIGKILL),
+                preexec_fn=die_with_parent_preexec(self.agent_pid),
             )
         except OSError as exc:
             log.warning("cannot start the zygote (%s); workers start with Popen", exc)
@@ -140,7 +139,7 @@ class ZygoteClient:
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             start_new_session=True,
-            preexec_fn=pdeathsig_preexec(self.agent_pid, signal.SIGKILL),  # forked from the main thread only
+            preexec_fn=die_with_parent_preexec(self.agent_pid),  # forked from the main thread only
         )
 
     def spawn(self, argv: list[str], env: dict[str, str], cwd: Path, *, stdin: bool) -> ForkedWorker | None:

@@ -17,7 +17,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
-import ctypes
 import json
 import logging
 import os
@@ -28,21 +27,11 @@ import sys
 from runtime import control_auth, event_loop, metrics, object_refs, server_metrics
 from runtime.actor_server import ActorServer
 from runtime.call_store import StoreLimits
+from runtime.parent_death import die_with_parent
 from runtime.process import LIFETIME_PID_ENV, READY_PREFIX
 from transport import security, shared_memory
 
 log = logging.getLogger(__name__)
-
-_PR_SET_PDEATHSIG = 1
-
-
-def _die_with_parent(parent_pid: int) -> None:
-    """Ask Linux to SIGKILL us when the parent exits; then check it is not already gone."""
-    with contextlib.suppress(OSError, AttributeError):
-        libc = ctypes.CDLL("libc.so.6", use_errno=True)
-        libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
-    if os.getppid() != parent_pid:
-        os._exit(1)
 
 
 async def _watch_parent(parent_pid: int, server: ActorServer) -> None:
@@ -161,7 +150,8 @@ def main(argv: list[str] | None = None) -> None:
         stream=sys.stderr,
     )
     if args.parent_pid:
-        _die_with_parent(args.parent_pid)
+        if not die_with_parent(args.parent_pid):  # gone before we could ask
+            os._exit(1)
     # What a detached actor spawned here lives no longer than (runtime.process): a launcher's worker has no such
     # variable, and lives as long as the process that started it.
     os.environ.setdefault(LIFETIME_PID_ENV, str(args.watch_pid or args.parent_pid or os.getppid()))

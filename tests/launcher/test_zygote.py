@@ -7,6 +7,7 @@ random streams, its exit code or signal reaches the agent, and it dies with the 
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -65,8 +66,15 @@ def attach(agent: AgentProc, spawned: dict[str, Any]) -> tuple[runtime.ActorHand
 
 
 def zygote_pids(agent: AgentProc) -> list[int]:
-    children = psutil.Process(agent.proc.pid).children()
-    return [p.pid for p in children if "launcher.zygote" in " ".join(p.cmdline())]
+    """The agent's fork servers. A worker forked a moment ago still shows the zygote's command line (until it
+    shows its own argv), so the agent's workers (the pids of its spawned events) are left out."""
+    workers = {e.get("pid") for e in agent.seen if e.get("ev") == proto.EV_SPAWNED}
+    found = []
+    for child in psutil.Process(agent.proc.pid).children():
+        with contextlib.suppress(psutil.NoSuchProcess):  # a worker that just exited
+            if child.pid not in workers and "launcher.zygote" in " ".join(child.cmdline()):
+                found.append(child.pid)
+    return found
 
 
 def test_forked_worker_answers_calls_with_the_requested_env_cwd_and_sys_path(agent: AgentProc, tmp_path: Path) -> None:
