@@ -75,6 +75,9 @@ def _wait_spin_s() -> float:
 
 
 WAIT_SPIN_S = _wait_spin_s()
+#: A waiting thread spins only if the actor answered this recently: an actor silent for longer has gone to sleep
+#: and takes longer to wake than the spin lasts, and on a small machine the spinning core is one its threads need.
+SPIN_AFTER_RESULT_S = 0.0003
 
 
 @dataclass(slots=True, eq=False)
@@ -132,6 +135,7 @@ class Connection:
         self._acks: list[bytes] = []
         self._heartbeat: asyncio.Task[None] | None = None
         self._last_heard = time.monotonic()
+        self._last_result_at = 0.0  # when a RESULT last came: a waiting thread spins only right after one
         self._lock = threading.RLock()
         self._backlog: collections.deque[Call] = collections.deque()  # calls waiting for the loop to send them
         self._unarmed: list[Call] = []  # sent from other threads; their deadline timers are set on the loop
@@ -302,12 +306,14 @@ class Connection:
             return
         waker = Waker.for_this_thread()
         call.future.add_done_callback(waker.wake)  # settled by another thread (the loop, a death, a timer)
-        until = None if timeout_s is None else time.monotonic() + timeout_s
+        now = time.monotonic()
+        until = None if timeout_s is None else now + timeout_s
+        spin_s = WAIT_SPIN_S if now - self._last_result_at < SPIN_AFTER_RESULT_S else 0.0
         while not call.future.done() and not socket.closed:
             slice_s = _WAIT_SLICE_S if until is None else min(_WAIT_SLICE_S, until - time.monotonic())
             if slice_s <= 0:
                 return
-            socket.receive_here(slice_s, waker, spin_s=WAIT_SPIN_S)
+            socket.receive_here(slice_s, waker, spin_s=spin_s)
 
     def _on_frames(self, frames: list[Any]) -> None:
         self._last_heard = time.monotonic()
@@ -325,6 +331,7 @@ class Connection:
             log.warning("dropped a malformed reply from %s at %s: %s", self.actor, self.address, exc)
 
     def _on_result(self, message: wire.Message) -> None:
+        self._last_result_at = self._last_heard
         call_id, ok, boot_id = header_checks.reply(message.meta, bool)
         with self._lock:
             call = self.calls.pop(call_id, None)

@@ -8,14 +8,26 @@ import os
 import signal
 import threading
 import time
+from typing import Any
 
 import numpy as np
 import pytest
 import torch
 from sample_actors import Color, Counter, Point
 
-from runtime import ActorGroup, ActorHandle, DeadlineExceeded, RemoteError, gather, get_actor, spawn, spawn_many
+from runtime import (
+    ActorGroup,
+    ActorHandle,
+    DeadlineExceeded,
+    RemoteError,
+    connection,
+    gather,
+    get_actor,
+    spawn,
+    spawn_many,
+)
 from transport import local_twin, shared_memory
+from transport.endpoints import ZmqEndpoint
 
 
 def test_sync_result_and_await(counter: ActorHandle) -> None:
@@ -264,3 +276,28 @@ def test_same_host_calls_skip_tcp_unless_switched_off(
         assert local_twin.find(plain.endpoint) is None
     finally:
         plain.kill()
+
+
+def test_a_waiting_caller_spins_only_right_after_a_result(
+    counter: ActorHandle, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A thread blocked in .result() polls the socket first (MILES_WAIT_SPIN_US) only if the actor answered within
+    SPIN_AFTER_RESULT_S: an actor silent for longer is asleep, takes longer to wake than the spin lasts, and the
+    spinning core is one its threads need (bench/README.md: a call after 0.5-50 ms of silence was 15-40% slower)."""
+    assert connection.WAIT_SPIN_S > 0
+    spins: list[float] = []
+    receive_here = ZmqEndpoint.receive_here
+
+    def recording(self: ZmqEndpoint, timeout_s: float, waker: Any, *, spin_s: float = 0.0) -> None:
+        spins.append(spin_s)
+        receive_here(self, timeout_s, waker, spin_s=spin_s)
+
+    monkeypatch.setattr(ZmqEndpoint, "receive_here", recording)
+    monkeypatch.setattr(connection, "SPIN_AFTER_RESULT_S", 60.0)  # "recently": whatever this machine's load
+    assert counter.add(1).result(10) == 11
+    assert spins and spins[0] == connection.WAIT_SPIN_S
+    monkeypatch.setattr(connection, "SPIN_AFTER_RESULT_S", 0.05)
+    time.sleep(0.2)
+    spins.clear()
+    assert counter.add(1).result(10) == 12
+    assert spins and spins[0] == 0.0
