@@ -98,6 +98,14 @@ class InferenceController(WeightUpdates, MemoryOccupation):
                 f"{' and '.join(pools)} needs the launcher's provider API: add plan_kwargs = ['provider_api'] "
                 "to the controller's pool in hosts.toml"
             )
+        if router_pool is None and provider_api is not None:  # under miles-launch, whose expander sets router_pool
+            logger.warning(
+                "inference controller %s: router_pool is not set, so its router runs beside it; miles-launch "
+                "places it on the launcher's host through the pool expander of actors.inference (entry point "
+                "group miles.pool_expanders), which did not run: install this package (pip install -e .), or set "
+                "router_pool = false to keep the router here",
+                server_id,
+            )
         if engine not in ("cpu", "sglang"):
             raise ValueError(f"engine must be 'cpu' or 'sglang', got {engine!r}")
         if engine == "sglang" and sglang is None:

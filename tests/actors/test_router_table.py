@@ -12,6 +12,7 @@ engines (``num_engines``) and routers it may have several.
 from __future__ import annotations
 
 import copy
+import logging
 from pathlib import Path
 from typing import Any
 
@@ -150,6 +151,18 @@ def test_choices_that_cannot_work_are_refused_naming_the_pool_and_the_expander(
 def test_router_pool_true_is_refused_by_a_controller_spawned_without_the_launcher() -> None:
     with pytest.raises(ValueError, match="router_pool=True: give a router pool's id, or false"):
         InferenceController(server_id="s", num_engines=1, router_pool=True)
+
+
+def test_a_controller_under_the_launcher_without_a_router_pool_says_the_expander_did_not_run(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    api = {"address": "tcp://127.0.0.1:1", "token": "t"}  # never called by the constructor
+    with caplog.at_level(logging.WARNING, logger="actors.inference.controller"):
+        InferenceController(server_id="s", num_engines=1, provider_api=api, router_pool=False)
+        assert not caplog.records  # chosen: nothing to say
+        InferenceController(server_id="s", num_engines=1, provider_api=api)
+    (record,) = caplog.records
+    assert "router_pool is not set" in record.getMessage() and "pip install -e ." in record.getMessage()
 
 
 def test_router_pool_false_runs_the_router_beside_the_controller(tmp_path: Path) -> None:
