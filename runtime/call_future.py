@@ -87,5 +87,5 @@ class _CallbackThread:
             fn, future = self._queue.get()
             try:
                 fn(future)
-            except Exception:
+            except BaseException:  # even SystemExit: this thread must outlive any one callback
                 log.exception("exception calling callback for %r", future)
