@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import logging
 import os
 import signal
 import threading
@@ -251,6 +252,27 @@ def test_a_done_callback_may_wait_for_another_call(counter: ActorHandle, reader:
     assert value == 111
     expected = {"miles-call-callbacks"} if reader == "the runtime's loop" else {"miles-call-callbacks", "MainThread"}
     assert thread in expected
+
+
+def test_a_callback_that_raises_is_logged_and_later_callbacks_still_run(
+    counter: ActorHandle, caplog: pytest.LogCaptureFixture
+) -> None:
+    def leave(_: object) -> None:
+        raise SystemExit(3)
+
+    seen: list[str] = []
+    with caplog.at_level(logging.ERROR, logger="runtime.call_future"):
+        # Not done when the callbacks are added, and nobody waits: the loop reads the replies, the callback thread
+        # runs the callbacks.
+        counter.sleep(0.1).future.add_done_callback(leave)
+        time.sleep(0.3)
+        counter.sleep(0.1).future.add_done_callback(lambda _: seen.append(threading.current_thread().name))
+        deadline = time.monotonic() + 10
+        while not seen:
+            assert time.monotonic() < deadline, "the callback thread stopped after a callback raised"
+            time.sleep(0.01)
+    assert seen == ["miles-call-callbacks"]
+    assert any("exception calling callback" in r.getMessage() for r in caplog.records)
 
 
 def test_cancelling_the_future_gives_the_call_up_locally(counter: ActorHandle) -> None:
