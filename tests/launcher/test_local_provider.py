@@ -101,7 +101,12 @@ def test_dying_worker_marks_cell_dead_and_is_reported(tmp_path: Path) -> None:
 
 def test_start_failure_names_worker_and_shows_output(tmp_path: Path) -> None:
     bad = {"kind": "command", "command": "{python} -m launch_workers exit_now 4", "ready": {"kind": "none"}}
-    cfg = config(tmp_path, [{"id": "ok", "worker": HTTP}, {"id": "bad", "worker": {**bad, "ports": {}}}])
+    # A batch worker that is never ready: the batch can only end by the bad worker's exit (with a worker that got
+    # ready, a slow machine could finish the batch before the bad one exits, which is then a death, not a start
+    # failure).
+    waiting = {"kind": "command", "command": "{python} -m launch_workers sleep_forever"}
+    waiting["ready"] = {"kind": "tcp", "port": "port", "deadline_s": 60}
+    cfg = config(tmp_path, [{"id": "ok", "worker": waiting}, {"id": "bad", "worker": {**bad, "ports": {}}}])
     with LocalProvider(cfg) as provider:
         with pytest.raises(WorkerStartError) as info:
             provider.start_all(deadline_s=30)

@@ -39,16 +39,20 @@ def _eventually(condition: Callable[[], bool], what: str, timeout_s: float = 10.
 
 
 def _files_of(sender: int) -> dict[str, int]:
-    """The files of ``sender`` in the private directory, with their inodes."""
-    files = {}
-    for name in os.listdir(shared_memory.SHM_DIR):
-        parsed = shm_names.parse(name)
-        if parsed is not None and parsed.sender == sender:
-            try:
-                files[name] = os.stat(shared_memory.SHM_DIR / name).st_ino
-            except FileNotFoundError:
-                continue
-    return files
+    """The files of ``sender`` in the private directory, with their inodes. A segment changes its name as it
+    changes hands: one renamed while the directory was being read is looked for again, never left out."""
+    for _ in range(1000):
+        files = {}
+        for name in os.listdir(shared_memory.SHM_DIR):
+            parsed = shm_names.parse(name)
+            if parsed is not None and parsed.sender == sender:
+                try:
+                    files[name] = os.stat(shared_memory.SHM_DIR / name).st_ino
+                except FileNotFoundError:  # renamed (or removed) since listdir: read the directory again
+                    break
+        else:
+            return files
+    raise AssertionError(f"the files of {sender} kept changing while they were listed")
 
 
 def _held_by_readers(sender: int) -> list[str]:
@@ -83,7 +87,8 @@ def test_buffers_round_trip_through_an_actor_and_one_segment_serves_them_all(
         assert holder.checksum(np.full(SIZE, value, np.uint8)).result(30) == SIZE * value
         arguments |= set(_files_of(os.getpid()).values()) - earlier
         _eventually(lambda: pool.stats()["busy"] == 0, "the actor never released its argument")
-    assert len(arguments) == 1 and pool.stats() == {"free": 1, "busy": 0, "bytes": SIZE}
+    assert len(arguments) == 1, f"segments seen: {arguments} (before: {earlier}), pool {pool.stats()}"
+    assert pool.stats() == {"free": 1, "busy": 0, "bytes": SIZE}
     results: set[int] = set()
     for value in (4, 5, 6):
         out = holder.make(SIZE, value).result(30)
