@@ -23,6 +23,7 @@ from typing import Any
 import pytest
 import zmq
 from raw_client import RawClient
+from waiting import wait_until
 
 from runtime import ActorDied, ActorHandle, OverCapacity, RemoteError, StoreLimits, exit_actor, spawn
 from runtime.lanes import ThreadLane
@@ -47,15 +48,6 @@ def _exit_code(actor: ActorHandle, timeout_s: float = 10.0) -> int:
     return actor.process.popen.wait(timeout_s)
 
 
-def _wait_until(predicate: Any, timeout_s: float, what: str) -> None:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if predicate():
-            return
-        time.sleep(0.02)
-    pytest.fail(f"{what} did not happen within {timeout_s} s")
-
-
 def _running(actor: ActorHandle, lane: str) -> int:
     return actor.process_health().result(5)["in_flight"].get(lane, 0)
 
@@ -69,7 +61,7 @@ def test_sys_exit_in_a_sync_method_answers_every_call_then_exits_with_its_code(n
         other_id, frames = other.submit_frames("sleep_io", 30.0)
         other.send(frames)
         running = actor.sleep_io(30.0)
-        _wait_until(lambda: _running(actor, "io") == 2, 10, "both io calls running")
+        wait_until(lambda: _running(actor, "io") == 2, "both io calls never ran at once", 10)
         on_loop = actor.sleep_async(30.0)
         started = time.monotonic()
         exiting = actor.exit_with(3)
@@ -97,7 +89,7 @@ def test_sigterm_answers_every_call_in_flight_before_the_process_goes(no_leaks: 
     try:
         other_id, frames = other.submit_frames("sleep", 30.0)
         other.send(frames)
-        _wait_until(lambda: _running(actor, "default") == 1, 10, "the call running")
+        wait_until(lambda: _running(actor, "default") == 1, "the call never started", 10)
         os.kill(actor.pid, signal.SIGTERM)
         reply = other.recv(timeout_s=5)
         assert bytes(reply.meta[0]) == other_id
@@ -121,7 +113,7 @@ def test_exit_actor_from_a_sync_or_async_method_is_a_clean_exit_never_restarted(
     actor = spawn("fault_actors:Leaver", kwargs={"log_path": str(log_path)}, max_restarts=3)
     try:
         in_flight = actor.sleep_io(30.0)
-        _wait_until(lambda: _running(actor, "io") == 1, 10, "the io call running")
+        wait_until(lambda: _running(actor, "io") == 1, "the io call never started", 10)
         with pytest.raises(ActorDied, match=rf"exits with code 0: method '{how}' called exit_actor\(\)"):
             actor.method(how)().result(timeout=5)
         with pytest.raises(ActorDied, match="called exit_actor"):
@@ -145,7 +137,7 @@ def test_other_exits_are_restarted_under_max_restarts(no_leaks: None, tmp_path: 
             args = (code,) if how == "exit_with" else ()
             with pytest.raises(ActorDied, match=f"exits with code {code}"):
                 actor.method(how)(*args).result(timeout=5)
-            _wait_until(lambda old=old_pid: actor.pid != old, 30, "the restart")
+            wait_until(lambda old=old_pid: actor.pid != old, "the actor was not restarted", 30)
             assert actor.add(1).result(timeout=30) == 2
         with pytest.raises(ActorDied, match=r"exits with code 1: method 'odd_exit' raised _OddExit"):
             actor.odd_exit().result(timeout=5)

@@ -15,9 +15,12 @@ import pytest
 import toml_text
 from launch_helpers import PYTHON, launch_until_job_runs, local_host
 
+from launcher import agent_protocol as proto
+from launcher.cells import WorkerInfo
 from launcher.errors import HostCheckError, WorkerStartError
 from launcher.hosts_config import parse_config
 from launcher.local_provider import LocalProvider
+from launcher.placement import WorkerPlacement
 
 
 def config(tmp_path: Path, pools: list[dict[str, Any]], *, hosts: int = 1, gpus: Any = 0, **launcher: Any) -> Any:
@@ -185,10 +188,6 @@ def test_a_ready_event_that_overtakes_spawned_is_kept(tmp_path: Path) -> None:
     """A worker forked in milliseconds may print its ready line before the agent's ``spawned`` event is read (two
     agent threads write events): the worker stays ready, never goes back to spawned and waits for a second ready
     line that never comes (it hung launches until their start deadline)."""
-    from launcher import agent_protocol as proto
-    from launcher.cells import WorkerInfo
-    from launcher.placement import WorkerPlacement
-
     cfg = config(tmp_path, [{"id": "web", "cells": 1, "worker": HTTP}])
     provider = LocalProvider(cfg)
     placement = WorkerPlacement("web", 0, 0, "n0", (), 0.0, 0, 1)

@@ -15,6 +15,7 @@ import numpy as np
 import pytest
 import torch
 from sample_actors import Color, Counter, Point
+from waiting import wait_until
 
 from runtime import (
     ActorGroup,
@@ -244,10 +245,7 @@ def test_a_done_callback_may_wait_for_another_call(counter: ActorHandle, reader:
     )
     if reader == "a thread waiting in result()":
         assert first.result(10) == 11
-    deadline = time.monotonic() + 10
-    while not seen:
-        assert time.monotonic() < deadline, "the callback's own call never finished"
-        time.sleep(0.01)
+    wait_until(lambda: seen, "the callback's own call never finished")
     value, thread = seen[0]
     assert value == 111
     expected = {"miles-call-callbacks"} if reader == "the runtime's loop" else {"miles-call-callbacks", "MainThread"}
@@ -267,10 +265,7 @@ def test_a_callback_that_raises_is_logged_and_later_callbacks_still_run(
         counter.sleep(0.1).future.add_done_callback(leave)
         time.sleep(0.3)
         counter.sleep(0.1).future.add_done_callback(lambda _: seen.append(threading.current_thread().name))
-        deadline = time.monotonic() + 10
-        while not seen:
-            assert time.monotonic() < deadline, "the callback thread stopped after a callback raised"
-            time.sleep(0.01)
+        wait_until(lambda: seen, "the callback thread stopped after a callback raised")
     assert seen == ["miles-call-callbacks"]
     assert any("exception calling callback" in r.getMessage() for r in caplog.records)
 

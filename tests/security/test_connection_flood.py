@@ -65,7 +65,7 @@ def test_a_connection_flood_is_refused_past_the_limit_and_everyone_else_is_serve
                 time.sleep(0.05)
         deadline = time.monotonic() + 20
         while True:  # refused connections are closed at once: the actor's descriptors stay within the limit
-            counts = actor.method("__stats__")().result(10)["connections"]
+            counts = _connections(actor)
             extra_fds = psutil.Process(actor.pid).num_fds() - fds_before
             if counts["refused"] >= FLOOD - LIMIT and extra_fds < LIMIT + 20:
                 break
@@ -80,7 +80,7 @@ def test_a_connection_flood_is_refused_past_the_limit_and_everyone_else_is_serve
             socket.close(linger=0)
         flood.clear()
         deadline = time.monotonic() + 20
-        while actor.method("__stats__")().result(10)["connections"]["open"] > 5:
+        while _connections(actor)["open"] > 5:
             assert time.monotonic() < deadline, "closed connections were not counted as closed"
             time.sleep(0.2)
         late = RawClient(actor.endpoint)  # once the flood is gone, new clients get in again

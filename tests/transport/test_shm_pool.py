@@ -14,12 +14,13 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
+from waiting import wait_until
 
 from runtime import ActorHandle, spawn
 from transport import DecodeError, decode, shared_memory, shm_names, shm_pool
@@ -29,13 +30,6 @@ from transport.shm_pool import SegmentPool
 ROOT = Path(__file__).resolve().parents[2]
 MIB = 1 << 20
 SIZE = 8 * MIB  # above shared_memory.SHM_THRESHOLD
-
-
-def _eventually(condition: Callable[[], bool], what: str, timeout_s: float = 10.0) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not condition():
-        assert time.monotonic() < deadline, what
-        time.sleep(0.02)
 
 
 def _files_of(sender: int) -> dict[str, int]:
@@ -86,7 +80,7 @@ def test_buffers_round_trip_through_an_actor_and_one_segment_serves_them_all(
     for value in (1, 2, 3):
         assert holder.checksum(np.full(SIZE, value, np.uint8)).result(30) == SIZE * value
         arguments |= set(_files_of(os.getpid()).values()) - earlier
-        _eventually(lambda: pool.stats()["busy"] == 0, "the actor never released its argument")
+        wait_until(lambda: pool.stats()["busy"] == 0, "the actor never released its argument")
     assert len(arguments) == 1, f"segments seen: {arguments} (before: {earlier}), pool {pool.stats()}"
     assert pool.stats() == {"free": 1, "busy": 0, "bytes": SIZE}
     results: set[int] = set()
@@ -98,7 +92,7 @@ def test_buffers_round_trip_through_an_actor_and_one_segment_serves_them_all(
             out[0] = 0
         results |= set(_files_of(holder.pid).values())
         del out
-        _eventually(lambda: not _held_by_readers(holder.pid), "this process never released the actor's result")
+        wait_until(lambda: not _held_by_readers(holder.pid), "this process never released the actor's result")
     assert len(results) == 1
     assert holder.writable(np.ones(SIZE, np.uint8)).result(30) is False
 
@@ -121,7 +115,7 @@ def test_a_kept_slice_holds_its_segment_and_is_never_overwritten(pool: SegmentPo
         assert holder.kept_checksum().result(30) == MIB  # still ones: the second argument used another segment
         assert pool.stats()["bytes"] == 2 * SIZE
         holder.drop().result(30)
-        _eventually(lambda: pool.stats()["busy"] == 0, "the dropped slice never released its segment")
+        wait_until(lambda: pool.stats()["busy"] == 0, "the dropped slice never released its segment")
         assert holder.checksum(full(3)).result(30) == SIZE * 3
         assert pool.stats()["bytes"] == 2 * SIZE and first <= set(_files_of(os.getpid()).values())  # reused
     finally:
@@ -178,7 +172,7 @@ def test_a_segment_whose_reader_was_killed_comes_back_to_its_pool(pool: SegmentP
         shared_memory.unlink(names)  # the call is settled, but the reader still holds the segment
         assert pool.stats()["busy"] == 1
         reader.send_signal(signal.SIGKILL)  # not reaped yet: a zombie, which maps nothing
-        _eventually(lambda: pool.stats() == {"free": 1, "busy": 0, "bytes": SIZE}, "the dead reader's segment stayed")
+        wait_until(lambda: pool.stats() == {"free": 1, "busy": 0, "bytes": SIZE}, "the dead reader's segment stayed")
         assert not taken.exists()
     finally:
         reader.kill()
@@ -267,7 +261,7 @@ def test_idle_segments_are_removed(pool: SegmentPool, monkeypatch: pytest.Monkey
     segment = os.stat(shared_memory.SHM_DIR / names[0]).st_ino
     shared_memory.unlink(names)
     assert pool.stats()["free"] == 1 and segment in _files_of(os.getpid()).values()
-    _eventually(lambda: pool.stats()["bytes"] == 0, "an idle segment was kept")
+    wait_until(lambda: pool.stats()["bytes"] == 0, "an idle segment was kept")
     assert segment not in _files_of(os.getpid()).values()
 
 
