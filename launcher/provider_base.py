@@ -41,10 +41,11 @@ from launcher.errors import AgentError, HostCheckError, LauncherError, UnknownPo
 from launcher.hosts_config import ClusterConfig, HostConfig, open_bind_hosts
 from launcher.launch_state import write_state
 from launcher.placement import CellPlacement, PlacementPlan, plan_placement
-from launcher.provider_service import ProviderApiServer, serve_provider_api
+from launcher.provider_service import ProviderService, serve_provider_api
 from launcher.service_discovery import ServiceDiscovery
 from launcher.specs import CommandWorkerSpec
 from runtime import name_service
+from runtime.service import ServiceServer
 
 log = logging.getLogger(__name__)
 
@@ -98,7 +99,7 @@ class BaseWorkerProvider(ABC):
         self.restarts: dict[str, int] = {}  # cell id -> times restart_cell started it again
         self.service_discovery: ServiceDiscovery | None = None
         self.name_server: name_service.NameServer | None = None  # this launch's names (runtime.name_service)
-        self.provider_api: ProviderApiServer | None = None  # launcher.provider_service, for jobs and actors
+        self.provider_api: ServiceServer | None = None  # launcher.provider_service, for jobs and actors
         self._sd_published: dict[str, dict[str, str]] | None = None
 
     @abstractmethod
@@ -179,7 +180,9 @@ class BaseWorkerProvider(ABC):
         if self.name_server is None:
             self._serve_names()
         if self.provider_api is None:
-            self.provider_api = serve_provider_api(self)
+            self.provider_api = serve_provider_api(
+                ProviderService(provider=self), curve_dir=self.curve_dir, open_bind=self._open_bind()
+            )
         if self.settings.metrics_sd_port >= 0 and self.service_discovery is None:
             host, port = self.settings.metrics_sd_host, self.settings.metrics_sd_port
             path = Path(self.settings.workdir) / SD_FILE
@@ -192,12 +195,16 @@ class BaseWorkerProvider(ABC):
                 ) from None
             self._say(f"Prometheus service discovery: {self.metrics_sd_url}; file_sd: {path}")
 
-    def _serve_names(self) -> None:
-        """Serve this launch's name registry: on every interface when SSH hosts must reach it (with the rule of
-        actors' open binds: CURVE on, or ``allow_open_binds_without_curve``), else on loopback."""
-        open_bind = bool(open_bind_hosts(self.config)) and (
+    def _open_bind(self) -> bool:
+        """Whether the launch's services listen on every interface: when SSH hosts must reach them (with the rule
+        of actors' open binds: CURVE on, or ``allow_open_binds_without_curve``); else on loopback."""
+        return bool(open_bind_hosts(self.config)) and (
             self.curve_dir is not None or self.settings.allow_open_binds_without_curve
         )
+
+    def _serve_names(self) -> None:
+        """Serve this launch's name registry (on every interface or on loopback: :meth:`_open_bind`)."""
+        open_bind = self._open_bind()
         try:
             self.name_server = name_service.serve(curve_dir=self.curve_dir, open_bind=open_bind)
         except (OSError, RuntimeError) as exc:
@@ -211,7 +218,7 @@ class BaseWorkerProvider(ABC):
         if self.name_server is None:
             raise LauncherError("the launch's name service is not running (connect() starts it)")
         reach = self.reach_back.get(host, "127.0.0.1") if host is not None else "127.0.0.1"
-        return self.name_server.address(reach).to_env()
+        return self.name_server.address(reach).to_json()
 
     def _ship_keys(self, host: HostConfig, link: AgentLink) -> None:
         """Send the keys to the host's agent (over its SSH channel or pipe); it writes them 0600 under its workdir."""

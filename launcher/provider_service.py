@@ -1,9 +1,9 @@
 """The provider API: jobs and actors list, start, stop and restart the launch's cells through the launcher.
 
-The launcher process serves :class:`ProviderService` (its provider's cells) from an in-process actor server
-(:func:`runtime.driver_server.start_server`) with the launch's CURVE keys: only holders of the launch's client key
-get through, as for every actor (with CURVE off, whoever reaches its port). It listens on every interface when SSH
-hosts must reach it (CURVE on, or ``allow_open_binds_without_curve``), else on loopback.
+The launcher process serves :class:`ProviderService` (its provider's cells) as a service (:mod:`runtime.service`:
+an in-process actor server) with the launch's CURVE keys: only holders of the launch's client key get through, as
+for every actor (with CURVE off, whoever reaches its port). It listens on every interface when SSH hosts must reach
+it (CURVE on, or ``allow_open_binds_without_curve``), else on loopback.
 
 Who finds it where:
 
@@ -24,23 +24,18 @@ from __future__ import annotations
 
 import asyncio
 import json
-import logging
 import os
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any, Protocol
 
 from pydantic import Field
 
-from runtime.errors import ActorDied, DeadlineExceeded, NotDelivered, RemoteError
+from launcher.errors import LauncherError
+from runtime.service import ServiceAddress, ServiceClient, ServiceServer, serve
 from transport.security import FROM_ENV, CurveDir
 
 if TYPE_CHECKING:
     from launcher.cells import CellInfo, WorkerInfo
     from launcher.provider_base import BaseWorkerProvider
-    from runtime.actor_server import ActorServer
-    from runtime.handle import ActorHandle
-
-log = logging.getLogger(__name__)
 
 #: Environment variable of a command job: the provider API's address (JSON).
 PROVIDER_API_ENV = "MILES_PROVIDER_API"
@@ -172,58 +167,30 @@ def _worker_view(worker: WorkerInfo, host_lost: bool) -> dict[str, Any]:
             "error": worker.error, "log_path": worker.log_path, "host_lost": host_lost}  # fmt: skip
 
 
-@dataclass
-class ProviderApiServer:
-    """The provider API served by this process (the launcher): see :func:`serve`."""
-
-    server: ActorServer
-    port: int
-
-    def address(self, reach: str) -> dict[str, Any]:
-        """``{"endpoint", "server_key"}`` as a host reaching this process at ``reach`` (an IP address) sees it."""
-        shown = f"[{reach}]" if ":" in reach else reach
-        key = self.server.server_keys.public.decode() if self.server.curve is not None else None
-        return {"endpoint": f"tcp://{shown}:{self.port}", "server_key": key}
-
-    def close(self) -> None:
-        """Stop serving (calls in flight are answered ActorDied)."""
-        from runtime import driver_server
-
-        try:
-            driver_server.stop_server(self.server, what="stop the provider API")
-        except Exception as exc:  # e.g. at exit, with the runtime's loop already stopped
-            log.warning("stopping the provider API on port %d: %s", self.port, exc)
-
-
-def serve_provider_api(provider: BaseWorkerProvider) -> ProviderApiServer:
-    """Serve ``provider``'s cells with its launch's keys; on every interface when its SSH hosts must reach it
-    (with CURVE on, or ``allow_open_binds_without_curve``), else on loopback."""
-    from launcher.errors import LauncherError
-    from launcher.hosts_config import open_bind_hosts
-    from runtime import driver_server
-    from transport import security
-
-    settings = provider.config.launcher
-    open_bind = bool(open_bind_hosts(provider.config)) and (
-        provider.curve_dir is not None or settings.allow_open_binds_without_curve
-    )
+def serve_provider_api(service: ProviderService, *, curve_dir: str | None, open_bind: bool) -> ServiceServer:
+    """Serve ``service`` with the launch's keys (``curve_dir``), on every interface when ``open_bind`` (its SSH hosts
+    must reach it: with CURVE on, or ``allow_open_binds_without_curve``), else on loopback."""
     try:
-        server = driver_server.start_server(
-            ProviderService(provider=provider), "provider-api", curve=security.resolve(provider.curve_dir),
-            bind="tcp://0.0.0.0:0" if open_bind else "tcp://127.0.0.1:0", what="start the provider API",
-        )  # fmt: skip
+        return serve(service, "provider-api", curve_dir=curve_dir, open_bind=open_bind, what="the provider API")
     except (OSError, RuntimeError) as exc:
         raise LauncherError(f"cannot serve the provider API: {exc}") from None
-    return ProviderApiServer(server=server, port=int(server.address.rsplit(":", 1)[1]))
 
 
-def address_for(provider: BaseWorkerProvider, host: str | None) -> dict[str, Any]:
-    """The provider API's address for a process on ``host`` (None: the launcher's host)."""
+class ServesProviderApi(Protocol):
+    """What :func:`address_for` reads of a provider (``launcher.provider_base.BaseWorkerProvider``)."""
+
+    provider_api: ServiceServer | None  # None until its connect() serves it
+    reach_back: dict[str, str]  # SSH host -> the launcher's address as that host reaches it
+
+
+def address_for(provider: ServesProviderApi, host: str | None) -> dict[str, Any]:
+    """The provider API's address (``{"endpoint", "server_key"}``) for a process on ``host`` (None: the launcher's
+    host)."""
     api = getattr(provider, "provider_api", None)
     if api is None:
         raise ProviderApiError("the provider API is not served (the provider's connect() starts it)")
     reach = provider.reach_back.get(host, "127.0.0.1") if host is not None else "127.0.0.1"
-    return api.address(reach)
+    return api.address(reach).as_dict()
 
 
 class ProviderClient:
@@ -235,36 +202,24 @@ class ProviderClient:
     def __init__(
         self, address: dict[str, Any], *, curve_dir: CurveDir = FROM_ENV, deadline_s: float = CALL_DEADLINE_S
     ) -> None:
-        endpoint = address.get("endpoint") if isinstance(address, dict) else None
-        if not isinstance(endpoint, str) or not endpoint.startswith("tcp://"):
+        parsed = ServiceAddress.from_dict(address)
+        if parsed is None:
             raise ValueError(
                 f"provider API address {str(address)[:200]!r}: expected {{'endpoint': 'tcp://host:port', "
                 "'server_key': key or None}} (the launcher fills it: plan_kwargs = ['provider_api'])"
             )
         self.address = address
         self.deadline_s = deadline_s
-        self._curve_dir = curve_dir
-        self._handle: ActorHandle | None = None
+        self._client = ServiceClient(
+            parsed, ProviderService, name="provider-api", deadline_s=self._deadline, unavailable=self._unavailable,
+            curve_dir=curve_dir,
+        )  # fmt: skip
 
     @classmethod
     def from_env(cls) -> ProviderClient | None:
         """The client of ``MILES_PROVIDER_API`` (a command job), if set."""
         text = os.environ.get(PROVIDER_API_ENV, "")
         return cls(json.loads(text)) if text else None
-
-    @property
-    def handle(self) -> ActorHandle:
-        if self._handle is None:
-            from runtime.handle import ActorHandle
-            from runtime.metadata import class_info, class_path
-
-            endpoint = self.address["endpoint"]
-            self._handle = ActorHandle(
-                endpoint=endpoint, name="provider-api", class_path=class_path(ProviderService), boot_id=None,
-                host=endpoint, pid=0, info=class_info(ProviderService), server_key=self.address.get("server_key"),
-                curve_dir=self._curve_dir,
-            )  # fmt: skip
-        return self._handle
 
     def _deadline(self, op: str, kwargs: dict[str, Any]) -> float:
         if op not in ("restart_cell", "start_cells"):
@@ -279,20 +234,8 @@ class ProviderClient:
 
     async def call(self, op: str, *args: Any, **kwargs: Any) -> Any:
         """``op(*args, **kwargs)`` on the provider API (await it on any loop)."""
-        try:
-            method = self.handle.method(op).options(deadline_s=self._deadline(op, kwargs))
-            return await method(*args, **kwargs)
-        except RemoteError:
-            raise
-        except (ActorDied, DeadlineExceeded, NotDelivered) as exc:
-            raise self._unavailable(op, exc) from None
+        return await self._client.call(op, *args, **kwargs)
 
     def call_sync(self, op: str, *args: Any, **kwargs: Any) -> Any:
         """``op(*args, **kwargs)``, blocking (not on the runtime's event loop thread)."""
-        deadline = self._deadline(op, kwargs)
-        try:
-            return self.handle.method(op).options(deadline_s=deadline)(*args, **kwargs).result(deadline + 2)
-        except RemoteError:
-            raise
-        except (ActorDied, DeadlineExceeded, NotDelivered) as exc:
-            raise self._unavailable(op, exc) from None
+        return self._client.call_sync(op, *args, **kwargs)

@@ -8,7 +8,8 @@ control call is accepted. Two uses:
   its own) that serves the process's refs while it lives (:func:`ensure_serving`). It binds loopback, or every
   interface when ``MILES_ADVERTISE_HOST`` names this host for other hosts (with CURVE on only, as actors' open
   binds);
-- a launch's name service: the launcher serves its registry of actor names (:mod:`runtime.name_service`).
+- a launch's services (:mod:`runtime.service`): the launcher serves its registry of actor names
+  (:mod:`runtime.name_service`) and its provider API (``launcher.provider_service``).
 """
 
 from __future__ import annotations

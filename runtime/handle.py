@@ -15,10 +15,10 @@ import concurrent.futures
 import inspect
 import itertools
 import time
-from collections.abc import Generator
+from collections.abc import Callable, Generator
 from typing import Any
 
-from runtime import control_auth, naming
+from runtime import control_auth
 from runtime.call_future import CallFuture, follow
 from runtime.call_ids import new_call_id
 from runtime.call_store import request_fingerprint
@@ -164,6 +164,9 @@ class ActorHandle:
         self._runtime = runtime or ClientRuntime.get()
         self._curve_dir = curve_dir
         self._connection = connection  # opened on first use: a handle that is only passed along costs nothing
+        # Called with this handle once kill() has stopped the actor: runtime.naming sets it when it registers a name
+        # for this handle, to forget its names (the handle knows nothing of names).
+        self._on_kill: Callable[[ActorHandle], None] | None = None
 
     @property
     def _conn(self) -> Connection:
@@ -279,7 +282,8 @@ class ActorHandle:
                 self.method("__shutdown__")().result(timeout=5.0)
             except Exception:  # already gone, unreachable: either way it is dead to us
                 pass
-        naming.forget(self)
+        if self._on_kill is not None:
+            self._on_kill(self)
         self.mark_dead(f"actor {self.actor_name!r} was killed by its owner")
 
     def to_state(self) -> dict[str, Any]:

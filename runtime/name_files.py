@@ -4,7 +4,7 @@
 makes a private one (mode 0700, removed at exit) and hands it to every actor it spawns, and they to theirs. A
 driver's ``runtime.spawn`` only starts local processes, so its whole tree is on one host and shares the directory.
 (A launch uses its launcher's name service instead: :mod:`runtime.name_service`.) Claims are serialised with a
-file lock. It has the operations of :class:`runtime.name_service.NameRegistry`.
+file lock. It has the operations of :class:`runtime.name_registry.NameRegistry`.
 """
 
 from __future__ import annotations
@@ -21,9 +21,10 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from runtime.name_registry import LISTED_NAMES
+
 REGISTRY_ENV = "MILES_ACTOR_REGISTRY"
 _MAX_ENTRY_BYTES = 64 * 1024
-_LISTED_NAMES = 50
 
 _lock = threading.Lock()
 _own_dir: Path | None = None  # the registry this process made (it has no MILES_ACTOR_REGISTRY)
@@ -115,4 +116,4 @@ class FileRegistry:
         return True
 
     def names(self, namespace: str) -> list[str]:
-        return sorted(p.stem for p in self._path(namespace, "x").parent.glob("*.json"))[:_LISTED_NAMES]
+        return sorted(p.stem for p in self._path(namespace, "x").parent.glob("*.json"))[:LISTED_NAMES]

@@ -26,16 +26,15 @@ from __future__ import annotations
 import asyncio
 import logging
 import threading
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from runtime import name_service
 from runtime.client import ClientRuntime
 from runtime.errors import ActorNotFound
+from runtime.handle import ActorHandle
 from runtime.name_files import REGISTRY_ENV, FileRegistry, registry_dir
-from runtime.name_service import NAME_SERVICE_ENV, NameRegistry, NameServiceClient, check_name
-
-if TYPE_CHECKING:
-    from runtime.handle import ActorHandle
+from runtime.name_registry import NameRegistry, check_key
+from runtime.name_service import NAME_SERVICE_ENV, NameServiceClient
 
 log = logging.getLogger(__name__)
 
@@ -99,22 +98,18 @@ def child_env() -> dict[str, str]:
     """What a process this one spawns needs to share its names (its own spawns and ``get_actor``)."""
     served = name_service.local_server()
     if served is not None:
-        return {NAME_SERVICE_ENV: served.address("127.0.0.1").to_env()}  # spawned here: on this host
+        return {NAME_SERVICE_ENV: served.address("127.0.0.1").to_json()}  # spawned here: on this host
     client = name_service.client_from_env()
     if client is not None:
-        return {NAME_SERVICE_ENV: client.address.to_env()}
+        return {NAME_SERVICE_ENV: client.address.to_json()}
     return {REGISTRY_ENV: str(registry_dir())}
 
 
-def _check(name: str, namespace: str) -> None:
-    check_name("name", name)
-    if namespace:
-        check_name("namespace", namespace)
-
-
 def _remember(name: str, namespace: str, handle: ActorHandle) -> None:
+    """Hold ``handle`` under the name here; killing it forgets its names (the hook the handle calls then)."""
     with _lock:
         _names[(namespace, name)] = handle
+    handle._on_kill = forget
 
 
 def local_handle(name: str, namespace: str = DEFAULT_NAMESPACE) -> ActorHandle | None:
@@ -143,7 +138,7 @@ async def claim_async(
 async def register_name_async(name: str, handle: ActorHandle, namespace: str = DEFAULT_NAMESPACE) -> None:
     """Record ``handle`` under the name, whoever held it (``attach``: launchers name their cells; ``spawn``
     claims names with checks). With a name service this is a claim (only the launcher overwrites names)."""
-    _check(name, namespace)
+    check_key(namespace, name)
     backend = _backend()
     if isinstance(backend, NameServiceClient):
         holder = await backend.call("claim", namespace, name, handle.to_state(), None)
@@ -177,8 +172,6 @@ def forget(handle: ActorHandle) -> None:
 
 def _found(name: str, namespace: str, state: dict[str, Any] | None, known: list[str]) -> ActorHandle:
     if state is not None:
-        from runtime.handle import ActorHandle
-
         try:
             return ActorHandle(**state)
         except TypeError:  # not a handle's state: a corrupt entry
@@ -192,7 +185,7 @@ def get_actor(name: str, namespace: str = DEFAULT_NAMESPACE) -> ActorHandle:
     """The actor registered under the name in ``namespace`` (as Ray's ``ray.get_actor``); raises ActorNotFound
     (a KeyError and a ValueError) listing the names known there. On the runtime's loop thread: ``get_actor_async``.
     """
-    _check(name, namespace)
+    check_key(namespace, name)
     handle = local_handle(name, namespace)
     if handle is not None:
         return handle
@@ -204,7 +197,7 @@ def get_actor(name: str, namespace: str = DEFAULT_NAMESPACE) -> ActorHandle:
 
 async def get_actor_async(name: str, namespace: str = DEFAULT_NAMESPACE) -> ActorHandle:
     """:func:`get_actor` for async code (on any event loop, also the runtime's own)."""
-    _check(name, namespace)
+    check_key(namespace, name)
     handle = local_handle(name, namespace)
     if handle is not None:
         return handle

@@ -18,7 +18,7 @@ from typing import Any
 
 import cloudpickle
 
-from runtime import driver_server, naming
+from runtime import driver_server, name_registry, naming
 from runtime.builtin_methods import resolve_class
 from runtime.call_store import StoreLimits
 from runtime.client import ClientRuntime
@@ -250,9 +250,9 @@ async def spawn_async(
     if lifetime not in (None, "detached", "non_detached"):
         raise ValueError(f"lifetime must be None, 'non_detached' or 'detached', got {lifetime!r}")
     if name is not None:
-        naming.check_name("name", name)
+        name_registry.check_name("name", name)
     if namespace:
-        naming.check_name("namespace", namespace)
+        name_registry.check_name("namespace", namespace)
     stale = None
     if name is not None:
         holder, stale = await live_holder(name, namespace, curve_dir)

@@ -19,15 +19,9 @@ from pathlib import Path
 import pytest
 
 from runtime import ActorHandle, CallRejected, RemoteError, get_actor, name_service, spawn
-from runtime.name_service import (
-    NAME_SERVICE_ENV,
-    NameRegistry,
-    NameRegistryFull,
-    NameServer,
-    NameServiceClient,
-    NameServiceUnavailable,
-    ServiceAddress,
-)
+from runtime.name_registry import NameRegistry, NameRegistryFull
+from runtime.name_service import NAME_SERVICE_ENV, NameServer, NameServiceClient, NameServiceUnavailable
+from runtime.service import ServiceAddress
 from transport.security import CURVE_DIR_ENV, generate_cluster_keys
 
 
@@ -104,7 +98,7 @@ def test_a_service_that_does_not_answer_fails_within_its_deadline_naming_it(no_l
         client.call_sync("lookup", "", "x", what="t")
     assert time.monotonic() - started < 5
     with pytest.raises(ValueError, match="MILES_NAME_SERVICE='nonsense' is not a name service address"):
-        ServiceAddress.from_env("nonsense")
+        name_service.address_from_env("nonsense")
 
 
 _CLIENT_SCRIPT = """
@@ -137,7 +131,7 @@ def test_sync_calls_refuse_to_block_the_runtime_loop_and_async_ones_work_there(s
     counter = spawn("sample_actors:Counter", kwargs={"start": 7})
     try:
         served.registry.put("", "on-loop", counter.to_state())
-        env = {**os.environ, NAME_SERVICE_ENV: served.address("127.0.0.1").to_env()}
+        env = {**os.environ, NAME_SERVICE_ENV: served.address("127.0.0.1").to_json()}
         env["PYTHONPATH"] = os.pathsep.join([str(Path(__file__).parent), *sys.path])
         done = subprocess.run([sys.executable, "-c", _CLIENT_SCRIPT], env=env, capture_output=True, timeout=60)
         assert done.returncode == 0, done.stderr.decode()[-2000:]
