@@ -6,11 +6,12 @@ Run it with ``python -m actors.cpu_engine --host 127.0.0.1 --port N [--model-pat
 load a Hugging Face directory with :func:`load_hf_model`.
 """
 
-from actors.cpu_engine.engine import CPUEngine, EngineSettings
+from actors.cpu_engine.engine import CPUEngine
 from actors.cpu_engine.model import LlamaForCausalLM, build_model, expected_shapes
 from actors.cpu_engine.model_source import ServedModel, load_hf_model
 from actors.cpu_engine.protocol import RequestError
 from actors.cpu_engine.server import create_app
+from actors.cpu_engine.settings import EngineSettings
 from actors.cpu_engine.weights import (
     WeightsError,
     build_model_from_named_tensors,

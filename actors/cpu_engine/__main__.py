@@ -21,7 +21,7 @@ import torch
 from aiohttp import web
 from aiohttp.http_exceptions import BadHttpMessage
 
-from actors.cpu_engine.engine import CPUEngine, EngineSettings
+from actors.cpu_engine.engine import CPUEngine
 from actors.cpu_engine.model_source import (
     DTYPE_CHOICES,
     ServedModel,
@@ -30,6 +30,7 @@ from actors.cpu_engine.model_source import (
     load_hf_model,
 )
 from actors.cpu_engine.server import create_app
+from actors.cpu_engine.settings import EngineSettings
 from actors.model_config import ModelConfig
 
 logger = logging.getLogger("actors.cpu_engine")

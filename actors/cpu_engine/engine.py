@@ -5,8 +5,8 @@ run as one batch. Pausing follows SGLang: ``mode="abort"`` aborts every request 
 ``in_place``/``retract`` freeze running batches between decode steps; in every mode new requests wait
 until ``/continue_generation``, for at most ``pause_wait_timeout_s``, then get a 503 that says so.
 Weight updates (see :mod:`actors.cpu_engine.weight_sync`) take the model lock, so they land between two
-decode steps of a running batch. Releasing memory is bookkeeping only (weights stay in RAM): while
-released, generation gets a 503, and resuming memory that was not released is an error (as in SGLang).
+decode steps of a running batch. Releasing memory is bookkeeping only (see
+:mod:`actors.cpu_engine.released_memory`). Its settings: :class:`~actors.cpu_engine.settings.EngineSettings`.
 A streaming request gets a snapshot of its sequences after every decode step.
 """
 
@@ -22,51 +22,20 @@ from dataclasses import dataclass
 from typing import Any
 
 import torch
-from pydantic import BaseModel, ConfigDict, Field
 
 from actors.cpu_engine.generation import Sequence, run_batch
 from actors.cpu_engine.metrics import EngineMetrics
 from actors.cpu_engine.model import LlamaForCausalLM
 from actors.cpu_engine.prefix_cache import PrefixCache
 from actors.cpu_engine.protocol import GenerationItem, RequestError
+from actors.cpu_engine.released_memory import ReleasedMemory
+from actors.cpu_engine.settings import EngineSettings
 from actors.cpu_engine.weight_sync import WeightSync
 from actors.tokenizer import BYTE_TOKENIZER, Tokenizer
 
 logger = logging.getLogger(__name__)
 
-GENERATION_MEMORY_TAGS = frozenset({"weights", "kv_cache"})
-ALL_MEMORY_TAGS = ("weights", "kv_cache", "cuda_graph")
 POLL_S = 0.02
-
-
-class EngineSettings(BaseModel):
-    """How one CPU engine behaves; immutable."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
-    model_path: str = Field(description="Reported as the model path; where weights came from.")
-    tokenizer_path: str = Field(default="actors.tokenizer (bytes)", description="Reported as the tokenizer path.")
-    served_model_name: str = "cpu-engine"
-    eos_token_ids: tuple[int, ...] = Field(
-        default=(), description="Ids ending a generation besides the tokenizer's eos (SGLang's hf_eos_token_id)."
-    )
-    weight_version: str = "default"
-    random_seed: int = Field(default=0, description="Seeds sampling for requests without a seed.")
-    context_length: int = Field(gt=1, description="Prompt plus completion must fit in this.")
-    max_batch_size: int = Field(default=64, gt=0)
-    batch_window_s: float = Field(default=0.002, ge=0.0)
-    pause_wait_timeout_s: float = Field(default=300.0, gt=0.0)
-    health_timeout_s: float = Field(default=30.0, gt=0.0)
-    weights_group_timeout_s: float = Field(
-        default=120.0, gt=0.0, description="Deadline to join a weight-update group and for each broadcast."
-    )
-    prefix_cache_tokens: int = Field(
-        default=1 << 16, ge=0, description="Tokens (prompts and outputs) the prefix cache keeps for reuse; 0: none."
-    )
-    enable_cache_report: bool = Field(
-        default=False, description="SGLang's --enable-cache-report: OpenAI usage has prompt_tokens_details."
-    )
-    max_total_num_tokens: int = Field(default=1 << 16, gt=0, description="Token budget reported (token_usage).")
 
 
 @dataclass(eq=False)
@@ -100,7 +69,7 @@ class CPUEngine(WeightSync):
         self._unpaused = threading.Event()
         self._unpaused.set()
         self._pause_mode: str | None = None
-        self._released: set[str] = set()
+        self.memory = ReleasedMemory()
         self._closing = False
         self._in_flight: dict[str, Sequence] = {}
         self._rng = torch.Generator().manual_seed(settings.random_seed)
@@ -206,7 +175,7 @@ class CPUEngine(WeightSync):
     @property
     def ready(self) -> bool:
         """SGLang's ``/ready``: accepting new requests (not paused, memory held, not shutting down)."""
-        return self._unpaused.is_set() and not (GENERATION_MEMORY_TAGS & self._released) and not self._closing
+        return self._unpaused.is_set() and not self.memory.blocking_generation() and not self._closing
 
     def pause(self, mode: str) -> int:
         """Pause generation; ``mode="abort"`` also aborts what is in flight (returns how many)."""
@@ -251,37 +220,19 @@ class CPUEngine(WeightSync):
     # memory ---------------------------------------------------------------------------------------------
 
     def release_memory(self, tags: list[str] | None) -> list[str]:
-        """Mark memory released; refused while requests are in flight (as SGLang requires idle)."""
-        if self._in_flight:
-            raise RequestError(
-                f"cannot release memory while {len(self._in_flight)} request(s) are in flight; "
-                "pause generation with mode='abort' first"
-            )
-        self._released.update(tags or ALL_MEMORY_TAGS)
-        logger.info("memory released: %s", sorted(self._released))
-        return sorted(self._released)
+        """Mark memory released (refused while requests are in flight); returns the released tags."""
+        return self.memory.release(tags, in_flight=len(self._in_flight))
 
     def resume_memory(self, tags: list[str] | None) -> list[str]:
-        """Take released memory back; memory that was not released is an error (SGLang: offload_tags.remove)."""
-        wanted = set(tags or ALL_MEMORY_TAGS)
-        never = sorted(wanted - self._released)
-        if never:
-            raise RequestError(f"tags: memory {never} was not released; call /release_memory_occupation first")
-        self._released.difference_update(wanted)
-        logger.info("memory resumed; still released: %s", sorted(self._released))
-        return sorted(self._released)
+        """Take released memory back; returns the tags still released."""
+        return self.memory.resume(tags)
 
     # internals ------------------------------------------------------------------------------------
 
     def _check_can_generate(self) -> None:
         if self._closing:
             raise RequestError("engine shutting down", status=503)
-        released = GENERATION_MEMORY_TAGS & self._released
-        if released:
-            raise RequestError(
-                f"memory is released ({', '.join(sorted(released))}); call /resume_memory_occupation first",
-                status=503,
-            )
+        self.memory.check_can_generate()
 
     def _admit(self, items: list[GenerationItem]) -> list[Sequence]:
         self._check_can_generate()
@@ -425,18 +376,7 @@ class CPUEngine(WeightSync):
         group.finished = True
         now = time.monotonic()
         for seq in group.sequences:
-            self.metrics.generation_tokens.inc(len(seq.output_ids))
-            self.metrics.prompt_tokens.inc(len(seq.item.input_ids))
-            self.metrics.num_requests.inc()
-            self.metrics.e2e_request_latency.observe(now - seq.created_at)
-            self.metrics.record_prefix(len(seq.item.input_ids), seq.cached_tokens)
-            if seq.first_token_at is not None:
-                self.metrics.time_to_first_token.observe(seq.first_token_at - seq.created_at)
-                if len(seq.output_ids) > 1:
-                    per_token = (now - seq.first_token_at) / (len(seq.output_ids) - 1)
-                    self.metrics.time_per_output_token.observe(per_token)
-            if seq.finish_reason and seq.finish_reason["type"] == "abort":
-                self.metrics.num_aborted_requests.inc()
+            self.metrics.record_finished(seq, now)
         if group.future.done():
             return
         if error is None:

@@ -8,11 +8,16 @@ Names and labels follow SGLang 0.5.23's ``srt/observability/metrics_collector.py
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
 LATENCY_BUCKETS = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
 TOKEN_LATENCY_BUCKETS = (0.001, 0.005, 0.01, 0.02, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
+if TYPE_CHECKING:
+    from actors.cpu_engine.generation import Sequence
+
 FUNC_LATENCY_BUCKETS = tuple(0.05 * 1.5**i for i in range(18))  # SGLang's exponential_buckets(0.05, 1.5, 18)
 
 
@@ -72,6 +77,20 @@ class EngineMetrics:
         self._prompt_seen += prompt_tokens
         self._prompt_cached += cached_tokens
         self.cache_hit_rate.set(self._prompt_cached / self._prompt_seen if self._prompt_seen else 0.0)
+
+    def record_finished(self, seq: Sequence, now: float) -> None:
+        """Count a finished sequence: tokens, request, latencies, prefix-cache use and whether it was aborted."""
+        self.generation_tokens.inc(len(seq.output_ids))
+        self.prompt_tokens.inc(len(seq.item.input_ids))
+        self.num_requests.inc()
+        self.e2e_request_latency.observe(now - seq.created_at)
+        self.record_prefix(len(seq.item.input_ids), seq.cached_tokens)
+        if seq.first_token_at is not None:
+            self.time_to_first_token.observe(seq.first_token_at - seq.created_at)
+            if len(seq.output_ids) > 1:
+                self.time_per_output_token.observe((now - seq.first_token_at) / (len(seq.output_ids) - 1))
+        if seq.finish_reason and seq.finish_reason["type"] == "abort":
+            self.num_aborted_requests.inc()
 
     def render(self) -> bytes:
         return generate_latest(self.registry)

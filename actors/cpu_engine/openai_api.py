@@ -2,15 +2,15 @@
 
 Shapes from SGLang 0.5.23's ``srt/entrypoints/openai/protocol.py`` (``ModelCard``, ``CompletionRequest``,
 ``ChatCompletionRequest``, ``CompletionResponse``, ``ChatCompletionResponse``, ``UsageInfo``), the handlers in
-``serving_completions.py`` and ``serving_chat.py`` and the ``/v1/models`` routes of ``http_server.py``. Like
-SGLang's pydantic models, unknown fields are ignored; fields SGLang maps to features the CPU engine lacks
-(constrained decoding, LoRA, sessions ...) are passed to ``/generate``'s checks, which refuse any non-neutral
-value. Requests become ``/generate`` items run by the same engine; ``stream=true`` answers as SGLang's SSE
-(:mod:`actors.cpu_engine.openai_stream`). Chat messages are rendered and tokenized by the tokenizer's chat
-template (a Hugging Face directory's own, as ``serving_chat.py`` with ``tokenize=True``) unless ``input_ids``
-is given; OpenAI's lists of text parts are joined into one string first. The served name is SGLang's
-``served_model_name`` (default: the model path; it follows ``/update_weights_from_disk`` to the new path, as
-``tokenizer_manager.py`` does).
+``serving_completions.py`` and ``serving_chat.py`` and the ``/v1/models`` routes of ``http_server.py``. The
+request models are in :mod:`actors.cpu_engine.openai_protocol` (unknown fields are ignored, as SGLang's are);
+fields SGLang maps to features the CPU engine lacks (constrained decoding, LoRA, sessions ...) are passed to
+``/generate``'s checks, which refuse any non-neutral value. Requests become ``/generate`` items run by the same
+engine; ``stream=true`` answers as SGLang's SSE (:mod:`actors.cpu_engine.openai_stream`). Chat messages are
+rendered and tokenized by the tokenizer's chat template (a Hugging Face directory's own, as ``serving_chat.py``
+with ``tokenize=True``) unless ``input_ids`` is given; OpenAI's lists of text parts are joined into one string
+first. The served name is SGLang's ``served_model_name`` (default: the model path; it follows
+``/update_weights_from_disk`` to the new path, as ``tokenizer_manager.py`` does).
 """
 
 from __future__ import annotations
@@ -19,10 +19,10 @@ import time
 from typing import Any
 
 from aiohttp import web
-from pydantic import BaseModel, ConfigDict, field_validator
 
 from actors.cpu_engine import openai_shapes as shapes
 from actors.cpu_engine import openai_stream
+from actors.cpu_engine.openai_protocol import ChatCompletionRequest, CompletionRequest, OpenAIServingRequest
 from actors.cpu_engine.protocol import GenerateBatch, GenerationItem, RequestError, expand_generate_request, parse
 from actors.cpu_engine.routes import ENGINE, json_body
 from actors.tokenizer import message_text
@@ -33,89 +33,7 @@ PASSED_THROUGH += ("return_routed_experts", "extra_key", "cache_salt", "priority
 CONSTRAINED_FORMATS = ("json_schema", "json_object", "structural_tag")
 
 
-class StreamOptions(BaseModel):
-    include_usage: bool | None = False
-    continuous_usage_stats: bool | None = False
-
-
-class _OpenAIRequest(BaseModel):
-    model_config = ConfigDict(extra="ignore", frozen=True)
-
-    model: str = "default"
-    frequency_penalty: float = 0.0
-    presence_penalty: float = 0.0
-    logit_bias: dict[str, float] | None = None
-    n: int = 1
-    seed: int | None = None
-    stop: str | list[str] | None = None
-    stream: bool = False
-    stream_options: StreamOptions | None = None
-    min_tokens: int = 0
-    regex: str | None = None
-    ebnf: str | None = None
-    stop_token_ids: list[int] | None = None
-    stop_regex: str | list[str] | None = None
-    no_stop_trim: bool = False
-    ignore_eos: bool = False
-    skip_special_tokens: bool = True
-    response_format: dict[str, Any] | None = None
-    custom_params: dict[str, Any] | None = None
-    watermark: dict[str, Any] | None = None
-    return_token_ids: bool = False
-    rid: str | list[str] | None = None
-    lora_path: str | list[str | None] | None = None
-    session_id: str | None = None
-    custom_logit_processor: str | list[str | None] | None = None
-    return_hidden_states: bool | str = False
-    return_routed_experts: bool = False
-    extra_key: str | list[str] | None = None
-    cache_salt: str | list[str] | None = None
-    priority: int | None = None
-    routed_dp_rank: int | None = None
-
-    def usage_wanted(self) -> tuple[bool, bool]:
-        """``utils.should_include_usage``: (final usage chunk, usage on every chunk)."""
-        options = self.stream_options
-        return bool(options and options.include_usage), bool(options and options.continuous_usage_stats)
-
-
-class CompletionRequest(_OpenAIRequest):
-    prompt: list[int] | list[list[int]] | str | list[str]
-    echo: bool = False
-    logprobs: int | None = None
-    max_tokens: int = 16
-    temperature: float = 1.0
-    top_p: float = 1.0
-    top_k: int = -1
-    min_p: float = 0.0
-    repetition_penalty: float = 1.0
-    json_schema: str | None = None
-
-    @field_validator("max_tokens")
-    @classmethod
-    def _positive(cls, value: int) -> int:
-        if value <= 0:
-            raise ValueError("max_tokens must be positive")
-        return value
-
-
-class ChatCompletionRequest(_OpenAIRequest):
-    messages: list[dict[str, Any]]
-    input_ids: list[int] | None = None
-    logprobs: bool = False
-    top_logprobs: int | None = None
-    max_tokens: int | None = None
-    max_completion_tokens: int | None = None
-    temperature: float | None = None
-    top_p: float | None = None
-    top_k: int | None = None
-    min_p: float | None = None
-    repetition_penalty: float | None = None
-    return_prompt_token_ids: bool = False
-    return_meta_info: bool = False
-
-
-def _sampling(request: CompletionRequest | ChatCompletionRequest, max_new_tokens: int | None) -> dict[str, Any]:
+def _sampling(request: OpenAIServingRequest, max_new_tokens: int | None) -> dict[str, Any]:
     """``_build_sampling_params`` / ``ChatCompletionRequest.to_sampling_params`` with OpenAI's defaults."""
     if request.response_format and request.response_format.get("type") in CONSTRAINED_FORMATS:
         raise RequestError(f"response_format: {request.response_format['type']!r} is not supported by the CPU engine")
@@ -147,7 +65,7 @@ def _sampling(request: CompletionRequest | ChatCompletionRequest, max_new_tokens
     }
 
 
-def _expand(request: web.Request, body: dict[str, Any], openai: _OpenAIRequest) -> GenerateBatch:
+def _expand(request: web.Request, body: dict[str, Any], openai: OpenAIServingRequest) -> GenerateBatch:
     """The ``/generate`` items of an OpenAI request (SGLang's ``_convert_to_internal_request``)."""
     engine = request.app[ENGINE]
     passed = {name: getattr(openai, name) for name in PASSED_THROUGH}

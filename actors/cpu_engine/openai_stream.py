@@ -22,11 +22,11 @@ from typing import TYPE_CHECKING, Any
 from aiohttp import web
 
 from actors.cpu_engine import openai_shapes as shapes
+from actors.cpu_engine.openai_protocol import ChatCompletionRequest, CompletionRequest
 from actors.cpu_engine.protocol import GenerationItem, RequestError
 
 if TYPE_CHECKING:
     from actors.cpu_engine.engine import CPUEngine
-    from actors.cpu_engine.openai_api import ChatCompletionRequest, CompletionRequest
 
 DONE = "data: [DONE]\n\n"
 

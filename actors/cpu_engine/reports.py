@@ -52,7 +52,7 @@ def server_info(engine: CPUEngine, host: str, port: int) -> dict[str, Any]:
             {
                 "paused": engine.paused,
                 "pause_mode": engine._pause_mode,
-                "released_memory": sorted(engine._released),
+                "released_memory": sorted(engine.memory.released),
                 "num_in_flight": len(engine._in_flight),
                 "weight_version": engine.weight_version,
                 "max_total_num_tokens": engine.settings.max_total_num_tokens,

@@ -1,12 +1,14 @@
-"""Engine cells (``{server_id}-{index}``) and their states (RouterSettings moved to router_settings.py).
+"""Engine cells (``{server_id}-{index}``) and their state machine.
 
 A cell keeps its id across restarts; its engine process (and URL) change with each incarnation::
 
     initializing ──ready──▶ pending_weights ──weights──▶ serving ──dies / unhealthy──▶ initializing ...
-         └───────────── out of restarts, or shutdown ─────────────▶ disposed
+    initializing ──ready, weights restorable──▶ serving ──missed an update──▶ pending_weights
+    any state ──out of restarts, or shutdown──▶ disposed (final)
 
 Only ``serving`` cells are registered with the router; ``pending_weights`` cells are running but hold no
-weights the controller can vouch for, so they take weight updates and no traffic.
+weights the controller can vouch for, so they take weight updates and no traffic. Every change of state goes
+through :meth:`EngineCell.move`, which refuses one that :data:`TRANSITIONS` does not list.
 """
 
 from __future__ import annotations
@@ -17,7 +19,6 @@ from typing import Any
 
 from actors.inference.engine_client import EngineClient
 from actors.inference.engine_launcher import EngineProcess
-from actors.inference.router_settings import RouterSettings as RouterSettings  # its former home
 
 
 class CellState(str, enum.Enum):
@@ -25,6 +26,20 @@ class CellState(str, enum.Enum):
     PENDING_WEIGHTS = "pending_weights"
     SERVING = "serving"
     DISPOSED = "disposed"
+
+
+_EVERY_STATE = frozenset(CellState)
+TRANSITIONS: dict[CellState, frozenset[CellState]] = {
+    CellState.INITIALIZING: _EVERY_STATE,  # launched (again), ready without weights, restored and registered
+    CellState.PENDING_WEIGHTS: _EVERY_STATE,  # restarted, caught up again, given weights and registered
+    CellState.SERVING: _EVERY_STATE,  # restarted, missed an update, registered again with a new router
+    CellState.DISPOSED: frozenset({CellState.DISPOSED}),  # shutdown() may run twice
+}
+LIVE_STATES = (CellState.SERVING, CellState.PENDING_WEIGHTS)  # running engines that take weight updates
+
+
+class CellStateError(RuntimeError):
+    """A change of state :data:`TRANSITIONS` does not allow (a disposed cell never comes back)."""
 
 
 @dataclass(eq=False)
@@ -43,6 +58,14 @@ class EngineCell:
     health_failures: int = 0
     last_error: str | None = None
     busy: bool = False  # a start/restart task owns the cell: the health check leaves it alone
+
+    def move(self, state: CellState, *, error: str | None = None) -> None:
+        """Change state (and, when given, ``last_error``); refuses a move :data:`TRANSITIONS` does not list."""
+        if state not in TRANSITIONS[self.state]:
+            raise CellStateError(f"engine {self.cell_id}: {self.state.value} -> {state.value} is not a transition")
+        self.state = state
+        if error is not None:
+            self.last_error = error
 
     @property
     def url(self) -> str | None:

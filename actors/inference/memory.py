@@ -21,7 +21,7 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING, Any
 
-from actors.inference.cells import CellState, EngineCell
+from actors.inference.cells import LIVE_STATES, EngineCell
 from actors.inference.errors import InferenceError, MemoryReleased, UpdateInProgress
 
 if TYPE_CHECKING:
@@ -31,7 +31,6 @@ logger = logging.getLogger(__name__)
 
 MEMORY_TAGS = ("kv_cache", "weights", "cuda_graph")  # sglang/srt/constants.py: GPU_MEMORY_ALL_TYPES
 GENERATION_TAGS = frozenset({"kv_cache", "weights"})  # without them an engine cannot generate
-_LIVE = (CellState.SERVING, CellState.PENDING_WEIGHTS)
 
 
 class MemoryOccupation:
@@ -116,7 +115,7 @@ class MemoryOccupation:
                 assert cell.client is not None
                 await cell.client.memory(op, tags, timeout_s=self.request_timeout_s)
 
-            cells = [c for c in self._cells if c.state in _LIVE and c.client is not None and not c.busy]
+            cells = [c for c in self._cells if c.state in LIVE_STATES and c.client is not None and not c.busy]
             await self._on_all(cells, apply, what)
             record(wanted)
             logger.info("server %s: %s %s; released now: %s", self.server_id, what, tags, sorted(self._released))

@@ -29,7 +29,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from actors.inference.cells import CellState, EngineCell
+from actors.inference.cells import LIVE_STATES, CellState, EngineCell
 from actors.inference.errors import InferenceError, NoServingEngines, UpdateInProgress, UpdateNotHeld
 from actors.weights_wire import encode_named_tensors
 
@@ -41,7 +41,6 @@ if TYPE_CHECKING:
 logger = logging.getLogger(__name__)
 
 PAUSE_MODES = ("abort", "retract", "in_place")
-_LIVE = (CellState.SERVING, CellState.PENDING_WEIGHTS)
 
 
 @dataclass(eq=False)
@@ -90,7 +89,7 @@ class WeightUpdates:
                 f"server {self.server_id}: the weight-update lock is held by {holder}; waited {timeout_s}s. "
                 f"End or abort that update first (it expires after {self.update_lock_timeout_s}s)"
             )
-        cells = [c for c in self._cells if c.state in _LIVE and c.client is not None]
+        cells = [c for c in self._cells if c.state in LIVE_STATES and c.client is not None]
         session = UpdateSession(uuid.uuid4().hex, time.monotonic(), {c.cell_id: str(c.url) for c in cells})
         self._update = session
         try:
@@ -141,7 +140,7 @@ class WeightUpdates:
         newly = [c for c in updated if c.state == CellState.PENDING_WEIGHTS and not c.busy]
         await asyncio.gather(*(self._resync(cell, register_only=True) for cell in newly))
         for cell in self._cells:
-            if cell.state in _LIVE and not cell.busy and cell not in updated:
+            if cell.state in LIVE_STATES and not cell.busy and cell not in updated:
                 self._background(self._resync(cell, register_only=False), f"resync-{cell.cell_id}")
         logger.info(
             "server %s: weight update %s done: version %s on %d engine(s)",
@@ -264,7 +263,7 @@ class WeightUpdates:
         """The cells paused for ``session`` whose engine is still that incarnation and alive."""
         return [
             c for c in self._cells
-            if c.state in _LIVE and c.client is not None and session.targets.get(c.cell_id) == c.url
+            if c.state in LIVE_STATES and c.client is not None and session.targets.get(c.cell_id) == c.url
         ]  # fmt: skip
 
     def _record(self, session: UpdateSession, version: str, weights_dir: str | None) -> None:
@@ -313,7 +312,7 @@ class WeightUpdates:
                 await self._register(cell)
                 return
             await self._unregister(cell)
-            cell.state = CellState.PENDING_WEIGHTS
+            cell.move(CellState.PENDING_WEIGHTS)
             await self._catch_up(cell)
         except (asyncio.CancelledError, KeyboardInterrupt):
             raise
@@ -368,23 +367,17 @@ class WeightUpdates:
     def _cell_errors(self) -> str:
         return "; ".join(f"{c.cell_id} ({c.state.value}): {c.last_error}" for c in self._cells)
 
-    if TYPE_CHECKING:  # provided by MemoryOccupation (later in InferenceController's MRO)
+    if TYPE_CHECKING:  # provided by MemoryOccupation and CellKeeper (elsewhere in InferenceController's MRO)
 
         def _before_update(self) -> None: ...
 
-    # provided by InferenceController
-    def _fail(self, cell: EngineCell, exc: BaseException) -> None:
-        raise NotImplementedError
+        def _fail(self, cell: EngineCell, exc: BaseException) -> None: ...
 
-    @staticmethod
-    def _is_refusal(exc: BaseException) -> bool:
-        raise NotImplementedError
+        @staticmethod
+        def _is_refusal(exc: BaseException) -> bool: ...
 
-    async def _register(self, cell: EngineCell) -> None:
-        raise NotImplementedError
+        async def _register(self, cell: EngineCell) -> None: ...
 
-    async def _unregister(self, cell: EngineCell) -> None:
-        raise NotImplementedError
+        async def _unregister(self, cell: EngineCell) -> None: ...
 
-    async def _catch_up(self, cell: EngineCell) -> None:
-        raise NotImplementedError
+        async def _catch_up(self, cell: EngineCell) -> None: ...

@@ -3,16 +3,14 @@
 A plain class: the actor runtime hosts one per process (Megatron's parallel state is process-global).
 Methods marked *collective* must be called on every rank, in the same order, like any SPMD program;
 with the default serial concurrency group the runtime gives exactly that. :meth:`health` may be called
-from another thread at any time.
+from another thread at any time. Every method runs under the rank's :class:`~actors.trainer.run_guard.RunGuard`.
 """
 
 from __future__ import annotations
 
-import contextlib
 import logging
-import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable
 from pathlib import Path
 from types import TracebackType
 
@@ -35,10 +33,11 @@ from actors.trainer.distributed import (
     setup_parallel,
     teardown_parallel,
 )
-from actors.trainer.errors import BatchRejected, CheckpointError, TrainerError, TrainerFailed, WeightPushError
+from actors.trainer.errors import BatchRejected, CheckpointError, TrainerError, WeightPushError
 from actors.trainer.hf_export import export_hf
 from actors.trainer.loss import policy_gradient_loss_sum
 from actors.trainer.optimizer import OptimizerKind, build_optimizer, choose_optimizer, state_pairs
+from actors.trainer.run_guard import RunGuard
 from actors.trainer.weights_push import push_over_group, push_to_engines
 
 logger = logging.getLogger(__name__)
@@ -59,11 +58,7 @@ class Trainer:
     ) -> None:
         self._config = config
         self._step = 0
-        self._current: str | None = None  # the method running now, for health()
-        self._failed: str | None = None
         self._last_step_s: float | None = None
-        self._closed = False
-        self._lock = threading.Lock()
         config.parallel.data_parallel_size(world_size)  # fail fast, before any network
         if config.cpu_threads is not None:
             torch.set_num_threads(config.cpu_threads)
@@ -81,6 +76,7 @@ class Trainer:
             self._layout = setup_parallel(
                 tensor_model_parallel_size=tp, seed=config.model.seed, timeout_s=config.collective_timeout_s
             )
+            self._guard = RunGuard(self._layout.rank, config.collective_timeout_s)
             kind = choose_optimizer(config.optimizer, self._layout.device)  # before the model: fail fast
             self._model = gpt_model.build_gpt_model(
                 config.model, tensor_model_parallel_size=tp, device=self._layout.device,
@@ -116,30 +112,6 @@ class Trainer:
     def step(self) -> int:
         """Optimizer steps taken (restored by :meth:`load_checkpoint`)."""
         return self._step
-
-    @contextlib.contextmanager
-    def _running(self, what: str) -> Iterator[None]:
-        """Mark ``what`` as running; a failure outside the known-safe errors breaks the trainer for good."""
-        if self._closed:
-            raise TrainerError(f"rank {self._layout.rank}: {what} called after close()")
-        if self._failed is not None:
-            raise TrainerFailed(f"rank {self._layout.rank}: trainer is broken since: {self._failed}")
-        with self._lock:
-            self._current = what
-            try:
-                yield
-            except (BatchRejected, TrainerError):
-                raise
-            except Exception as exc:
-                self._failed = f"{what}: {type(exc).__name__}: {exc}"
-                logger.error("rank %d: %s failed; trainer is broken", self._layout.rank, what)
-                raise TrainerFailed(
-                    f"rank {self._layout.rank}: {what} failed ({type(exc).__name__}: {exc}); a peer may have "
-                    f"died or hung (collective timeout {self._config.collective_timeout_s}s). Restart the "
-                    "trainer group, from a checkpoint."
-                ) from exc
-            finally:
-                self._current = None
 
     def _pack(self, tokens: TokenRows, loss_mask: FloatRows | None, advantages: Advantages) -> PackedBatch:
         """Pack this rank's shard and agree with every rank that all shards are usable (collective)."""
@@ -177,7 +149,7 @@ class Trainer:
         ranks. Returns ``loss`` (before the update), ``grad_norm`` (before clipping), ``tokens`` (global
         masked tokens), ``step_time_s`` and ``step`` (after). See :mod:`actors.trainer.batch` for shapes.
         """
-        with self._running("train_step"):
+        with self._guard.running("train_step"):
             started = time.perf_counter()
             layout = self._layout
             packed = self._pack(tokens, loss_mask, advantages)
@@ -214,7 +186,7 @@ class Trainer:
 
     def forward_logprobs(self, tokens: TokenRows) -> list[Tensor]:
         """log p(token_t | tokens_<t) for t >= 1 of each sequence (collective over TP); CPU tensors."""
-        with self._running("forward_logprobs"), torch.no_grad():
+        with self._guard.running("forward_logprobs"), torch.no_grad():
             packed = self._pack(tokens, None, [0.0] * len(tokens))
             logprobs = gpt_model.token_logprobs(self._model, packed.tokens.to(self._layout.device)).cpu()
             lengths = packed.mask.sum(dim=1).to(torch.int64).tolist()
@@ -222,7 +194,7 @@ class Trainer:
 
     def forward_logits(self, tokens: Tensor) -> Tensor:
         """Full-vocabulary logits [b, s, vocab] for a [b, s] batch (collective over TP; for tests/eval)."""
-        with self._running("forward_logits"), torch.no_grad():
+        with self._guard.running("forward_logits"), torch.no_grad():
             device = self._layout.device
             ids = tokens.to(device=device, dtype=torch.int64)
             local = self._model(ids, gpt_model.position_ids(ids), None)  # [b, s, vocab / tp]
@@ -235,7 +207,7 @@ class Trainer:
         post_attention_layernorm, mlp.{gate,up,down}_proj}.weight``, ``model.norm.weight``, ``lm_head.weight``
         (equal to the embedding when tied).
         """
-        with self._running("export_hf_weights"):
+        with self._guard.running("export_hf_weights"):
             return self._export()
 
     def _export(self) -> list[tuple[str, Tensor]]:
@@ -251,7 +223,7 @@ class Trainer:
         transformers' ``from_pretrained`` loads the result. The Megatron checkpoint (:meth:`save_checkpoint`)
         remains the way to resume training.
         """
-        with self._running("save_hf_checkpoint"):
+        with self._guard.running("save_hf_checkpoint"):
             pairs = self._export() if self._layout.dp_rank == 0 else []
             error = ""
             if self._layout.rank == 0:
@@ -266,7 +238,7 @@ class Trainer:
     def weights_digest(self, *, gathered: bool = False) -> str:
         """sha256 of this rank's parameter shards (equal on DP replicas), or with ``gathered`` of the full
         exported HF weights (equal on every rank; collective over TP)."""
-        with self._running("weights_digest"):
+        with self._guard.running("weights_digest"):
             if gathered:
                 return digest_named_tensors(self._export())
             return digest_named_tensors(self._named.items())
@@ -274,13 +246,13 @@ class Trainer:
     def optimizer_digest(self) -> str:
         """sha256 of this rank's AdamW state (moments and step counts), e.g. to check a checkpoint reload;
         with the distributed optimizer each DP rank digests its own shard."""
-        with self._running("optimizer_digest"):
+        with self._guard.running("optimizer_digest"):
             return digest_named_tensors(list(state_pairs(self._optimizer)))
 
     def save_checkpoint(self, path: str | None = None) -> str:
         """Write a checkpoint (collective) to ``path``, default ``{checkpoint_dir}/step_{step:08d}``;
         returns the directory. See :mod:`actors.trainer.checkpoint` for the layout."""
-        with self._running("save_checkpoint"):
+        with self._guard.running("save_checkpoint"):
             directory = self._checkpoint_path(path)
             checkpoint.save(
                 directory,
@@ -294,7 +266,7 @@ class Trainer:
 
     def load_checkpoint(self, path: str) -> int:
         """Restore weights, optimizer state and step from ``path`` (collective); returns the step."""
-        with self._running("load_checkpoint"):
+        with self._guard.running("load_checkpoint"):
             self._step = checkpoint.load(
                 Path(path),
                 layout=self._layout,
@@ -324,24 +296,14 @@ class Trainer:
         fails, every rank raises :class:`WeightPushError`. Keep ``timeout_s`` times the number of requests
         under ``collective_timeout_s``: the other ranks wait for rank 0 in a collective meanwhile.
         """
-        with self._running("push_weights_to_engines"):
-            replies: list[dict[str, object]] = []
-            error = ""
-            pairs = self._export() if self._layout.dp_rank == 0 else []
-            if self._layout.rank == 0:
-                try:
-                    replies = push_to_engines(
-                        urls,
-                        pairs,
-                        weight_version=weight_version,
-                        bucket_bytes=bucket_bytes,
-                        timeout_s=timeout_s,
-                    )
-                except WeightPushError as exc:
-                    error = str(exc)
-            if not all_ok(not error):
-                raise WeightPushError(error or f"rank {self._layout.rank}: rank 0 failed to push the weights")
-            return replies
+        with self._guard.running("push_weights_to_engines"):
+
+            def send(pairs: list[tuple[str, Tensor]]) -> list[dict[str, object]]:
+                return push_to_engines(
+                    urls, pairs, weight_version=weight_version, bucket_bytes=bucket_bytes, timeout_s=timeout_s
+                )
+
+            return self._push_from_rank_zero(send)
 
     def push_weights_over_group(
         self,
@@ -363,47 +325,57 @@ class Trainer:
         any engine fails, every rank raises :class:`WeightPushError`. Keep the push (about ``timeout_s`` per
         bucket plus two) under ``collective_timeout_s``: the other ranks wait for rank 0 meanwhile.
         """
-        with self._running("push_weights_over_group"):
-            replies: list[dict[str, object]] = []
-            error = ""
-            pairs = self._export() if self._layout.dp_rank == 0 else []
-            if self._layout.rank == 0:
-                chosen = backend or ("nccl" if self._layout.device.type == "cuda" else "gloo")
+        with self._guard.running("push_weights_over_group"):
+            chosen = backend or ("nccl" if self._layout.device.type == "cuda" else "gloo")
+
+            def send(pairs: list[tuple[str, Tensor]]) -> list[dict[str, object]]:
                 try:
-                    replies = push_over_group(
-                        urls,
-                        pairs,
-                        weight_version=weight_version,
-                        master_address=master_address,
-                        master_port=master_port,
-                        backend=chosen,
-                        bucket_bytes=bucket_bytes,
-                        timeout_s=timeout_s,
-                    )
-                except WeightPushError as exc:
-                    error = str(exc)
+                    return push_over_group(
+                        urls, pairs, weight_version=weight_version, master_address=master_address,
+                        master_port=master_port, backend=chosen, bucket_bytes=bucket_bytes, timeout_s=timeout_s,
+                    )  # fmt: skip
+                except WeightPushError:
+                    raise
                 except Exception as exc:  # anything else from the group: report it as a push failure
-                    error = f"weight push over {chosen} group failed: {type(exc).__name__}: {exc}"
-            if not all_ok(not error):
-                raise WeightPushError(error or f"rank {self._layout.rank}: rank 0 failed to push the weights")
-            return replies
+                    raise WeightPushError(
+                        f"weight push over {chosen} group failed: {type(exc).__name__}: {exc}"
+                    ) from exc
+
+            return self._push_from_rank_zero(send)
+
+    def _push_from_rank_zero(
+        self, send: Callable[[list[tuple[str, Tensor]]], list[dict[str, object]]]
+    ) -> list[dict[str, object]]:
+        """DP replica 0 gathers its TP shards, global rank 0 sends them with ``send`` (other ranks return ``[]``);
+        if that raised :class:`WeightPushError`, every rank raises it (collective)."""
+        replies: list[dict[str, object]] = []
+        error = ""
+        pairs = self._export() if self._layout.dp_rank == 0 else []
+        if self._layout.rank == 0:
+            try:
+                replies = send(pairs)
+            except WeightPushError as exc:
+                error = str(exc)
+        if not all_ok(not error):
+            raise WeightPushError(error or f"rank {self._layout.rank}: rank 0 failed to push the weights")
+        return replies
 
     def health(self) -> dict[str, HealthValue]:
         """Cheap, thread-safe: step counter, what is running, whether the trainer is broken."""
         return {
             "rank": self._layout.rank,
             "step": self._step,
-            "running": self._current is not None,
-            "current": self._current,
-            "failed": self._failed,
+            "running": self._guard.current is not None,
+            "current": self._guard.current,
+            "failed": self._guard.failed,
             "last_step_s": self._last_step_s,
-            "closed": self._closed,
+            "closed": self._guard.closed,
         }
 
     def close(self) -> None:
         """Leave the process groups (local; does not wait for peers). Idempotent."""
-        if not self._closed:
-            self._closed = True
+        if not self._guard.closed:
+            self._guard.closed = True
             teardown_parallel()
             logger.info("trainer rank %d closed", self._layout.rank)
 

@@ -1,10 +1,7 @@
-"""The CPU engine: model math against a plain reference, generation, and the HTTP API of a real subprocess."""
+"""The CPU engine's HTTP API, served by a real subprocess."""
 
 from __future__ import annotations
 
-import math
-import re
-import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -13,177 +10,17 @@ from typing import TYPE_CHECKING, Any
 import pytest
 import requests
 import torch
-from pydantic import ValidationError
 
 from actors import tokenizer
-from actors.cpu_engine import WeightsError, build_model, build_model_from_named_tensors, expected_shapes
-from actors.cpu_engine.generation import Sequence, run_batch
-from actors.cpu_engine.protocol import GenerationItem, SamplingParams
-from actors.model_config import ModelConfig
-from actors.sglang_config import READINESS_PATH, SGLangConfig, cpu_engine_argv, launch_server_argv
+from actors.cpu_engine import build_model
+from actors.sglang_config import SGLangConfig, cpu_engine_argv
 from actors.weights_wire import encode_named_tensors
+from tests.actors.cpu_reference import GQA, greedy_batch
 
 if TYPE_CHECKING:
     from tests.actors.conftest import EngineLauncher, EngineProcess
 
-GQA = ModelConfig(num_key_value_heads=2, seed=7)
-TIED = ModelConfig(num_attention_heads=2, num_key_value_heads=1, tie_word_embeddings=True, seed=8)
 HTTP_TIMEOUT_S = 30
-
-
-# ---- a deliberately plain reference: per position, per head, float64 -----------------------------------
-
-
-def reference_logits(state: dict[str, torch.Tensor], config: ModelConfig, ids: list[int]) -> torch.Tensor:
-    """HF llama written out longhand (no cache, no batching), in float64."""
-    sd = {name: tensor.double() for name, tensor in state.items()}
-    dim, heads, kv_heads = config.head_dim, config.num_attention_heads, config.num_key_value_heads
-
-    def rms(x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
-        return weight * x / torch.sqrt((x * x).mean(-1, keepdim=True) + config.rms_norm_eps)
-
-    def rope(vec: torch.Tensor, pos: int) -> torch.Tensor:
-        out = vec.clone()
-        for i in range(dim // 2):
-            angle = pos / config.rope_theta ** (2 * i / dim)
-            a, b = vec[i], vec[i + dim // 2]
-            out[i], out[i + dim // 2] = (
-                a * math.cos(angle) - b * math.sin(angle),
-                b * math.cos(angle) + a * math.sin(angle),
-            )
-        return out
-
-    x = sd["model.embed_tokens.weight"][ids]
-    for layer in range(config.num_layers):
-        p = f"model.layers.{layer}."
-        h = rms(x, sd[p + "input_layernorm.weight"])
-        q = (h @ sd[p + "self_attn.q_proj.weight"].T).view(len(ids), heads, dim)
-        k = (h @ sd[p + "self_attn.k_proj.weight"].T).view(len(ids), kv_heads, dim)
-        v = (h @ sd[p + "self_attn.v_proj.weight"].T).view(len(ids), kv_heads, dim)
-        out = torch.zeros(len(ids), heads, dim, dtype=torch.float64)
-        for head in range(heads):
-            kv = head // (heads // kv_heads)
-            for t in range(len(ids)):
-                qt = rope(q[t, head], t)
-                scores = torch.stack([qt @ rope(k[s, kv], s) for s in range(t + 1)]) / math.sqrt(dim)
-                out[t, head] = torch.softmax(scores, 0) @ v[: t + 1, kv]
-        x = x + out.reshape(len(ids), -1) @ sd[p + "self_attn.o_proj.weight"].T
-        h = rms(x, sd[p + "post_attention_layernorm.weight"])
-        gate = torch.nn.functional.silu(h @ sd[p + "mlp.gate_proj.weight"].T)
-        x = x + (gate * (h @ sd[p + "mlp.up_proj.weight"].T)) @ sd[p + "mlp.down_proj.weight"].T
-    head_weight = sd["model.embed_tokens.weight"] if config.tie_word_embeddings else sd["lm_head.weight"]
-    return rms(x, sd["model.norm.weight"]) @ head_weight.T
-
-
-def reference_greedy(state: dict[str, torch.Tensor], config: ModelConfig, ids: list[int], n: int) -> list[int]:
-    out: list[int] = []
-    for _ in range(n):
-        out.append(int(reference_logits(state, config, ids + out)[-1].argmax()))
-    return out
-
-
-def greedy_batch(model: torch.nn.Module, prompts: list[list[int]], n: int, **params: Any) -> list[Sequence]:
-    sp = SamplingParams(max_new_tokens=n, ignore_eos=True, **({"temperature": 0.0} | params))
-    seqs = [
-        Sequence(
-            item=GenerationItem(rid=str(i), input_ids=p, params=sp, return_logprob=True, logprob_text=False),
-            generator=torch.Generator().manual_seed(sp.sampling_seed or 0),
-            max_new_tokens=n,
-        )
-        for i, p in enumerate(prompts)
-    ]
-    run_batch(model, seqs, model_lock=threading.Lock(), before_step=lambda live: None)  # type: ignore[arg-type]
-    return seqs
-
-
-# ---- model and generation, in process ---------------------------------------------------------------------
-
-
-@pytest.mark.parametrize("config", [GQA, TIED], ids=["gqa", "tied"])
-def test_model_matches_reference(config: ModelConfig) -> None:
-    model = build_model(config)
-    ids = [tokenizer.BOS_ID, *b"hello, world"]
-    with torch.no_grad():
-        logits = model(torch.tensor([ids]))[0]
-    expected = reference_logits(model.state_dict(), config, ids)
-    torch.testing.assert_close(logits.double(), expected, atol=2e-5, rtol=1e-4)
-    assert expected_shapes(config) == {n: tuple(p.shape) for n, p in model.named_parameters()}
-
-
-def test_cached_batched_greedy_matches_reference() -> None:
-    model = build_model(GQA)
-    prompts = [[tokenizer.BOS_ID, 5, 6, 7, 8, 9], [tokenizer.BOS_ID, 40], [tokenizer.BOS_ID, *b"abc"]]
-    seqs = greedy_batch(model, prompts, 8)
-    for prompt, seq in zip(prompts, seqs, strict=True):
-        assert seq.output_ids == reference_greedy(model.state_dict(), GQA, prompt, 8)
-        assert seq.finish_reason == {"type": "length", "length": 8}
-        assert all(lp <= 0.0 for lp in seq.logprobs)
-
-
-def test_greedy_and_seeded_sampling_are_deterministic() -> None:
-    model = build_model(GQA)
-    prompts = [[tokenizer.BOS_ID, 1, 2, 3]] * 2
-    first = [s.output_ids for s in greedy_batch(model, prompts, 10)]
-    assert first == [s.output_ids for s in greedy_batch(model, prompts, 10)]
-    assert first[0] == first[1]
-    assert [s.output_ids for s in greedy_batch(model, prompts, 10, temperature=1.0, top_k=1)] == first
-    sampled = [s.output_ids for s in greedy_batch(model, prompts, 10, temperature=1.0, sampling_seed=3)]
-    assert sampled == [s.output_ids for s in greedy_batch(model, prompts, 10, temperature=1.0, sampling_seed=3)]
-    assert sampled != [s.output_ids for s in greedy_batch(model, prompts, 10, temperature=1.0, sampling_seed=4)]
-
-
-def test_build_model_from_named_tensors_checks_names_and_shapes() -> None:
-    source = build_model(GQA)
-    named = list(source.state_dict().items())
-    rebuilt = build_model_from_named_tensors(GQA, named)
-    ids = torch.tensor([[tokenizer.BOS_ID, 3, 4]])
-    with torch.no_grad():
-        torch.testing.assert_close(rebuilt(ids), source(ids), atol=0, rtol=0)
-    with pytest.raises(WeightsError, match=r"missing 1 parameter.*model\.norm\.weight"):
-        build_model_from_named_tensors(GQA, [(n, t) for n, t in named if n != "model.norm.weight"])
-    with pytest.raises(WeightsError, match=re.escape("unknown parameter 'model.layers.9.mlp.up_proj.weight'")):
-        build_model_from_named_tensors(GQA, [*named, ("model.layers.9.mlp.up_proj.weight", torch.zeros(1))])
-    with pytest.raises(WeightsError, match=r"'lm_head.weight' has shape \[3\], the model expects \[260, 64\]"):
-        build_model_from_named_tensors(GQA, [*named[:-1], ("lm_head.weight", torch.zeros(3))])
-
-
-# ---- SGLangConfig --------------------------------------------------------------------------------
-
-
-def test_sglang_config_renders_real_flags_and_names_bad_fields() -> None:
-    config = SGLangConfig(
-        model_path="/models/m",
-        port=30000,
-        tp_size=2,
-        base_gpu_id=4,
-        mem_fraction_static=0.7,
-        nccl_port=31000,
-        dist_init_addr="10.0.0.1:5000",
-        random_seed=3,
-        context_length=4096,
-        extra_args=["--disable-cuda-graph"],
-    )
-    argv = launch_server_argv(config, python="python")
-    assert argv[:3] == ["python", "-m", "sglang.launch_server"]
-    pairs = dict(zip(argv[3::2], argv[4::2], strict=False))
-    assert pairs["--model-path"] == "/models/m" and pairs["--tp-size"] == "2" and pairs["--base-gpu-id"] == "4"
-    assert pairs["--mem-fraction-static"] == "0.7" and pairs["--nccl-port"] == "31000"
-    assert pairs["--dist-init-addr"] == "10.0.0.1:5000" and pairs["--random-seed"] == "3"
-    assert pairs["--context-length"] == "4096" and argv[-1] == "--disable-cuda-graph"
-    assert READINESS_PATH == "/health_generate"
-    with pytest.raises(ValidationError, match="frozen"):
-        config.port = 1  # type: ignore[misc]
-    for bad, field in [
-        ({"tp_sise": 2}, "tp_sise"),
-        ({"mem_fraction_static": 1.5}, "mem_fraction_static"),
-        ({"dist_init_addr": "nohost"}, "dist_init_addr"),
-        ({"extra_args": ["--port=1"]}, "extra_args"),
-    ]:
-        with pytest.raises(ValidationError, match=field):
-            SGLangConfig(model_path="m", port=1, **bad)
-
-
-# ---- the HTTP API of a real engine process ------------------------------------------------------------
 
 
 @pytest.fixture(scope="module")
@@ -402,24 +239,3 @@ def test_released_memory_refuses_generation_until_resumed(engine: EngineProcess)
     assert again.status_code == 400 and "was not released" in again.json()["message"]
     assert get(engine, "/ready").status_code == 200
     assert greedy(engine, n=2)["meta_info"]["completion_tokens"] == 2
-
-
-def test_prefix_cache_is_a_bounded_radix_tree_evicting_lru_leaves() -> None:
-    """As SGLang's radix cache: shared runs stored once, longest-prefix matches, least recently used leaves go."""
-    from actors.cpu_engine.prefix_cache import PrefixCache
-
-    def kv(tokens: list[int]) -> list[torch.Tensor]:
-        return [torch.tensor(tokens, dtype=torch.float32).reshape(1, -1, 1)]  # a layer whose keys are the ids
-
-    cache = PrefixCache(max_tokens=10)
-    cache.insert([1, 2, 3, 4], kv([1, 2, 3, 4]), kv([1, 2, 3, 4]))
-    cache.insert([1, 2, 7, 8], kv([1, 2, 7, 8]), kv([1, 2, 7, 8]))
-    assert cache.num_tokens == 6  # [1, 2] is shared
-    hit = cache.match([1, 2, 7, 9], limit=10)
-    assert hit is not None and hit.length == 3 and hit.keys[0].flatten().tolist() == [1.0, 2.0, 7.0]
-    assert cache.match([1, 2, 3, 4, 5], limit=2).length == 2 and cache.match([9], limit=1) is None
-    cache.match([1, 2, 3], limit=3)  # [3, 4] is now more recent than [7, 8]
-    cache.insert([5, 6, 7, 8, 9, 10], kv([5, 6, 7, 8, 9, 10]), kv([5, 6, 7, 8, 9, 10]))
-    assert cache.num_tokens == 10
-    assert cache.match([1, 2, 7, 8], limit=4).length == 2 and cache.match([1, 2, 3, 4], limit=4).length == 4
-    assert cache.flush() == 10 and cache.num_tokens == 0 and cache.match([1, 2], limit=2) is None

@@ -22,7 +22,7 @@ from actors.trainer.errors import WeightPushError
 from actors.trainer.weights_push import push_over_group
 from actors.weights_group import WeightsGroup
 from tests.actors.conftest import REPO_ROOT, free_port
-from tests.actors.test_cpu_engine import greedy_batch
+from tests.actors.cpu_reference import greedy_batch
 
 if TYPE_CHECKING:
     from tests.actors.conftest import EngineLauncher, EngineProcess

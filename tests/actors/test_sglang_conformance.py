@@ -5,20 +5,17 @@ Sources (read from the unpacked wheel, see tests/actors/sglang_source.py): ``srt
 statuses), ``srt/managers/tokenizer_manager.py`` (context check, n > 1, logprob shapes),
 ``srt/managers/scheduler_components/logprob_result_processor.py`` (input logprobs start with None),
 ``srt/managers/scheduler_components/weight_updater.py`` (begin/end sessions, memory tags),
-``srt/utils/common.py`` ``init_custom_process_group`` (run as written), ``srt/entrypoints/openai/protocol.py``,
-``serving_completions.py``, ``serving_chat.py``, ``sse_utils.py``, ``usage_processor.py``,
-``srt/mem_cache/radix_cache.py``, ``scheduler_components/flush_wrapper.py``,
-``srt/observability/metrics_collector.py`` and ``func_timer.py``.
+``srt/utils/common.py`` ``init_custom_process_group`` (run as written), ``srt/mem_cache/radix_cache.py``,
+``scheduler_components/flush_wrapper.py``, ``srt/observability/metrics_collector.py`` and ``func_timer.py``. The
+OpenAI-compatible API has its own module, tests/actors/test_sglang_openai.py.
 """
 
 from __future__ import annotations
 
-import itertools
 import json
 import subprocess
 import sys
 import threading
-from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
 import pytest
@@ -26,44 +23,30 @@ import requests
 import torch
 
 from actors.cpu_engine import io_struct
-from actors.model_config import ModelConfig
-from actors.sglang_config import SGLangConfig, cpu_engine_argv
 from actors.weights_group import WeightsGroup
 from tests.actors import sglang_source
 from tests.actors.conftest import REPO_ROOT, free_port
+from tests.actors.sglang_engine import (
+    GREEDY,
+    MODEL,
+    TIMEOUT_S,
+    generate,
+    get,
+    hold_a_running_stream,
+    post,
+    start_engine,
+)
 
 if TYPE_CHECKING:
     from tests.actors.conftest import EngineLauncher, EngineProcess
 
-MODEL = ModelConfig(num_key_value_heads=2, seed=7, max_position_embeddings=128)
-TIMEOUT_S = 30
 IO = "srt/managers/io_struct.py"
 
 
 @pytest.fixture(scope="module")
 def engine(spawn_module_engine: EngineLauncher) -> EngineProcess:
-    port = spawn_module_engine.free_port()
-    config = SGLangConfig(model_path="unused", port=port, random_seed=5, served_model_name="tiny")
-    return spawn_module_engine(
-        argv=[*cpu_engine_argv(config, model_config=MODEL), "--pause-wait-timeout", "2"], port=port
-    )
+    return start_engine(spawn_module_engine)
 
-
-def post(engine: EngineProcess, path: str, body: Any = None) -> requests.Response:
-    return requests.post(engine.url + path, json=body, timeout=TIMEOUT_S)
-
-
-def get(engine: EngineProcess, path: str) -> requests.Response:
-    return requests.get(engine.url + path, timeout=TIMEOUT_S)
-
-
-def generate(engine: EngineProcess, **body: Any) -> Any:
-    reply = post(engine, "/generate", body)
-    assert reply.status_code == 200, reply.text
-    return reply.json()
-
-
-GREEDY = {"temperature": 0, "max_new_tokens": 6, "ignore_eos": True}
 
 # ---- request models: every field SGLang declares, we declare ---------------------------------------------
 
@@ -254,20 +237,11 @@ def test_radix_cache_matches_generated_tokens_and_branches(engine: EngineProcess
     assert [s["meta_info"]["cached_tokens"] for s in samples] == [4, 4]
 
 
-def _hold_a_running_stream(engine: EngineProcess, path: str, body: dict[str, Any]) -> tuple[Any, Iterator[bytes]]:
-    """Start a stream, read its first event, then pause in place: the batch stays running, frozen."""
-    reply = requests.post(engine.url + path, json={**body, "stream": True}, stream=True, timeout=TIMEOUT_S)
-    lines = reply.iter_lines()
-    events = [next(line for line in lines if line)]
-    assert post(engine, "/pause_generation", {"mode": "in_place"}).ok
-    return reply, itertools.chain(events, lines)
-
-
 def test_flush_cache_is_refused_while_requests_run(engine: EngineProcess) -> None:
     """http_server.py ``flush_cache`` (400 with the scheduler's message), scheduler.py ``flush_cache`` (only when
     ``is_fully_idle``), scheduler_components/flush_wrapper.py (``?timeout=`` waits for idle, then gives up)."""
     body = {"input_ids": [256, 1, 2], "rid": "held", "sampling_params": {**GREEDY, "max_new_tokens": 100}}
-    reply, lines = _hold_a_running_stream(engine, "/generate", body)
+    reply, lines = hold_a_running_stream(engine, "/generate", body)
     try:
         refused = post(engine, "/flush_cache")
         assert (refused.status_code, refused.text) == (400, "Flush cache failed.\n")
@@ -289,7 +263,7 @@ def test_a_weight_update_that_cannot_flush_fails_after_loading(engine: EnginePro
     still running (here frozen by an in-place pause) the weights load and the version moves, but the call fails
     (400, success false, its message); without ``flush_cache`` the same update succeeds."""
     body = {"input_ids": [256, 1, 2], "rid": "held-2", "sampling_params": {**GREEDY, "max_new_tokens": 100}}
-    reply, lines = _hold_a_running_stream(engine, "/generate", body)
+    reply, lines = hold_a_running_stream(engine, "/generate", body)
     try:
         assert post(engine, "/begin_weight_update", {}).ok
         update = {"serialized_named_tensors": [_payload()], "flush_cache": True, "weight_version": "v-held"}
@@ -305,111 +279,6 @@ def test_a_weight_update_that_cannot_flush_fails_after_loading(engine: EnginePro
         post(engine, "/continue_generation", {})
         list(lines)
         reply.close()
-
-
-# ---- OpenAI-compatible API -------------------------------------------------------------------------------
-
-
-def test_openai_models_completions_and_chat(engine: EngineProcess) -> None:
-    """openai/protocol.py: ModelList/ModelCard, CompletionResponse, ChatCompletionResponse, UsageInfo."""
-    models = get(engine, "/v1/models").json()
-    assert models["object"] == "list" and models["data"][0]["id"] == "tiny"
-    assert models["data"][0]["owned_by"] == "sglang" and models["data"][0]["max_model_len"] == 128
-    assert get(engine, "/v1/models/nope").json()["error"]["code"] == "model_not_found"
-    body = {"model": "tiny", "prompt": "hello", "max_tokens": 4, "temperature": 0, "logprobs": 2, "ignore_eos": True}
-    completion = post(engine, "/v1/completions", body).json()
-    assert completion["metadata"] == {"weight_version": get(engine, "/model_info").json()["weight_version"]}
-    assert completion["usage"]["prompt_tokens_details"] is None and completion["usage"]["reasoning_tokens"] == 0
-    assert completion["choices"][0]["logprobs"]["text_offset"] == [-1] * 4
-    assert post(engine, "/v1/completions", {**body, "model": "any-name"}).json()["model"] == "any-name"
-    assert post(engine, "/v1/completions", {**body, "prompt": ""}).json()["message"] == "Prompt cannot be empty"
-    echo = post(engine, "/v1/completions", {**body, "echo": True, "return_token_ids": True}).json()["choices"][0]
-    assert echo["text"] == "hello" + completion["choices"][0]["text"] and len(echo["token_ids"]) == 4
-    assert post(engine, "/v1/completions", {**body, "regex": "a+"}).status_code == 400  # not silently dropped
-    assert completion["object"] == "text_completion" and completion["choices"][0]["finish_reason"] == "length"
-    same = generate(engine, text="hello", sampling_params={"temperature": 0, "max_new_tokens": 4, "ignore_eos": True})
-    assert completion["choices"][0]["text"] == same["text"]
-    assert completion["usage"]["completion_tokens"] == 4 and completion["usage"]["prompt_tokens"] == 6
-    assert len(completion["choices"][0]["logprobs"]["tokens"]) == 4
-    chat = {"model": "tiny", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 3, "temperature": 0}
-    answer = post(engine, "/v1/chat/completions", {**chat, "logprobs": True, "top_logprobs": 2}).json()
-    assert answer["object"] == "chat.completion" and answer["choices"][0]["message"]["role"] == "assistant"
-    assert len(answer["choices"][0]["logprobs"]["content"]) == answer["usage"]["completion_tokens"]
-    refused = post(engine, "/v1/chat/completions", {**chat, "messages": [{"role": "robot", "content": "x"}]})
-    assert refused.status_code == 400 and "role" in refused.json()["message"]
-
-
-def _sse(engine: EngineProcess, path: str, body: dict[str, Any]) -> list[Any]:
-    with requests.post(engine.url + path, json={**body, "stream": True}, stream=True, timeout=TIMEOUT_S) as reply:
-        assert reply.status_code == 200 and reply.headers["Content-Type"].startswith("text/event-stream")
-        lines = [line for line in reply.iter_lines() if line]
-    assert lines[-1] == b"data: [DONE]" and all(line.startswith(b"data: ") for line in lines)
-    return [json.loads(line.removeprefix(b"data: ")) for line in lines[:-1]]
-
-
-def test_completions_stream_as_sglang(engine: EngineProcess) -> None:
-    """openai/serving_completions.py ``_generate_completion_stream``: per-choice ``text_completion`` chunks (own id,
-    text delta, new logprobs, finish_reason on the last), a ``choices: []`` usage chunk (exclude_none), [DONE]."""
-    body = {"prompt": "hello", "max_tokens": 4, "temperature": 0, "ignore_eos": True, "n": 2, "logprobs": 1}
-    body |= {"stream_options": {"include_usage": True}, "logit_bias": {"97": 50.0}}
-    events = _sse(engine, "/v1/completions", body)
-    *chunks, usage = events
-    assert usage["choices"] == [] and usage["object"] == "text_completion" and usage["model"] == "default"
-    assert usage["usage"] == {"prompt_tokens": 6, "total_tokens": 14, "completion_tokens": 8, "reasoning_tokens": 0}
-    plain = post(engine, "/v1/completions", body | {"stream": False}).json()
-    for index in (0, 1):
-        mine = [c for c in chunks if c["choices"][0]["index"] == index]
-        assert len({c["id"] for c in mine}) == 1 and mine[0]["usage"] is None
-        choices = [c["choices"][0] for c in mine]
-        assert all(set(c) == {"index", "text", "logprobs", "finish_reason", "matched_stop"} for c in choices)
-        assert "".join(c["text"] for c in choices) == plain["choices"][index]["text"] == "aaaa"
-        assert [c["finish_reason"] for c in choices] == [None] * (len(choices) - 1) + ["length"]
-        tokens = [t for c in choices if c["logprobs"] for t in c["logprobs"]["tokens"]]
-        offsets = [o for c in choices if c["logprobs"] for o in c["logprobs"]["text_offset"]]
-        assert tokens == ["a"] * 4 and offsets == [-1] * 4
-    echoed = _sse(engine, "/v1/completions", {**body, "n": 1, "echo": True, "logprobs": None})
-    assert echoed[0]["choices"][0]["text"].startswith("hello") and echoed[-1]["choices"] == []
-
-
-def test_chat_stream_as_sglang(engine: EngineProcess) -> None:
-    """openai/serving_chat.py ``_generate_chat_stream`` and sse_utils.py ``build_sse_content``: a role chunk,
-    content deltas with their logprobs, one finish_reason chunk per choice, the usage chunk, [DONE]."""
-    messages = [{"role": "user", "content": "hi"}]
-    body = {"messages": messages, "max_tokens": 5, "temperature": 0, "logprobs": True, "top_logprobs": 2}
-    body |= {"stream_options": {"include_usage": True}, "logit_bias": {"98": 50.0}, "ignore_eos": True}
-    *chunks, usage = _sse(engine, "/v1/chat/completions", body)
-    assert all(c["object"] == "chat.completion.chunk" and "usage" not in c for c in chunks)
-    choices = [c["choices"][0] for c in chunks]
-    assert choices[0]["delta"] == {"reasoning_content": None, "role": "assistant", "content": ""}
-    assert choices[-1] == {
-        "index": 0, "delta": {"reasoning_content": None}, "logprobs": None, "finish_reason": "length",
-        "matched_stop": None,
-    }  # fmt: skip
-    content = choices[1:-1]
-    assert all(set(c["delta"]) == {"reasoning_content", "content"} and c["finish_reason"] is None for c in content)
-    assert "".join(c["delta"]["content"] for c in content) == "bbbbb"
-    logprobs = [e for c in content for e in c["logprobs"]["content"]]
-    assert [e["token"] for e in logprobs] == ["b"] * 5 and all(len(e["top_logprobs"]) == 2 for e in logprobs)
-    assert usage["choices"] == [] and usage["usage"]["completion_tokens"] == 5
-    assert usage["usage"]["prompt_tokens_details"] is None and usage["usage"]["completion_tokens_details"] is None
-    refused = post(engine, "/v1/chat/completions", {**body, "stream": True, "return_token_ids": True})
-    assert refused.status_code == 400 and "return_token_ids is not supported with streaming" in refused.text
-
-
-def test_openai_stream_ends_with_an_abort_chunk(engine: EngineProcess) -> None:
-    """serving_completions.py: a graceful abort (/abort_request, no status code) ends the choice with
-    ``finish_reason: "abort"`` in a normal chunk; the stream still closes with [DONE]."""
-    body = {"prompt": [256, 1, 2], "max_tokens": 100, "temperature": 0, "ignore_eos": True, "rid": "oai-held"}
-    reply, lines = _hold_a_running_stream(engine, "/v1/completions", body)
-    try:
-        assert post(engine, "/abort_request", {"rid": "oai-held"}).status_code == 200
-    finally:
-        post(engine, "/continue_generation", {})
-        rest = [line for line in lines if line]
-        reply.close()
-    assert rest[-1] == b"data: [DONE]"
-    last = json.loads(rest[-2].removeprefix(b"data: "))
-    assert last["id"] == "oai-held" and last["choices"][0]["finish_reason"] == "abort"
 
 
 # ---- server state endpoints --------------------------------------------------------------------------------

@@ -1,0 +1,230 @@
+"""The cell half of the inference controller: start, health-check, restart and dispose its engine cells.
+
+Each cell is kept by one task at a time (``cell.busy``): it launches the engine, brings it to the current weights
+under the update lock (or leaves it pending weights) and registers it with the router; after
+``max_restarts`` failed starts the cell is disposed. The health watcher restarts engines that exited or failed
+``health_failure_threshold`` checks in a row, and starts the router again if it died. States and their
+transitions: :mod:`actors.inference.cells`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import TYPE_CHECKING, Any
+
+from actors.inference.cells import LIVE_STATES, CellState, EngineCell
+from actors.inference.engine_client import EngineClient
+from actors.inference.engine_launcher import EngineKind, EngineLauncher, EngineSpec
+from actors.inference.errors import EngineRequestError
+from actors.router import RouterError, RouterProcess
+from actors.sglang_config import SGLangConfig
+
+if TYPE_CHECKING:
+    import aiohttp
+
+    from actors.inference.router_keeper import RouterKeeper
+    from actors.inference.router_pool import PoolRouterKeeper
+    from actors.inference.router_settings import RouterSettings
+    from actors.inference.weights_cache import WeightsCache
+    from actors.model_config import ModelConfig
+
+logger = logging.getLogger(__name__)
+
+RESTART_BACKOFF_S = 0.5
+
+
+class CellKeeper:
+    """Mixed into InferenceController, whose settings, launcher, router and update lock it uses."""
+
+    server_id: str
+    engine: EngineKind
+    sglang: SGLangConfig
+    model: ModelConfig
+    router_settings: RouterSettings
+    health_check_interval_s: float
+    health_failure_threshold: int
+    max_restarts: int
+    engine_start_timeout_s: float
+    request_timeout_s: float
+    update_timeout_s: float
+    update_lock_timeout_s: float
+    cpu_engine_args: tuple[str, ...]
+    initial_weight_version: str
+    _cells: list[EngineCell]
+    _weights: WeightsCache
+    _tasks: set[asyncio.Task[Any]]
+    _closing: bool
+    _session: aiohttp.ClientSession | None
+    _launcher: EngineLauncher | None
+    _router: RouterProcess | None
+    _keeper: RouterKeeper | PoolRouterKeeper | None
+    _router_ready: asyncio.Event
+    _released: set[str]
+
+    def _restart(self, cell: EngineCell, reason: str) -> None:
+        """Take ``cell`` out of service and start a new engine for it (in the background)."""
+        if cell.busy or self._closing or cell.state == CellState.DISPOSED:
+            return
+        cell.move(CellState.INITIALIZING, error=reason)
+        logger.warning("%s failed: %s", cell.where(), reason)
+        task = asyncio.create_task(self._keep_cell(cell, reason), name=f"restart-{cell.cell_id}")
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def _keep_cell(self, cell: EngineCell, reason: str | None) -> None:
+        """(Re)start the cell's engine until it serves or waits for weights; dispose it when out of restarts."""
+        cell.busy = True
+        try:
+            while not self._closing:
+                try:
+                    await self._launch(cell, reason)
+                    return
+                except (asyncio.CancelledError, KeyboardInterrupt):
+                    raise
+                except Exception as exc:
+                    cell.move(CellState.INITIALIZING, error=str(exc))
+                    logger.error("%s: %s", cell.where(), exc)
+                    if cell.restarts >= self.max_restarts:
+                        await self._dispose(cell, f"out of restarts ({self.max_restarts}); last error: {exc}")
+                        return
+                    reason = str(exc)
+                    await asyncio.sleep(RESTART_BACKOFF_S)
+        finally:
+            cell.busy = False
+
+    async def _launch(self, cell: EngineCell, reason: str | None) -> None:
+        assert self._launcher is not None and self._session is not None
+        if cell.launched:
+            cell.restarts += 1
+            logger.warning(
+                "restarting %s (restart %d of %d): %s", cell.where(), cell.restarts, self.max_restarts, reason
+            )
+        cell.launched = True
+        await self._retire(cell)
+        cell.move(CellState.INITIALIZING)
+        cell.weight_version, cell.health_failures = None, 0
+        spec = EngineSpec(
+            cell_id=cell.cell_id,
+            index=cell.index,
+            incarnation=cell.restarts,
+            kind=self.engine,
+            sglang=self.sglang,
+            model=self.model if self.engine == "cpu" else None,
+            weight_version=self.initial_weight_version if self.engine == "cpu" else None,
+            cpu_args=self.cpu_engine_args,
+        )
+        cell.process = await self._launcher.launch(spec, timeout_s=self.engine_start_timeout_s)
+        cell.client = EngineClient(self._session, cell_id=cell.cell_id, url=cell.process.url, kind=self.engine)
+        await self._catch_up(cell)
+
+    async def _catch_up(self, cell: EngineCell) -> None:
+        """Bring a running engine to the current weights and register it, or leave it pending weights.
+
+        Runs under the update lock, so an update cannot start between restoring and registering.
+        """
+        assert cell.client is not None
+        if not await self._acquire_update_lock(self.update_lock_timeout_s):
+            cell.move(CellState.PENDING_WEIGHTS)  # the update's end catches it up
+            return
+        try:
+            if not self._weights.restorable:
+                cell.move(CellState.PENDING_WEIGHTS)
+                logger.info("%s waits for weights (no restorable copy of %s)", cell.where(), self._weights.version)
+                return
+            await self._weights.replay(cell.client, timeout_s=self.update_timeout_s)
+            cell.weight_version = self._weights.version
+            await self._release_new(cell)
+            await self._register(cell)
+        finally:
+            self._release_update_lock()
+
+    async def _register(self, cell: EngineCell) -> None:
+        await self._router_ready.wait()
+        assert self._router is not None and cell.url is not None
+        cell.router_worker_id = await asyncio.to_thread(
+            self._router.add_worker, cell.url, timeout_s=self.router_settings.add_worker_timeout_s
+        )
+        cell.move(CellState.SERVING)
+        logger.info("%s serves weights %s (router worker %s)", cell.where(), cell.weight_version, cell.router_worker_id)
+
+    async def _unregister(self, cell: EngineCell) -> None:
+        """Remove the cell's engine from the router (errors are logged: the router drops dead workers anyway)."""
+        worker_id, cell.router_worker_id = cell.router_worker_id, None
+        if worker_id and self._router is not None:
+            try:
+                await asyncio.to_thread(self._router.remove_worker, worker_id, timeout_s=self.request_timeout_s)
+            except RouterError as exc:
+                logger.warning("%s: removing router worker %s failed: %s", cell.where(), worker_id, exc)
+
+    async def _retire(self, cell: EngineCell) -> None:
+        """Remove the cell's engine from the router and kill it (it is dead or failing)."""
+        await self._unregister(cell)
+        process, cell.process, cell.client = cell.process, None, None
+        if process is not None:
+            code = await process.kill()
+            logger.info("engine %s at %s (pid %s) retired, exit code %s", cell.cell_id, process.url, process.pid, code)
+
+    async def _dispose(self, cell: EngineCell, reason: str) -> None:
+        await self._retire(cell)
+        cell.move(CellState.DISPOSED, error=reason)
+        logger.error("engine %s disposed: %s", cell.cell_id, reason)
+
+    async def _watch(self) -> None:
+        """Every health_check_interval_s: restart engines that exited or failed enough health checks."""
+        while True:
+            await asyncio.sleep(self.health_check_interval_s)
+            watched = [c for c in self._cells if c.state in LIVE_STATES and not c.busy and c.process is not None]
+            await asyncio.gather(*(self._check(cell) for cell in watched))
+            if self._router is not None and not self._router.is_running() and not self._closing:
+                await self._restart_router()
+
+    async def _restart_router(self) -> None:
+        """The router died: start it again (the controller's own on its ports; the launcher's router cell on its
+        host, new ports) and register every serving engine with it."""
+        assert self._keeper is not None
+        try:
+            self._router = await self._keeper.restart()
+        except RouterError as exc:
+            logger.error("server %s: the router could not be started again: %s", self.server_id, exc)
+            return
+        for cell in self._cells:
+            if cell.state == CellState.SERVING and not cell.busy:
+                cell.router_worker_id = None
+                try:
+                    await self._register(cell)
+                except RouterError as exc:
+                    self._restart(cell, f"registering with the restarted router failed: {exc}")
+
+    async def _check(self, cell: EngineCell) -> None:
+        assert cell.process is not None and cell.client is not None
+        code = cell.process.exit_code()
+        if code is not None:
+            self._restart(cell, f"{cell.where()} (pid {cell.process.pid}) exited with code {code}")
+            return
+        if self._released:  # an engine without its memory may fail a generating health check: exits still count
+            return
+        timeout_s = min(self.request_timeout_s, max(1.0, self.health_check_interval_s * 2))
+        if await cell.client.healthy(timeout_s=timeout_s):
+            cell.health_failures = 0
+            return
+        cell.health_failures += 1
+        if cell.health_failures >= self.health_failure_threshold:
+            self._restart(cell, f"{cell.where()} failed {cell.health_failures} health checks in a row")
+
+    def _fail(self, cell: EngineCell, exc: BaseException) -> None:
+        """An engine failed a control request without refusing it (no answer, 5xx): restart it."""
+        self._restart(cell, str(exc))
+
+    @staticmethod
+    def _is_refusal(exc: BaseException) -> bool:
+        """A 4xx: the engine is fine but refused the request (bad weights, say); restarting would not help."""
+        return isinstance(exc, EngineRequestError) and exc.status is not None and 400 <= exc.status < 500
+
+    if TYPE_CHECKING:  # provided by WeightUpdates and MemoryOccupation (later in InferenceController's MRO)
+
+        async def _acquire_update_lock(self, timeout_s: float) -> bool: ...
+
+        def _release_update_lock(self) -> None: ...
+
+        async def _release_new(self, cell: EngineCell) -> None: ...
