@@ -30,7 +30,7 @@ fi
 echo "[setup] installing miles-actors with test extras (train + inference: megatron-core, transformers, tokenizers, safetensors)"
 python -m pip install -q -e ".[test]"
 SGLANG_SOURCE=.venv/peers/sglang-0.5.23
-if [ ! -f "$SGLANG_SOURCE/sglang/srt/utils/common.py" ]; then
+if [ ! -f "$SGLANG_SOURCE/sglang/srt/utils/weight_versions.py" ]; then
   # The conformance tests read SGLang's own source (request models, init_custom_process_group); SGLang itself
   # needs a GPU, so only its wheel is downloaded and the files the tests read are unpacked.
   echo "[setup] unpacking SGLang 0.5.23's source for tests/actors/test_sglang_conformance.py"
@@ -39,7 +39,8 @@ if [ ! -f "$SGLANG_SOURCE/sglang/srt/utils/common.py" ]; then
   python - "$SGLANG_SOURCE" .venv/peers/wheel/sglang-0.5.23-*.whl <<'PY'
 import sys, zipfile
 target, wheel = sys.argv[1], sys.argv[2]
-wanted = ("sglang/srt/utils/common.py", "sglang/srt/managers/io_struct.py", "sglang/srt/sampling/sampling_params.py")
+wanted = ("sglang/srt/utils/common.py", "sglang/srt/managers/io_struct.py", "sglang/srt/sampling/sampling_params.py",
+          "sglang/srt/utils/weight_versions.py")
 with zipfile.ZipFile(wheel) as archive:
     for name in wanted:
         archive.extract(name, target)

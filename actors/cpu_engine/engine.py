@@ -30,6 +30,7 @@ from actors.cpu_engine.prefix_cache import PrefixCache
 from actors.cpu_engine.protocol import GenerationItem, RequestError
 from actors.cpu_engine.released_memory import ReleasedMemory
 from actors.cpu_engine.settings import EngineSettings
+from actors.cpu_engine.update_lock import ModelUpdateLock, UpdateLockTimeout
 from actors.cpu_engine.weight_sync import WeightSync
 from actors.tokenizer import BYTE_TOKENIZER, Tokenizer
 
@@ -78,6 +79,8 @@ class CPUEngine(WeightSync):
         self._scheduler: asyncio.Task[None] | None = None
         self._num_running = 0
         self._flush_pending = False
+        self._update_lock = ModelUpdateLock()
+        self._held = False  # the compute thread holds a paused batch between decode steps
         self.metrics.num_running_reqs.set_function(lambda: self._num_running)
         self.metrics.num_queue_reqs.set_function(lambda: max(0, len(self._in_flight) - self._num_running))
         self.metrics.token_usage.set_function(lambda: self._tokens_in_use() / settings.max_total_num_tokens)
@@ -254,9 +257,12 @@ class CPUEngine(WeightSync):
         try:
             await self._wait_until_unpaused(sequences)
             self._check_can_generate()
-            group = _Group(sequences, asyncio.get_running_loop().create_future(), progress=progress)
-            self._queue.put_nowait(group)
-            await group.future
+            async with self._update_lock.reader(self.settings.pause_wait_timeout_s):
+                group = _Group(sequences, asyncio.get_running_loop().create_future(), progress=progress)
+                self._queue.put_nowait(group)
+                await group.future
+        except UpdateLockTimeout as exc:
+            raise RequestError(str(exc), status=503) from exc
         except asyncio.CancelledError:
             for seq in sequences:
                 seq.abort_message = seq.abort_message or "client went away"
@@ -294,9 +300,13 @@ class CPUEngine(WeightSync):
 
     def _hold_while_paused(self, live: list[Sequence]) -> None:
         """Compute thread, between decode steps: hold a paused batch until continued or aborted."""
-        while not self._unpaused.wait(POLL_S):
-            if self._closing or all(seq.abort_message is not None for seq in live):
-                return
+        self._held = not self._unpaused.is_set()
+        try:
+            while not self._unpaused.wait(POLL_S):
+                if self._closing or all(seq.abort_message is not None for seq in live):
+                    return
+        finally:
+            self._held = False
 
     async def _schedule(self) -> None:
         loop = asyncio.get_running_loop()

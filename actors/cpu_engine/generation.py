@@ -21,6 +21,7 @@ from actors.cpu_engine.model import KVCache, LlamaForCausalLM
 from actors.cpu_engine.prefix_cache import PrefixCache
 from actors.cpu_engine.protocol import GenerationItem
 from actors.cpu_engine.sampling import TopLogprobs, sample_token, temperature_of, top_logprobs
+from actors.cpu_engine.weight_versions import VersionEvent, version_spans
 from actors.tokenizer import BYTE_TOKENIZER, Tokenizer
 
 
@@ -45,6 +46,7 @@ class Sequence:
     trim_last_token: bool = False
     created_at: float = field(default_factory=time.monotonic)
     first_token_at: float | None = None
+    version_events: list[VersionEvent] = field(default_factory=list)
 
     @property
     def done(self) -> bool:
@@ -120,6 +122,9 @@ class Sequence:
             "weight_version": weight_version,
             "e2e_latency": time.monotonic() - self.created_at,
         }
+        if self.done:  # SGLang's output streamer: spans for finished requests only
+            meta["weight_versions"] = version_spans(self.version_events, weight_version, len(self.output_ids))
+            meta["weight_version"] = meta["weight_versions"][-1]["version"]
         if self.item.return_logprob:
             self._add_logprobs(meta)
         text = self.text()

@@ -13,14 +13,19 @@ from __future__ import annotations
 import asyncio
 import logging
 import threading
+import time
 from collections.abc import Callable
 
 import torch
 
+from actors.cpu_engine.generation import Sequence
 from actors.cpu_engine.metrics import EngineMetrics
 from actors.cpu_engine.model import LlamaForCausalLM
 from actors.cpu_engine.prefix_cache import PrefixCache
 from actors.cpu_engine.protocol import RequestError
+from actors.cpu_engine.settings import EngineSettings
+from actors.cpu_engine.update_lock import ModelUpdateLock, UpdateLockTimeout
+from actors.cpu_engine.weight_versions import VersionEvent
 from actors.cpu_engine.weights import (
     WeightsError,
     check_named_tensors,
@@ -55,6 +60,12 @@ class WeightSync:
     _model_lock: threading.Lock
     _idle: Callable[[], bool]  # CPUEngine's: SGLang's is_fully_idle(ignore_waiting=paused)
     weights_group_timeout_s: float
+    settings: EngineSettings
+    paused: bool
+    _update_lock: ModelUpdateLock
+    _num_running: int
+    _held: bool
+    _in_flight: dict[str, Sequence]
 
     def __init__(self) -> None:
         self._weights_groups: dict[str, WeightsGroup] = {}
@@ -75,7 +86,16 @@ class WeightSync:
     def set_weight_version(self, version: str, *, abort_all_requests: bool) -> None:
         if abort_all_requests:
             self.abort(abort_all=True, reason="aborted by /update_weight_version")
-        self.weight_version = version
+        self.record_version_change(version)
+
+    def record_version_change(self, new_version: str | None) -> None:
+        """SGLang's ``record_weight_version_change``: live requests with output remember who made it so far."""
+        if new_version is None or new_version == self.weight_version:
+            return
+        for seq in list(self._in_flight.values()):
+            if seq.output_ids:
+                seq.version_events.append(VersionEvent(self.weight_version, len(seq.output_ids)))
+        self.weight_version = new_version
 
     def weights_by_name(self, name: str, truncate_size: int) -> list[float] | list[list[float]]:
         """SGLang's ``get_weights_by_name``: the first ``truncate_size`` rows (or values) as nested floats."""
@@ -239,18 +259,41 @@ class WeightSync:
             logger.info("left weight-update group %r", group_name)
 
     async def _update(self, load: Callable[[], int], weight_version: str | None, flush: bool, abort_all: bool) -> int:
+        """SGLang's tokenizer_manager.update_weights_from_*: ``abort_all_requests`` aborts first; unless generation
+        is paused the update takes ``model_update_lock.writer_lock``, so the aborted (or still running) requests
+        end before the weights load and the cache flush finds the engine idle."""
         if abort_all:
             self.abort(abort_all=True, reason="aborted by a weight update (abort_all_requests)")
+        if self.paused:
+            await self._until_batch_held()
+            count = await self._load_and_record(load, weight_version)
+            if flush:  # SGLang's flush_cache_after_weight_update: a flush that cannot happen fails the call
+                if not self._idle():
+                    raise RequestError(FLUSH_AFTER_UPDATE_REFUSED)
+                self.prefix_cache.flush()
+            return count
+        try:
+            async with self._update_lock.writer(self.settings.pause_wait_timeout_s):
+                count = await self._load_and_record(load, weight_version)
+                if flush:  # the writer holds the lock: nothing runs, new requests wait for it (not scheduled)
+                    self.prefix_cache.flush()
+        except UpdateLockTimeout as exc:
+            raise RequestError(f"{exc}; pause generation or abort the requests first", status=503) from exc
+        return count
+
+    async def _load_and_record(self, load: Callable[[], int], weight_version: str | None) -> int:
         count = await asyncio.to_thread(load)
-        if weight_version is not None:
-            self.weight_version = weight_version
+        self.record_version_change(weight_version)
         self.metrics.weight_updates.inc()
         logger.info("loaded %d tensors; weight_version=%s", count, self.weight_version)
-        if flush:  # as SGLang's flush_cache_after_weight_update: a flush that cannot happen fails the call
-            if not self._idle():
-                raise RequestError(FLUSH_AFTER_UPDATE_REFUSED)
-            self.prefix_cache.flush()
         return count
+
+    async def _until_batch_held(self) -> None:
+        """Paused: a running batch stops between decode steps; load after it does, so every token before the
+        change came from the old weights (SGLang's scheduler updates between steps)."""
+        deadline = time.monotonic() + self.settings.pause_wait_timeout_s
+        while self._num_running and not self._held and time.monotonic() < deadline:
+            await asyncio.sleep(0.005)
 
     def _load_locked(self, named: list[tuple[str, torch.Tensor]], *, require_all: bool) -> int:
         try:
