@@ -1,13 +1,12 @@
 """The CPU engine's state and scheduling: a queue of requests, batched onto one compute thread.
 
-Requests that arrive within ``batch_window_s`` of each other (and every prompt of a batched request)
-run as one batch. Pausing follows SGLang: ``mode="abort"`` aborts every request in flight,
-``in_place``/``retract`` freeze running batches between decode steps; in every mode new requests wait
-until ``/continue_generation``, for at most ``pause_wait_timeout_s``, then get a 503 that says so.
-Weight updates (see :mod:`actors.cpu_engine.weight_sync`) take the model lock, so they land between two
-decode steps of a running batch. Releasing memory is bookkeeping only (see
-:mod:`actors.cpu_engine.released_memory`). Its settings: :class:`~actors.cpu_engine.settings.EngineSettings`.
-A streaming request gets a snapshot of its sequences after every decode step.
+Requests that arrive within ``batch_window_s`` of each other (and every prompt of a batched request) run as one
+batch. Pausing follows SGLang: ``mode="abort"`` aborts every request in flight, ``in_place``/``retract`` freeze
+running batches between decode steps; in every mode new requests wait until ``/continue_generation``, for at most
+``pause_wait_timeout_s``, then get a 503 that says so. Weight updates (:mod:`actors.cpu_engine.weight_sync`) land
+between two decode steps of a paused batch, or, unpaused, after the running requests (SGLang's model update lock,
+:mod:`actors.cpu_engine.update_lock`). Releasing memory is bookkeeping only (:mod:`actors.cpu_engine.released_memory`).
+Settings: :class:`~actors.cpu_engine.settings.EngineSettings`. Streams get a snapshot after every decode step.
 """
 
 from __future__ import annotations
@@ -180,12 +179,17 @@ class CPUEngine(WeightSync):
         """SGLang's ``/ready``: accepting new requests (not paused, memory held, not shutting down)."""
         return self._unpaused.is_set() and not self.memory.blocking_generation() and not self._closing
 
-    def pause(self, mode: str) -> int:
-        """Pause generation; ``mode="abort"`` also aborts what is in flight (returns how many)."""
+    async def pause(self, mode: str) -> int:
+        """Pause; ``mode="abort"``: abort all until no request holds the update lock (SGLang's tokenizer_manager)."""
         self._pause_mode = mode
         self._unpaused.clear()
         self.metrics.is_paused.set(1)
-        aborted = self.abort(abort_all=True, reason="aborted by /pause_generation") if mode == "abort" else 0
+        aborted, deadline = 0, time.monotonic() + self.settings.pause_wait_timeout_s
+        while mode == "abort":
+            aborted += self.abort(abort_all=True, reason="aborted by /pause_generation")
+            if not self._update_lock.readers or time.monotonic() >= deadline:
+                break
+            await asyncio.sleep(POLL_S)
         logger.info("generation paused (mode=%s, %d aborted)", mode, aborted)
         return aborted
 
@@ -256,6 +260,10 @@ class CPUEngine(WeightSync):
     ) -> None:
         try:
             await self._wait_until_unpaused(sequences)
+            if all(seq.abort_message is not None for seq in sequences):  # aborted while paused: not scheduled
+                for seq in sequences:
+                    seq.check_abort()
+                return
             self._check_can_generate()
             async with self._update_lock.reader(self.settings.pause_wait_timeout_s):
                 group = _Group(sequences, asyncio.get_running_loop().create_future(), progress=progress)
@@ -387,9 +395,5 @@ class CPUEngine(WeightSync):
         now = time.monotonic()
         for seq in group.sequences:
             self.metrics.record_finished(seq, now)
-        if group.future.done():
-            return
-        if error is None:
-            group.future.set_result(None)
-        else:
-            group.future.set_exception(error)
+        if not group.future.done():
+            group.future.set_result(None) if error is None else group.future.set_exception(error)

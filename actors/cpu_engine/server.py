@@ -154,7 +154,7 @@ async def flush_cache(request: web.Request) -> web.Response:
 
 async def pause_generation(request: web.Request) -> web.Response:
     body: PauseGenerationReqInput = parse(PauseGenerationReqInput, await json_body(request))
-    request.app[ENGINE].pause(body.mode)
+    await request.app[ENGINE].pause(body.mode)
     return web.json_response({"message": "Generation paused successfully.", "status": "ok"})
 
 

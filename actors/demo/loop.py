@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from actors.demo.progress import IterationRecord, ProgressBoard
+from actors.demo.result import mean_rewards, result_line
 from actors.rollout.tasks import make_prompts
 from actors.tokenizer import tokenizer_for
 from actors.trainer.group import TrainerGroup
@@ -87,6 +88,7 @@ def run_loop(
     first_sync = time.perf_counter() - started
     print(f"[demo] initial weights pushed to the engines in {first_sync:.2f}s", flush=True)
     board.header()
+    loop_started = time.perf_counter()
     for iteration in range(1, settings.iterations + 1):
         prompts = make_prompts(settings.prompts_per_iteration, target_len=settings.target_len,
                                seed=settings.seed * 100_003 + iteration, tokenizer=tokenizer)  # fmt: skip
@@ -94,6 +96,7 @@ def run_loop(
         rollout_result = rollout.generate(prompts, settings.samples_per_prompt).result(timeout=settings.step_timeout_s)
         rollout_s = time.perf_counter() - started
         stats: dict[str, Any] = rollout_result["stats"]
+        board.retries += int(stats.get("retries", 0))
         started = time.perf_counter()
         sync.before_train()
         metrics = trainer.train_on_shards(rollout_result["shards"], timeout_s=settings.step_timeout_s)
@@ -106,16 +109,17 @@ def run_loop(
             loss=float(metrics["loss"]), tokens_per_s=float(stats.get("tokens_per_s", 0.0)),
             rollout_s=rollout_s, train_s=train_s, sync_s=sync_s,
         ))  # fmt: skip
+        board.wall_s = time.perf_counter() - loop_started
     return board
 
 
 def finish(board: ProgressBoard, settings: DemoSettings) -> int:
     """Plot, summarise, and turn "did the reward rise" into an exit code."""
     path = board.plot(Path(settings.plot_path))
-    first = sum(r.reward for r in board.history[:2]) / min(2, len(board.history))
-    last = sum(r.reward for r in board.history[-2:]) / min(2, len(board.history))
+    first, last = mean_rewards(board)
     print(f"[demo] mean reward {first:.3f} (first 2 iterations) → {last:.3f} (last 2); plot: {path}", flush=True)
     if last <= first:
         print("[demo] the reward did not rise: try more iterations or a higher learning rate", flush=True)
-        return 1
-    return 0
+    busy = sum(r.rollout_s for r in board.history)  # engines generate only inside rollout.generate here
+    print(result_line(board, mode="sync", busy_s=busy, wall_s=board.wall_s, samples_retried=board.retries), flush=True)
+    return 1 if last <= first else 0

@@ -26,6 +26,8 @@ class ProgressBoard:
     total: int
     stream: TextIO = sys.stdout
     history: list[IterationRecord] = field(default_factory=list)
+    wall_s: float = 0.0  # the loop's wall time, after the first weight push
+    retries: int = 0  # generation requests sent again (transient failures)
 
     def header(self) -> None:
         print(

@@ -73,7 +73,13 @@ async def generate_once(
 
 
 async def _post(
-    session: aiohttp.ClientSession, url: str, body: dict[str, Any], timeout_s: float, what: str
+    session: aiohttp.ClientSession,
+    url: str,
+    body: dict[str, Any],
+    timeout_s: float,
+    what: str,
+    *,
+    abort_ok: bool = False,
 ) -> dict[str, Any]:
     try:
         async with session.post(url, json=body, timeout=aiohttp.ClientTimeout(total=timeout_s)) as response:
@@ -95,9 +101,16 @@ async def _post(
     if not isinstance(reply, dict):
         raise GenerateRefused(f"{what}: POST {url} answered {type(reply).__name__}, expected one completion")
     finish = (reply.get("meta_info", {}).get("finish_reason") or {}).get("type")
-    if finish == "abort":
+    if finish == "abort" and not abort_ok:
         raise TransientGenerateError(f"{what}: the completion was aborted ({reply['meta_info']['finish_reason']})")
     return reply
+
+
+async def post_generate(
+    session: aiohttp.ClientSession, url: str, body: dict[str, Any], *, timeout_s: float, what: str
+) -> dict[str, Any]:
+    """One POST to ``{url}/generate``; an aborted completion is returned (its partial output kept), not raised."""
+    return await _post(session, url + "/generate", body, timeout_s, what, abort_ok=True)
 
 
 def _message(text: str) -> str:

@@ -1,0 +1,129 @@
+"""The demo's fully asynchronous variant (miles' ``train_async.py`` with its fully async rollout): the engines keep
+generating while the trainer trains; ``miles-launch examples/async-demo.toml`` runs it.
+
+Per iteration ``i``: take a batch from the rollout's buffer (samples at most ``max_staleness`` versions older
+than the trainer's ``v{i-1}``), train on it, then push ``v{i}``: the controller pauses the engines (its
+``pause_mode``), the trainer posts the weights, the engines continue. ``in_flight`` says what becomes of the
+requests a push finds running: ``"partial"`` (aborted by the pause and resumed as partial rollouts: tokens keep
+the version that made them), ``"restart"`` (aborted and started over on the new weights) or ``"finish"`` (no
+new requests start, the running ones finish on the old version, then the push). The last line is ``RESULT
+{json}`` (actors/demo/result.py). Colocation is not supported here (the engines never stop generating).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from dataclasses import dataclass
+from typing import Any
+
+from actors.demo.loop import DemoSettings, WeightSync
+from actors.demo.progress import IterationRecord, ProgressBoard
+from actors.demo.result import mean_rewards, result_line
+from actors.trainer.group import TrainerGroup
+from runtime import ActorHandle
+
+IN_FLIGHT = ("partial", "restart", "finish")
+
+
+@dataclass(frozen=True)
+class AsyncDemoSettings(DemoSettings):
+    """DemoSettings plus the async knobs (``[job.args]`` in examples/async-demo.toml)."""
+
+    max_staleness: int = 1  # versions; 0: the synchronous loop
+    on_stale: str = "drop"  # or "wait": never start a sample that would be past the bound
+    in_flight: str = "partial"  # what a weight push does to running requests (module docstring)
+    max_buffered_groups: int | None = None
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if self.in_flight not in IN_FLIGHT:
+            raise ValueError(f"job.args.in_flight must be one of {IN_FLIGHT}, got {self.in_flight!r}")
+        if self.colocate:
+            raise ValueError("job.args.colocate: the async loop keeps the engines generating; use actors.demo:main")
+        if self.max_staleness < 0 or self.on_stale not in ("drop", "wait"):
+            raise ValueError(f"job.args: max_staleness >= 0 and on_stale 'drop' or 'wait', got "
+                             f"{self.max_staleness}, {self.on_stale!r}")  # fmt: skip
+
+
+def run_async_loop(
+    settings: AsyncDemoSettings, trainer: TrainerGroup, controller: ActorHandle, rollout: ActorHandle
+) -> tuple[ProgressBoard, dict[str, Any]]:
+    """Run the iterations; returns the board and the rollout's final stats."""
+    timeout = settings.step_timeout_s
+    board = ProgressBoard(settings.iterations)
+    sync = WeightSync(trainer, controller)
+    urls, router = controller.engine_urls().result(timeout=30), controller.router_url().result(timeout=30)
+    print(f"[async] engines: {urls}; router {router}", flush=True)
+    sync.update("v0")
+    rollout.start_producer(
+        settings.prompts_per_iteration, settings.samples_per_prompt, target_len=settings.target_len,
+        data_seed=settings.seed, max_staleness=settings.max_staleness, on_stale=settings.on_stale,
+        partial_rollout=settings.in_flight == "partial", max_buffered_groups=settings.max_buffered_groups,
+    ).result(timeout=60)  # fmt: skip
+    print(f"[async] producer started: max_staleness={settings.max_staleness} ({settings.on_stale}), "
+          f"in-flight requests at a push: {settings.in_flight}", flush=True)  # fmt: skip
+    board.header()
+    started = time.perf_counter()
+    lost = 0
+    for iteration in range(1, settings.iterations + 1):
+        began = time.perf_counter()
+        batch = rollout.next_batch(iteration - 1, timeout).result(timeout=timeout + 30)
+        waited = time.perf_counter() - began
+        stats: dict[str, Any] = batch["stats"]
+        metrics = trainer.train_on_shards(batch["shards"], timeout_s=timeout)
+        trained = time.perf_counter() - began - waited
+        for shard in batch["shards"]:
+            shard.free()
+        push_started = time.perf_counter()
+        if settings.in_flight == "finish":
+            rollout.hold(timeout).result(timeout=timeout + 30)
+        rollout.updating_weights().result(timeout=30)
+        sync.update(f"v{iteration}")
+        rollout.set_version(iteration).result(timeout=30)
+        if settings.in_flight == "finish":
+            rollout.release().result(timeout=30)
+        pushed = time.perf_counter() - push_started
+        elapsed = time.perf_counter() - began
+        board.add(IterationRecord(
+            iteration=iteration, reward=float(stats["mean_reward"]), loss=float(metrics["loss"]),
+            tokens_per_s=stats["tokens_generated"] / elapsed, rollout_s=waited, train_s=trained, sync_s=pushed,
+        ))  # fmt: skip
+        if stats["samples_lost"] > lost:
+            lost = stats["samples_lost"]
+            print(f"[async] WARNING: {lost} sample(s) lost so far: {stats['lost_errors']}", flush=True)
+        board.wall_s = time.perf_counter() - started
+    final = rollout.stop_producer().result(timeout=60)
+    return board, final
+
+
+def finish_async(board: ProgressBoard, final: dict[str, Any]) -> int:
+    """Summarise; exit 1 when samples were lost or the reward did not rise."""
+    first, last = mean_rewards(board)
+    print(f"[async] mean reward {first:.3f} (first 2 iterations) → {last:.3f} (last 2)", flush=True)
+    print(f"[async] samples: {final['samples_retried']} retried ({final['samples_resumed']} resumed as partial "
+          f"rollouts), {final['samples_dropped_stale']} dropped as stale, {final['samples_lost']} lost; "
+          f"max staleness {final['max_staleness_seen']}", flush=True)  # fmt: skip
+    keys = ("max_staleness_seen", "samples_dropped_stale", "samples_retried", "samples_resumed", "samples_lost")
+    print(result_line(board, mode="async", busy_s=float(final["busy_s"]), wall_s=board.wall_s,
+                      **{k: final[k] for k in keys}), flush=True)  # fmt: skip
+    return 1 if final["samples_lost"] or last <= first else 0
+
+
+def main(ctx: Any) -> int:
+    """Entrypoint for ``[job] entrypoint = "actors.demo.async_loop:main"``; ``ctx`` is a launcher.JobContext."""
+    known = {f.name for f in dataclasses.fields(AsyncDemoSettings)}
+    unknown = sorted(set(ctx.args) - known)
+    if unknown:
+        raise ValueError(f"job.args: unknown async demo settings {unknown}; known: {sorted(known)}")
+    settings = AsyncDemoSettings(**ctx.args)
+    trainer = TrainerGroup.from_handles(ctx.handles("trainer"))
+    (controller,) = ctx.handles("inference")
+    (rollout,) = ctx.handles("rollout")
+    print("[async] starting the router and the engines ...", flush=True)
+    controller.start().result(timeout=300)
+    try:
+        board, final = run_async_loop(settings, trainer, controller, rollout)
+    finally:
+        controller.shutdown().result(timeout=60)
+    return finish_async(board, final)

@@ -1,0 +1,40 @@
+"""The job's last console line: ``RESULT {json}``, the run's figures for people and scripts alike.
+
+Both demos print it (the synchronous ``actors.demo:main`` and the asynchronous ``actors.demo.async_loop:main``),
+with the same keys, so their ``engine_busy_fraction`` (time generation requests were out at the engines, and
+the engines not paused for a weight update, over the loop's wall time) can be compared line by line.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from actors.demo.progress import ProgressBoard
+
+
+def mean_rewards(board: ProgressBoard) -> tuple[float, float]:
+    """Mean reward of the first two and of the last two iterations."""
+    window = min(2, len(board.history))
+    first = sum(r.reward for r in board.history[:window]) / window
+    last = sum(r.reward for r in board.history[-window:]) / window
+    return first, last
+
+
+def result_line(board: ProgressBoard, *, mode: str, busy_s: float, wall_s: float, **counts: Any) -> str:
+    """``RESULT {...}`` with iterations, rewards, engine_busy_fraction and the sample counts (0 unless given)."""
+    first, last = mean_rewards(board)
+    figures: dict[str, Any] = {
+        "mode": mode,
+        "iterations": len(board.history),
+        "reward_first": round(first, 4),
+        "reward_last": round(last, 4),
+        "engine_busy_fraction": round(busy_s / wall_s, 4) if wall_s > 0 else 0.0,
+        "wall_s": round(wall_s, 2),
+        "max_staleness_seen": 0,
+        "samples_dropped_stale": 0,
+        "samples_retried": 0,
+        "samples_lost": 0,
+        **counts,
+    }
+    return "RESULT " + json.dumps(figures, sort_keys=False)
