@@ -187,7 +187,7 @@ class CPUEngine(WeightSync):
         aborted, deadline = 0, time.monotonic() + self.settings.pause_wait_timeout_s
         while mode == "abort":
             aborted += self.abort(abort_all=True, reason="aborted by /pause_generation")
-            if not self._update_lock.readers or time.monotonic() >= deadline:
+            if not (self._update_lock.readers or self._num_running) or time.monotonic() >= deadline:
                 break
             await asyncio.sleep(POLL_S)
         logger.info("generation paused (mode=%s, %d aborted)", mode, aborted)

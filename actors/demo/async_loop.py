@@ -17,6 +17,7 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
+from actors.demo.engine_busy import busy_fraction, generating_seconds
 from actors.demo.loop import DemoSettings, WeightSync
 from actors.demo.progress import IterationRecord, ProgressBoard
 from actors.demo.result import mean_rewards, result_line
@@ -64,6 +65,7 @@ def run_async_loop(
     print(f"[async] producer started: max_staleness={settings.max_staleness} ({settings.on_stale}), "
           f"in-flight requests at a push: {settings.in_flight}", flush=True)  # fmt: skip
     board.header()
+    generated_before = generating_seconds(urls)
     started = time.perf_counter()
     lost = 0
     for iteration in range(1, settings.iterations + 1):
@@ -94,6 +96,8 @@ def run_async_loop(
             print(f"[async] WARNING: {lost} sample(s) lost so far: {stats['lost_errors']}", flush=True)
         board.wall_s = time.perf_counter() - started
     final = rollout.stop_producer().result(timeout=60)
+    generated = generating_seconds(controller.engine_urls().result(timeout=30))
+    board.engine_busy = busy_fraction(generated_before, generated, board.wall_s)
     return board, final
 
 
@@ -105,8 +109,8 @@ def finish_async(board: ProgressBoard, final: dict[str, Any]) -> int:
           f"rollouts), {final['samples_dropped_stale']} dropped as stale, {final['samples_lost']} lost; "
           f"max staleness {final['max_staleness_seen']}", flush=True)  # fmt: skip
     keys = ("max_staleness_seen", "samples_dropped_stale", "samples_retried", "samples_resumed", "samples_lost")
-    print(result_line(board, mode="async", busy_s=float(final["busy_s"]), wall_s=board.wall_s,
-                      **{k: final[k] for k in keys}), flush=True)  # fmt: skip
+    print(result_line(board, mode="async", engine_busy_fraction=board.engine_busy, busy_s=float(final["busy_s"]),
+                      wall_s=board.wall_s, **{k: final[k] for k in keys}), flush=True)  # fmt: skip
     return 1 if final["samples_lost"] or last <= first else 0
 
 

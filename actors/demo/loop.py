@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from actors.demo.engine_busy import busy_fraction, generating_seconds
 from actors.demo.progress import IterationRecord, ProgressBoard
 from actors.demo.result import mean_rewards, result_line
 from actors.rollout.tasks import make_prompts
@@ -88,6 +89,7 @@ def run_loop(
     first_sync = time.perf_counter() - started
     print(f"[demo] initial weights pushed to the engines in {first_sync:.2f}s", flush=True)
     board.header()
+    generated_before = generating_seconds(controller.engine_urls().result(timeout=30))
     loop_started = time.perf_counter()
     for iteration in range(1, settings.iterations + 1):
         prompts = make_prompts(settings.prompts_per_iteration, target_len=settings.target_len,
@@ -110,6 +112,8 @@ def run_loop(
             rollout_s=rollout_s, train_s=train_s, sync_s=sync_s,
         ))  # fmt: skip
         board.wall_s = time.perf_counter() - loop_started
+    generated = generating_seconds(controller.engine_urls().result(timeout=30))
+    board.engine_busy = busy_fraction(generated_before, generated, board.wall_s)
     return board
 
 
@@ -121,5 +125,6 @@ def finish(board: ProgressBoard, settings: DemoSettings) -> int:
     if last <= first:
         print("[demo] the reward did not rise: try more iterations or a higher learning rate", flush=True)
     busy = sum(r.rollout_s for r in board.history)  # engines generate only inside rollout.generate here
-    print(result_line(board, mode="sync", busy_s=busy, wall_s=board.wall_s, samples_retried=board.retries), flush=True)
+    print(result_line(board, mode="sync", engine_busy_fraction=board.engine_busy, busy_s=busy, wall_s=board.wall_s,
+                      samples_retried=board.retries), flush=True)  # fmt: skip
     return 1 if last <= first else 0

@@ -1,8 +1,9 @@
 """The job's last console line: ``RESULT {json}``, the run's figures for people and scripts alike.
 
 Both demos print it (the synchronous ``actors.demo:main`` and the asynchronous ``actors.demo.async_loop:main``),
-with the same keys, so their ``engine_busy_fraction`` (time generation requests were out at the engines, and
-the engines not paused for a weight update, over the loop's wall time) can be compared line by line.
+with the same keys, so their ``engine_busy_fraction`` (the engines' own generating time over the loop's wall time,
+averaged over the engines: actors/demo/engine_busy.py) can be compared line by line; ``request_busy_fraction`` is
+the time at least one generation request was out (and the engines not paused for a push), seen by the rollout.
 """
 
 from __future__ import annotations
@@ -21,7 +22,9 @@ def mean_rewards(board: ProgressBoard) -> tuple[float, float]:
     return first, last
 
 
-def result_line(board: ProgressBoard, *, mode: str, busy_s: float, wall_s: float, **counts: Any) -> str:
+def result_line(
+    board: ProgressBoard, *, mode: str, engine_busy_fraction: float, busy_s: float, wall_s: float, **counts: Any
+) -> str:
     """``RESULT {...}`` with iterations, rewards, engine_busy_fraction and the sample counts (0 unless given)."""
     first, last = mean_rewards(board)
     figures: dict[str, Any] = {
@@ -29,7 +32,8 @@ def result_line(board: ProgressBoard, *, mode: str, busy_s: float, wall_s: float
         "iterations": len(board.history),
         "reward_first": round(first, 4),
         "reward_last": round(last, 4),
-        "engine_busy_fraction": round(busy_s / wall_s, 4) if wall_s > 0 else 0.0,
+        "engine_busy_fraction": round(engine_busy_fraction, 4),
+        "request_busy_fraction": round(busy_s / wall_s, 4) if wall_s > 0 else 0.0,
         "wall_s": round(wall_s, 2),
         "max_staleness_seen": 0,
         "samples_dropped_stale": 0,

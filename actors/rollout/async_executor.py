@@ -79,7 +79,8 @@ class AsyncRolloutExecutor(RolloutExecutor):
         self.groups_per_batch, self.samples_per_prompt = groups_per_batch, samples_per_prompt
         self.target_len, self.data_seed = target_len, data_seed
         self._next_group, self._version, self._taken_groups = next_group, version, start_batch * groups_per_batch
-        self.max_in_flight_groups = max(1, self.max_concurrency // samples_per_prompt)
+        # twice what max_concurrency requests fill (the HTTP connector holds the rest back): no gap when a group ends
+        self.max_in_flight_groups = max(2, 2 * self.max_concurrency // samples_per_prompt)
         self.capacity = max_buffered_groups or (max_staleness + 1) * groups_per_batch
         self._started_at = time.monotonic()
         self._producer = asyncio.create_task(self._produce(), name="async-rollout-producer")
@@ -207,7 +208,7 @@ class AsyncRolloutExecutor(RolloutExecutor):
             return
         samples = [r for r in results if not isinstance(r, BaseException)]
         rewards = [await self._score(prompt_ids, s.output_ids, prompt) for s in samples]
-        self._counts["samples_retried"] += sum(1 for s in samples if s.requests > 1)
+        self._counts["samples_retried"] += sum(1 for s in samples if s.resent)
         self._counts["samples_resumed"] += sum(1 for s in samples if s.resumed)
         self._counts["groups_generated"] += 1
         self.buffer.put(GroupRecord(group_id, prompt_ids, samples, rewards))

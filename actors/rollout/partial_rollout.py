@@ -38,14 +38,18 @@ async def generate_sample(
     budget = int(params.get("max_new_tokens", 16))
     deadline = time.monotonic() + deadline_s
     while True:
+        sent_before = record.requests
         body = {
             "input_ids": prompt_ids + record.output_ids,
             "sampling_params": {**params, "max_new_tokens": budget - len(record.output_ids)},
             "return_logprob": True,
         }
 
-        async def attempt(body: dict[str, Any] = body, record: SampleRecord = record) -> dict[str, Any]:
+        async def attempt(
+            body: dict[str, Any] = body, record: SampleRecord = record, sent_before: int = sent_before
+        ) -> dict[str, Any]:
             url = await router_url()
+            record.resent += record.requests > sent_before
             record.requests += 1
             clock.enter()
             try:
@@ -69,6 +73,6 @@ async def generate_sample(
                 record.finish_reason = "length"
                 return record
         else:  # start over: the aborted tokens are dropped
-            record = SampleRecord(requests=record.requests)
+            record = SampleRecord(requests=record.requests, resent=record.resent, resumed=record.resumed + 1)
         if time.monotonic() >= deadline:
             raise TimeoutError(f"{what}: aborted again and again until its deadline ({deadline_s}s)")

@@ -24,7 +24,8 @@ class SampleRecord:
     token_versions: list[str] = field(default_factory=list)
     finish_reason: str = "unknown"
     requests: int = 0  # /generate requests sent for this sample (1 when nothing went wrong)
-    resumed: int = 0  # of which continued a partial rollout
+    resent: int = 0  # of which were sent again after a failure (a dead engine or router, a timeout, a 5xx)
+    resumed: int = 0  # times a weight update aborted it (then resumed as a partial rollout, or started over)
 
     def extend(self, reply: dict[str, Any]) -> None:
         """Append one reply's tokens, logprobs and per-token versions."""
