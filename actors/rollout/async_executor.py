@@ -62,10 +62,11 @@ class AsyncRolloutExecutor(RolloutExecutor):
     async def start_producer(
         self, groups_per_batch: int, samples_per_prompt: int, target_len: int = 4, data_seed: int = 0,
         max_staleness: int = 1, on_stale: OnStale = "drop", partial_rollout: bool = True,
-        max_buffered_groups: int | None = None, next_group: int = 0, version: int = 0, start_batch: int = 0,
+        max_buffered_groups: int | None = None, next_group: int = 0, version: int = 0,
     ) -> dict[str, Any]:  # fmt: skip
-        """Start generating groups ``next_group, next_group + 1, ...`` (the data position) for batches
-        ``start_batch, ...`` with the engines at weight version ``version``. ``max_staleness``/``on_stale``:
+        """Start generating groups ``next_group, next_group + 1, ...`` (the data position) with the engines at
+        weight version ``version`` (batch ``b`` trains at version ``b``, so ``version`` batches were taken).
+        ``max_staleness``/``on_stale``:
         the bound (StalenessBound). ``partial_rollout``: resume requests aborted by a weight update (else start
         them over). ``max_buffered_groups``: finished plus in-flight groups the producer may hold (default:
         ``max_staleness + 1`` batches)."""
@@ -78,7 +79,7 @@ class AsyncRolloutExecutor(RolloutExecutor):
         self.partial_rollout = partial_rollout
         self.groups_per_batch, self.samples_per_prompt = groups_per_batch, samples_per_prompt
         self.target_len, self.data_seed = target_len, data_seed
-        self._next_group, self._version, self._taken_groups = next_group, version, start_batch * groups_per_batch
+        self._next_group, self._version, self._taken_groups = next_group, version, version * groups_per_batch
         # twice what max_concurrency requests fill (the HTTP connector holds the rest back): no gap when a group ends
         self.max_in_flight_groups = max(2, 2 * self.max_concurrency // samples_per_prompt)
         self.capacity = max_buffered_groups or (max_staleness + 1) * groups_per_batch
