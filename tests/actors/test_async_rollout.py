@@ -46,9 +46,10 @@ def rollout(controller: ActorHandle) -> Iterator[ActorHandle]:
         assert wait_gone([pid]) == []
 
 
-def push(controller: ActorHandle, rollout: ActorHandle, version: int) -> None:
-    """A weight update as the async loop does it: pause (abort mode) ... set the version, continue."""
-    deadline = time.monotonic() + 10
+def push(controller: ActorHandle, rollout: ActorHandle, version: int, *, mid_request: bool = True) -> None:
+    """A weight update as the async loop does it: pause (abort mode) ... set the version, continue;
+    ``mid_request``: first wait until requests are running, so the pause aborts some."""
+    deadline = time.monotonic() + (10 if mid_request else 0)
     while not any(in_flight(url) for url in controller.engine_urls().result(10)) and time.monotonic() < deadline:
         time.sleep(0.005)
     rollout.updating_weights().result(10)
@@ -124,7 +125,7 @@ def test_max_staleness_zero_waits_like_the_synchronous_loop(controller: ActorHan
         time.sleep(0.3)  # the producer must not start the next batch before the push
         stats = rollout.async_stats().result(10)
         assert stats["groups_in_flight"] == 0 and stats["groups_buffered"] == 0, stats
-        push(controller, rollout, start + step + 1)
+        push(controller, rollout, start + step + 1, mid_request=False)
     assert rollout.stop_producer().result(30)["samples_dropped_stale"] == 0
 
 

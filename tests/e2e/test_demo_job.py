@@ -85,6 +85,8 @@ def test_demo_reward_rises_and_nothing_is_left(tmp_path: Path) -> None:
     assert len(rewards) == 8, result.stdout
     assert sum(rewards[-2:]) / 2 > sum(rewards[:2]) / 2 + 0.02, f"reward did not rise: {rewards}"
     assert (tmp_path / "reward.png").stat().st_size > 10_000
+    last = [line for line in result.stdout.splitlines() if line.strip() and not line.startswith("[miles-launch")][-1]
+    assert last.startswith("RESULT {") and '"mode": "sync"' in last and '"engine_busy_fraction"' in last, last
     assert "teardown complete" in output
     assert not left_behind(marker), "processes left behind"
 
