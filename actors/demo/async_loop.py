@@ -73,6 +73,7 @@ def run_async_loop(
         batch = rollout.next_batch(iteration - 1, timeout).result(timeout=timeout + 30)
         waited = time.perf_counter() - began
         stats: dict[str, Any] = batch["stats"]
+        board.tokens += int(stats["tokens_generated"])
         metrics = trainer.train_on_shards(batch["shards"], timeout_s=timeout)
         trained = time.perf_counter() - began - waited
         for shard in batch["shards"]:

@@ -99,6 +99,7 @@ def run_loop(
         rollout_s = time.perf_counter() - started
         stats: dict[str, Any] = rollout_result["stats"]
         board.retries += int(stats.get("retries", 0))
+        board.tokens += int(stats.get("tokens_generated", 0))
         started = time.perf_counter()
         sync.before_train()
         metrics = trainer.train_on_shards(rollout_result["shards"], timeout_s=settings.step_timeout_s)

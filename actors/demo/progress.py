@@ -28,6 +28,7 @@ class ProgressBoard:
     history: list[IterationRecord] = field(default_factory=list)
     wall_s: float = 0.0  # the loop's wall time, after the first weight push
     retries: int = 0  # generation requests sent again (transient failures)
+    tokens: int = 0  # generated tokens trained on
     engine_busy: float = 0.0  # the engines' generating time over wall_s (actors/demo/engine_busy.py)
 
     def header(self) -> None:

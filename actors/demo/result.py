@@ -35,6 +35,7 @@ def result_line(
         "engine_busy_fraction": round(engine_busy_fraction, 4),
         "request_busy_fraction": round(busy_s / wall_s, 4) if wall_s > 0 else 0.0,
         "wall_s": round(wall_s, 2),
+        "tokens_per_s": round(board.tokens / wall_s, 1) if wall_s > 0 else 0.0,
         "max_staleness_seen": 0,
         "samples_dropped_stale": 0,
         "samples_retried": 0,
