@@ -151,7 +151,7 @@ class CellStarter:
     def _attach(self, workers: list[WorkerInfo]) -> None:
         if not workers:
             return
-        import runtime
+        from runtime import internals
 
         def attach(worker: WorkerInfo) -> None:
             spec = self.provider.config.pool(worker.placement.pool_id).worker
@@ -159,7 +159,7 @@ class CellStarter:
             worker.endpoint = f"tcp://{worker.address}:{worker.port}"
             kwargs = {**spec.kwargs, **self._plan_kwargs(worker, spec.plan_kwargs)}
             try:
-                worker.handle = runtime.attach(
+                worker.handle = internals.attach(
                     worker.endpoint,
                     spec.actor_class,
                     ticket=worker.ticket,

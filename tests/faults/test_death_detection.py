@@ -27,8 +27,9 @@ from pathlib import Path
 import pytest
 from fault_helpers import HERE, read_line, stop_process
 
-from runtime import ActorDied, ActorHandle, attach, get_actor, spawn
+from runtime import ActorDied, ActorHandle, get_actor, spawn
 from runtime.control_auth import SpawnTicket
+from runtime.internals import attach
 from runtime.naming import REGISTRY_ENV
 from runtime.process import READY_PREFIX, ActorProcess, child_environment, worker_command
 

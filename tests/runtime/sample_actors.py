@@ -113,7 +113,7 @@ class Counter:
     def midpoint(self, a: Point, b: Point, color: Color) -> tuple[Point, Color]:
         return Point((a.x + b.x) / 2, (a.y + b.y) / 2), color
 
-    def pid(self) -> int:
+    def get_pid(self) -> int:
         return os.getpid()
 
     def unsendable(self) -> Any:

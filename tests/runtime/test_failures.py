@@ -10,8 +10,9 @@ import time
 import pytest
 from raw_client import RawClient
 
-from runtime import ActorDied, ActorHandle, OverCapacity, StoreLimits, spawn
+from runtime import ActorDied, ActorHandle, OverCapacity, spawn
 from runtime.call_ids import new_call_id
+from runtime.internals import StoreLimits
 from transport import frames as wire
 from transport.protocol import Kind
 

@@ -16,8 +16,9 @@ import msgpack
 import psutil
 from raw_client import RawClient
 
-from runtime import ActorHandle, StoreLimits, spawn
+from runtime import ActorHandle, spawn
 from runtime.call_ids import new_call_id
+from runtime.internals import StoreLimits
 from transport import frames as wire
 from transport.codec import encode
 from transport.protocol import MAGIC, VERSION, Kind
