@@ -66,7 +66,8 @@ from runtime.group import ActorGroup, GroupCall, gather
 from runtime.handle import ActorHandle, MethodRef, PendingCall
 from runtime.metadata import method
 from runtime.naming import get_actor
-from runtime.object_refs import ObjectRef, put
+from runtime.object_owner import put
+from runtime.object_refs import ObjectRef
 from runtime.process import worker_command
 from runtime.retry import retry_until_deadline, retry_until_deadline_sync
 from runtime.spawn import attach, attach_async, connect, connect_async, spawn, spawn_async, spawn_many
