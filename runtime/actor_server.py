@@ -99,7 +99,8 @@ class ActorServer:
         self.metrics_port: int | None = None  # where /metrics is served, if it is
         self.restarts = 0  # how often the spawner restarted this actor before this incarnation
         self._phase = PhaseMachine()
-        self.leaving: str | None = None  # why the process leaves: from then on every call gets ActorDied
+        self.leaving: str | None = None  # why the process leaves (set as it enters LEAVING or STOPPING): every
+        # call is told so from then on
         self.exit_code = 0  # the process's exit code once it has stopped (runtime.actor_exit)
         self._stopper: asyncio.Future[None] | None = None
         self._farewells: list[CallRecord] = []  # calls answered with ActorDied as the process leaves
@@ -126,6 +127,7 @@ class ActorServer:
 
     @property
     def phase(self) -> ServerPhase:
+        """Where the server is in its life (:mod:`runtime.server_phase`)."""
         return self._phase.now
 
     # ---- lifecycle -------------------------------------------------------------------------------------------

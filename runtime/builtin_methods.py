@@ -1,7 +1,8 @@
 """Methods every actor process answers, whatever its class: construct, health, stats, shutdown, methods.
 
-Their names start with ``__`` so they can never clash with a user's public methods. All but ``__construct__``
-run inline on the event loop (the control lane); the constructor runs on its own thread.
+Their names start with ``__`` so they can never clash with a user's public methods. All but ``__prepare__`` and
+``__construct__`` run inline on the event loop (the control lane); those two run on a lane of their own. Each gets
+the server as a :class:`BuiltinHost`: exactly what the built-ins read and do of it.
 """
 
 from __future__ import annotations

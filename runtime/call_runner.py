@@ -18,6 +18,7 @@ from runtime.call_store import CallRecord
 from runtime.errors import CallRejected
 from runtime.metadata import MethodInfo
 from runtime.outcome import error_frames, result_frames
+from runtime.server_phase import LEAVING_PHASES, ServerPhase
 from transport.codec import Buffer, decode
 
 
@@ -26,7 +27,10 @@ class RunnerHost(BuiltinHost, Protocol):
     methods it runs, hooks, the counters, and a way out; built-in methods get the server itself."""
 
     hooks: list[Callable[[str, str, float], None]]  # (method, outcome, seconds) observers
-    leaving: str | None  # why the process leaves, once it does
+    leaving: str | None  # why the process leaves, set before its phase becomes a leaving one
+
+    @property
+    def phase(self) -> ServerPhase: ...
 
     def leave(self, code: int, cause: str) -> str:
         """Leave the process with exit ``code`` because of ``cause``; returns what callers are told."""
@@ -93,7 +97,7 @@ class CallRunner:
         except Exception as exc:
             return self._failed(record, "remote", exc, started)
         except asyncio.CancelledError as exc:  # raised by the method, or its task cancelled: never silence
-            if self._server.leaving is not None:  # cancelled because the process leaves: already answered
+            if self._server.phase in LEAVING_PHASES:  # cancelled because the process leaves: already answered
                 return self._failed(record, "exited", exc, started, self._server.leaving)
             if record.cancelled:  # its caller cancelled it (PendingCall.cancel)
                 return self._failed(record, "cancelled", exc, started, "the call was cancelled by its caller")

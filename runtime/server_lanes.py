@@ -3,8 +3,9 @@
 Each concurrency group of the actor's class gets a thread lane for its sync methods (:mod:`runtime.lanes`) and,
 when the class has async methods, a semaphore of slots (how many of its coroutines run at once) and an event loop
 of its own (:mod:`runtime.group_loops`). The constructor (and ``__prepare__``) runs on a lane of its own,
-:data:`CONSTRUCT_LANE`, open from the start. Call routing (:mod:`runtime.call_routing`) reads the three tables
-directly, once per call; this class fills them and answers for all of them at once (load, cancel, stop).
+:data:`CONSTRUCT_LANE`, open from the start. Call routing (:mod:`runtime.call_routing`) holds the three tables
+and reads them directly, once per call; this class fills them (in place, never replacing them) and answers for
+all of them at once (load, cancel, stop).
 """
 
 from __future__ import annotations
