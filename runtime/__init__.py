@@ -64,7 +64,8 @@ from runtime.group import ActorGroup, GroupCall, gather
 from runtime.handle import ActorHandle, PendingCall
 from runtime.metadata import method
 from runtime.naming import get_actor
-from runtime.object_refs import ObjectRef, put
+from runtime.object_owner import put
+from runtime.object_refs import ObjectRef
 from runtime.retry import retry_until_deadline, retry_until_deadline_async
 from runtime.spawn import connect, connect_async, spawn, spawn_async, spawn_many
 from runtime.waiting import wait, wait_async

@@ -153,7 +153,7 @@ class Producer:
         return put({"data": np.arange(size, dtype=np.int64), "size": size})
 
     def held(self) -> int:
-        from runtime.object_refs import store
+        from runtime.object_store import store
 
         return len(store)
 
