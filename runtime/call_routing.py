@@ -183,18 +183,20 @@ class CallRouter:
 
         if builtin is not None and builtin.threaded:
             self._threads[CONSTRUCT_LANE].submit(run)
-        elif control:
+        elif control and (info is None or not info.is_async):
             self._on_loop(lambda: self.finish(run()))
         elif info.is_async:
-            group = info.options.concurrency_group
-            slots = self._async_slots[group]
+            slots = None if control else self._async_slots[info.options.concurrency_group]
 
             async def run_async() -> None:
                 record.task = asyncio.current_task()  # what a cancel (runtime.builtin_methods) cancels
                 frames = await self._runner.run_async(record, info, deadline, body, buffers, slots)
                 self.finish((record, frames))
 
-            self._group_loops[group].start(run_async)
+            if control:  # an async control-plane method: a task on the server's loop, bounded by no group's slots
+                self._on_loop(lambda: asyncio.ensure_future(run_async()))
+            else:
+                self._group_loops[info.options.concurrency_group].start(run_async)
         else:
             self._threads[info.options.concurrency_group].submit(run)
 

@@ -8,6 +8,7 @@ the method's name, outcome and duration go to the server's hooks (the metrics).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 from collections.abc import Callable
 from typing import Any, Protocol
@@ -81,12 +82,13 @@ class CallRunner:
         deadline: float | None,
         body: Buffer,
         buffers: list[Buffer],
-        slots: asyncio.Semaphore,
+        slots: asyncio.Semaphore | None,
     ) -> list[Buffer]:
-        """Await an async method once one of ``slots`` is free (its concurrency limit); returns the RESULT frames."""
+        """Await an async method once one of ``slots`` is free (its concurrency limit; None: control-plane, no
+        limit); returns the RESULT frames."""
         started = time.perf_counter()  # waiting for a slot counts as part of the call
         try:
-            async with slots:
+            async with slots if slots is not None else contextlib.nullcontext():
                 if record.cancelled:
                     raise _cancelled()
                 args, kwargs = self._prepare(info, deadline, body, buffers)

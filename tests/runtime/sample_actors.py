@@ -95,6 +95,11 @@ class Counter:
     def control_thread(self) -> str:
         return threading.current_thread().name
 
+    @method(control_plane=True)
+    async def async_control_thread(self) -> str:
+        await asyncio.sleep(0)
+        return threading.current_thread().name
+
     def record_from(self, tag: int, i: int) -> None:
         self.order.append((tag, i))
 
