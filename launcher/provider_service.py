@@ -26,8 +26,9 @@ import asyncio
 import json
 import logging
 import os
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any, Protocol
 
 from pydantic import Field
 
@@ -35,8 +36,9 @@ from runtime.errors import ActorDied, DeadlineExceeded, NotDelivered, RemoteErro
 from transport.security import FROM_ENV, CurveDir
 
 if TYPE_CHECKING:
+    from launcher.cell_table import CellTable
     from launcher.cells import CellInfo, WorkerInfo
-    from launcher.provider_base import BaseWorkerProvider
+    from launcher.hosts_config import ClusterConfig
     from runtime.actor_server import ActorServer
     from runtime.handle import ActorHandle
 
@@ -58,25 +60,39 @@ class ProviderApiError(RuntimeError):
     """A provider API call was refused (unknown pool or cell, a lost host) or did not get through."""
 
 
-class ProviderService:
-    """The launch's cells as the provider API serves them (see the module docstring)."""
+class CellControl(Protocol):
+    """What the provider API has the launcher do to its cells (the provider's methods; they block until done)."""
 
-    def __init__(self, *, provider: BaseWorkerProvider) -> None:
-        self._provider = provider
+    def start_cells(
+        self, pool_id: str, indices: list[int] | None = None, *, deadline_s: float | None = None
+    ) -> list[CellInfo]: ...
+
+    def stop_cells(self, pool_id: str, indices: list[int] | None = None, *, grace_s: float | None = None) -> None: ...
+
+    def restart_cell(self, pool_id: str, index: int, *, deadline_s: float | None = None) -> CellInfo: ...
+
+
+class ProviderService:
+    """The launch's cells as the provider API serves them (see the module docstring): it reads the cell table and
+    has ``control`` start, stop and restart cells."""
+
+    def __init__(self, *, table: CellTable, control: CellControl) -> None:
+        self._table = table
+        self._control = control
         self._locks: dict[tuple[str, int], asyncio.Lock] = {}
 
     def pools(self) -> list[str]:
         """Pool ids in hosts.toml order."""
-        return [pool.id for pool in self._provider.config.pools]
+        return [pool.id for pool in self._table.config.pools]
 
     def cells(self, pool: _Pool) -> list[dict[str, Any]]:
         """Every cell of the pool's plan, started or not, in index order (see :func:`cell_view`)."""
-        started = {cell.index: cell for cell in self._provider.cells(pool)}  # UnknownPool names the pools
+        started = {cell.index: cell for cell in self._table.cells(pool)}  # UnknownPool names the pools
         return [self._view(pool, index, started.get(index)) for index in self._indices(pool)]
 
     def deaths(self, since: _Index = 0) -> list[dict[str, Any]]:
         """Death reports number ``since`` and on (at most 1000), each with its number ``seq``."""
-        reports = list(self._provider.deaths)[since : since + MAX_DEATHS_PER_CALL]
+        reports = list(self._table.deaths)[since : since + MAX_DEATHS_PER_CALL]
         return [
             {"seq": since + n, "cell_id": r.cell_id, "worker_id": r.worker_id, "host": r.host, "pid": r.pid,
              "returncode": r.returncode, "reason": r.reason, "at": r.at}
@@ -85,13 +101,13 @@ class ProviderService:
 
     def lost_hosts(self) -> dict[str, str]:
         """Hosts whose agent was lost, and why."""
-        return dict(self._provider.lost_hosts)
+        return dict(self._table.lost_hosts)
 
     async def restart_cell(self, pool: _Pool, index: _Index, deadline_s: _Deadline | None = None) -> dict[str, Any]:
         """Stop the cell (dead or alive) and start it again on its planned hosts; its view once ready."""
         self._check(pool, [index])
         async with self._lock(pool, index):
-            info = await asyncio.to_thread(self._provider.restart_cell, pool, index, deadline_s=deadline_s)
+            info = await asyncio.to_thread(self._control.restart_cell, pool, index, deadline_s=deadline_s)
         return self._view(pool, index, info)
 
     async def start_cells(
@@ -100,14 +116,14 @@ class ProviderService:
         """Start stopped cells (all of the pool by default); their views once ready. A started cell is refused:
         restart it instead."""
         wanted = self._check(pool, indices)
-        running = sorted(cell.index for cell in self._provider.cells(pool) if cell.index in wanted)
+        running = sorted(cell.index for cell in self._table.cells(pool) if cell.index in wanted)
         if running:
             raise ProviderApiError(f"pool {pool!r}: cells {running} are started; restart_cell replaces one")
         locks = [self._lock(pool, index) for index in wanted]
         for lock in locks:
             await lock.acquire()
         try:
-            infos = await asyncio.to_thread(self._provider.start_cells, pool, wanted, deadline_s=deadline_s)
+            infos = await asyncio.to_thread(self._control.start_cells, pool, wanted, deadline_s=deadline_s)
         finally:
             for lock in locks:
                 lock.release()
@@ -117,24 +133,24 @@ class ProviderService:
         """Stop cells (all of the pool by default): their process trees are killed on their hosts (a lost host's
         cells are only forgotten)."""
         wanted = self._check(pool, indices, starting=False)
-        await asyncio.to_thread(self._provider.stop_cells, pool, wanted)
+        await asyncio.to_thread(self._control.stop_cells, pool, wanted)
 
     # ---- helpers ------------------------------------------------------------------------------------------------
 
     def _indices(self, pool: str) -> list[int]:
-        return [cell.index for cell in self._provider.plan.cells(pool)]
+        return [cell.index for cell in self._table.plan.cells(pool)]
 
     def _check(self, pool: str, indices: list[int] | None, *, starting: bool = True) -> list[int]:
         """The indices asked for (all by default); refuses unknown pools and cells, and starting cells of lost
         hosts."""
-        self._provider.cells(pool)  # UnknownPool, naming the pools
+        self._table.cells(pool)  # UnknownPool, naming the pools
         known = self._indices(pool)
         wanted = known if indices is None else sorted(set(indices))
         unknown = [i for i in wanted if i not in known]
         if unknown:
             raise ProviderApiError(f"pool {pool!r} has no cells {unknown} (its cells are 0..{len(known) - 1})")
-        lost = self._provider.lost_hosts if starting else {}
-        for cell in self._provider.plan.cells(pool):
+        lost = self._table.lost_hosts if starting else {}
+        for cell in self._table.plan.cells(pool):
             hosts = {w.host for w in cell.workers if w.host in lost}
             if cell.index in wanted and hosts:
                 host = sorted(hosts)[0]
@@ -148,17 +164,17 @@ class ProviderService:
         return self._locks.setdefault((pool, index), asyncio.Lock())
 
     def _view(self, pool: str, index: int, info: CellInfo | None) -> dict[str, Any]:
-        placement = next(c for c in self._provider.plan.cells(pool) if c.index == index)
-        restarts = self._provider.restarts.get(placement.cell_id, 0)
-        lost = sorted({w.host for w in placement.workers} & set(self._provider.lost_hosts))
+        placement = next(c for c in self._table.plan.cells(pool) if c.index == index)
+        restarts = self._table.restarts.get(placement.cell_id, 0)
+        lost = sorted({w.host for w in placement.workers} & set(self._table.lost_hosts))
         if info is None:
             hosts = [w.host for w in placement.workers]
             return {"pool": pool, "index": index, "cell_id": placement.cell_id, "state": "stopped",
                     "host": placement.master_host, "hosts": hosts, "address": None, "ports": {}, "pid": None,
                     "restarts": restarts, "death_reason": None, "workers": [], "lost_hosts": lost}  # fmt: skip
-        with self._provider._cond:
+        with self._table.cond:
             state = "alive" if info.alive else "dead" if info.death_reason else "starting"
-            workers = [_worker_view(w, w.host in self._provider.lost_hosts) for w in info.workers]
+            workers = [_worker_view(w, w.host in self._table.lost_hosts) for w in info.workers]
             return {"pool": pool, "index": index, "cell_id": info.cell_id, "state": state,
                     "host": workers[0]["host"], "hosts": [w["host"] for w in workers],
                     "address": workers[0]["address"], "ports": workers[0]["ports"], "pid": workers[0]["pid"],
@@ -168,8 +184,9 @@ class ProviderService:
 
 def _worker_view(worker: WorkerInfo, host_lost: bool) -> dict[str, Any]:
     return {"worker_id": worker.worker_id, "host": worker.host, "address": worker.address,
-            "ports": dict(worker.ports), "pid": worker.pid, "state": worker.state, "gpu_ids": list(worker.gpu_ids),
-            "error": worker.error, "log_path": worker.log_path, "host_lost": host_lost}  # fmt: skip
+            "ports": dict(worker.ports), "pid": worker.pid, "state": worker.state.value,
+            "gpu_ids": list(worker.gpu_ids), "error": worker.error, "log_path": worker.log_path,
+            "host_lost": host_lost}  # fmt: skip
 
 
 @dataclass
@@ -195,21 +212,19 @@ class ProviderApiServer:
             log.warning("stopping the provider API on port %d: %s", self.port, exc)
 
 
-def serve_provider_api(provider: BaseWorkerProvider) -> ProviderApiServer:
-    """Serve ``provider``'s cells with its launch's keys; on every interface when its SSH hosts must reach it
-    (with CURVE on, or ``allow_open_binds_without_curve``), else on loopback."""
+def serve_provider_api(service: ProviderService, config: ClusterConfig, curve_dir: str | None) -> ProviderApiServer:
+    """Serve ``service`` with the launch's keys (``curve_dir``; None: plain TCP); on every interface when the SSH hosts
+    of ``config`` must reach it (with CURVE on, or ``allow_open_binds_without_curve``), else on loopback."""
     from launcher.errors import LauncherError
     from launcher.hosts_config import open_bind_hosts
     from runtime import driver_server
     from transport import security
 
-    settings = provider.config.launcher
-    open_bind = bool(open_bind_hosts(provider.config)) and (
-        provider.curve_dir is not None or settings.allow_open_binds_without_curve
-    )
+    settings = config.launcher
+    open_bind = bool(open_bind_hosts(config)) and (curve_dir is not None or settings.allow_open_binds_without_curve)
     try:
         server = driver_server.start_server(
-            ProviderService(provider=provider), "provider-api", curve=security.resolve(provider.curve_dir),
+            service, "provider-api", curve=security.resolve(curve_dir),
             bind="tcp://0.0.0.0:0" if open_bind else "tcp://127.0.0.1:0", what="start the provider API",
         )  # fmt: skip
     except (OSError, RuntimeError) as exc:
@@ -217,12 +232,23 @@ def serve_provider_api(provider: BaseWorkerProvider) -> ProviderApiServer:
     return ProviderApiServer(server=server, port=int(server.address.rsplit(":", 1)[1]))
 
 
-def address_for(provider: BaseWorkerProvider, host: str | None) -> dict[str, Any]:
+class ServesProviderApi(Protocol):
+    """Where the provider API is served (the launch services): its server, and the launcher's address as each SSH
+    host reaches it."""
+
+    @property
+    def provider_api(self) -> ProviderApiServer | None: ...
+
+    @property
+    def reach_back(self) -> Mapping[str, str]: ...
+
+
+def address_for(services: ServesProviderApi, host: str | None) -> dict[str, Any]:
     """The provider API's address for a process on ``host`` (None: the launcher's host)."""
-    api = getattr(provider, "provider_api", None)
+    api = services.provider_api
     if api is None:
         raise ProviderApiError("the provider API is not served (the provider's connect() starts it)")
-    reach = provider.reach_back.get(host, "127.0.0.1") if host is not None else "127.0.0.1"
+    reach = services.reach_back.get(host, "127.0.0.1") if host is not None else "127.0.0.1"
     return api.address(reach)
 
 
