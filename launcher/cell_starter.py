@@ -31,6 +31,7 @@ from runtime.naming import DEFAULT_NAMESPACE
 log = logging.getLogger(__name__)
 
 T = TypeVar("T")
+_DONE_STATES = ENDED_STATES | {WorkerState.READY}  # its start is over, one way or the other
 
 
 class StopCells(Protocol):
@@ -165,7 +166,7 @@ class CellStarter:
                     return
                 remaining = self.deadline - time.monotonic()
                 if remaining <= 0:
-                    late = [w for w in workers if w.state is not WorkerState.READY and w.state not in ENDED_STATES]
+                    late = [w for w in workers if w.state not in _DONE_STATES]
                     for worker in late:
                         worker.error = "start deadline passed"
                     raise WorkerStartError(self._failure("were not ready before the start deadline", late))

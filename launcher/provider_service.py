@@ -1,6 +1,6 @@
 """The provider API: jobs and actors list, start, stop and restart the launch's cells through the launcher.
 
-The launcher process serves :class:`ProviderService` (its provider's cells) from an in-process actor server
+The launcher process serves :class:`ProviderService` (its cell table) from an in-process actor server
 (:func:`runtime.driver_server.start_server`) with the launch's CURVE keys: only holders of the launch's client key
 get through, as for every actor (with CURVE off, whoever reaches its port). It listens on every interface when SSH
 hosts must reach it (CURVE on, or ``allow_open_binds_without_curve``), else on loopback.
