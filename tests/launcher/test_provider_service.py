@@ -37,7 +37,7 @@ def provider(tmp_path: Path) -> Iterator[LocalProvider]:
 
 
 def client_of(provider: LocalProvider, curve_dir: object) -> ProviderClient:
-    return ProviderClient(address_for(provider, None), curve_dir=curve_dir, deadline_s=5)  # type: ignore[arg-type]
+    return ProviderClient(address_for(provider.services, None), curve_dir=curve_dir, deadline_s=5)  # type: ignore[arg-type]
 
 
 def test_cells_deaths_restart_stop_start(provider: LocalProvider) -> None:

@@ -103,7 +103,7 @@ def test_forked_worker_answers_calls_with_the_requested_env_cwd_and_sys_path(age
 
 
 def proto_marker() -> str:
-    from launcher.host_agent import PROC_MARKER
+    from launcher.child_supervisor import PROC_MARKER
 
     return PROC_MARKER
 
