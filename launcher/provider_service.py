@@ -252,10 +252,10 @@ class ProviderClient:
             f"and can this host reach it? ({exc})"
         )
 
-    async def call(self, op: str, *args: Any, **kwargs: Any) -> Any:
+    async def call_async(self, op: str, *args: Any, **kwargs: Any) -> Any:
         """``op(*args, **kwargs)`` on the provider API (await it on any loop)."""
-        return await self._client.call(op, *args, **kwargs)
+        return await self._client.call_async(op, *args, **kwargs)
 
-    def call_sync(self, op: str, *args: Any, **kwargs: Any) -> Any:
+    def call(self, op: str, *args: Any, **kwargs: Any) -> Any:
         """``op(*args, **kwargs)``, blocking (not on the runtime's event loop thread)."""
-        return self._client.call_sync(op, *args, **kwargs)
+        return self._client.call(op, *args, **kwargs)
