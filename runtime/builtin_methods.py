@@ -19,6 +19,7 @@ from typing import Any, Protocol
 import cloudpickle
 
 from runtime.call_store import CallRecord, CallState, CallStore, StoreLimits
+from runtime.handle_names import checked_class_info
 from runtime.metadata import ActorClassInfo, class_info, coerce_constructor_kwargs
 from runtime.object_store import store as objects
 from transport.endpoints import ZmqEndpoint
@@ -101,8 +102,7 @@ def _construct(server: BuiltinHost, class_ref: str | bytes, kwargs: dict[str, An
     if server.instance is not None:
         raise RuntimeError(f"actor {server.name!r} is already constructed; spawn a new process for another actor")
     cls = resolve_class(class_ref)
-    groups = tuple(sorted((options.get("concurrency_groups") or {}).items()))
-    info = class_info(cls, groups)
+    info = checked_class_info(cls, options.get("concurrency_groups"))  # a class only this host can import too
     limits = options.get("limits")
     if limits:
         server.set_limits(StoreLimits(**limits))

@@ -17,9 +17,10 @@ from runtime.client import ClientRuntime
 from runtime.control_auth import SpawnTicket
 from runtime.errors import ActorDied, RemoteError, remote_error
 from runtime.handle import ActorHandle
+from runtime.handle_names import checked_class_info
 from runtime.metadata import ActorClassInfo
 from runtime.process import ActorProcess
-from runtime.spawn_checks import DEFAULT_SPAWN_DEADLINE_S, checked_class_info, class_and_ref, construct_options
+from runtime.spawn_checks import DEFAULT_SPAWN_DEADLINE_S, class_and_ref, construct_options
 from transport.security import FROM_ENV, CurveDir
 
 

@@ -22,11 +22,11 @@ from runtime.client import ClientRuntime
 from runtime.connection import Connection
 from runtime.construction import attach_worker_async, construct, handle_from_record
 from runtime.handle import ActorHandle
+from runtime.handle_names import checked_class_info
 from runtime.process import ActorProcess
 from runtime.spawn_checks import (
     DEFAULT_SPAWN_DEADLINE_S,
     check_spawn_options,
-    checked_class_info,
     class_and_ref,
     construct_options,
 )
@@ -200,7 +200,9 @@ async def connect_async(
     )  # fmt: skip
     health = await probe.method("__health__").options(deadline_s=deadline_s)()
     if not health["constructed"]:
-        raise RuntimeError(f"the worker at {endpoint} holds no actor yet; use attach() to construct one")
+        raise RuntimeError(
+            f"the worker at {endpoint} holds no actor yet; use runtime.internals.attach() to construct one"
+        )
     return handle_from_record(endpoint, health, curve_dir=curve_dir)
 
 

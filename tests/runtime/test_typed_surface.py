@@ -6,14 +6,15 @@ actor processes."""
 from __future__ import annotations
 
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 from raw_client import RawClient
 
 from runtime import ActorHandle, CallRejected, RemoteError, spawn
 from runtime.errors import ActorDefinitionError
+from runtime.handle_names import handle_attributes
 from runtime.process import ActorProcess
-from runtime.spawn_checks import handle_attributes
 
 
 @pytest.fixture(scope="module")
@@ -107,6 +108,23 @@ def test_a_method_a_handle_attribute_shadows_is_refused_before_any_process_start
     # the list is read off ActorHandle: its methods and properties, and what its constructor sets
     assert {"info", "host", "pid", "kill", "process", "endpoint", "connection", "method", "dead"} <= handle_attributes()
     assert not any(name.startswith("_") for name in handle_attributes())
+
+
+def test_a_class_only_the_actor_host_imports_is_checked_for_shadowed_names_by_the_worker(
+    no_leaks: None, tmp_path: Path
+) -> None:
+    """The caller cannot import ``shadowing:OnlyThere`` (it lives in the worker's working directory only), so the
+    worker's ``__construct__`` refuses it, with the same message, before the constructor runs."""
+    (tmp_path / "shadowing.py").write_text(
+        "class OnlyThere:\n"
+        "    def __init__(self) -> None:\n"
+        "        open('constructed', 'w').close()\n\n"
+        "    def endpoint(self) -> str:\n"
+        "        return 'mine'\n"
+    )
+    with pytest.raises(ActorDefinitionError, match=r"shadowing:OnlyThere: method 'endpoint' would be shadowed"):
+        spawn("shadowing:OnlyThere", cwd=str(tmp_path))
+    assert not (tmp_path / "constructed").exists()
 
 
 def test_annotated_constraints_are_enforced_on_the_caller_and_on_the_actor(typed: ActorHandle) -> None:
