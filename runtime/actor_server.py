@@ -24,24 +24,25 @@ from typing import Any
 
 import zmq
 
-from runtime import actor_exit, builtin_methods, control_auth, header_checks
+from runtime import actor_exit, builtin_methods, control_auth
 from runtime.call_runner import CallRunner
 from runtime.call_store import CallRecord, CallState, CallStore, StoreLimits, Tombstone, request_fingerprint
 from runtime.errors import CallRejected
 from runtime.group_loops import GroupLoop
-from runtime.header_checks import BadHeader
 from runtime.lanes import ThreadLane
 from runtime.loop_work import LoopWork
 from runtime.metadata import DEFAULT_ASYNC_CONCURRENCY, DEFAULT_GROUP, ActorClassInfo, MethodInfo
 from runtime.outcome import error_frames
 from transport import frames as wire
-from transport import shared_memory
+from transport import header_checks, shared_memory
 from transport.codec import Buffer
 from transport.endpoints import ZmqEndpoint
 from transport.frames import FrameError
+from transport.header_checks import BadHeader
 from transport.protocol import DEFAULT_MAX_HEADER_BYTES, DEFAULT_MAX_MESSAGE_BYTES, Kind
 from transport.security import CurveConfig, ServerKeys
 from transport.sockets import router
+from transport.submit_header import SubmitHeader
 from transport.waker import Waker
 
 log = logging.getLogger(__name__)
@@ -321,7 +322,7 @@ class ActorServer:
         self._send(peer, wire.pack(Kind.STATUS, [call_id, state, self.boot_id]))
 
     def _on_submit(self, peer: bytes, message: wire.Message) -> None:
-        head = header_checks.submit(message.meta)
+        head = SubmitHeader.parse(message.meta)
         call_id = head.call_id
         if head.acks:
             self._ack(peer, head.acks)
@@ -361,7 +362,7 @@ class ActorServer:
         record = CallRecord(call_id, fingerprint, head.method, peer, shm_ok=head.shm_ok)
         self._accept(record, head.deadline, body, message.buffers)
 
-    def _control_problem(self, head: header_checks.SubmitHeader, fingerprint: bytes) -> str | None:
+    def _control_problem(self, head: SubmitHeader, fingerprint: bytes) -> str | None:
         """Why a control call (construct, shutdown) may not run, or None."""
         if not control_auth.verify(self._spawn_token, head.proof, head.call_id, head.method, fingerprint):
             return (
@@ -373,7 +374,7 @@ class ActorServer:
         return None
 
     def _on_submit_while_leaving(self, peer: bytes, message: wire.Message) -> None:
-        head = header_checks.submit(message.meta)
+        head = SubmitHeader.parse(message.meta)
         if head.acks:
             self._ack(peer, head.acks)
         known = self.store.lookup(head.call_id)

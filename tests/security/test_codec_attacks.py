@@ -328,7 +328,7 @@ def _head(meta: bytes, kind: int = 4) -> bytes:
         (packed([msgpack.ExtType(5, b"")]), "extension"),
         (packed({1: 2}), "not a list"),
         (b"\x92\xc0", "malformed meta"),
-        (b"\x91" * 100_000 + b"\xc0", "nests too deep"),  # deep but small ones: runtime.header_checks
+        (b"\x91" * 100_000 + b"\xc0", "nests too deep"),  # deep but small ones: transport.header_checks
         (b"\x91\x81\x91\xc0\xc0", "malformed meta"),  # a list as a map key
     ],
 )
