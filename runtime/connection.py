@@ -62,8 +62,8 @@ _pack_submit = SubmitHeader.pack
 class Connection:
     """All calls from this process to one actor endpoint. ``submit`` and ``wait`` run on any thread.
 
-    ``context`` opens the socket; ``loop_work`` runs what belongs to the loop (timers, the socket's setup) and says
-    whether the calling thread is the loop's."""
+    ``context`` opens the socket; ``loop_work`` runs on the loop what belongs there (calls waiting for the socket,
+    deadline timers, freeing shared memory) and says whether the calling thread is the loop's."""
 
     def __init__(
         self,
