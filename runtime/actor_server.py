@@ -26,21 +26,21 @@ from typing import Any
 
 import zmq
 
-from runtime import actor_exit, header_checks
+from runtime import actor_exit
 from runtime.call_routing import CallRouter
 from runtime.call_runner import CallRunner
 from runtime.call_store import CallRecord, CallState, CallStore, StoreLimits
-from runtime.header_checks import BadHeader
 from runtime.loop_work import LoopWork
 from runtime.metadata import ActorClassInfo
 from runtime.outcome import error_frames
 from runtime.server_lanes import ServerLanes
 from runtime.server_phase import LEAVING_PHASES, PhaseMachine, ServerPhase
 from transport import frames as wire
-from transport import shared_memory
+from transport import header_checks, shared_memory
 from transport.codec import Buffer
 from transport.endpoints import ZmqEndpoint
 from transport.frames import FrameError
+from transport.header_checks import BadHeader
 from transport.protocol import DEFAULT_MAX_HEADER_BYTES, DEFAULT_MAX_MESSAGE_BYTES, Kind
 from transport.security import CurveConfig, ServerKeys
 from transport.sockets import router

@@ -20,8 +20,8 @@ from __future__ import annotations
 
 from runtime import control_auth
 from runtime.call_store import CallStore
-from runtime.header_checks import SubmitHeader
 from runtime.server_phase import ServerPhase
+from transport.submit_header import SubmitHeader
 
 
 def restarted(expected_boot: str, boot_id: str) -> str:

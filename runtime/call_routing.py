@@ -18,7 +18,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from runtime import admission, builtin_methods, control_auth, header_checks
+from runtime import admission, builtin_methods, control_auth
 from runtime.call_runner import CallRunner
 from runtime.call_store import CallRecord, CallState, CallStore, Tombstone, request_fingerprint
 from runtime.errors import CallRejected
@@ -27,8 +27,10 @@ from runtime.outcome import error_frames
 from runtime.server_lanes import CONSTRUCT_LANE, ServerLanes
 from runtime.server_phase import PhaseMachine, ServerPhase
 from transport import frames as wire
+from transport import header_checks
 from transport.codec import Buffer
 from transport.protocol import Kind
+from transport.submit_header import SubmitHeader
 
 log = logging.getLogger(__name__)
 
@@ -106,7 +108,7 @@ class CallRouter:
     # ---- SUBMIT ----------------------------------------------------------------------------------------------
 
     def on_submit(self, peer: bytes, message: wire.Message) -> None:
-        head = header_checks.submit(message.meta)
+        head = SubmitHeader.parse(message.meta)
         call_id = head.call_id
         if head.acks:
             self._ack(peer, head.acks)
@@ -143,7 +145,7 @@ class CallRouter:
     def on_submit_while_leaving(self, peer: bytes, message: wire.Message, reason: str) -> None:
         """A SUBMIT to a leaving process: a resend gets the answer its call got, a new call ActorDied (``reason``
         says why)."""
-        head = header_checks.submit(message.meta)
+        head = SubmitHeader.parse(message.meta)
         if head.acks:
             self._ack(peer, head.acks)
         known = self._store.lookup(head.call_id)

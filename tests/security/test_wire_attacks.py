@@ -1,6 +1,6 @@
 """Hostile peers on the wire: header fields of every type and size, result theft, exhaustion of the call store.
 
-Each test aims real messages at a live actor process on loopback (runtime.header_checks and the call store's
+Each test aims real messages at a live actor process on loopback (transport.header_checks and the call store's
 per-peer budgets are what stop them) and then checks that the actor still serves everyone else correctly.
 """
 
