@@ -8,8 +8,13 @@ server shows them (``miles-dashboard RUN_DIR``).
   as they grow (``run_store.py``, ``jsonl_tail.py``).
 """
 
-from actors.dashboard.collector import DashboardCollector
-from actors.dashboard.recorder import DashboardRecorder
-from actors.dashboard.server import DashboardServer
+from actors.lazy_exports import lazy_getattr
+
+# Imported on first use: miles-dashboard (the server) needs neither the actor runtime nor psutil.
+__getattr__ = lazy_getattr(__name__, {
+    "DashboardCollector": "actors.dashboard.collector",
+    "DashboardRecorder": "actors.dashboard.recorder",
+    "DashboardServer": "actors.dashboard.server",
+})  # fmt: skip
 
 __all__ = ["DashboardCollector", "DashboardRecorder", "DashboardServer"]

@@ -64,7 +64,7 @@ class DashboardServer:
 
     def start(self) -> DashboardServer:
         """Serve from a daemon thread; returns self."""
-        self._thread = threading.Thread(target=self._http.serve_forever, name="dashboard-http", daemon=True)
+        self._thread = threading.Thread(target=self._http.serve_forever, args=(0.05,), name="dashboard-http", daemon=True)
         self._thread.start()
         return self
 
