@@ -64,7 +64,8 @@ class DashboardServer:
 
     def start(self) -> DashboardServer:
         """Serve from a daemon thread; returns self."""
-        self._thread = threading.Thread(target=self._http.serve_forever, args=(0.05,), name="dashboard-http", daemon=True)
+        serve = self._http.serve_forever
+        self._thread = threading.Thread(target=serve, args=(0.05,), name="dashboard-http", daemon=True)
         self._thread.start()
         return self
 

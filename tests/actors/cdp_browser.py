@@ -53,6 +53,7 @@ class Chromium:
             pages = _json(f"http://127.0.0.1:{port}/json/list")
             page = next(target for target in pages if target.get("type") == "page")
             socket = connect(page["webSocketDebuggerUrl"], max_size=64 * 1024 * 1024, open_timeout=deadline_s)
+            socket.__enter__()  # websockets' sync client wants its context entered (closed in close())
         except BaseException:
             _stop(process)
             raise

@@ -62,7 +62,8 @@ def test_steps_step_and_sample(server: DashboardServer) -> None:
 
 def test_empty_and_missing_steps_say_so(server: DashboardServer) -> None:
     status, body, _ = get(server, "/api/steps/3")
-    assert status == 200 and body["sample_list"] == [] and body["note"] == "step 3 recorded no samples (its metrics are shown)"
+    assert status == 200 and body["sample_list"] == []
+    assert body["note"] == "step 3 recorded no samples (its metrics are shown)"
     status, body, _ = get(server, "/api/steps/7")
     assert status == 404 and body["error"] == "step 7 is not in this run (steps recorded: 1..3)"
     status, body, _ = get(server, "/api/steps/2/samples/5")
@@ -92,7 +93,7 @@ def test_bad_inputs_are_400_with_the_reason(server: DashboardServer, path: str, 
                                   "/secret.txt", "/static//etc/passwd", "/static/", "/api/../secret.txt",
                                   "/static/server.py", "/api/steps/1/../../secret.txt"])  # fmt: skip
 def test_paths_never_leave_the_package_or_the_run(server: DashboardServer, path: str) -> None:
-    status, body, raw = get(server, path)
+    status, _, raw = get(server, path)
     assert status in (400, 404) and b"not served" not in raw and b"import" not in raw, (status, raw[:200])
 
 
