@@ -10,8 +10,9 @@ import time
 import pytest
 from raw_client import RawClient
 
-from runtime import ActorDied, ActorHandle, OverCapacity, StoreLimits, spawn
+from runtime import ActorDied, ActorHandle, OverCapacity, spawn
 from runtime.call_ids import new_call_id
+from runtime.internals import StoreLimits
 from transport import frames as wire
 from transport.protocol import Kind
 
@@ -25,6 +26,17 @@ def test_control_plane_answers_while_sync_method_sleeps(counter: ActorHandle) ->
     assert time.monotonic() - started < 1.0
     assert health["in_flight"]["default"] == 1 and not slow.done()
     assert slow.result(timeout=10) == 5.0
+
+
+def test_async_control_plane_method_is_awaited_on_the_control_lane(counter: ActorHandle) -> None:
+    """An async control-plane method is awaited on the server's loop (it once returned its un-awaited coroutine)."""
+    control_lane = counter.control_thread().result(timeout=10)
+    slow = counter.sleep(3.0)
+    time.sleep(0.2)
+    started = time.monotonic()
+    assert counter.async_control_thread().result(timeout=2) == control_lane
+    assert time.monotonic() - started < 1.0
+    assert slow.result(timeout=10) == 3.0
 
 
 def test_kill_9_mid_call_gives_actor_died_within_3s(counter: ActorHandle) -> None:
