@@ -18,6 +18,7 @@ from launcher import provider_service
 from launcher.agent_pool import AgentPool
 from launcher.cell_table import CellTable
 from launcher.cells import CellInfo, WorkerInfo
+from launcher.construction_progress import ConstructionProgress
 from launcher.errors import WorkerStartError
 from launcher.launch_services import LaunchServices
 from launcher.placement import CellPlacement
@@ -200,8 +201,10 @@ class CellStarter:
                 raise
             with self.table.cond:
                 worker.move_to(WorkerState.ATTACHED)  # from ready only
+            progress.constructed(worker.placement.pool_id, worker.worker_id)
 
-        with ThreadPoolExecutor(max_workers=min(16, len(workers)), thread_name_prefix="attach") as pool:
+        progress = ConstructionProgress([(w.placement.pool_id, w.worker_id) for w in workers], self._say)
+        with progress, ThreadPoolExecutor(max_workers=min(16, len(workers)), thread_name_prefix="attach") as pool:
             futures = [pool.submit(attach, w) for w in workers]
         failed = [w for w, f in zip(workers, futures, strict=True) if f.exception() is not None]
         if failed:

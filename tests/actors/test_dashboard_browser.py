@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 import shutil
 import subprocess
 import sys
@@ -42,6 +43,8 @@ def demo_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
     result = subprocess.run([sys.executable, "-m", "launcher.cli", str(config)], capture_output=True, text=True,
                             timeout=300, cwd=ROOT)  # fmt: skip
     assert "teardown complete" in result.stderr, (result.stdout + result.stderr)[-3000:]
+    # between "ready N/N" and the job: construction progress (launcher/construction_progress.py)
+    assert re.search(r"pool trainer: constructed 2/2 in \d+\.\ds", result.stderr), result.stderr[-3000:]
     assert len(jsonl(run_dir / "steps.jsonl")) == ITERATIONS * 3, "one rollout and two trainer records per step"
     return run_dir
 
