@@ -45,8 +45,8 @@ function lineChart(title, points, { color = "#1f77b4", band = null, id = "", wid
     label.textContent = niceNumber(value);
     svg.appendChild(label);
   }
-  for (const x of [x0, x1]) {
-    const label = svgElement("text", { x: sx(x), y: height - 8, "text-anchor": "middle" });
+  for (const [x, anchor] of [[x0, "start"], [x1, "end"]]) {
+    const label = svgElement("text", { x: sx(x), y: height - 8, "text-anchor": anchor });
     label.textContent = "step " + x;
     svg.appendChild(label);
   }
