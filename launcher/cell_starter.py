@@ -23,7 +23,7 @@ from launcher.errors import WorkerStartError
 from launcher.launch_services import LaunchServices
 from launcher.placement import CellPlacement
 from launcher.progress import Say
-from launcher.specs import ServeWorkerSpec
+from launcher.specs import CommandWorkerSpec, ServeWorkerSpec
 from launcher.worker_command import build_spawn, port_counts
 from launcher.worker_state import ENDED_STATES, LIVE_STATES, WorkerState
 from runtime.control_auth import SpawnTicket
@@ -77,6 +77,7 @@ class CellStarter:
             workers = [w for cell in self.infos for w in cell.workers]
             self._spawn(workers)
             self._wait_ready(workers, started)
+            self._announce([w for w in workers if w.kind == "command"])
             self._attach([w for w in workers if w.kind == "serve"])
         except BaseException:
             self._stop_batch()
@@ -211,6 +212,13 @@ class CellStarter:
             raise WorkerStartError(self._failure("failed to construct their actor", failed))
         self._say(f"attached {len(workers)} actor(s)")
         self._publish_names()
+
+    def _announce(self, workers: list[WorkerInfo]) -> None:
+        """Say each ready command worker's ``announce`` line (e.g. a web page's URL)."""
+        for worker in workers:
+            spec = self.config.pool(worker.placement.pool_id).worker
+            if isinstance(spec, CommandWorkerSpec) and spec.announce:
+                self._say(spec.announce.format(host=worker.address, **worker.ports))
 
     def _publish_names(self) -> None:
         """Register every attached actor of the batch in the launch's name service (``runtime.get_actor`` by its

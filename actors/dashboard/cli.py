@@ -1,4 +1,4 @@
-"""``miles-dashboard RUN_DIR [--port P] [--host H]``: serve a run directory's dashboard until Ctrl-C."""
+"""``miles-dashboard RUN_DIR [--port P] [--host H] [--create]``: serve a run directory's dashboard until Ctrl-C."""
 
 from __future__ import annotations
 
@@ -14,9 +14,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("run_dir", type=Path, help="the collector's run directory (samples.jsonl, steps.jsonl)")
     parser.add_argument("--port", type=int, default=8265, help="port to listen on (0: any free port; default 8265)")
     parser.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1: this machine only)")
+    parser.add_argument("--create", action="store_true", help="create RUN_DIR if missing (a run about to start)")
     args = parser.parse_args(argv)
     if not 0 <= args.port <= 65535:
         parser.error(f"--port must be 0..65535, got {args.port}")
+    if args.create:
+        args.run_dir.mkdir(parents=True, exist_ok=True)
     if not args.run_dir.is_dir():
         parser.error(f"run directory {args.run_dir} does not exist (the collector's run_dir, e.g. runs/demo/dashboard)")
     try:

@@ -1,8 +1,9 @@
 """Run directories for the dashboard tests: written by hand through actors.dashboard.records, or by a real demo.
 
 :func:`write_run` makes a small run directory the way the collector writes one (whole lines through
-``encode_line``). :func:`demo_config` is hosts.example.toml with a short run, its own directories, and the
-dashboard's collector pool on the built-in host "launcher" (named by the rollout and trainer pools).
+``encode_line``). :func:`demo_config` is hosts.example.toml with a short run, its own directories,
+and ``[dashboard] enabled = true`` (actors/dashboard/launch_section.py: the collector and the web server on the
+built-in host "launcher").
 """
 
 from __future__ import annotations
@@ -15,15 +16,10 @@ from typing import Any
 from actors.dashboard.records import encode_line, sample_record
 
 ROOT = Path(__file__).resolve().parents[2]
-COLLECTOR_POOL = """
-[[pools]]
-id = "dashboard"
-hosts = ["launcher"]
-[pools.worker]
-kind = "serve"
-actor_class = "actors.dashboard.collector:DashboardCollector"
-gpus = 0
-kwargs = {{ run_dir = "{run_dir}" }}
+DASHBOARD_SECTION = """
+[dashboard]
+enabled = true
+run_dir = "{run_dir}"
 """
 
 
@@ -60,11 +56,6 @@ def demo_config(tmp_path: Path, *, iterations: int, run_dir: Path) -> Path:
     text = text.replace('workdir = "runs/miles-launch"', f'workdir = "{tmp_path / "launch"}"')
     text = text.replace('workdir = "runs/hosts/local"', f'workdir = "{tmp_path / "host"}"')
     text = text.replace('python = ".venv/bin/python"', f'python = "{sys.executable}"')
-    named = '[pools.worker.kwargs]\ndashboard_name = "dashboard-0-0"\n'
-    text = text.replace('actor_class = "actors.rollout.executor:RolloutExecutor"\ngpus = 0\n[pools.worker.kwargs]\n',
-                        'actor_class = "actors.rollout.executor:RolloutExecutor"\ngpus = 0\n' + named)  # fmt: skip
-    text = text.replace("[pools.worker.kwargs.config]\n", named + "[pools.worker.kwargs.config]\n")
-    assert text.count("dashboard_name") == 2, "hosts.example.toml changed: update demo_config"
     config = tmp_path / "hosts.toml"
-    config.write_text(text + COLLECTOR_POOL.format(run_dir=run_dir))
+    config.write_text(text + DASHBOARD_SECTION.format(run_dir=run_dir))
     return config

@@ -1,7 +1,7 @@
 """The dashboard in a real browser: Debian's chromium (headless, over the DevTools protocol) on a real demo run.
 
-One short demo launch (hosts.example.toml's pools plus the collector pool on the built-in host "launcher") records
-its samples and step metrics; the page served for that run directory is navigated step -> sample -> token view,
+One short demo launch (hosts.example.toml with ``[dashboard] enabled = true``) records its samples and step
+metrics; the page served for that run directory is navigated step -> sample -> token view,
 and what it shows is checked against the JSONL files. A screenshot of each view is written under the test's tmp
 dir. The views follow miles' dashboard (radixark/miles miles/dashboard/static: the rollout step table, the sample
 view's conversation and tokens tabs); the error cases follow the bugs its PRs #2817, #2815 and #2881 fixed (an
@@ -43,8 +43,10 @@ def demo_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
     result = subprocess.run([sys.executable, "-m", "launcher.cli", str(config)], capture_output=True, text=True,
                             timeout=300, cwd=ROOT)  # fmt: skip
     assert "teardown complete" in result.stderr, (result.stdout + result.stderr)[-3000:]
-    # between "ready N/N" and the job: construction progress (launcher/construction_progress.py)
-    assert re.search(r"pool trainer: constructed 2/2 in \d+\.\ds", result.stderr), result.stderr[-3000:]
+    # between "ready N/N" and the job: the dashboard's URL, construction progress (launcher/construction_progress.py)
+    console = result.stderr.split("running the job")[0]
+    assert re.search(r"dashboard: http://127\.0\.0\.1:\d+/ \(run ", console), console[-3000:]
+    assert re.search(r"pool trainer: constructed 2/2 in \d+\.\ds", console), console[-3000:]
     assert len(jsonl(run_dir / "steps.jsonl")) == ITERATIONS * 3, "one rollout and two trainer records per step"
     return run_dir
 
