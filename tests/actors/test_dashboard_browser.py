@@ -26,7 +26,6 @@ from dashboard_fixtures import ROOT, demo_config, sample
 from actors.dashboard.records import encode_line
 from actors.dashboard.server import DashboardServer
 
-pytestmark = pytest.mark.skipif(not CHROMIUM.exists(), reason="needs Debian's chromium: bash scripts/setup.sh")
 ITERATIONS = 3
 
 
@@ -53,6 +52,7 @@ def demo_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture(scope="module")
 def browser(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Chromium]:
+    assert CHROMIUM.exists(), f"no {CHROMIUM}: install Debian's chromium (bash scripts/setup.sh does)"
     with Chromium.start(tmp_path_factory.mktemp("chromium-profile")) as chromium:
         yield chromium
 
