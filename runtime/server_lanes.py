@@ -93,6 +93,8 @@ class ServerLanes:
         group_loop = next((g for g in self.group_loops.values() if g.loop is task.get_loop()), None)
         if group_loop is not None:
             group_loop.cancel(task)
+        else:  # an async control-plane call: a task on the server's loop, where this built-in runs too
+            task.cancel()
         return "cancelled while running"
 
     def discard_queued(self) -> None:

@@ -55,7 +55,7 @@ class ServiceAddress:
     @classmethod
     def from_dict(cls, data: object) -> ServiceAddress | None:
         """The address ``{"endpoint": "tcp://host:port", "server_key": key or None}`` holds; None if it holds none."""
-        if not isinstance(data, dict):
+        if not isinstance(data, dict) or "server_key" not in data:  # null, never absent: CURVE off is said so
             return None
         endpoint, key = data.get("endpoint"), data.get("server_key")
         if not isinstance(endpoint, str) or not endpoint.startswith("tcp://") or not isinstance(key, str | None):

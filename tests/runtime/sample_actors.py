@@ -44,6 +44,7 @@ class Counter:
 
     def __init__(self, *, start: int = 0) -> None:
         self.value = start
+        self.control_cancels = 0
         self.calls = 0
         self.order: list[int] = []
 
@@ -94,6 +95,19 @@ class Counter:
     @method(control_plane=True)
     def control_thread(self) -> str:
         return threading.current_thread().name
+
+    @method(control_plane=True)
+    async def async_control_sleep(self, seconds: float) -> float:
+        try:
+            await asyncio.sleep(seconds)
+        except asyncio.CancelledError:
+            self.control_cancels += 1
+            raise
+        return seconds
+
+    @method(control_plane=True)
+    def control_cancelled(self) -> int:
+        return self.control_cancels
 
     @method(control_plane=True)
     async def async_control_thread(self) -> str:

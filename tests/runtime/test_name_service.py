@@ -99,6 +99,10 @@ def test_a_service_that_does_not_answer_fails_within_its_deadline_naming_it(no_l
     assert time.monotonic() - started < 5
     with pytest.raises(ValueError, match="MILES_NAME_SERVICE='nonsense' is not a name service address"):
         name_service.address_from_env("nonsense")
+    for bad in ('{"endpoint": "tcp://127.0.0.1:1"}', '{"endpoint": "tcp://127.0.0.1:1", "server_key": 7}'):
+        with pytest.raises(ValueError, match="is not a name service address"):
+            name_service.address_from_env(bad)  # a missing key is not "CURVE off": that is said with null
+    assert name_service.address_from_env('{"endpoint": "tcp://127.0.0.1:1", "server_key": null}').server_key is None
 
 
 _CLIENT_SCRIPT = """
