@@ -9,7 +9,9 @@ rows, has one line per leaf, told apart by ``occurrence``)::
      "weight_version": "v2", "engine": null, "router": "http://...", "latency_s": 0.08, "finish_reason": "length",
      "time": 1764870000.1}
 
-``token_ids`` is prompt + response; ``logprobs`` and ``loss_mask`` run along it (``null`` logprobs on the prompt).
+An optional ``messages`` (``[{"role": ..., "content": ...}]``, a multi-turn session) replaces prompt and response
+in the page's conversation view. ``token_ids`` is prompt + response; ``logprobs`` and ``loss_mask`` run along it
+(``null`` logprobs on the prompt).
 ``latency_s``: from the sample's request to its completion (retries and waiting for a free slot included).
 ``engine``: the engine that served it where the reply names one (SGLang's does not: behind the router it is
 ``null`` and ``router`` names the router).

@@ -151,6 +151,15 @@ def test_empty_missing_malformed_and_a_growing_run(browser: Chromium, served: Da
             f"document.getElementById('message').textContent.includes({json.dumps(expected)})"
         )
 
+    turns = [{"role": "user", "content": "ls"}, {"role": "assistant", "content": "a.txt"},
+             {"role": "tool", "content": "ok"}]  # fmt: skip
+    with (run / "samples.jsonl").open("ab") as handle:  # a multi-turn sample: its conversation is its turns
+        handle.write(encode_line(sample(7, 0, 0.5, occurrence=1, messages=turns)))
+    browser.navigate(served.url + "#/step/7/sample/0/1")
+    browser.wait_for("document.querySelectorAll('#conversation .turn').length === 3")
+    assert texts(browser, "#conversation .turn .content") == ["ls", "a.txt", "ok"]
+    assert texts(browser, "#sample-title")[0].endswith("sample 0 (occurrence 1)")
+
     browser.navigate(served.url)
     browser.wait_for(f"document.querySelectorAll('#steps tr.step-row').length === {ITERATIONS + 1}")
     line = encode_line(sample(8, 0, 0.875))

@@ -91,6 +91,11 @@ function tokensPanel(sample) {
 }
 
 function conversationPanel(sample) {
+  if (Array.isArray(sample.messages) && sample.messages.length) {  // a multi-turn sample: its own turns
+    return el("div", { id: "conversation" }, ...sample.messages.map((m) => el("div",
+      { class: "turn " + (m.role === "assistant" ? "assistant" : "user") }, el("div", { class: "role" }, m.role ?? "?"),
+      el("div", { class: "content" }, typeof m.content === "string" ? m.content : JSON.stringify(m.content)))));
+  }
   return el("div", { id: "conversation" },
     el("div", { class: "turn user" }, el("div", { class: "role" }, "prompt"), el("div", { class: "content", id: "prompt-text" }, sample.prompt ?? "")),
     el("div", { class: "turn assistant" }, el("div", { class: "role" }, "response"),
