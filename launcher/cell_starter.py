@@ -18,11 +18,12 @@ from launcher import provider_service
 from launcher.agent_pool import AgentPool
 from launcher.cell_table import CellTable
 from launcher.cells import CellInfo, WorkerInfo
+from launcher.construction_progress import ConstructionProgress
 from launcher.errors import WorkerStartError
 from launcher.launch_services import LaunchServices
 from launcher.placement import CellPlacement
 from launcher.progress import Say
-from launcher.specs import ServeWorkerSpec
+from launcher.specs import CommandWorkerSpec, ServeWorkerSpec
 from launcher.worker_command import build_spawn, port_counts
 from launcher.worker_state import ENDED_STATES, LIVE_STATES, WorkerState
 from runtime.control_auth import SpawnTicket
@@ -76,6 +77,7 @@ class CellStarter:
             workers = [w for cell in self.infos for w in cell.workers]
             self._spawn(workers)
             self._wait_ready(workers, started)
+            self._announce([w for w in workers if w.kind == "command"])
             self._attach([w for w in workers if w.kind == "serve"])
         except BaseException:
             self._stop_batch()
@@ -200,14 +202,23 @@ class CellStarter:
                 raise
             with self.table.cond:
                 worker.move_to(WorkerState.ATTACHED)  # from ready only
+            progress.constructed(worker.placement.pool_id, worker.worker_id)
 
-        with ThreadPoolExecutor(max_workers=min(16, len(workers)), thread_name_prefix="attach") as pool:
+        progress = ConstructionProgress([(w.placement.pool_id, w.worker_id) for w in workers], self._say)
+        with progress, ThreadPoolExecutor(max_workers=min(16, len(workers)), thread_name_prefix="attach") as pool:
             futures = [pool.submit(attach, w) for w in workers]
         failed = [w for w, f in zip(workers, futures, strict=True) if f.exception() is not None]
         if failed:
             raise WorkerStartError(self._failure("failed to construct their actor", failed))
         self._say(f"attached {len(workers)} actor(s)")
         self._publish_names()
+
+    def _announce(self, workers: list[WorkerInfo]) -> None:
+        """Say each ready command worker's ``announce`` line (e.g. a web page's URL)."""
+        for worker in workers:
+            spec = self.config.pool(worker.placement.pool_id).worker
+            if isinstance(spec, CommandWorkerSpec) and spec.announce:
+                self._say(spec.announce.format(host=worker.address, **worker.ports))
 
     def _publish_names(self) -> None:
         """Register every attached actor of the batch in the launch's name service (``runtime.get_actor`` by its
