@@ -52,7 +52,7 @@ def main(argv: list[str] | None = None) -> None:
     where.add_argument("--controller", default=None, help="the InferenceController's actor name: ask its router_url")
     parser.add_argument("--model-path", default=None, help="HF directory: its tokenizer and chat template")
     defaults = SessionLimits()
-    for name in ("max_sessions", "max_turns", "max_body_bytes", "max_concurrency"):
+    for name in ("max_sessions", "max_turns", "max_body_bytes", "max_concurrency", "max_context_tokens"):
         parser.add_argument("--" + name.replace("_", "-"), type=int, default=getattr(defaults, name))
     for name in ("session_ttl_s", "request_timeout_s", "retry_deadline_s"):
         parser.add_argument("--" + name.replace("_", "-"), type=float, default=getattr(defaults, name))

@@ -26,6 +26,10 @@ class AgentRequestFailed(RuntimeError):
     """The session server refused a request (4xx): a bug in the agent or its settings, not worth retrying."""
 
 
+class ContextFull(AgentRequestFailed):
+    """The next turn would not fit the context (``context_length_exceeded``): the episode ends there."""
+
+
 @dataclass(frozen=True)
 class AgentSettings:
     """How the agent talks to the model."""
@@ -47,6 +51,8 @@ async def post_json(http: aiohttp.ClientSession, method: str, url: str, body: An
         raise SessionUnavailable(f"{method} {url}: {type(exc).__name__}: {exc}") from None
     if status >= 500:
         raise SessionUnavailable(f"{method} {url} answered HTTP {status}: {raw[:300].decode(errors='replace')}")
+    if status == 400 and b'"context_length_exceeded"' in raw:
+        raise ContextFull(f"{method} {url}: {raw[:300].decode(errors='replace')}")
     if status >= 400:
         raise AgentRequestFailed(f"{method} {url} answered HTTP {status}: {raw[:500].decode(errors='replace')}")
     return json.loads(raw) if raw else None
@@ -55,9 +61,10 @@ async def post_json(http: aiohttp.ClientSession, method: str, url: str, body: An
 async def run_agent(
     http: aiohttp.ClientSession, session_url: str, question: str, settings: AgentSettings, *, seed: int | None = None
 ) -> dict[str, int]:
-    """One episode on ``question``; returns counts (requests, tool_calls, resamples)."""
+    """One episode on ``question``; returns counts (requests, tool_calls, resamples, context_full: the episode
+    ended because the next turn would not fit the context)."""
     messages = [{"role": "system", "content": SYSTEM_PROMPT}, {"role": "user", "content": question}]
-    counts = {"requests": 0, "tool_calls": 0, "resamples": 0}
+    counts = {"requests": 0, "tool_calls": 0, "resamples": 0, "context_full": 0}
     for _turn in range(settings.max_turns):
         tries = 0
         while True:
@@ -65,8 +72,12 @@ async def run_agent(
                                     "temperature": settings.temperature, "logprobs": True}  # fmt: skip
             if seed is not None:
                 body["seed"] = seed + counts["requests"]
-            reply = await post_json(http, "POST", session_url + "/v1/chat/completions", body,
-                                    settings.request_timeout_s)  # fmt: skip
+            try:
+                reply = await post_json(http, "POST", session_url + "/v1/chat/completions", body,
+                                        settings.request_timeout_s)  # fmt: skip
+            except ContextFull:
+                counts["context_full"] += 1
+                return counts
             counts["requests"] += 1
             content = str(reply["choices"][0]["message"]["content"])
             tool = tool_reply(content)

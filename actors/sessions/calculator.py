@@ -53,7 +53,7 @@ def tool_reply(reply: str) -> str | None:
         return None
     call = CALL.search(reply)
     if call is None:
-        return "error: no CALC(expr) call; write CALC(2+3) or ANSWER: 5"
+        return "error: no CALC(expr)"
     try:
         return f"{call.group(1).strip()} = {calculate(call.group(1))}"
     except CalculatorError as exc:

@@ -21,6 +21,7 @@ import asyncio
 import logging
 import math
 import time
+from dataclasses import fields
 from typing import Any
 
 import aiohttp
@@ -46,7 +47,7 @@ class AgentRollout:
         provider_api: dict[str, Any] | None = None,
         reward_fn: str = "actors.sessions.calculator:calculator_reward",
         dp_size: int = 1,
-        agent: AgentSettings | None = None,
+        agent: AgentSettings | dict[str, Any] | None = None,
         max_concurrency: int = 16,
         sample_attempts: int = 3,
         seed: int | None = None,
@@ -67,7 +68,7 @@ class AgentRollout:
         self.reward_path = reward_fn
         self.reward_fn = load_function(reward_fn)
         self.dp_size = dp_size
-        self.agent = agent or AgentSettings()
+        self.agent = agent_settings(agent)
         self.max_concurrency = max_concurrency
         self.sample_attempts = sample_attempts
         self.seed = seed
@@ -81,7 +82,8 @@ class AgentRollout:
         servers = await self._servers()
         started = time.monotonic()
         limit = asyncio.Semaphore(self.max_concurrency)
-        counts = {"samples_retried": 0, "samples_lost": 0, "requests": 0, "tool_calls": 0, "resamples": 0}
+        counts = {"samples_retried": 0, "samples_lost": 0, "requests": 0, "tool_calls": 0, "resamples": 0,
+                  "context_full": 0}  # fmt: skip
         async with aiohttp.ClientSession() as http:
 
             async def one(index: int) -> list[dict[str, Any]]:
@@ -146,7 +148,7 @@ class AgentRollout:
                 await post_json(http, "DELETE", url, None, timeout)
             except SessionUnavailable:
                 pass  # the records are ours already; the server's copy dies with it
-            for key in ("requests", "tool_calls", "resamples"):
+            for key in ("requests", "tool_calls", "resamples", "context_full"):
                 counts[key] += episode[key]
             return [{**row, "prompt_index": prompt_index} for row in record["samples"]]
         counts["samples_lost"] += 1
@@ -180,6 +182,16 @@ class AgentRollout:
         except (SessionUnavailable, AgentRequestFailed):
             return False
         return True
+
+
+def agent_settings(value: AgentSettings | dict[str, Any] | None) -> AgentSettings:
+    """``AgentSettings`` from itself, a table of its fields (hosts.toml) or None (the defaults)."""
+    if value is None or isinstance(value, AgentSettings):
+        return value or AgentSettings()
+    known = {f.name for f in fields(AgentSettings)}
+    if unknown := sorted(set(value) - known):
+        raise ValueError(f"agent: unknown AgentSettings fields {unknown}; known: {sorted(known)}")
+    return AgentSettings(**value)
 
 
 def prompt_advantages(rewards: list[float], prompt_index: list[int]) -> list[float]:

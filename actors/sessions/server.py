@@ -14,7 +14,8 @@ tokens, never a re-tokenized conversation) and sent to the router as SGLang's ``
 recorded only once the engine answered, so a request that fails records nothing. The agent gets the decoded reply
 as an OpenAI ``chat.completion`` (``metadata`` says the turn's leaf, its weight version and token counts). Bodies
 are bounded (``max_body_bytes``), as are sessions (``max_sessions``; idle ones expire after ``session_ttl_s``) and
-turns per session; a bad request is a 400 naming the field.
+turns per session; a bad request is a 400 naming the field. With ``max_context_tokens``, a turn that would not fit
+(prompt + ``max_tokens``) is a 400 with OpenAI's code ``context_length_exceeded``, and the agent ends its episode.
 """
 
 from __future__ import annotations
@@ -39,6 +40,7 @@ from actors.tokenizer import Tokenizer
 logger = logging.getLogger(__name__)
 
 RouterUrl = Callable[[], Awaitable[str]]
+CONTEXT_FULL = "context_length_exceeded"  # OpenAI's error code: the agent ends the episode
 
 
 @dataclass(frozen=True)
@@ -52,6 +54,7 @@ class SessionLimits:
     request_timeout_s: float = 120.0
     retry_deadline_s: float = 120.0
     max_concurrency: int = 64
+    max_context_tokens: int = 0  # prompt + max_tokens past this: 400 context_length_exceeded (0: the engine decides)
 
 
 @dataclass
@@ -127,6 +130,11 @@ class SessionServer:
             planned = session.trajectory.plan(body.get("messages"))
         except (TrajectoryError, ValueError) as exc:
             raise _bad(str(exc)) from None
+        needed = len(planned.prompt_ids) + int(params.get("max_new_tokens") or 0)
+        if self.limits.max_context_tokens and needed > self.limits.max_context_tokens:
+            message = (f"the prompt ({len(planned.prompt_ids)} tokens) and max_tokens need {needed} tokens, over "
+                       f"this session server's max_context_tokens ({self.limits.max_context_tokens})")  # fmt: skip
+            raise web.HTTPBadRequest(text=_error(message, code=CONTEXT_FULL), content_type="application/json")
         generate = {"input_ids": planned.prompt_ids, "sampling_params": params, "return_logprob": True}
         try:
             completion = await self._generate(generate, f"session {session_id[:8]} turn {session.trajectory.turns}")
@@ -210,8 +218,8 @@ async def _json_object(request: web.Request, *, required: bool) -> dict[str, Any
     return body
 
 
-def _error(message: str) -> str:
-    return json.dumps({"error": {"message": message}})
+def _error(message: str, *, code: str | None = None) -> str:
+    return json.dumps({"error": {"message": message, "code": code}})
 
 
 def _bad(message: str) -> web.HTTPBadRequest:
