@@ -29,8 +29,6 @@ def test_agent_sessions_example_trains_on_session_records_through_a_session_serv
     rendered = session_server_pool("sessions", cells=2, controller="inference-0-0", bind="127.0.0.1",
                                    extra_args=["--max-context-tokens", "512"])  # fmt: skip
     assert pools["sessions"] == rendered
-        "worker": {**rendered["worker"], "ready": pools["sessions"]["worker"]["ready"]}
-    }
     data["launcher"]["workdir"] = str(tmp_path / "launch")
     data["host_defaults"]["python"] = sys.executable
     data["hosts"][0]["workdir"] = str(tmp_path / "host")
