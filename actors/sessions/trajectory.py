@@ -130,7 +130,8 @@ class SessionTrajectory:
 
     @property
     def turns(self) -> int:
-        return sum(len(leaf.turns) for leaf in self.leaves)
+        """Engine calls recorded (a forked leaf shares its first turns with its parent: counted once)."""
+        return len({id(turn) for leaf in self.leaves for turn in leaf.turns})
 
     def plan(self, messages: Any) -> PlannedTurn:
         """The leaf ``messages`` continue (or fork, or start) and the prompt tokens to send for them."""

@@ -23,9 +23,11 @@ from actors.model_config import ModelConfig
 from actors.router import RouterProcess
 from actors.sessions.agent import AgentSettings, run_agent
 from actors.sessions.calculator import CalculatorError, calculate, calculator_reward, make_questions, tool_reply
+from actors.sessions.chat_request import sampling_params
 from actors.sessions.pool import session_server_pool
 from actors.sessions.rollout import AgentRollout
-from actors.tokenizer import tokenizer_for
+from actors.sessions.trajectory import PlannedTurn, SessionTrajectory, TrajectoryError, Turn
+from actors.tokenizer import BYTE_TOKENIZER, tokenizer_for
 from actors.trainer import OptimizerConfig, TrainerConfig
 from actors.trainer.group import TrainerGroup
 from launcher.specs import PoolSpec
@@ -171,3 +173,48 @@ def test_the_session_pool_is_a_launcher_command_pool_of_n_servers() -> None:
     assert pool.worker.ready.path == "/health"
     with pytest.raises(ValueError, match="exactly one"):
         session_server_pool(cells=1)
+
+
+def _turn(planned: PlannedTurn, output: list[int], reply: str) -> Turn:
+    return Turn(messages=planned.messages, reply=reply, prompt_ids=tuple(planned.prompt_ids), output_ids=tuple(output),
+                logprobs=tuple(-0.5 for _ in output), finish_reason="stop", weight_version="v0")  # fmt: skip
+
+
+def test_trajectory_continues_forks_and_races_into_leaves_keyed_by_occurrence() -> None:
+    """single_user_turn_trajectory.py's append-only rule, with forks instead of refusals: every request is recorded
+    on exactly one leaf and no leaf's tokens are ever rewritten."""
+    trajectory = SessionTrajectory(BYTE_TOKENIZER, sample_index=2, max_turns=6)
+    user = [{"role": "user", "content": "1+1=?"}]
+    first = trajectory.plan(user)
+    assert first.base is None and first.prompt_ids == BYTE_TOKENIZER.apply_chat_template(user)
+    leaf0 = trajectory.commit(first, _turn(first, [67, 65, 76], "CAL"))
+    history = [*user, {"role": "assistant", "content": "CAL"}, {"role": "tool", "content": "error"}]
+    second, racing = trajectory.plan(history), trajectory.plan(history)  # two requests on the same leaf at once
+    tool_ids = BYTE_TOKENIZER.encode("<|tool|>\nerror\n<|assistant|>\n", add_special_tokens=False)
+    assert second.prompt_ids == [*first.prompt_ids, 67, 65, 76, *tool_ids]  # engine tokens kept, then the tool's
+    assert trajectory.commit(second, _turn(second, [49], "1")) is leaf0
+    leaf1 = trajectory.commit(racing, _turn(racing, [50], "2"))  # the leaf moved on meanwhile: a fork, not a rewrite
+    assert leaf1.occurrence == 1 and leaf1.turns[0] is leaf0.turns[0] and len(leaf0.turns) == 2
+    back = trajectory.plan([*user, {"role": "assistant", "content": "CAL"}, {"role": "user", "content": "again"}])
+    assert back.base == (leaf0, 1)  # extends an earlier point of leaf 0: forks there
+    trajectory.commit(back, _turn(back, [51], "3"))
+    samples = trajectory.samples()
+    assert [(s["sample_index"], s["occurrence"], s["turns"]) for s in samples] == [(2, 0, 2), (2, 1, 2), (2, 2, 2)]
+    for sample, leaf in zip(samples, trajectory.leaves, strict=True):
+        assert sample["tokens"] == list(leaf.turns[-1].token_ids)
+        assert sum(sample["loss_mask"]) == 4 and sample["loss_mask"][: len(first.prompt_ids)] == [0] * len(
+            first.prompt_ids
+        )
+    with pytest.raises(TrajectoryError, match="add nothing"):
+        trajectory.plan([*user, {"role": "assistant", "content": "CAL"}])
+    with pytest.raises(TrajectoryError, match=r"messages\[0\]"):
+        trajectory.plan([{"content": "no role"}])
+    with pytest.raises(ValueError, match="n must be 1"):
+        sampling_params({"n": 2})
+    with pytest.raises(ValueError, match="temperature must be a number"):
+        sampling_params({"temperature": "hot"})
+    assert sampling_params({"max_tokens": 5, "seed": 3})["max_new_tokens"] == 5
+    trajectory.commit(trajectory.plan(user), _turn(trajectory.plan(user), [1], "x"))
+    trajectory.commit(trajectory.plan(user), _turn(trajectory.plan(user), [1], "x"))
+    with pytest.raises(TrajectoryError, match="max_turns"):
+        trajectory.plan(user)
