@@ -162,7 +162,7 @@ class AgentRollout:
             servers = list(self.session_urls)
         else:
             assert self.api is not None
-            cells = await self.api.call("cells", self.session_pool)
+            cells = await self.api.call_async("cells", self.session_pool)
             servers = [
                 f"http://{worker_url_host(c['workers'][0], self.api)}:{c['workers'][0]['ports']['port']}"
                 for c in cells if c["state"] == "alive"

@@ -18,8 +18,11 @@ from pathlib import Path
 
 import requests
 import torch
-from conftest import REPO_ROOT, free_port
 from hf_fixtures import build_tokenizer, hf_config, randomize
+
+from actors.processes import free_port
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
 
 TRIM_TEMPLATE = (
     "{% for message in messages %}<|{{ message['role'] }}|>{{ message['content'] | trim }}<|end|>{% endfor %}"

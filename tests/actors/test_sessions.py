@@ -12,11 +12,11 @@ import asyncio
 import threading
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import aiohttp
 import pytest
 import requests
-from conftest import EngineLauncher
 from session_fixtures import make_trim_checkpoint, session_servers
 
 from actors.model_config import ModelConfig
@@ -32,6 +32,9 @@ from actors.trainer import OptimizerConfig, TrainerConfig
 from actors.trainer.group import TrainerGroup
 from launcher.specs import PoolSpec
 from runtime import spawn
+
+if TYPE_CHECKING:
+    from tests.actors.conftest import EngineLauncher
 
 BYTE_MODEL = ModelConfig(hidden_size=32, num_layers=1, num_attention_heads=2, num_key_value_heads=2,
                          ffn_hidden_size=64, max_position_embeddings=512, seed=4)  # fmt: skip
