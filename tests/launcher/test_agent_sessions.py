@@ -2,7 +2,8 @@
 
 The pool table is what actors/sessions/pool.py renders; each session server finds its router by asking the
 controller through the launch's name service (``--controller``), the rollout finds the servers through the provider
-API (as miles' ``agentic_tool_call.py`` reaches its session servers by ip and ports), and the trainer trains on the
+API (as miles' ``placement_group.py`` waits for the session server pool ``SESSION_SERVER_POOL_ID`` through its
+worker provider and ``agentic_tool_call.py`` reaches a session's server by ip and port), and the trainer trains on the
 sessions' records (tests/actors/test_sessions.py checks those records token by token).
 """
 

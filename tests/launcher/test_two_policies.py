@@ -2,9 +2,10 @@
 group, engine pool, router and weight versions. The GPU example's plan (``--dry-run``, fake GPU ids as in
 test_cluster_examples.py) gives each policy's pools their own GPUs; the CPU example runs both GRPO loops with
 ``miles-launch``, and a SIGKILL of one of policy b's engines (its controller restarts it, as
-actors/inference/cell_keeper.py does for any engine) does not stop policy a. Mirrors miles' multi-model setup
-(radixark/miles: one RayTrainGroup and one rollout manager per model, each with its own engines and weight
-updates).
+actors/inference/cell_keeper.py does for any engine) does not stop policy a. Mirrors miles' multi-trainer setup
+(radixark/miles ``miles/ray/placement_group.py``: one trainer per policy from ``compute_trainer_configs``, GPUs
+counted per policy in ``_compute_trainer_num_gpus``, and ``update_weights(..., trainer_model_id=...)`` updating only
+that model's engines and weight version).
 """
 
 from __future__ import annotations
