@@ -1,4 +1,9 @@
-"""Start a batch of cells: allocate ports, spawn through the agents, wait ready, attach actors; all-or-nothing."""
+"""Start a batch of cells: allocate ports, spawn through the agents, wait ready, attach actors; all-or-nothing.
+
+The starter registers the batch's cells in the cell table and waits on its lock for the workers' states (the agents'
+events move them); it asks the agent pool for ports and spawns, the launch services for what each worker is given
+(keys, the name service, the provider API) and names every attached actor there.
+"""
 
 from __future__ import annotations
 
@@ -6,35 +11,62 @@ import logging
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from typing import TYPE_CHECKING, TypeVar
+from typing import Protocol, TypeVar
 
 from launcher import agent_protocol as proto
 from launcher import provider_service
+from launcher.agent_pool import AgentPool
+from launcher.cell_table import CellTable
 from launcher.cells import CellInfo, WorkerInfo
+from launcher.construction_progress import ConstructionProgress
 from launcher.errors import WorkerStartError
+from launcher.launch_services import LaunchServices
 from launcher.placement import CellPlacement
-from launcher.specs import ServeWorkerSpec
+from launcher.progress import Say
+from launcher.specs import CommandWorkerSpec, ServeWorkerSpec
 from launcher.worker_command import build_spawn, port_counts
+from launcher.worker_state import ENDED_STATES, LIVE_STATES, WorkerState
 from runtime.control_auth import SpawnTicket
 from runtime.naming import DEFAULT_NAMESPACE
 
-if TYPE_CHECKING:
-    from launcher.provider_base import BaseWorkerProvider
-
 log = logging.getLogger(__name__)
 
-_DONE_STATES = ("ready", "failed", "exited")
 T = TypeVar("T")
+_DONE_STATES = ENDED_STATES | {WorkerState.READY}  # its start is over, one way or the other
+
+
+class StopCells(Protocol):
+    """Stops cells of a pool and forgets them (the provider's ``stop_cells``)."""
+
+    def __call__(self, pool_id: str, indices: list[int] | None = None, *, grace_s: float | None = None) -> None: ...
 
 
 class CellStarter:
-    """One start of a batch of cells against a provider; on any failure the batch is stopped and an error
-    naming every failed worker (host, pid, reason, last output lines) is raised."""
+    """One start of a batch of cells; on any failure the batch is stopped (``stop_cells``) and an error naming
+    every failed worker (host, pid, reason, last output lines) is raised."""
 
-    def __init__(self, provider: BaseWorkerProvider, cells: list[CellPlacement], deadline: float) -> None:
-        self.provider = provider
+    def __init__(
+        self,
+        cells: list[CellPlacement],
+        deadline: float,
+        *,
+        table: CellTable,
+        agents: AgentPool,
+        services: LaunchServices,
+        stop_cells: StopCells,
+        save_state: Callable[[], None],
+        say: Say,
+    ) -> None:
         self.cells = cells
         self.deadline = deadline
+        self.table = table
+        self.config = table.config
+        self.settings = table.config.launcher
+        self.agents = agents
+        self.services = services
+        self._stop_cells = stop_cells
+        self._save_state = save_state
+        self._say = say
         self.infos: list[CellInfo] = []
 
     def run(self) -> list[CellInfo]:
@@ -45,26 +77,22 @@ class CellStarter:
             workers = [w for cell in self.infos for w in cell.workers]
             self._spawn(workers)
             self._wait_ready(workers, started)
+            self._announce([w for w in workers if w.kind == "command"])
             self._attach([w for w in workers if w.kind == "serve"])
         except BaseException:
             self._stop_batch()
             raise
-        with self.provider._cond:
+        with self.table.cond:
             for cell in self.infos:
-                cell.alive = all(w.state in ("ready", "attached") for w in cell.workers)
-        self.provider._save_state()
+                cell.alive = all(w.state in LIVE_STATES for w in cell.workers)
+        self._save_state()
         return self.infos
-
-    def _say(self, message: str) -> None:
-        log.info("%s", message)
-        if self.provider.progress is not None:
-            self.provider.progress(message)
 
     def _remaining(self) -> float:
         return max(0.1, self.deadline - time.monotonic())
 
     def _prepare(self) -> None:
-        config = self.provider.config
+        config = self.config
         need: dict[str, int] = {}
         for cell in self.cells:
             spec = config.pool(cell.pool_id).worker
@@ -74,9 +102,7 @@ class CellStarter:
                 need[worker.host] = need.get(worker.host, 0) + len(worker_ports)
 
         def ports_on(host: str) -> list[int]:
-            reply = self.provider.link(host).request(
-                proto.OP_PORTS, timeout_s=min(30.0, self._remaining()), n=need[host]
-            )
+            reply = self.agents.link(host).request(proto.OP_PORTS, timeout_s=min(30.0, self._remaining()), n=need[host])
             return list(reply["ports"])
 
         free = dict(zip(need, self._on_every_host(ports_on, list(need)), strict=True))
@@ -101,10 +127,10 @@ class CellStarter:
                 master_port=master_port,
             )
             self.infos.append(info)
-            self.provider._register(info)
+            self.table.register(info)
 
     def _spawn(self, workers: list[WorkerInfo]) -> None:
-        config = self.provider.config
+        config = self.config
         for worker in workers:
             cell = next(c for c in self.infos if worker in c.workers)
             command = build_spawn(
@@ -114,28 +140,28 @@ class CellStarter:
                 ports=worker.ports,
                 master_addr=cell.master_addr,
                 master_port=cell.master_port,
-                stream_logs=self.provider.settings.stream_logs,
-                curve_dir=self.provider.host_curve_dir(worker.host),
-                name_service=self.provider.name_service_env(worker.host),
+                stream_logs=self.settings.stream_logs,
+                curve_dir=self.agents.host_curve_dir(worker.host),
+                name_service=self.services.name_service_env(worker.host),
             )
             worker.env = command["env"]
             if worker.kind == "serve":  # the token travels inside the agent's SSH channel, to the worker's stdin
                 worker.ticket = SpawnTicket.new()  # its token proves the attach; its keys are the actor's own
                 command["stdin"] = worker.ticket.line()
-            self.provider.link(worker.host).send(proto.OP_SPAWN, **command)
+            self.agents.link(worker.host).send(proto.OP_SPAWN, **command)
         hosts = sorted({w.host for w in workers})
         self._say(f"spawned {len(workers)} worker(s) on {len(hosts)} host(s): {', '.join(hosts)}")
 
     def _wait_ready(self, workers: list[WorkerInfo], started: float) -> None:
-        cond = self.provider._cond
+        cond = self.table.cond
         last_ready = -1
         with cond:
             while True:
-                ready = sum(w.state == "ready" for w in workers)
+                ready = sum(w.state is WorkerState.READY for w in workers)
                 if ready != last_ready:
                     last_ready = ready
                     self._say(f"ready {ready}/{len(workers)} ({time.monotonic() - started:.1f}s)")
-                failed = [w for w in workers if w.state in ("failed", "exited")]
+                failed = [w for w in workers if w.state in ENDED_STATES]
                 if failed:
                     raise WorkerStartError(self._failure("did not start", failed))
                 if ready == len(workers):
@@ -151,15 +177,15 @@ class CellStarter:
     def _attach(self, workers: list[WorkerInfo]) -> None:
         if not workers:
             return
-        import runtime
+        from runtime import internals
 
         def attach(worker: WorkerInfo) -> None:
-            spec = self.provider.config.pool(worker.placement.pool_id).worker
+            spec = self.config.pool(worker.placement.pool_id).worker
             assert isinstance(spec, ServeWorkerSpec)
             worker.endpoint = f"tcp://{worker.address}:{worker.port}"
             kwargs = {**spec.kwargs, **self._plan_kwargs(worker, spec.plan_kwargs)}
             try:
-                worker.handle = runtime.attach(
+                worker.handle = internals.attach(
                     worker.endpoint,
                     spec.actor_class,
                     ticket=worker.ticket,
@@ -168,17 +194,18 @@ class CellStarter:
                     concurrency_groups=spec.concurrency_groups,
                     deadline_s=min(spec.attach_deadline_s, self._remaining()),
                     host=worker.host,
-                    curve_dir=self.provider.curve_dir,  # None: plain TCP (CURVE off for this launch)
+                    curve_dir=self.services.curve_dir,  # None: plain TCP (CURVE off for this launch)
                 )
             except Exception as exc:
-                with self.provider._cond:
-                    worker.state, worker.error = "failed", f"constructing {spec.actor_class} failed: {exc}"
+                with self.table.cond:
+                    worker.fail(f"constructing {spec.actor_class} failed: {exc}")
                 raise
-            with self.provider._cond:
-                if worker.state == "ready":
-                    worker.state = "attached"
+            with self.table.cond:
+                worker.move_to(WorkerState.ATTACHED)  # from ready only
+            progress.constructed(worker.placement.pool_id, worker.worker_id)
 
-        with ThreadPoolExecutor(max_workers=min(16, len(workers)), thread_name_prefix="attach") as pool:
+        progress = ConstructionProgress([(w.placement.pool_id, w.worker_id) for w in workers], self._say)
+        with progress, ThreadPoolExecutor(max_workers=min(16, len(workers)), thread_name_prefix="attach") as pool:
             futures = [pool.submit(attach, w) for w in workers]
         failed = [w for w, f in zip(workers, futures, strict=True) if f.exception() is not None]
         if failed:
@@ -186,10 +213,17 @@ class CellStarter:
         self._say(f"attached {len(workers)} actor(s)")
         self._publish_names()
 
+    def _announce(self, workers: list[WorkerInfo]) -> None:
+        """Say each ready command worker's ``announce`` line (e.g. a web page's URL)."""
+        for worker in workers:
+            spec = self.config.pool(worker.placement.pool_id).worker
+            if isinstance(spec, CommandWorkerSpec) and spec.announce:
+                self._say(spec.announce.format(host=worker.address, **worker.ports))
+
     def _publish_names(self) -> None:
         """Register every attached actor of the batch in the launch's name service (``runtime.get_actor`` by its
         worker id on every host), whoever held the name before (a cell that was restarted)."""
-        server = self.provider.name_server
+        server = self.services.name_server
         assert server is not None, "connect() starts the name service"
         for worker in (w for cell in self.infos for w in cell.workers):
             if worker.handle is not None:
@@ -200,7 +234,7 @@ class CellStarter:
         once); the results in order."""
         if len(hosts) <= 1:
             return [work(host) for host in hosts]
-        workers = min(self.provider.settings.max_parallel_hosts, len(hosts))
+        workers = min(self.settings.max_parallel_hosts, len(hosts))
         with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="hosts") as pool:
             return list(pool.map(work, hosts))
 
@@ -218,7 +252,7 @@ class CellStarter:
             "host": worker.host,
         }
         if "provider_api" in names:  # the launcher's provider API as this worker's host reaches it
-            values["provider_api"] = provider_service.address_for(self.provider, worker.host)
+            values["provider_api"] = provider_service.address_for(self.services, worker.host)
         return {name: values[name] for name in names}
 
     def _failure(self, what: str, workers: list[WorkerInfo]) -> str:
@@ -239,6 +273,6 @@ class CellStarter:
             by_pool.setdefault(cell.pool_id, []).append(cell.index)
         for pool_id, indices in by_pool.items():
             try:
-                self.provider.stop_cells(pool_id, indices, grace_s=min(self.provider.settings.stop_grace_s, 5.0))
+                self._stop_cells(pool_id, indices, grace_s=min(self.settings.stop_grace_s, 5.0))
             except Exception:
                 log.exception("stopping the failed batch of pool %s", pool_id)

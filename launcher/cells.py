@@ -1,4 +1,4 @@
-"""Live state of started workers and cells, as the provider sees it (mutated only under the provider's lock)."""
+"""Live state of started workers and cells, as the provider sees it (mutated only under the cell table's lock)."""
 
 from __future__ import annotations
 
@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from launcher.placement import WorkerPlacement
+from launcher.worker_state import WorkerState
 
 
 @dataclass
@@ -19,7 +20,7 @@ class WorkerInfo:
     address: str  # host address other hosts use
     ports: dict[str, int]
     env: dict[str, str]
-    state: str = "pending"  # pending -> spawned -> ready -> attached | exited | failed
+    state: WorkerState = WorkerState.PENDING  # changed only by move_to and fail (launcher.worker_state)
     pid: int | None = None
     create_time: float | None = None
     endpoint: str | None = None
@@ -52,6 +53,18 @@ class WorkerInfo:
     def port(self) -> int | None:
         """The worker's main port (``port``), if any."""
         return self.ports.get("port")
+
+    def move_to(self, state: WorkerState) -> bool:
+        """Move to ``state`` if the state machine allows it from the current state; False (and no change) if not."""
+        if not self.state.can_become(state):
+            return False
+        self.state = state
+        return True
+
+    def fail(self, error: str) -> None:
+        """Its start failed (allowed from every state): the state is failed, ``error`` says why."""
+        self.move_to(WorkerState.FAILED)
+        self.error = error
 
     def describe(self) -> str:
         """One line for errors and progress."""

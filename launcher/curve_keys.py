@@ -12,6 +12,7 @@ import logging
 import os
 import secrets
 import shutil
+from dataclasses import dataclass
 from pathlib import Path
 
 import psutil
@@ -21,6 +22,15 @@ from launcher.errors import LauncherError
 from transport import security
 
 log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class LaunchKeys:
+    """This launch's keys on the launcher host: its id, their directory, and the files every host agent gets."""
+
+    launch_id: str
+    directory: str
+    files: dict[str, str]
 
 
 def new_launch_id() -> str:
@@ -33,18 +43,19 @@ def host_key_dir_name(launch_id: str, host: str) -> str:
     return f"{proto.CURVE_DIR_PREFIX}{launch_id}-{host}"
 
 
-def create_launch_keys(workdir: Path, launch_id: str) -> security.CurveConfig:
+def create_launch_keys(workdir: Path, launch_id: str) -> LaunchKeys:
     """Generate this launch's keys in ``workdir/curve-{launch_id}``; LauncherError naming the path on failure."""
     sweep_stale(workdir)
     directory = workdir / f"{proto.CURVE_DIR_PREFIX}{launch_id}"
     try:
         workdir.mkdir(parents=True, exist_ok=True)
-        return security.generate_cluster_keys(directory)
+        keys = security.generate_cluster_keys(directory)
     except (OSError, security.CurveKeyError) as exc:
         raise LauncherError(
             f"cannot create the CURVE keys in {directory} ([launcher] workdir): {exc}; "
             "fix the directory's permissions, or set [launcher] curve = false on a trusted network"
         ) from None
+    return LaunchKeys(launch_id=launch_id, directory=keys.directory, files=key_files(keys.directory))
 
 
 def key_files(directory: str | os.PathLike[str]) -> dict[str, str]:

@@ -24,6 +24,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from launcher.errors import ConfigError
 from launcher.log_filter import StreamLogs
 from launcher.pool_expanders import add_launcher_host, expand_pools
+from launcher.section_expanders import expand_sections
 from launcher.specs import ENTRYPOINT_RE, PoolSpec, _check_env
 
 if sys.version_info >= (3, 11):
@@ -262,7 +263,7 @@ def parse_config(text: str, *, source: Path | None = None) -> ClusterConfig:
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError(f"{label}: not valid TOML: {exc}") from None
     base = source.parent.resolve() if source else Path.cwd()
-    data = add_launcher_host(expand_pools(_prepare(raw, base), label=label))  # launcher/pool_expanders.py
+    data = add_launcher_host(expand_pools(expand_sections(_prepare(raw, base), base=base, label=label), label=label))
     try:
         config = ClusterConfig.model_validate({**data, "source": source})
     except ValidationError as exc:

@@ -85,7 +85,7 @@ class JobContext:
     @property
     def provider_api(self) -> ProviderClient:
         """The launch's provider API (list, start, stop, restart cells; see launcher.provider_service)."""
-        return ProviderClient(provider_service.address_for(self.provider, None), curve_dir=self.curve_dir)
+        return ProviderClient(provider_service.address_for(self.provider.services, None), curve_dir=self.curve_dir)
 
     @property
     def deaths(self) -> list[DeathReport]:
@@ -127,7 +127,7 @@ def run_job(job: JobConfig, ctx: JobContext, *, state_path: Path | None = None) 
         CURVE_DIR_ENV: ctx.curve_dir or "",
         METRICS_SD_ENV: ctx.metrics_sd_url or "",
         NAME_SERVICE_ENV: ctx.provider.name_service_env(None),  # get_actor and named spawns use the launch's names
-        provider_service.PROVIDER_API_ENV: json.dumps(provider_service.address_for(ctx.provider, None)),
+        provider_service.PROVIDER_API_ENV: json.dumps(provider_service.address_for(ctx.provider.services, None)),
     }
     if state_path is not None:
         env["MILES_LAUNCH_STATE"] = str(state_path)

@@ -11,10 +11,10 @@ import logging
 import os
 import subprocess
 
-from launcher.agent_link import AgentLink
+from launcher.agent_link import AgentLink, EventCallback
 from launcher.curve_keys import remove_keys
 from launcher.errors import AgentError, HostCheckError
-from launcher.hosts_config import HostConfig
+from launcher.hosts_config import HostConfig, LauncherSettings
 from launcher.provider_base import BaseWorkerProvider
 
 log = logging.getLogger(__name__)
@@ -41,12 +41,12 @@ class LocalProvider(BaseWorkerProvider):
     def _open_agent(self, host: HostConfig) -> AgentLink:
         if host.provider != "local":
             raise HostCheckError(f"host {host.name!r}: LocalProvider only runs provider='local' hosts")
-        return open_local_agent(host, self)
+        return open_local_agent(host, self.settings, self._events.on_event)
 
 
-def open_local_agent(host: HostConfig, provider: BaseWorkerProvider) -> AgentLink:
-    """Start ``python -m launcher.host_agent`` for ``host`` as a child process and wait for its hello."""
-    settings = provider.settings
+def open_local_agent(host: HostConfig, settings: LauncherSettings, on_event: EventCallback) -> AgentLink:
+    """Start ``python -m launcher.host_agent`` for ``host`` as a child process and wait for its hello; its events
+    go to ``on_event``."""
     python = host.python
     argv = agent_argv(python, host, settings.heartbeat_timeout_s)
     try:
@@ -80,7 +80,7 @@ def open_local_agent(host: HostConfig, provider: BaseWorkerProvider) -> AgentLin
         recv_stream=proc.stdout,
         stderr_stream=proc.stderr,
         close_transport=close_transport,
-        on_event=provider._on_event,
+        on_event=on_event,
         heartbeat_interval_s=settings.heartbeat_interval_s,
         heartbeat_timeout_s=settings.heartbeat_timeout_s,
     )

@@ -1,13 +1,21 @@
-"""What ``miles-launch`` prints: timestamped steps on stderr, worker log lines (already prefixed) as they come."""
+"""What ``miles-launch`` prints: timestamped steps on stderr, worker log lines (already prefixed) as they come;
+and :class:`Say`, how the launcher's parts report a step (logged, and passed to the caller's ``progress``)."""
 
 from __future__ import annotations
 
+import logging
 import sys
 import threading
 import time
-from typing import TextIO
+from typing import Protocol, TextIO
 
 from launcher.cells import DeathReport
+
+
+class Say(Protocol):
+    """Reports a launcher step: logs it at ``level`` and hands it to the provider's ``progress`` callback."""
+
+    def __call__(self, message: str, level: int = logging.INFO) -> None: ...
 
 
 class ProgressPrinter:

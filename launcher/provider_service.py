@@ -1,6 +1,6 @@
 """The provider API: jobs and actors list, start, stop and restart the launch's cells through the launcher.
 
-The launcher process serves :class:`ProviderService` (its provider's cells) as a service (:mod:`runtime.service`:
+The launcher process serves :class:`ProviderService` (its cell table) as a service (:mod:`runtime.service`:
 an in-process actor server) with the launch's CURVE keys: only holders of the launch's client key get through, as
 for every actor (with CURVE off, whoever reaches its port). It listens on every interface when SSH hosts must reach
 it (CURVE on, or ``allow_open_binds_without_curve``), else on loopback.
@@ -25,6 +25,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Annotated, Any, Protocol
 
 from pydantic import Field
@@ -34,8 +35,8 @@ from runtime.service import ServiceAddress, ServiceClient, ServiceServer, serve
 from transport.security import FROM_ENV, CurveDir
 
 if TYPE_CHECKING:
+    from launcher.cell_table import CellTable
     from launcher.cells import CellInfo, WorkerInfo
-    from launcher.provider_base import BaseWorkerProvider
 
 #: Environment variable of a command job: the provider API's address (JSON).
 PROVIDER_API_ENV = "MILES_PROVIDER_API"
@@ -53,25 +54,39 @@ class ProviderApiError(RuntimeError):
     """A provider API call was refused (unknown pool or cell, a lost host) or did not get through."""
 
 
-class ProviderService:
-    """The launch's cells as the provider API serves them (see the module docstring)."""
+class CellControl(Protocol):
+    """What the provider API has the launcher do to its cells (the provider's methods; they block until done)."""
 
-    def __init__(self, *, provider: BaseWorkerProvider) -> None:
-        self._provider = provider
+    def start_cells(
+        self, pool_id: str, indices: list[int] | None = None, *, deadline_s: float | None = None
+    ) -> list[CellInfo]: ...
+
+    def stop_cells(self, pool_id: str, indices: list[int] | None = None, *, grace_s: float | None = None) -> None: ...
+
+    def restart_cell(self, pool_id: str, index: int, *, deadline_s: float | None = None) -> CellInfo: ...
+
+
+class ProviderService:
+    """The launch's cells as the provider API serves them (see the module docstring): it reads the cell table and
+    has ``control`` start, stop and restart cells."""
+
+    def __init__(self, *, table: CellTable, control: CellControl) -> None:
+        self._table = table
+        self._control = control
         self._locks: dict[tuple[str, int], asyncio.Lock] = {}
 
     def pools(self) -> list[str]:
         """Pool ids in hosts.toml order."""
-        return [pool.id for pool in self._provider.config.pools]
+        return [pool.id for pool in self._table.config.pools]
 
     def cells(self, pool: _Pool) -> list[dict[str, Any]]:
         """Every cell of the pool's plan, started or not, in index order (see :func:`cell_view`)."""
-        started = {cell.index: cell for cell in self._provider.cells(pool)}  # UnknownPool names the pools
+        started = {cell.index: cell for cell in self._table.cells(pool)}  # UnknownPool names the pools
         return [self._view(pool, index, started.get(index)) for index in self._indices(pool)]
 
     def deaths(self, since: _Index = 0) -> list[dict[str, Any]]:
         """Death reports number ``since`` and on (at most 1000), each with its number ``seq``."""
-        reports = list(self._provider.deaths)[since : since + MAX_DEATHS_PER_CALL]
+        reports = list(self._table.deaths)[since : since + MAX_DEATHS_PER_CALL]
         return [
             {"seq": since + n, "cell_id": r.cell_id, "worker_id": r.worker_id, "host": r.host, "pid": r.pid,
              "returncode": r.returncode, "reason": r.reason, "at": r.at}
@@ -80,13 +95,13 @@ class ProviderService:
 
     def lost_hosts(self) -> dict[str, str]:
         """Hosts whose agent was lost, and why."""
-        return dict(self._provider.lost_hosts)
+        return dict(self._table.lost_hosts)
 
     async def restart_cell(self, pool: _Pool, index: _Index, deadline_s: _Deadline | None = None) -> dict[str, Any]:
         """Stop the cell (dead or alive) and start it again on its planned hosts; its view once ready."""
         self._check(pool, [index])
         async with self._lock(pool, index):
-            info = await asyncio.to_thread(self._provider.restart_cell, pool, index, deadline_s=deadline_s)
+            info = await asyncio.to_thread(self._control.restart_cell, pool, index, deadline_s=deadline_s)
         return self._view(pool, index, info)
 
     async def start_cells(
@@ -95,14 +110,14 @@ class ProviderService:
         """Start stopped cells (all of the pool by default); their views once ready. A started cell is refused:
         restart it instead."""
         wanted = self._check(pool, indices)
-        running = sorted(cell.index for cell in self._provider.cells(pool) if cell.index in wanted)
+        running = sorted(cell.index for cell in self._table.cells(pool) if cell.index in wanted)
         if running:
             raise ProviderApiError(f"pool {pool!r}: cells {running} are started; restart_cell replaces one")
         locks = [self._lock(pool, index) for index in wanted]
         for lock in locks:
             await lock.acquire()
         try:
-            infos = await asyncio.to_thread(self._provider.start_cells, pool, wanted, deadline_s=deadline_s)
+            infos = await asyncio.to_thread(self._control.start_cells, pool, wanted, deadline_s=deadline_s)
         finally:
             for lock in locks:
                 lock.release()
@@ -112,24 +127,24 @@ class ProviderService:
         """Stop cells (all of the pool by default): their process trees are killed on their hosts (a lost host's
         cells are only forgotten)."""
         wanted = self._check(pool, indices, starting=False)
-        await asyncio.to_thread(self._provider.stop_cells, pool, wanted)
+        await asyncio.to_thread(self._control.stop_cells, pool, wanted)
 
     # ---- helpers ------------------------------------------------------------------------------------------------
 
     def _indices(self, pool: str) -> list[int]:
-        return [cell.index for cell in self._provider.plan.cells(pool)]
+        return [cell.index for cell in self._table.plan.cells(pool)]
 
     def _check(self, pool: str, indices: list[int] | None, *, starting: bool = True) -> list[int]:
         """The indices asked for (all by default); refuses unknown pools and cells, and starting cells of lost
         hosts."""
-        self._provider.cells(pool)  # UnknownPool, naming the pools
+        self._table.cells(pool)  # UnknownPool, naming the pools
         known = self._indices(pool)
         wanted = known if indices is None else sorted(set(indices))
         unknown = [i for i in wanted if i not in known]
         if unknown:
             raise ProviderApiError(f"pool {pool!r} has no cells {unknown} (its cells are 0..{len(known) - 1})")
-        lost = self._provider.lost_hosts if starting else {}
-        for cell in self._provider.plan.cells(pool):
+        lost = self._table.lost_hosts if starting else {}
+        for cell in self._table.plan.cells(pool):
             hosts = {w.host for w in cell.workers if w.host in lost}
             if cell.index in wanted and hosts:
                 host = sorted(hosts)[0]
@@ -143,17 +158,17 @@ class ProviderService:
         return self._locks.setdefault((pool, index), asyncio.Lock())
 
     def _view(self, pool: str, index: int, info: CellInfo | None) -> dict[str, Any]:
-        placement = next(c for c in self._provider.plan.cells(pool) if c.index == index)
-        restarts = self._provider.restarts.get(placement.cell_id, 0)
-        lost = sorted({w.host for w in placement.workers} & set(self._provider.lost_hosts))
+        placement = next(c for c in self._table.plan.cells(pool) if c.index == index)
+        restarts = self._table.restarts.get(placement.cell_id, 0)
+        lost = sorted({w.host for w in placement.workers} & set(self._table.lost_hosts))
         if info is None:
             hosts = [w.host for w in placement.workers]
             return {"pool": pool, "index": index, "cell_id": placement.cell_id, "state": "stopped",
                     "host": placement.master_host, "hosts": hosts, "address": None, "ports": {}, "pid": None,
                     "restarts": restarts, "death_reason": None, "workers": [], "lost_hosts": lost}  # fmt: skip
-        with self._provider._cond:
+        with self._table.cond:
             state = "alive" if info.alive else "dead" if info.death_reason else "starting"
-            workers = [_worker_view(w, w.host in self._provider.lost_hosts) for w in info.workers]
+            workers = [_worker_view(w, w.host in self._table.lost_hosts) for w in info.workers]
             return {"pool": pool, "index": index, "cell_id": info.cell_id, "state": state,
                     "host": workers[0]["host"], "hosts": [w["host"] for w in workers],
                     "address": workers[0]["address"], "ports": workers[0]["ports"], "pid": workers[0]["pid"],
@@ -163,8 +178,9 @@ class ProviderService:
 
 def _worker_view(worker: WorkerInfo, host_lost: bool) -> dict[str, Any]:
     return {"worker_id": worker.worker_id, "host": worker.host, "address": worker.address,
-            "ports": dict(worker.ports), "pid": worker.pid, "state": worker.state, "gpu_ids": list(worker.gpu_ids),
-            "error": worker.error, "log_path": worker.log_path, "host_lost": host_lost}  # fmt: skip
+            "ports": dict(worker.ports), "pid": worker.pid, "state": worker.state.value,
+            "gpu_ids": list(worker.gpu_ids), "error": worker.error, "log_path": worker.log_path,
+            "host_lost": host_lost}  # fmt: skip
 
 
 def serve_provider_api(service: ProviderService, *, curve_dir: str | None, open_bind: bool) -> ServiceServer:
@@ -177,19 +193,23 @@ def serve_provider_api(service: ProviderService, *, curve_dir: str | None, open_
 
 
 class ServesProviderApi(Protocol):
-    """What :func:`address_for` reads of a provider (``launcher.provider_base.BaseWorkerProvider``)."""
+    """Where the provider API is served (the launch services): its server, and the launcher's address as each SSH
+    host reaches it."""
 
-    provider_api: ServiceServer | None  # None until its connect() serves it
-    reach_back: dict[str, str]  # SSH host -> the launcher's address as that host reaches it
+    @property
+    def provider_api(self) -> ServiceServer | None: ...  # None until the provider's connect() serves it
+
+    @property
+    def reach_back(self) -> Mapping[str, str]: ...
 
 
-def address_for(provider: ServesProviderApi, host: str | None) -> dict[str, Any]:
+def address_for(services: ServesProviderApi, host: str | None) -> dict[str, Any]:
     """The provider API's address (``{"endpoint", "server_key"}``) for a process on ``host`` (None: the launcher's
     host)."""
-    api = getattr(provider, "provider_api", None)
+    api = services.provider_api
     if api is None:
         raise ProviderApiError("the provider API is not served (the provider's connect() starts it)")
-    reach = provider.reach_back.get(host, "127.0.0.1") if host is not None else "127.0.0.1"
+    reach = services.reach_back.get(host, "127.0.0.1") if host is not None else "127.0.0.1"
     return api.address(reach).as_dict()
 
 
@@ -232,10 +252,10 @@ class ProviderClient:
             f"and can this host reach it? ({exc})"
         )
 
-    async def call(self, op: str, *args: Any, **kwargs: Any) -> Any:
+    async def call_async(self, op: str, *args: Any, **kwargs: Any) -> Any:
         """``op(*args, **kwargs)`` on the provider API (await it on any loop)."""
-        return await self._client.call(op, *args, **kwargs)
+        return await self._client.call_async(op, *args, **kwargs)
 
-    def call_sync(self, op: str, *args: Any, **kwargs: Any) -> Any:
+    def call(self, op: str, *args: Any, **kwargs: Any) -> Any:
         """``op(*args, **kwargs)``, blocking (not on the runtime's event loop thread)."""
-        return self._client.call_sync(op, *args, **kwargs)
+        return self._client.call(op, *args, **kwargs)

@@ -185,6 +185,9 @@ class CommandWorkerSpec(_ProcessSpec):
     metrics_port: str | None = Field(
         default=None, description="name of a declared port serving Prometheus /metrics (listed for discovery)"
     )
+    announce: str | None = Field(
+        default=None, description="a console line said once the worker is ready: {host} and its ports filled in"
+    )
 
     @model_validator(mode="after")
     def _template(self) -> CommandWorkerSpec:
@@ -206,6 +209,10 @@ class CommandWorkerSpec(_ProcessSpec):
             raise ValueError("command is empty")
         if self.ready.port is not None and self.ready.port not in self.ports:
             raise ValueError(f"ready.port {self.ready.port!r} is not a declared port ({sorted(self.ports)})")
+        announced = string.Formatter().parse(self.announce or "")
+        unknown = sorted({f for _, f, _, _ in announced if f is not None} - {"host", *self.ports})
+        if unknown:
+            raise ValueError(f"announce uses unknown placeholder(s) {unknown}; known: host and {sorted(self.ports)}")
         if self.metrics_port is not None and self.metrics_port not in self.ports:
             raise ValueError(f"metrics_port {self.metrics_port!r} is not a declared port ({sorted(self.ports)})")
         return self

@@ -18,10 +18,11 @@ from typing import Any
 import paramiko
 
 from launcher.agent_link import AgentLink
+from launcher.agent_pool import launcher_versions
 from launcher.errors import AgentError, HostAuthError, HostCheckError, HostUnreachable
 from launcher.hosts_config import ClusterConfig, HostConfig
 from launcher.local_provider import agent_argv, open_local_agent
-from launcher.provider_base import BaseWorkerProvider, launcher_versions
+from launcher.provider_base import BaseWorkerProvider
 
 log = logging.getLogger(__name__)
 
@@ -183,14 +184,14 @@ class SSHProvider(BaseWorkerProvider):
 
     def _open_agent(self, host: HostConfig) -> AgentLink:
         if host.provider == "local":
-            return open_local_agent(host, self)
+            return open_local_agent(host, self.settings, self._events.on_event)
         settings = self.settings
         started = time.monotonic()
         client = ssh_connect(host, settings.connect_timeout_s)
         try:
             transport = client.get_transport()
             assert transport is not None
-            self.reach_back[host.name] = str(transport.sock.getsockname()[0])
+            self.services.reach_back[host.name] = str(transport.sock.getsockname()[0])
             self._say(f"host {host.name}: SSH {host.ssh.user}@{host.address}:{host.ssh.port} in {_since(started)}")
             argv = agent_argv(host.python, host, settings.heartbeat_timeout_s)
             env = " ".join(shlex.quote(f"{k}={v}") for k, v in host.env.items())
@@ -218,7 +219,7 @@ class SSHProvider(BaseWorkerProvider):
                 recv_stream=channel.makefile("rb"),
                 stderr_stream=channel.makefile_stderr("rb"),
                 close_transport=close_transport,
-                on_event=self._on_event,
+                on_event=self._events.on_event,
                 heartbeat_interval_s=settings.heartbeat_interval_s,
                 heartbeat_timeout_s=settings.heartbeat_timeout_s,
             )

@@ -47,7 +47,7 @@ TITLE_ROOM = 512  # bytes of argv area reserved so a worker's /proc/PID/cmdline 
 _PID = struct.Struct("q")
 # Variables read when the preloaded modules were imported: a worker asking for another value is not forked.
 IMPORT_TIME_ENV = (
-    "MILES_WAIT_SPIN_US",  # runtime.connection.WAIT_SPIN_S
+    "MILES_WAIT_SPIN_US",  # runtime.wait_spin.WAIT_SPIN_S
     "MILES_SHM_DIR",  # transport.shared_memory.SHM_ROOT
     "PROMETHEUS_MULTIPROC_DIR",  # prometheus_client's value class
 )

@@ -43,12 +43,10 @@ series with ``from runtime import metrics; metrics.counter(...)`` (see :mod:`run
 Security: with ``MILES_CURVE_DIR`` set (or ``curve_dir=``), every socket uses CURVE (see :mod:`transport.security`).
 Construction and shutdown are control calls that only the spawner can make: ``spawn`` does it all; a launcher
 that starts ``python -m runtime.worker`` itself writes a ``SpawnTicket`` to its stdin and passes the same ticket
-to ``attach`` (see :mod:`runtime.control_auth`).
+to ``attach`` (both in :mod:`runtime.internals`, the launcher-facing plumbing; see :mod:`runtime.control_auth`).
 """
 
 from runtime.actor_exit import exit_actor
-from runtime.call_store import StoreLimits
-from runtime.control_auth import SpawnTicket
 from runtime.errors import (
     ActorDefinitionError,
     ActorDied,
@@ -63,13 +61,13 @@ from runtime.errors import (
     RemoteError,
 )
 from runtime.group import ActorGroup, GroupCall, gather
-from runtime.handle import ActorHandle, MethodRef, PendingCall
+from runtime.handle import ActorHandle, PendingCall
 from runtime.metadata import method
 from runtime.naming import get_actor
-from runtime.object_refs import ObjectRef, put
-from runtime.process import worker_command
-from runtime.retry import retry_until_deadline, retry_until_deadline_sync
-from runtime.spawn import attach, attach_async, connect, connect_async, spawn, spawn_async, spawn_many
+from runtime.object_owner import put
+from runtime.object_refs import ObjectRef
+from runtime.retry import retry_until_deadline, retry_until_deadline_async
+from runtime.spawn import connect, connect_async, spawn, spawn_async, spawn_many
 from runtime.waiting import wait, wait_async
 from transport import register_type
 
@@ -85,16 +83,11 @@ __all__ = [
     "CallRejected",
     "DeadlineExceeded",
     "GroupCall",
-    "MethodRef",
     "NotDelivered",
     "ObjectRef",
     "OverCapacity",
     "PendingCall",
     "RemoteError",
-    "SpawnTicket",
-    "StoreLimits",
-    "attach",
-    "attach_async",
     "connect",
     "connect_async",
     "exit_actor",
@@ -104,11 +97,10 @@ __all__ = [
     "put",
     "register_type",
     "retry_until_deadline",
-    "retry_until_deadline_sync",
+    "retry_until_deadline_async",
     "spawn",
     "spawn_async",
     "spawn_many",
     "wait",
     "wait_async",
-    "worker_command",
 ]

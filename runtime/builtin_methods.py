@@ -1,7 +1,8 @@
 """Methods every actor process answers, whatever its class: construct, health, stats, shutdown, methods.
 
-Their names start with ``__`` so they can never clash with a user's public methods. All but ``__construct__``
-run inline on the event loop (the control lane); the constructor runs on its own thread.
+Their names start with ``__`` so they can never clash with a user's public methods. All but ``__prepare__`` and
+``__construct__`` run inline on the event loop (the control lane); those two run on a lane of their own. Each gets
+the server as a :class:`BuiltinHost`: exactly what the built-ins read and do of it.
 """
 
 from __future__ import annotations
@@ -13,20 +14,52 @@ import os
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import cloudpickle
 
-from runtime import object_refs
-from runtime.call_store import CallRecord, CallState, StoreLimits
-from runtime.metadata import class_info, coerce_constructor_kwargs
-
-if TYPE_CHECKING:
-    from runtime.actor_server import ActorServer
+from runtime.call_store import CallRecord, CallState, CallStore, StoreLimits
+from runtime.handle_names import checked_class_info
+from runtime.metadata import ActorClassInfo, class_info, coerce_constructor_kwargs
+from runtime.object_store import store as objects
+from transport.endpoints import ZmqEndpoint
+from transport.security import CurveConfig, ServerKeys
 
 log = logging.getLogger(__name__)
 
 _MAX_CANCELS = 1024  # call ids in one __cancel__
+
+
+class BuiltinHost(Protocol):
+    """What the built-in methods need of their server (:class:`runtime.actor_server.ActorServer` is one)."""
+
+    name: str
+    boot_id: str
+    pid: int
+    host: str
+    machine_id: str
+    started_at: float
+    restarts: int
+    metrics_port: int | None
+    curve: CurveConfig | None
+    server_keys: ServerKeys
+    info: ActorClassInfo | None
+    instance: Any
+    stats: dict[str, int]
+    store: CallStore
+    endpoint: ZmqEndpoint | None
+
+    def set_limits(self, limits: StoreLimits) -> None: ...
+
+    def configure(self, info: ActorClassInfo, instance: Any, name: str, max_concurrency: int | None) -> None: ...
+
+    def in_flight(self) -> dict[str, int]: ...
+
+    def lane_failures(self) -> int: ...
+
+    def cancel(self, record: CallRecord) -> str: ...
+
+    async def stop(self) -> None: ...
 
 
 @dataclass(frozen=True)
@@ -59,18 +92,17 @@ def resolve_class(class_ref: str | bytes) -> type:
     return target
 
 
-def _prepare(server: ActorServer, class_ref: str | bytes, groups: dict[str, int]) -> str:
+def _prepare(server: BuiltinHost, class_ref: str | bytes, groups: dict[str, int]) -> str:
     """Import the class and register the types its constructor and methods name, before ``__construct__``
     arrives: its keyword arguments may hold such types (e.g. a pydantic config)."""
     return class_info(resolve_class(class_ref), tuple(sorted(groups.items()))).path
 
 
-def _construct(server: ActorServer, class_ref: str | bytes, kwargs: dict[str, Any], options: dict[str, Any]) -> dict:
+def _construct(server: BuiltinHost, class_ref: str | bytes, kwargs: dict[str, Any], options: dict[str, Any]) -> dict:
     if server.instance is not None:
         raise RuntimeError(f"actor {server.name!r} is already constructed; spawn a new process for another actor")
     cls = resolve_class(class_ref)
-    groups = tuple(sorted((options.get("concurrency_groups") or {}).items()))
-    info = class_info(cls, groups)
+    info = checked_class_info(cls, options.get("concurrency_groups"))  # a class only this host can import too
     limits = options.get("limits")
     if limits:
         server.set_limits(StoreLimits(**limits))
@@ -91,7 +123,7 @@ def _construct(server: ActorServer, class_ref: str | bytes, kwargs: dict[str, An
     }
 
 
-def _health(server: ActorServer) -> dict[str, Any]:
+def _health(server: BuiltinHost) -> dict[str, Any]:
     return {
         "name": server.name,
         "class_path": server.info.path if server.info else None,
@@ -110,7 +142,7 @@ def _health(server: ActorServer) -> dict[str, Any]:
     }
 
 
-def _stats(server: ActorServer) -> dict[str, Any]:
+def _stats(server: BuiltinHost) -> dict[str, Any]:
     endpoint = server.endpoint.stats
     return {
         **server.stats,
@@ -120,22 +152,22 @@ def _stats(server: ActorServer) -> dict[str, Any]:
         "bytes_in": endpoint.bytes_in,
         "bytes_out": endpoint.bytes_out,
         "dropped": dict(endpoint.dropped),
-        "lane_failures": sum(lane.failures for lane in list(server._lanes.values())),
+        "lane_failures": server.lane_failures(),
         "connections": server.endpoint.connections(),
     }
 
 
-def _shutdown(server: ActorServer) -> bool:
+def _shutdown(server: BuiltinHost) -> bool:
     """Stop the process shortly after answering."""
     asyncio.get_running_loop().call_later(0.05, lambda: asyncio.ensure_future(server.stop()))
     return True
 
 
-def _methods(server: ActorServer) -> list[str]:
+def _methods(server: BuiltinHost) -> list[str]:
     return sorted(server.info.methods) if server.info else []
 
 
-def _cancel(server: ActorServer, peer: bytes, call_ids: list[bytes]) -> list[str]:
+def _cancel(server: BuiltinHost, peer: bytes, call_ids: list[bytes]) -> list[str]:
     """Cancel the caller's own calls (``PendingCall.cancel``); another caller's, or a finished one, is left alone.
     Returns what became of each."""
     if not isinstance(call_ids, list) or len(call_ids) > _MAX_CANCELS:
@@ -152,12 +184,12 @@ def _cancel(server: ActorServer, peer: bytes, call_ids: list[bytes]) -> list[str
     return outcomes
 
 
-def _object_get(server: ActorServer, key: str) -> Any:
-    return object_refs.store.get(key)
+def _object_get(server: BuiltinHost, key: str) -> Any:
+    return objects.get(key)
 
 
-def _object_free(server: ActorServer, key: str) -> bool:
-    return object_refs.store.free(key)
+def _object_free(server: BuiltinHost, key: str) -> bool:
+    return objects.free(key)
 
 
 BUILTINS: dict[str, Builtin] = {

@@ -1,38 +1,54 @@
 """Running one accepted call: the deadline and argument checks, the method itself, its outcome as RESULT frames.
 
-A sync call runs on the lane thread that takes it, an async one as a task on the actor's loop; either way the
-outcome (the value, or an error with its code) comes back as the frames the server records and sends, and the
-method's name, outcome and duration go to the server's hooks (the metrics).
+A sync call runs on the lane thread that takes it, an async one as a task on its concurrency group's loop; either
+way the outcome (the value, or an error with its code) comes back as the frames the server records and sends, and
+the method's name, outcome and duration go to the server's hooks (the metrics).
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable
+from typing import Any, Protocol
 
 from runtime import actor_exit
+from runtime.builtin_methods import Builtin, BuiltinHost
 from runtime.call_store import CallRecord
 from runtime.errors import CallRejected
 from runtime.metadata import MethodInfo
 from runtime.outcome import error_frames, result_frames
+from runtime.server_phase import LEAVING_PHASES, ServerPhase
 from transport.codec import Buffer, decode
 
-if TYPE_CHECKING:
-    from runtime.actor_server import ActorServer
+
+class RunnerHost(BuiltinHost, Protocol):
+    """What the runner needs of its server (:class:`runtime.actor_server.ActorServer` is one): the instance whose
+    methods it runs, hooks, the counters, and a way out; built-in methods get the server itself."""
+
+    hooks: list[Callable[[str, str, float], None]]  # (method, outcome, seconds) observers
+    leaving: str | None  # why the process leaves, set before its phase becomes a leaving one
+
+    @property
+    def phase(self) -> ServerPhase: ...
+
+    def leave(self, code: int, cause: str) -> str:
+        """Leave the process with exit ``code`` because of ``cause``; returns what callers are told."""
+        ...
 
 
 class CallRunner:
     """Runs the calls of one actor server: its instance, name, boot id, hooks and error count."""
 
-    def __init__(self, server: ActorServer) -> None:
+    def __init__(self, server: RunnerHost) -> None:
         self._server = server
 
     def run(
         self,
         record: CallRecord,
         info: MethodInfo | None,
-        builtin: Any,
+        builtin: Builtin | None,
         deadline: float | None,
         body: Buffer,
         buffers: list[Buffer],
@@ -66,12 +82,13 @@ class CallRunner:
         deadline: float | None,
         body: Buffer,
         buffers: list[Buffer],
-        slots: asyncio.Semaphore,
+        slots: asyncio.Semaphore | None,
     ) -> list[Buffer]:
-        """Await an async method once one of ``slots`` is free (its concurrency limit); returns the RESULT frames."""
+        """Await an async method once one of ``slots`` is free (its concurrency limit; None: control-plane, no
+        limit); returns the RESULT frames."""
         started = time.perf_counter()  # waiting for a slot counts as part of the call
         try:
-            async with slots:
+            async with slots if slots is not None else contextlib.nullcontext():
                 if record.cancelled:
                     raise _cancelled()
                 args, kwargs = self._prepare(info, deadline, body, buffers)
@@ -82,7 +99,7 @@ class CallRunner:
         except Exception as exc:
             return self._failed(record, "remote", exc, started)
         except asyncio.CancelledError as exc:  # raised by the method, or its task cancelled: never silence
-            if self._server.leaving is not None:  # cancelled because the process leaves: already answered
+            if self._server.phase in LEAVING_PHASES:  # cancelled because the process leaves: already answered
                 return self._failed(record, "exited", exc, started, self._server.leaving)
             if record.cancelled:  # its caller cancelled it (PendingCall.cancel)
                 return self._failed(record, "cancelled", exc, started, "the call was cancelled by its caller")

@@ -3,10 +3,8 @@
 A call is recorded when its SUBMIT is accepted and keeps its encoded result until the client ACKs it; then only
 a small tombstone remains, so a late duplicate SUBMIT is recognised and never runs again. Results never
 acknowledged are expired by a timer after ``result_ttl_s``. Stored bytes (arguments of queued calls and
-results) count against ``memory_budget_bytes``: past it, new calls are refused with an over-capacity error.
-Budgets are also per peer (``max_calls_per_peer``, ``memory_budget_per_peer_bytes``), so one caller that never
-acknowledges cannot lock the others out; control-plane calls (health, stats, object fetches) have a reserve of
-their own on top of ``max_calls`` (``control_reserve_calls``), so a full store never silences health checks.
+results) are counted, in all and per peer: :mod:`runtime.admission` holds new calls to the budgets of
+:class:`StoreLimits` (``max_calls``, ``memory_budget_bytes``, their per-peer twins, the control-plane reserve).
 The store is changed from the event loop and from lane threads (which record results): a lock guards changes.
 
 Never twice: a call id, once accepted, is remembered (as a record, then a tombstone) until ``tombstone_ttl_s``
@@ -154,35 +152,6 @@ class CallStore:
             "duplicate of a call that already ran, so it was not run. A new call gets a new id; raise "
             "max_tombstones if this happens to new calls"
         )
-
-    def capacity_problem(self, incoming_bytes: int, peer: bytes, *, control: bool = False) -> str | None:
-        """Why a new call of ``incoming_bytes`` from ``peer`` cannot be accepted now, or None. ``control``
-        calls may also use the reserve above ``max_calls`` and are not held to the per-peer call budget."""
-        limits = self.limits
-        max_calls = limits.max_calls + (limits.control_reserve_calls if control else 0)
-        if len(self.records) >= max_calls:
-            return (
-                f"{len(self.records)} calls are unacknowledged or running (limit max_calls="
-                f"{limits.max_calls}); wait for results or raise the limit"
-            )
-        if not control and self.peer_calls[peer] >= limits.max_calls_per_peer:
-            return (
-                f"this caller has {self.peer_calls[peer]} calls unacknowledged or running (limit "
-                f"max_calls_per_peer={limits.max_calls_per_peer}); wait for results or raise the limit"
-            )
-        if self.nbytes + incoming_bytes > limits.memory_budget_bytes:
-            return (
-                f"over capacity: the call store holds {self.nbytes} bytes and this call brings {incoming_bytes}, "
-                f"over memory_budget_bytes={limits.memory_budget_bytes}; fetch and acknowledge results, "
-                "free object refs, or raise the budget"
-            )
-        if self.peer_bytes[peer] + incoming_bytes > limits.memory_budget_per_peer_bytes:
-            return (
-                f"over capacity: this caller's calls hold {self.peer_bytes[peer]} bytes and this one brings "
-                f"{incoming_bytes}, over memory_budget_per_peer_bytes={limits.memory_budget_per_peer_bytes}; "
-                "fetch and acknowledge results, or raise the budget"
-            )
-        return None
 
     def add(self, record: CallRecord, incoming_bytes: int) -> None:
         with self.lock:

@@ -21,6 +21,7 @@ from runtime.connection import DEFAULT_LIVENESS_TIMEOUT_S, Connection
 from runtime.errors import DeadlineExceeded
 from runtime.event_loop import new_event_loop
 from runtime.loop_work import LoopWork
+from transport import shared_memory
 from transport.security import CurveConfig
 
 if TYPE_CHECKING:
@@ -42,7 +43,7 @@ class ClientRuntime:
         self.connections: dict[tuple[str, str | None], Connection] = {}  # by (endpoint, CURVE key directory)
         self.processes: list[ActorProcess] = []
         self._loop_thread_id = thread.ident if thread is not None else threading.get_ident()
-        self._loop_work = LoopWork(loop, self._loop_thread_id, name="client runtime")
+        self.loop_work = LoopWork(loop, self._loop_thread_id, name="client runtime")  # what connections hand the loop
         self.closing = False  # set by shutdown: spawned actors that exit now are not restarted
 
     @classmethod
@@ -104,7 +105,8 @@ class ClientRuntime:
             stale = conn is not None and conn.boot_id is not None and conn.boot_id != boot_id
             if conn is None or conn.dead is not None or stale:
                 conn = Connection(
-                    self,
+                    self.context,
+                    self.loop_work,
                     endpoint,
                     actor=actor,
                     host=host,
@@ -120,12 +122,12 @@ class ClientRuntime:
                     conn.boot_id = boot_id
                 if machine_id:  # a bootstrap handle may have opened the connection knowing less
                     conn.actor, conn.host = actor, host
-                    conn.same_machine = Connection.shares_memory(machine_id)
+                    conn.same_machine = shared_memory.shared_with(machine_id)
             return conn
 
     def call_soon(self, fn: Callable[..., Any], *args: Any) -> None:
         """Run ``fn(*args)`` on the loop, from any thread (at once if the loop is gone, e.g. at exit)."""
-        self._loop_work.run_soon(functools.partial(fn, *args) if args else fn)
+        self.loop_work.run_soon(functools.partial(fn, *args) if args else fn)
 
     def run(self, coro: Coroutine[Any, Any, T], *, timeout_s: float, what: str) -> T:
         """Run ``coro`` on the loop and wait for it from another thread, at most ``timeout_s``."""

@@ -2,38 +2,23 @@
 
 ``start_server`` serves one object of this process's own as an 'actor' on the runtime's loop: its public methods,
 the built-in methods (``__object_get__``/``__object_free__``, health), nothing else. It holds no spawn token: no
-control call is accepted. Two uses:
-
-- object refs: ``runtime.put`` in such a process starts, once, a server of :class:`DriverObjects` (no methods of
-  its own) that serves the process's refs while it lives (:func:`ensure_serving`). It binds loopback, or every
-  interface when ``MILES_ADVERTISE_HOST`` names this host for other hosts (with CURVE on only, as actors' open
-  binds);
-- a launch's services (:mod:`runtime.service`): the launcher serves its registry of actor names
-  (:mod:`runtime.name_service`) and its provider API (``launcher.provider_service``).
+control call is accepted. Its uses: a driver's object refs (:mod:`runtime.object_owner`), and a launch's services
+(:mod:`runtime.service`): the launcher's registry of actor names (:mod:`runtime.name_service`) and its provider API
+(``launcher.provider_service``).
 """
 
 from __future__ import annotations
 
 import os
-import threading
 from typing import Any
 
-from runtime import object_refs
 from runtime.actor_server import ActorServer
 from runtime.client import ClientRuntime
 from runtime.metadata import class_info
-from transport import security
 from transport.security import CurveConfig
 
-_lock = threading.Lock()
 _START_DEADLINE_S = 10.0
 _STOP_DEADLINE_S = 10.0
-
-
-class DriverObjects:
-    """The 'actor' a driver's object refs name as their owner: it has no methods of its own."""
-
-
 _LOOPBACK = ("127.0.0.1", "localhost", "::1")
 _WILDCARDS = ("0.0.0.0", "*", "[::]", "::")
 
@@ -71,16 +56,3 @@ def start_server(instance: Any, name: str, *, bind: str, curve: CurveConfig | No
 def stop_server(server: ActorServer, *, what: str) -> None:
     """Stop a server :func:`start_server` started (calls in flight are answered ActorDied)."""
     ClientRuntime.get().run(server.stop(), timeout_s=_STOP_DEADLINE_S, what=what)
-
-
-def ensure_serving() -> None:
-    """Start this process's object-ref server unless it (or an actor server) already serves."""
-    with _lock:
-        if object_refs.serving():
-            return
-        curve = security.resolve()
-        server = start_server(
-            DriverObjects(), f"driver-{os.getpid()}", bind=bind_address(curve is not None), curve=curve,
-            what="start serving this process's object refs",
-        )  # fmt: skip
-        object_refs.bind_server(server)

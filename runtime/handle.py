@@ -19,11 +19,12 @@ from collections.abc import Callable, Generator
 from typing import Any
 
 from runtime import control_auth
+from runtime.call import Call
 from runtime.call_future import CallFuture, follow
 from runtime.call_ids import new_call_id
 from runtime.call_store import request_fingerprint
 from runtime.client import ClientRuntime
-from runtime.connection import DEFAULT_LIVENESS_TIMEOUT_S, Call, Connection
+from runtime.connection import DEFAULT_LIVENESS_TIMEOUT_S, Connection
 from runtime.errors import CallRejected, DeadlineExceeded
 from runtime.metadata import GROUP_SEPARATOR, ActorClassInfo
 from transport import security, shared_memory

@@ -22,6 +22,10 @@ class LoopWork:
         self._work: collections.deque[Callable[[], Any]] = collections.deque()
         self._scheduled = False
 
+    def on_loop_thread(self) -> bool:
+        """Whether the calling thread is the loop's."""
+        return threading.get_ident() == self._loop_thread
+
     def run_soon(self, fn: Callable[[], Any]) -> None:
         """Run ``fn`` on the loop: at once when called there (or when the loop is gone), else soon."""
         if threading.get_ident() == self._loop_thread or self._loop.is_closed():

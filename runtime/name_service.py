@@ -112,11 +112,11 @@ class NameServiceClient:
             f"{self.deadline_s:g} s: is the launcher still running, and can this host reach it? ({exc})"
         )
 
-    async def call(self, op: str, *args: Any) -> Any:
+    async def call_async(self, op: str, *args: Any) -> Any:
         """``op(*args)`` on the service (await it on any loop)."""
-        return await self._client.call(op, *args)
+        return await self._client.call_async(op, *args)
 
-    def call_sync(self, op: str, *args: Any, what: str) -> Any:
+    def call(self, op: str, *args: Any, what: str) -> Any:
         """``op(*args)`` on the service, blocking; refused on the runtime's event loop thread (it would wait on
         itself): ``what`` names the caller and its async variant in that error."""
         if ClientRuntime.get().on_loop_thread():
@@ -124,7 +124,7 @@ class NameServiceClient:
                 f"{what} asks the launch's name service and would block the runtime's event loop it runs on; "
                 "use the async variant there (await it)"
             )
-        return self._client.call_sync(op, *args)
+        return self._client.call(op, *args)
 
 
 @dataclass

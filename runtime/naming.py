@@ -61,14 +61,14 @@ def _backend() -> Backend:
 async def _ask(op: str, *args: Any) -> Any:
     backend = _backend()
     if isinstance(backend, NameServiceClient):
-        return await backend.call(op, *args)
+        return await backend.call_async(op, *args)
     return getattr(backend, op)(*args)
 
 
 def _ask_now(op: str, *args: Any, what: str) -> Any:
     backend = _backend()
     if isinstance(backend, NameServiceClient):
-        return backend.call_sync(op, *args, what=what)
+        return backend.call(op, *args, what=what)
     return getattr(backend, op)(*args)
 
 
@@ -141,7 +141,7 @@ async def register_name_async(name: str, handle: ActorHandle, namespace: str = D
     check_key(namespace, name)
     backend = _backend()
     if isinstance(backend, NameServiceClient):
-        holder = await backend.call("claim", namespace, name, handle.to_state(), None)
+        holder = await backend.call_async("claim", namespace, name, handle.to_state(), None)
         if holder is not None:
             raise ValueError(f"actor name {name!r} is taken by the actor at {holder.get('endpoint')}")
     else:

@@ -1,5 +1,7 @@
 """``retry_until_deadline``: retry a call with exponential backoff and jitter, never sleeping past the deadline.
 
+``retry_until_deadline_async`` is the same for async code (``attempt`` returns an awaitable).
+
 ``max_tries`` bounds the attempts as well: after that many failures the last error is raised as it is (with a
 note saying so), as a caller that catches the error type expects; the deadline passing raises DeadlineExceeded.
 """
@@ -67,34 +69,7 @@ class RetryClock:
         return min(self.delay(self.tries), left)
 
 
-async def retry_until_deadline(
-    attempt: Callable[[], Awaitable[T]],
-    *,
-    deadline_s: float,
-    what: str = "call",
-    retry_on: tuple[type[BaseException], ...] = RETRYABLE,
-    base_delay_s: float = 0.05,
-    max_delay_s: float = 2.0,
-    jitter: float = 0.25,
-    max_tries: int | None = None,
-) -> T:
-    """Await ``attempt()`` until it succeeds, retrying on ``retry_on`` until ``deadline_s`` seconds have passed or
-    ``max_tries`` attempts have failed (None: no bound but the deadline).
-
-    The last error is chained to the DeadlineExceeded raised at the deadline; after ``max_tries`` failures the last
-    error itself is raised. A sleep is cut short at the deadline.
-    """
-    clock = RetryClock(deadline_s, what, base_delay_s, max_delay_s, jitter, max_tries)
-    while True:
-        clock.tries += 1
-        try:
-            return await attempt()
-        except retry_on as exc:
-            _raise_if_it_ran(exc, retry_on)
-            await asyncio.sleep(clock.pause_after(exc))
-
-
-def retry_until_deadline_sync(
+def retry_until_deadline(
     attempt: Callable[[], T],
     *,
     deadline_s: float,
@@ -105,7 +80,12 @@ def retry_until_deadline_sync(
     jitter: float = 0.25,
     max_tries: int | None = None,
 ) -> T:
-    """Blocking twin of :func:`retry_until_deadline` for plain code."""
+    """Call ``attempt()`` until it succeeds, retrying on ``retry_on`` until ``deadline_s`` seconds have passed or
+    ``max_tries`` attempts have failed (None: no bound but the deadline).
+
+    The last error is chained to the DeadlineExceeded raised at the deadline; after ``max_tries`` failures the last
+    error itself is raised. A sleep is cut short at the deadline.
+    """
     clock = RetryClock(deadline_s, what, base_delay_s, max_delay_s, jitter, max_tries)
     while True:
         clock.tries += 1
@@ -114,6 +94,28 @@ def retry_until_deadline_sync(
         except retry_on as exc:
             _raise_if_it_ran(exc, retry_on)
             time.sleep(clock.pause_after(exc))
+
+
+async def retry_until_deadline_async(
+    attempt: Callable[[], Awaitable[T]],
+    *,
+    deadline_s: float,
+    what: str = "call",
+    retry_on: tuple[type[BaseException], ...] = RETRYABLE,
+    base_delay_s: float = 0.05,
+    max_delay_s: float = 2.0,
+    jitter: float = 0.25,
+    max_tries: int | None = None,
+) -> T:
+    """:func:`retry_until_deadline` for async code: awaits ``attempt()``, and sleeps without blocking the loop."""
+    clock = RetryClock(deadline_s, what, base_delay_s, max_delay_s, jitter, max_tries)
+    while True:
+        clock.tries += 1
+        try:
+            return await attempt()
+        except retry_on as exc:
+            _raise_if_it_ran(exc, retry_on)
+            await asyncio.sleep(clock.pause_after(exc))
 
 
 def _raise_if_it_ran(exc: BaseException, retry_on: tuple[type[BaseException], ...]) -> None:

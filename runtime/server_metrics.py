@@ -32,7 +32,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Histo
 from prometheus_client.registry import Collector
 from prometheus_client.utils import floatToGoString
 
-from runtime import metrics, object_refs
+from runtime import metrics, object_store
 from runtime.call_store import CallState
 
 if TYPE_CHECKING:
@@ -195,7 +195,7 @@ class ActorServerCollector(Collector):
             ("miles_actor_call_store_bytes", store.nbytes, "Bytes held by the call store (arguments and results)"),
             ("miles_actor_call_store_records", len(store.records), "Calls recorded (running or unacknowledged)"),
             ("miles_actor_call_store_tombstones", len(store.tombstones), "Acknowledged call ids remembered"),
-            ("miles_actor_object_refs", len(object_refs.store), "Values held for ObjectRefs"),
+            ("miles_actor_object_refs", len(object_store.store), "Values held for ObjectRefs"),
         ):
             yield GaugeMetricFamily(name, doc, value=value)
 

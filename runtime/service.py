@@ -55,7 +55,7 @@ class ServiceAddress:
     @classmethod
     def from_dict(cls, data: object) -> ServiceAddress | None:
         """The address ``{"endpoint": "tcp://host:port", "server_key": key or None}`` holds; None if it holds none."""
-        if not isinstance(data, dict):
+        if not isinstance(data, dict) or "server_key" not in data:  # null, never absent: CURVE off is said so
             return None
         endpoint, key = data.get("endpoint"), data.get("server_key")
         if not isinstance(endpoint, str) or not endpoint.startswith("tcp://") or not isinstance(key, str | None):
@@ -140,7 +140,7 @@ class ServiceClient:
             )  # fmt: skip
         return self._handle
 
-    async def call(self, op: str, *args: Any, **kwargs: Any) -> Any:
+    async def call_async(self, op: str, *args: Any, **kwargs: Any) -> Any:
         """``op(*args, **kwargs)`` on the service (await it on any loop)."""
         try:
             return await self.handle.method(op).options(deadline_s=self._deadline_s(op, kwargs))(*args, **kwargs)
@@ -149,7 +149,7 @@ class ServiceClient:
         except _NOT_ANSWERED as exc:
             raise self._unavailable(op, exc) from None
 
-    def call_sync(self, op: str, *args: Any, **kwargs: Any) -> Any:
+    def call(self, op: str, *args: Any, **kwargs: Any) -> Any:
         """``op(*args, **kwargs)`` on the service, blocking (not on the runtime's event loop thread)."""
         deadline = self._deadline_s(op, kwargs)
         try:

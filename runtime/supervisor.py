@@ -185,8 +185,9 @@ class Supervisor:
             old = self.process
             self.process = self._launch(self._exit_callback(incarnation))
             self._bootstrap = Connection(
-                self._runtime, self.handle.endpoint, actor=self.label, host=self.handle.host, boot_id=None,
-                curve=self._curve, server_key=self.process.ticket.server_keys.public,
+                self._runtime.context, self._runtime.loop_work, self.handle.endpoint, actor=self.label,
+                host=self.handle.host, boot_id=None, curve=self._curve,
+                server_key=self.process.ticket.server_keys.public,
             )  # fmt: skip
             self._bootstrap.exit_watched = True  # _on_exit reports its death with the exit code
             process = self.process

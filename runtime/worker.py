@@ -24,7 +24,7 @@ import resource
 import signal
 import sys
 
-from runtime import control_auth, event_loop, metrics, object_refs, server_metrics
+from runtime import control_auth, event_loop, metrics, object_owner, server_metrics
 from runtime.actor_server import ActorServer
 from runtime.call_store import StoreLimits
 from runtime.parent_death import die_with_parent
@@ -103,7 +103,7 @@ async def serve(
         server_keys=ticket.server_keys,
     )
     address = await server.start()
-    object_refs.bind_server(server)
+    object_owner.bind_server(server)
     if metrics_port is not None:
         _serve_metrics(server, metrics_host or metrics.host_of_bind(address), metrics_port)
     loop = asyncio.get_running_loop()

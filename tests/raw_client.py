@@ -11,6 +11,7 @@ from runtime.call_ids import new_call_id
 from transport import frames as wire
 from transport.codec import decode, encode
 from transport.protocol import Kind
+from transport.submit_header import SubmitHeader
 
 
 class RawClient:
@@ -25,12 +26,13 @@ class RawClient:
         self, method: str, *args: Any, call_id: bytes | None = None, acks: list[bytes] | None = None, **kwargs: Any
     ) -> tuple[bytes, list[Any]]:
         call_id = call_id or new_call_id()  # ids carry the time they were made: actors refuse others
-        meta = [call_id, method, None, None, None, acks or [], False]  # see runtime.header_checks.submit
-        return call_id, wire.pack(Kind.SUBMIT, meta, encode([list(args), kwargs]))
+        return call_id, SubmitHeader.pack(
+            call_id, method, None, None, None, acks or [], False, encode([list(args), kwargs])
+        )
 
     @staticmethod
     def pack_submit(meta: list[Any], *args: Any, **kwargs: Any) -> list[Any]:
-        """SUBMIT frames with a header of your own making (see runtime.header_checks.submit for the fields)."""
+        """SUBMIT frames with a header of your own making (see transport.submit_header for the fields)."""
         return wire.pack(Kind.SUBMIT, meta, encode([list(args), kwargs]))
 
     def send(self, frames: list[Any]) -> None:

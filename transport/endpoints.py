@@ -4,19 +4,15 @@ Sockets are driven from the event loop with ``add_reader`` on the ZeroMQ file de
 sends, which is much cheaper per message than awaiting ``zmq.asyncio`` futures. The ZeroMQ descriptor is
 edge-triggered, so every send re-checks for pending input. A send that meets the high-water mark waits in a
 local queue until the socket is writable again; nothing is dropped on the sending side, with one exception: a
-ROUTER queues per peer. A peer that stops reading fills its own pipe; its messages then wait in a queue of its
-own, bounded by ``max_queued_per_peer`` (past it they are dropped and counted as ``peer_queue_full``), and are
-retried on a short timer, while messages to every other peer go out at once.
+ROUTER queues per peer, and a peer that stops reading has a bounded queue of its own (:mod:`transport.peer_queues`).
 
 ``send`` may be called from any thread: a lock serialises every use of the socket (ZeroMQ allows a socket to
 move between threads behind a full memory barrier, which the lock gives). A thread that sends directly saves
 the hand-off to the loop thread and back, the largest cost of a synchronous call.
 
 A thread that waits for a reply may read the socket itself (``receive_here``): the loop then leaves the socket
-to it, so the reply wakes that thread directly. A DEALER can report handshake failures that reconnecting cannot
-heal (a refused key, CURVE on one side only), so a caller fails at once instead of waiting for a liveness timeout,
-and link changes (a drop, a reconnect, a peer whose listener is gone: :mod:`transport.link_watch`). Monitor events
-are read on the loop, never on the call path.
+to it, so the reply wakes that thread directly (who reads is a small state machine: :mod:`transport.reader_handoff`).
+A DEALER reports handshake failures and link changes through its socket monitor (:mod:`transport.endpoint_monitor`).
 """
 
 from __future__ import annotations
@@ -31,12 +27,13 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import zmq
-from zmq.utils.monitor import recv_monitor_message
 
-from transport import security
 from transport.codec import Buffer
+from transport.endpoint_monitor import EndpointMonitor
 from transport.link_watch import LinkChange, LinkWatch
+from transport.peer_queues import PeerQueues
 from transport.protocol import OUT_OF_BAND_THRESHOLD
+from transport.reader_handoff import Reader, ReaderHandoff
 from transport.waker import Waker
 
 log = logging.getLogger(__name__)
@@ -49,15 +46,11 @@ _NOBLOCK = int(zmq.NOBLOCK)
 _NOBLOCK_MORE = int(zmq.NOBLOCK | zmq.SNDMORE)
 #: pyzmq's own send, under its Python wrapper (which only adds draft-socket options): one frame less per part.
 _send = zmq.backend.Socket.send
-_RECHECK_MIN_S = 0.001  # a loop that left the socket to a waiting thread looks again after this ...
-_RECHECK_MAX_S = 0.01  # ... doubling up to this, until no thread waits
-#: A thread that has waited through a whole recheck at the longest interval (an idle actor's lane thread, a caller
-#: blocked on a long call) wakes the loop itself when it stops waiting; until then the loop only looks this often.
-_IDLE_WATCH_S = 1.0
 _PEER_RETRY_MIN_S = 0.001  # a ROUTER retries a peer whose pipe is full after this ...
 _PEER_RETRY_MAX_S = 0.05  # ... doubling up to this while none of them takes anything
-#: Messages a ROUTER keeps for one peer whose pipe is full (beyond the pipe's own high-water mark).
-DEFAULT_MAX_QUEUED_PER_PEER = 1024
+# Plain globals: compared per message.
+_LOOP, _PAUSE_ASKED, _THREADS, _IDLE_WATCH, _CLOSED = (Reader.LOOP, Reader.PAUSE_ASKED, Reader.THREADS,
+                                                   Reader.IDLE_WATCH, Reader.CLOSED)  # fmt: skip
 
 
 @dataclass
@@ -74,15 +67,12 @@ class EndpointStats:
         self.dropped[reason] = self.dropped.get(reason, 0) + 1
 
 
-def _peer_key(frame: Buffer) -> bytes:
-    return frame if type(frame) is bytes else bytes(frame)
-
-
-class ZmqEndpoint:
+class ZmqEndpoint(ReaderHandoff):
     """One socket driven by the running event loop; ``on_frames`` gets every received multipart message.
 
     Readers: the loop, and any thread inside :meth:`receive_here`. While such a thread waits, the loop stops
-    watching the socket (so the reply wakes that thread alone) and looks again after a short, growing delay.
+    watching the socket (so the reply wakes that thread alone) and looks again after a short, growing delay
+    (:class:`~transport.reader_handoff.ReaderHandoff`).
     """
 
     def __init__(
@@ -101,7 +91,8 @@ class ZmqEndpoint:
         max_queued_per_peer: int | None = None,
     ) -> None:
         """``max_queued_per_peer``: for a ROUTER (every message starts with the peer's routing id), the bound of
-        each peer's own queue; None for other sockets, which have one queue."""
+        each peer's own queue (:class:`~transport.peer_queues.PeerQueues`); None for other sockets, which have one
+        queue."""
         self.socket = socket
         self._on_close = on_close
         self._connection_counts = connection_counts
@@ -117,42 +108,26 @@ class ZmqEndpoint:
         # itself wait for a reply on this socket (a done-callback calling .result()) and must then read it.
         self._receive_lock = threading.RLock()
         self._pending: collections.deque[list[Buffer]] = collections.deque()  # waiting for writability
-        self._max_queued_per_peer = max_queued_per_peer or 0
-        self._blocked: dict[bytes, collections.deque[list[Buffer]]] = {}  # ROUTER: by peer whose pipe is full
+        self._peers: PeerQueues | None = None  # a ROUTER's messages for peers whose pipes are full
         self._peer_retry_s = _PEER_RETRY_MIN_S
         self._peer_retry_scheduled = False
         if max_queued_per_peer is not None:
-            self._put = self._put_routed  # type: ignore[method-assign]
+            self._peers = PeerQueues(max_queued_per_peer, self._try_send, self.stats)
+            self._put = self._peers.put  # type: ignore[method-assign]
         self._outbox: collections.deque[list[Buffer]] = collections.deque()  # waiting for the loop
-        self._flush_requested = False
-        self._read_requested = False
-        self._waiters: list[Waker] = []  # threads inside receive_here
-        self._loop_reading = False
-        self._waited_since_recheck = False
-        self._pause_requested = False
-        self._recheck_s = _RECHECK_MIN_S
-        self._recheck_timer: asyncio.TimerHandle | None = None
-        self._idle_watch = False  # the loop stopped rechecking: the last waiting thread to leave wakes it
-        self._drain_scheduled = False
-        self._closed = False
-        self._on_handshake_failure = on_handshake_failure
-        self._handshakes = security.HandshakeFailures(curve=curve)
-        self._on_link = on_link
-        self._link = (link_watch or LinkWatch()) if on_link is not None else None
-        self._monitor: zmq.Socket | None = None
-        events = security.HandshakeFailures.EVENTS if on_handshake_failure is not None else 0
-        events |= LinkWatch.EVENTS if on_link is not None else 0
-        if events:  # before connect(): the first handshake may fail at once
-            self._monitor = socket.get_monitor_socket(events)
+        self._flush_requested = False  # a flush of the outbox is scheduled on the loop
+        ReaderHandoff.__init__(self)
+        self._monitor = EndpointMonitor(
+            socket, name=name, curve=curve, on_handshake_failure=on_handshake_failure, on_link=on_link,
+            link_watch=link_watch,
+        )  # fmt: skip
 
     def start(self) -> None:
         """Begin reading; must be called on the loop that will own the socket."""
         self._loop = asyncio.get_running_loop()
         self._loop_thread = threading.get_ident()
         self._resume_reading()
-        if self._monitor is not None:
-            self._loop.add_reader(self._monitor.FD, self._drain_monitor)
-            self._loop.call_soon(self._drain_monitor)
+        self._monitor.start(self._loop)
 
     def connections(self) -> dict[str, int]:
         """Open and refused connections of a bound socket (see transport.zap_gate); empty for others."""
@@ -160,25 +135,7 @@ class ZmqEndpoint:
 
     @property
     def closed(self) -> bool:
-        return self._closed
-
-    def _drain_monitor(self) -> None:
-        monitor = self._monitor
-        while not self._closed and monitor is not None and monitor.getsockopt(zmq.EVENTS) & zmq.POLLIN:
-            event = recv_monitor_message(monitor, zmq.NOBLOCK)
-            kind, value = event["event"], event["value"]
-            reason = self._handshakes.observe(kind, value)
-            if reason is not None and self._on_handshake_failure is not None:
-                try:
-                    self._on_handshake_failure(reason)
-                except Exception:
-                    log.exception("%s: handshake failure handler failed", self.name)
-            change = self._link.observe(kind, value) if self._link is not None else None
-            if change is not None and self._on_link is not None:
-                try:
-                    self._on_link(*change)
-                except Exception:
-                    log.exception("%s: link change handler failed", self.name)
+        return self._reader is _CLOSED
 
     # ---- sending ---------------------------------------------------------------------------------------------
 
@@ -189,7 +146,7 @@ class ZmqEndpoint:
         an outbox that the loop sends in one go: nobody waits for the socket, and messages keep their order.
         If the socket is full, messages wait in a queue that the loop flushes once it is writable again.
         """
-        if self._closed:
+        if self._reader is _CLOSED:
             raise ConnectionError(f"{self.name}: endpoint is closed")
         if self._outbox or not self._lock.acquire(blocking=False):
             self._outbox.append(frames)
@@ -216,7 +173,8 @@ class ZmqEndpoint:
         told. With neither watching there is nothing to look for: a paused loop drains when it resumes, and a
         thread looks at the socket before it waits (a lookup costs microseconds on the call path).
         """
-        if not self._loop_reading and not self._waiters:
+        reader = self._reader
+        if reader is not _LOOP and reader is not _PAUSE_ASKED and not self._waiters:
             return False
         return bool(self.socket.getsockopt(_EVENTS) & _POLLIN)
 
@@ -234,7 +192,7 @@ class ZmqEndpoint:
     def _flush_outbox(self) -> None:
         self._flush_requested = False  # first: a message added from now on asks for another flush
         with self._lock:
-            if self._closed:
+            if self._reader is _CLOSED:
                 return
             watch_writable = False
             while self._outbox:
@@ -262,27 +220,11 @@ class ZmqEndpoint:
         self.stats.messages_out += 1
         return True
 
-    def _put_routed(self, frames: list[Buffer]) -> bool:
-        """ROUTER's ``_put``: a peer whose pipe is full gets a bounded queue of its own (lock held)."""
-        blocked = self._blocked
-        if blocked:
-            waiting = blocked.get(_peer_key(frames[0]))
-            if waiting is not None:  # behind its earlier messages: a peer's messages keep their order
-                if len(waiting) < self._max_queued_per_peer:
-                    waiting.append(frames)
-                else:  # it stopped reading: drop (a caller polls for what it missed), never hold up the others
-                    self.stats.drop("peer_queue_full")
-                return False
-        if self._try_send(frames):
-            return False
-        blocked[_peer_key(frames[0])] = collections.deque([frames])
-        return len(blocked) == 1
-
     def _watch_writable(self) -> None:
         with self._lock:
-            if self._closed:
+            if self._reader is _CLOSED:
                 return
-            if self._blocked:
+            if self._peers:
                 # A ROUTER's descriptor says nothing about one peer's pipe: look again on a timer.
                 if not self._peer_retry_scheduled:
                     self._peer_retry_scheduled = True
@@ -295,22 +237,10 @@ class ZmqEndpoint:
         """Send what waits for peers whose pipes were full; those still full are retried later, less often."""
         with self._lock:
             self._peer_retry_scheduled = False
-            if self._closed:
+            if self._reader is _CLOSED:
                 return
-            moved = False
-            for peer, waiting in list(self._blocked.items()):
-                while waiting:
-                    try:
-                        if not self._try_send(waiting[0]):
-                            break
-                    except zmq.ZMQError as exc:  # this message is lost; the peer's others, and the timer, go on
-                        log.warning("%s: dropped a message to a peer: %s", self.name, exc)
-                        self.stats.drop("send_failed")
-                    waiting.popleft()
-                    moved = True
-                if not waiting:
-                    del self._blocked[peer]
-            if self._blocked:
+            moved = self._peers.retry(self.name)
+            if self._peers:
                 self._peer_retry_s = _PEER_RETRY_MIN_S if moved else min(2 * self._peer_retry_s, _PEER_RETRY_MAX_S)
                 self._peer_retry_scheduled = True
                 self._loop.call_later(self._peer_retry_s, self._retry_blocked)
@@ -318,7 +248,7 @@ class ZmqEndpoint:
 
     def _flush(self) -> None:
         with self._lock:
-            if self._closed:
+            if self._reader is _CLOSED:
                 return
             while self._pending:
                 if not self._try_send(self._pending[0]):
@@ -344,80 +274,13 @@ class ZmqEndpoint:
             self._read_requested = True
             self._on_loop(self._resume_reading)
 
-    def _resume_reading(self) -> None:
-        self._read_requested = False
-        if self._closed:
-            return
-        if not self._loop_reading:
-            self._loop_reading = True
-            self._loop.add_reader(self._fd, self._drain)
-        self._schedule_drain()
-
-    def _pause_reading(self) -> None:
-        """A thread waits in receive_here: leave the socket to it, and look again later."""
-        if self._loop_reading:
-            self._loop_reading = False
-            self._loop.remove_reader(self._fd)
-            self._recheck_s = _RECHECK_MIN_S
-            self._recheck_after(self._recheck_s)
-
-    def _recheck_after(self, delay_s: float) -> None:
-        """Schedule the one pending recheck (on the loop)."""
-        if self._recheck_timer is not None:
-            self._recheck_timer.cancel()
-        self._recheck_timer = self._loop.call_later(delay_s, self._recheck)
-
-    def _waited(self) -> bool:
-        """Whether a thread waits in receive_here now or has since the last recheck (lock held)."""
-        return bool(self._waiters) or self._waited_since_recheck
-
-    def _pause_if_waited(self) -> None:
-        self._pause_requested = False
-        with self._lock:
-            waited = self._waited()
-        if waited and not self._closed:
-            self._pause_reading()
-
-    def _recheck(self) -> None:
-        """While paused: resume reading once no thread has waited since the last look (after 1, 2, 4 ... 10 ms).
-        Threads that wait again and again (a loop of sync calls) keep the socket to themselves."""
-        self._recheck_timer = None
-        if self._closed or self._loop_reading:
-            return
-        with self._lock:
-            waiting = self._waited()
-            # A thread inside receive_here all along since a look at the longest interval: it waits for long.
-            self._idle_watch = (
-                self._recheck_s >= _RECHECK_MAX_S and bool(self._waiters) and not self._waited_since_recheck
-            )
-            self._waited_since_recheck = False
-        if not waiting:
-            self._resume_reading()
-            return
-        if self._idle_watch:  # no timer per 10 ms for an idle actor: the thread tells us when it leaves
-            self._recheck_after(_IDLE_WATCH_S)
-            return
-        self._recheck_s = min(2 * self._recheck_s, _RECHECK_MAX_S)
-        self._recheck_after(self._recheck_s)
-
-    def _end_idle_watch(self) -> None:
-        """The long-waiting thread left receive_here: look again soon, as after any pause."""
-        if not self._closed and not self._loop_reading:
-            self._recheck_s = _RECHECK_MIN_S
-            self._recheck_after(self._recheck_s)
-
-    def _schedule_drain(self) -> None:
-        if not self._drain_scheduled and not self._closed:
-            self._drain_scheduled = True
-            self._loop.call_soon(self._drain)
-
     def _drain(self) -> None:
         self._drain_scheduled = False
         with self._lock:
             waiting = bool(self._waiters)
-        if waiting:
-            self._pause_reading()
-        elif self._receive_batch() == _DRAIN_BATCH:
+            if waiting and (self._reader is _LOOP or self._reader is _PAUSE_ASKED):
+                self._leave_to_threads()
+        if not waiting and self._receive_batch() == _DRAIN_BATCH:
             self._schedule_drain()  # more may be waiting: yield to other tasks first
 
     def _receive_batch(self) -> int:
@@ -426,7 +289,7 @@ class ZmqEndpoint:
         for count in range(_DRAIN_BATCH):
             with self._receive_lock:  # receive and handle as one step: messages are handled in arrival order
                 with self._lock:
-                    if self._closed or not socket.getsockopt(_EVENTS) & _POLLIN:
+                    if self._reader is _CLOSED or not socket.getsockopt(_EVENTS) & _POLLIN:
                         return count
                     frame = socket.recv(_NOBLOCK, copy=False)
                     frames = [frame]
@@ -452,14 +315,14 @@ class ZmqEndpoint:
         within it is taken with no wake-up at all, which on a virtual machine saves tens of microseconds.
         """
         with self._lock:
-            if self._closed:
+            if self._reader is _CLOSED:
                 return
             self._waiters.append(waker)
             self._waited_since_recheck = True
             first = len(self._waiters) == 1
-            ask_loop_to_pause = self._loop_reading and not self._pause_requested
+            ask_loop_to_pause = self._reader is _LOOP
             if ask_loop_to_pause:
-                self._pause_requested = True
+                self._move(_PAUSE_ASKED)
         if ask_loop_to_pause:  # else it would race this thread for the reply (once: it stays paused while we wait)
             self._loop.call_soon_threadsafe(self._pause_if_waited)
         received = 0
@@ -475,9 +338,9 @@ class ZmqEndpoint:
         finally:
             with self._lock:
                 self._waiters.remove(waker)
-                wake_loop = self._idle_watch and not self._waiters
+                wake_loop = self._reader is _IDLE_WATCH and not self._waiters
                 if wake_loop:
-                    self._idle_watch = False
+                    self._move(_THREADS)
             if wake_loop:
                 self._on_loop(self._end_idle_watch)
         if received == _DRAIN_BATCH:
@@ -488,30 +351,27 @@ class ZmqEndpoint:
         until = time.perf_counter() + spin_s
         while time.perf_counter() < until:
             with self._lock:
-                if self._closed or self.socket.getsockopt(_EVENTS) & _POLLIN:
+                if self._reader is _CLOSED or self.socket.getsockopt(_EVENTS) & _POLLIN:
                     return
 
     def close(self) -> None:
         """Stop reading and close the socket at once (pending sends are discarded). Call it on the loop."""
         with self._lock:
-            if self._closed:
+            if self._reader is _CLOSED:
                 return
-            self._closed = True
+            loop_reads = self._reader is _LOOP or self._reader is _PAUSE_ASKED
+            self._move(_CLOSED)
             waiters = list(self._waiters)
             if self._loop is not None and not self._loop.is_closed():
-                if self._loop_reading:
+                if loop_reads:
                     self._loop.remove_reader(self._fd)
                 if self._pending:
                     self._loop.remove_writer(self._fd)
             self._pending.clear()
-            self._blocked.clear()
+            if self._peers is not None:
+                self._peers.clear()
             self._outbox.clear()
-            if self._monitor is not None:
-                if self._loop is not None and not self._loop.is_closed():
-                    self._loop.remove_reader(self._monitor.FD)
-                self.socket.disable_monitor()
-                self._monitor.close(linger=0)
-                self._monitor = None
+            self._monitor.close(self._loop)
             self.socket.close(linger=0)
         if self._on_close is not None:
             self._on_close()

@@ -7,8 +7,8 @@ dedupe and fingerprint a call without decoding its arguments; keeping small mess
 send to a single ZeroMQ operation.
 
 ``unpack`` bounds what it parses: at most ``max_frames`` frames and ``max_header_bytes`` of head, and a meta list
-of scalars and short lists or maps (``META_MAX_ITEMS``, ``META_MAX_BYTES``, no extension types). The runtime
-checks every field's exact type and size (runtime.header_checks), so nothing deeper than it expects gets by.
+of scalars and short lists or maps (``META_MAX_ITEMS``, ``META_MAX_BYTES``, no extension types). A receiver
+checks every field's exact type and size (transport.header_checks), so nothing deeper than it expects gets by.
 """
 
 from __future__ import annotations

@@ -33,21 +33,25 @@ MAX_EXT_DEPTH = 16
 MAX_RANK = 32
 
 #: Meta, the small list that routes a message, holds ids, flags and short names: its lists and maps hold at most
-#: this many items (runtime.header_checks.MAX_IDS_PER_MESSAGE fits),
+#: this many items (transport.header_checks.MAX_IDS_PER_MESSAGE fits),
 META_MAX_ITEMS = 4096
 #: and its strings and bytes are at most this long.
 META_MAX_BYTES = 1024
 
 
 class Kind(enum.IntEnum):
-    """Message kinds. Client → server: SUBMIT, POLL, ACK, PING. Server → client: RESULT, STATUS, PONG."""
+    """Message kinds. Client → server: SUBMIT, POLL, ACK, PING. Server → client: RESULT, STATUS, PONG.
 
-    SUBMIT = 1  # meta: [call_id, method, deadline (unix s or None), expected boot id, validated, acks]
+    Each kind's meta is checked field by field in :mod:`transport.header_checks`; a SUBMIT's is the
+    :class:`~transport.submit_header.SubmitHeader`.
+    """
+
+    SUBMIT = 1  # meta: SubmitHeader [call_id, method, deadline, expected_boot, proof, acks, shm_ok]; body: arguments
     POLL = 2  # meta: [call_ids]
     ACK = 3  # meta: [call_ids]
     PING = 4  # meta: [nonce]
     RESULT = 11  # meta: [call_id, ok, boot_id]; payload: the value or an error state
-    STATUS = 12  # meta: [call_id, state, boot_id]  state: "running" | "unknown" | "acked"
+    STATUS = 12  # meta: [call_id, state, boot_id]  state: "running" | "unknown" | "acked" | "expired"
     PONG = 13  # meta: [nonce, boot_id, stats]
 
 

@@ -77,6 +77,11 @@ def available() -> bool:
         return False
 
 
+def shared_with(peer_machine: str) -> bool:
+    """Whether a process whose :func:`machine_id` is ``peer_machine`` can read our /dev/shm (and we its)."""
+    return bool(peer_machine) and peer_machine == machine_id() and available()
+
+
 @contextlib.contextmanager
 def _directory(*, create: bool = False, path: Path | None = None) -> Iterator[int]:
     """A descriptor of ``path`` (default SHM_DIR), checked to be this user's own directory with mode 0700;

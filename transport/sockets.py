@@ -13,8 +13,9 @@ import zmq
 
 from transport import local_twin, security
 from transport.codec import Buffer
-from transport.endpoints import DEFAULT_MAX_QUEUED_PER_PEER, ZmqEndpoint
+from transport.endpoints import ZmqEndpoint
 from transport.link_watch import LinkChange, LinkWatch
+from transport.peer_queues import DEFAULT_MAX_QUEUED_PER_PEER
 from transport.security import CurveConfig, ServerKeys
 from transport.zap_gate import ZapGate, default_max_connections
 

@@ -82,7 +82,7 @@ class ProviderEngineLauncher:
 
     async def cells(self) -> list[dict[str, Any]]:
         """The pool's cells as the launcher sees them."""
-        return list(await self.api.call("cells", self.pool))
+        return list(await self.api.call_async("cells", self.pool))
 
     async def launch(self, spec: EngineSpec, *, timeout_s: float) -> ProviderEngineProcess:
         """Adopt (first start) or restart the pool's cell ``spec.index`` and wait until node 0 is ready."""
@@ -92,7 +92,7 @@ class ProviderEngineLauncher:
             if spec.incarnation > 0 or view["state"] != "alive":
                 logger.info("engine %s: asking the launcher to restart %s on %s", spec.cell_id, view["cell_id"],
                             view["host"])  # fmt: skip
-                view = await self.api.call("restart_cell", self.pool, spec.index, deadline_s=timeout_s)
+                view = await self.api.call_async("restart_cell", self.pool, spec.index, deadline_s=timeout_s)
         except (RemoteError, ProviderApiError, IndexError) as exc:
             raise EngineStartError(f"engine {spec.cell_id} (pool {self.pool!r} cell {spec.index}): {exc}") from None
         engine = ProviderEngineProcess(self, spec.cell_id, view)
@@ -105,7 +105,7 @@ class ProviderEngineLauncher:
     async def stop_cell(self, index: int) -> None:
         """Stop the pool's cell ``index`` (its engine is retired)."""
         try:
-            await self.api.call("stop_cells", self.pool, [index])
+            await self.api.call_async("stop_cells", self.pool, [index])
         except (RemoteError, ProviderApiError) as exc:
             logger.warning("stopping %s cell %d: %s", self.pool, index, exc)
 
@@ -121,7 +121,7 @@ class ProviderEngineLauncher:
             await asyncio.sleep(self.poll_interval_s)
             try:
                 began = time.monotonic()
-                self._update(await self.cells(), await self.api.call("deaths", self._deaths_seen), began)
+                self._update(await self.cells(), await self.api.call_async("deaths", self._deaths_seen), began)
             except (RemoteError, ProviderApiError) as exc:
                 logger.warning("pool %s: cannot poll the launcher's cells: %s", self.pool, exc)
 

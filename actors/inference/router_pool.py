@@ -114,7 +114,7 @@ class PoolRouterKeeper:
 
     async def _call(self, op: str, *args: Any, **kwargs: Any) -> Any:
         try:
-            return await self.api.call(op, *args, **kwargs)
+            return await self.api.call_async(op, *args, **kwargs)
         except (RemoteError, ProviderApiError) as exc:
             raise RouterError(f"router pool {self.pool!r}: {op}: {exc}") from None
 
@@ -124,7 +124,7 @@ class PoolRouterKeeper:
             await asyncio.sleep(self.poll_interval_s)
             router, began = self.process, time.monotonic()
             try:
-                (view,) = await self.api.call("cells", self.pool)
+                (view,) = await self.api.call_async("cells", self.pool)
             except (RemoteError, ProviderApiError, ValueError) as exc:
                 logger.warning("router pool %s: cannot poll the launcher: %s", self.pool, exc)
                 continue

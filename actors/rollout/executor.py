@@ -27,6 +27,8 @@ from typing import Any
 
 import aiohttp
 
+from actors.dashboard.recorder import DashboardRecorder
+from actors.dashboard.rollout_records import record_rollout
 from actors.rollout.advantages import balanced_ranges, group_advantages
 from actors.rollout.router_client import Completion, generate_once
 from actors.tokenizer import tokenizer_for
@@ -70,12 +72,14 @@ class RolloutExecutor:
         seed: int | None = None,
         normalize_std: bool = True,
         model_path: str | None = None,
+        dashboard_name: str | None = None,
     ) -> None:
         """``router_url``, ``controller`` (an InferenceController handle, asked for its router URL) or
         ``controller_name`` (its actor name, looked up with runtime.get_actor on first use: for hosts.toml).
         ``seed``: sample ``i`` of a call gets ``sampling_seed = seed + i`` (reproducible sampling).
         ``retry_deadline_s``: how long one sample is retried on transient failures. ``model_path``: the
-        Hugging Face directory whose tokenizer encodes text prompts (default: the byte tokenizer)."""
+        Hugging Face directory whose tokenizer encodes text prompts (default: the byte tokenizer).
+        ``dashboard_name``: the dashboard collector's actor name (default: ``MILES_DASHBOARD``; none: no recording)."""
         if sum(x is not None for x in (router_url, controller, controller_name)) != 1:
             raise ValueError("give exactly one of router_url, controller or controller_name")
         if dp_size < 1 or max_concurrency < 1:
@@ -96,6 +100,8 @@ class RolloutExecutor:
         self.tokenizer = tokenizer_for(model_path)
         self._session: aiohttp.ClientSession | None = None
         self._last_stats: dict[str, Any] = {}
+        self._recorder = DashboardRecorder(dashboard_name, source="rollout")
+        self._step = 0
 
     async def generate(
         self,
@@ -103,10 +109,12 @@ class RolloutExecutor:
         n_samples_per_prompt: int,
         sampling_params: dict[str, Any] | None = None,
         deadline_s: float | None = None,
+        step: int | None = None,
     ) -> dict[str, Any]:
         """Sample ``n_samples_per_prompt`` completions per prompt, score them, and return
         ``{"shards": [ObjectRef per DP rank], "stats": {...}}``; each shard is a dict of per-sample lists
-        (tokens, loss_mask, advantages, rewards, prompt_index, sample_index, rollout_logprobs, ...) plus stats."""
+        (tokens, loss_mask, advantages, rewards, prompt_index, sample_index, rollout_logprobs, ...) plus stats.
+        ``step``: the training step the dashboard files these samples under (default: this call's number, from 1)."""
         if not prompts or n_samples_per_prompt < 1:
             raise ValueError(f"need prompts and n_samples_per_prompt >= 1, got {len(prompts)}, {n_samples_per_prompt}")
         prompt_ids = [self._prompt_ids(i, p) for i, p in enumerate(prompts)]
@@ -116,6 +124,8 @@ class RolloutExecutor:
         overall = deadline_s if deadline_s is not None else self.retry_deadline_s * 2
         limit = asyncio.Semaphore(self.max_concurrency)
         session = self._client()
+        self._step = step if step is not None else self._step + 1
+        latencies: dict[int, float] = {}
 
         async def one(index: int) -> Completion:
             prompt = index // n_samples_per_prompt
@@ -123,12 +133,15 @@ class RolloutExecutor:
             if self.seed is not None:
                 sample_params["sampling_seed"] = self.seed + index
             body = {"input_ids": prompt_ids[prompt], "sampling_params": sample_params, "return_logprob": True}
-            left = overall - (time.monotonic() - started)
-            return await generate_once(
+            sent = time.monotonic()
+            left = overall - (sent - started)
+            completion = await generate_once(
                 session, url, body, limit=limit, request_timeout_s=self.request_timeout_s,
                 deadline_s=max(0.0, min(self.retry_deadline_s, left)),
                 what=f"rollout sample {index % n_samples_per_prompt} of prompt {prompt}",
             )  # fmt: skip
+            latencies[index] = time.monotonic() - sent
+            return completion
 
         total = len(prompts) * n_samples_per_prompt
         tasks = [asyncio.ensure_future(one(i)) for i in range(total)]
@@ -159,8 +172,11 @@ class RolloutExecutor:
         shards = []
         for rank, rows in enumerate(balanced_ranges(total, self.dp_size)):
             shard = self._shard(rows, n_samples_per_prompt, prompt_ids, completions, rewards, advantages)
-            shards.append(put({**shard, "dp_rank": rank, "dp_size": self.dp_size, "stats": stats}))
+            shards.append(put({**shard, "dp_rank": rank, "dp_size": self.dp_size, "stats": stats, "step": self._step}))
         self._last_stats = stats
+        record_rollout(self._recorder, step=self._step, prompts=prompts, prompt_ids=prompt_ids,
+                       completions=completions, rewards=rewards, advantages=advantages, latencies=latencies,
+                       stats=stats, tokenizer=self.tokenizer, router_url=url, group=n_samples_per_prompt)  # fmt: skip
         _REWARD.set(stats["mean_reward"])
         _SAMPLES.inc(total)
         _GENERATED.inc(generated)

@@ -15,7 +15,7 @@ from typing import Any
 
 import aiohttp
 
-from runtime import retry_until_deadline
+from runtime import retry_until_deadline_async
 
 TRANSIENT_STATUSES = frozenset({408, 429})
 
@@ -58,7 +58,7 @@ async def generate_once(
         async with limit:
             return await _post(session, url + "/generate", body, request_timeout_s, what)
 
-    reply = await retry_until_deadline(
+    reply = await retry_until_deadline_async(
         attempt, deadline_s=deadline_s, what=what, retry_on=(TransientGenerateError,), max_delay_s=1.0
     )
     meta = reply.get("meta_info", {})

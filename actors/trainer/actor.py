@@ -1,13 +1,19 @@
 """The trainer as an actor: the same Trainer, with health and layout answered on the control lane.
 
 ``health`` runs on the actor's event loop, so it answers while ``train_step`` holds the default lane for
-minutes; that is how a trainer group tells a slow step from a hung or dead rank.
+minutes; that is how a trainer group tells a slow step from a hung or dead rank. ``dashboard_name`` (or
+``MILES_DASHBOARD``) names the dashboard collector: each ``train_shard`` then records the rank's loss, tokens and
+step time there (actors/dashboard), without waiting for it.
 """
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
+from actors.dashboard.host_usage import host_usage
+from actors.dashboard.recorder import DashboardRecorder
+from actors.trainer.config import TrainerConfig
 from actors.trainer.trainer import HealthValue, Trainer
 from runtime import ObjectRef, method, metrics
 
@@ -19,13 +25,33 @@ _TOKENS = metrics.counter("trainer_tokens", "Tokens trained on")
 class TrainerActor(Trainer):
     """One trainer rank hosted in an actor process (construct it with keyword arguments only)."""
 
+    def __init__(
+        self,
+        *,
+        rank: int,
+        world_size: int,
+        master_addr: str,
+        master_port: int,
+        config: TrainerConfig,
+        dashboard_name: str | None = None,
+    ) -> None:
+        super().__init__(rank=rank, world_size=world_size, master_addr=master_addr, master_port=master_port,
+                         config=config)  # fmt: skip
+        self._recorder = DashboardRecorder(dashboard_name, source=f"trainer-{rank}")
+
     def train_shard(self, shard: ObjectRef) -> dict[str, float]:
         """``train_step`` on a rollout shard fetched from its owner (a dict with tokens, loss_mask, advantages)."""
+        started = time.perf_counter()
         data = shard.get(timeout=self._config.collective_timeout_s)
         result = self.train_step(data["tokens"], data["loss_mask"], data["advantages"])
         _LOSS.set(result["loss"])
         _STEPS.inc()
         _TOKENS.inc(result["tokens"])
+        self._recorder.record("steps", {
+            "step": data.get("step", self.step), "source": "trainer", "rank": self.layout.rank,
+            "dp_rank": self.layout.dp_rank, "train_step": self.step, "loss": result["loss"],
+            "tokens": result["tokens"], "train_s": time.perf_counter() - started, "cpu": host_usage(),
+        })  # fmt: skip
         return result
 
     @method(control_plane=True)

@@ -20,7 +20,7 @@ class Sleeper:
         time.sleep(seconds)
         return seconds
 
-    def pid(self) -> int:
+    def get_pid(self) -> int:
         return os.getpid()
 
     def make_ref(self, size: int) -> ObjectRef:
@@ -38,7 +38,7 @@ class Spawner:
         self.children.append(child)
         return child
 
-    def pid(self) -> int:
+    def get_pid(self) -> int:
         return os.getpid()
 
 

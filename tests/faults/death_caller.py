@@ -11,8 +11,9 @@ import json
 import sys
 import time
 
-from runtime import ActorDied, attach
+from runtime import ActorDied
 from runtime.control_auth import read_ticket
+from runtime.internals import attach
 
 
 def main() -> None:

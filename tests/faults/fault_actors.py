@@ -67,7 +67,7 @@ class Restartable:
         self.total += n
         return self.total
 
-    def pid(self) -> int:
+    def get_pid(self) -> int:
         return os.getpid()
 
     def whoami(self) -> str:
@@ -111,7 +111,7 @@ class Leaver:
     def add(self, n: int) -> int:
         return n + 1
 
-    def pid(self) -> int:
+    def get_pid(self) -> int:
         return os.getpid()
 
     def sleep(self, seconds: float) -> float:

@@ -25,7 +25,8 @@ import zmq
 from raw_client import RawClient
 from waiting import wait_until
 
-from runtime import ActorDied, ActorHandle, OverCapacity, RemoteError, StoreLimits, exit_actor, spawn
+from runtime import ActorDied, ActorHandle, OverCapacity, RemoteError, exit_actor, spawn
+from runtime.internals import StoreLimits
 from runtime.lanes import ThreadLane
 from transport import frames as wire
 from transport.protocol import Kind

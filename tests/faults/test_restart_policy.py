@@ -43,7 +43,7 @@ def test_restart_reruns_the_constructor_on_the_same_endpoint(no_leaks: None, tmp
             in_flight.result(timeout=5)
         during = actor.whoami()  # made while the restart runs: waits for the new incarnation
         assert during.result(timeout=30) == "blue"
-        assert actor.method("pid")().result(10) == actor.pid != first_pid
+        assert actor.method("get_pid")().result(10) == actor.pid != first_pid
         assert actor.add(1).result(10) == 1  # a fresh instance: state is not carried over
         assert actor.endpoint == endpoint and actor.metrics_port == metrics_port
         built = _constructions(log_path)

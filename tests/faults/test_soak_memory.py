@@ -10,7 +10,8 @@ import time
 import pytest
 from fault_helpers import rss_mb
 
-from runtime import StoreLimits, spawn
+from runtime import spawn
+from runtime.internals import StoreLimits
 
 CALLS = 200_000
 WARMUP = 20_000

@@ -67,7 +67,7 @@ def engine_failover(ctx: Any) -> int:
     controller.start().result(timeout=240)
     router = controller.router_url().result(timeout=10)
     api = ctx.provider_api
-    before = api.call_sync("cells", "engines")
+    before = api.call("cells", "engines")
     victim = next(cell for cell in before if cell["host"] == "h2")
     traffic = Traffic(router)
     try:
@@ -89,13 +89,13 @@ def engine_failover(ctx: Any) -> int:
     report = {
         "before": before,
         "victim": victim,
-        "after": api.call_sync("cells", "engines"),
+        "after": api.call("cells", "engines"),
         "controller_cell": cell,
         "router_workers": sorted(w["url"] for w in workers),
         "ok_during": traffic.ok_since(killed) - traffic.ok_since(back),
         "failed_during": traffic.failed_between(killed, back),
         "failed_after": traffic.failed_between(back),
-        "deaths": api.call_sync("deaths", 0),
+        "deaths": api.call("deaths", 0),
     }
     print("FAILOVER " + json.dumps(report), flush=True)
     controller.shutdown().result(timeout=60)
@@ -185,7 +185,7 @@ def router_failover(ctx: Any) -> int:
     (controller,) = ctx.handles("inference")
     controller.start().result(timeout=240)
     api = ctx.provider_api
-    (before,) = api.call_sync("cells", pool)
+    (before,) = api.call("cells", pool)
     first = controller.status().result(timeout=10)
     beside_launcher = [in_my_netns(before["pid"])]
     traffic = Traffic(lambda: controller.router_url().result(timeout=10), timeout_s=20)
@@ -206,19 +206,19 @@ def router_failover(ctx: Any) -> int:
     finally:
         traffic.stop()
     workers = requests.get(status["router_url"] + "/workers", timeout=10).json()["workers"]
-    (after,) = api.call_sync("cells", pool)
+    (after,) = api.call("cells", pool)
     beside_launcher.append(in_my_netns(after["pid"]))
     report = {
         "before": before,
         "after": after,
         "beside_launcher": beside_launcher,
-        "engines": api.call_sync("cells", "engines"),
+        "engines": api.call("cells", "engines"),
         "first_url": first["router_url"],
         "status": status,
         "router_workers": sorted(w["url"] for w in workers),
         "ok_after": traffic.ok_since(back),
         "failed_after": traffic.failed_between(back),
-        "deaths": api.call_sync("deaths", 0),
+        "deaths": api.call("deaths", 0),
     }
     print("ROUTER " + json.dumps(report), flush=True)
     controller.shutdown().result(timeout=60)
@@ -233,7 +233,7 @@ def lost_host(ctx: Any) -> int:
     controller.start().result(timeout=240)
     router = controller.router_url().result(timeout=10)
     api = ctx.provider_api
-    before = api.call_sync("cells", "engines")
+    before = api.call("cells", "engines")
     traffic = Traffic(router, timeout_s=10)
     try:
         started = time.monotonic()
@@ -255,13 +255,13 @@ def lost_host(ctx: Any) -> int:
     report = {
         "before": before,
         "cells": cells,
-        "lost_hosts": api.call_sync("lost_hosts"),
-        "after": api.call_sync("cells", "engines"),
+        "lost_hosts": api.call("lost_hosts"),
+        "after": api.call("cells", "engines"),
         "router_workers": sorted(w["url"] for w in workers),
         "cut_to_dropped_s": dropped_at - cut,
         "ok_after": traffic.ok_since(dropped_at),
         "failed_after": traffic.failed_between(dropped_at),
-        "deaths": api.call_sync("deaths", 0),
+        "deaths": api.call("deaths", 0),
     }
     print("LOST " + json.dumps(report), flush=True)
     controller.shutdown().result(timeout=60)

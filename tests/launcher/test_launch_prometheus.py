@@ -117,7 +117,7 @@ def test_service_discovery_settings(tmp_path: Path) -> None:
         parse_config(off.read_text().replace("metrics_sd_port = -1", "metrics_sd_port = 70000"))
     with LocalProvider(load_config(write_hosts_toml(tmp_path, hosts, [], metrics_sd_host="127.0.0.1"))) as first:
         first.connect(["n0"])
-        taken = first.service_discovery.port
+        taken = first.services.service_discovery.port
         busy = write_hosts_toml(tmp_path, hosts, [], metrics_sd_port=taken, metrics_sd_host="127.0.0.1")
         with LocalProvider(load_config(busy)) as second, pytest.raises(LauncherError, match=f"127.0.0.1:{taken}"):
             second.connect(["n0"])

@@ -192,7 +192,7 @@ def test_a_ready_event_that_overtakes_spawned_is_kept(tmp_path: Path) -> None:
     provider = LocalProvider(cfg)
     placement = WorkerPlacement("web", 0, 0, "n0", (), 0.0, 0, 1)
     worker = WorkerInfo(placement=placement, kind="command", address="127.0.0.1", ports={}, env={})
-    provider._workers[worker.worker_id] = worker
-    provider._on_event("n0", {"ev": proto.EV_READY, "id": worker.worker_id})
-    provider._on_event("n0", {"ev": proto.EV_SPAWNED, "id": worker.worker_id, "pid": 4242, "log_path": "/x.log"})
+    provider.table._workers[worker.worker_id] = worker
+    provider._events.on_event("n0", {"ev": proto.EV_READY, "id": worker.worker_id})
+    provider._events.on_event("n0", {"ev": proto.EV_SPAWNED, "id": worker.worker_id, "pid": 4242, "log_path": "/x.log"})
     assert (worker.state, worker.pid, worker.log_path) == ("ready", 4242, "/x.log")

@@ -37,13 +37,13 @@ def provider(tmp_path: Path) -> Iterator[LocalProvider]:
 
 
 def client_of(provider: LocalProvider, curve_dir: object) -> ProviderClient:
-    return ProviderClient(address_for(provider, None), curve_dir=curve_dir, deadline_s=5)  # type: ignore[arg-type]
+    return ProviderClient(address_for(provider.services, None), curve_dir=curve_dir, deadline_s=5)  # type: ignore[arg-type]
 
 
 def test_cells_deaths_restart_stop_start(provider: LocalProvider) -> None:
     api = client_of(provider, provider.curve_dir)
-    assert api.call_sync("pools") == ["w"]
-    cells = api.call_sync("cells", "w")
+    assert api.call("pools") == ["w"]
+    cells = api.call("cells", "w")
     assert [(c["cell_id"], c["state"], c["host"], c["restarts"]) for c in cells] == [
         ("w-0", "alive", "n0", 0),
         ("w-1", "alive", "n0", 0),
@@ -54,32 +54,32 @@ def test_cells_deaths_restart_stop_start(provider: LocalProvider) -> None:
     assert cells[1]["address"] == "127.0.0.1" and cells[1]["workers"][0]["host_lost"] is False
 
     os.kill(cells[1]["pid"], signal.SIGKILL)
-    (death,) = wait_for("the death report", lambda: api.call_sync("deaths", 0), 10)
+    (death,) = wait_for("the death report", lambda: api.call("deaths", 0), 10)
     assert (death["seq"], death["cell_id"], death["host"], death["pid"]) == (0, "w-1", "n0", cells[1]["pid"])
     assert "SIGKILL" in death["reason"]
-    assert api.call_sync("deaths", 1) == []
-    assert api.call_sync("cells", "w")[1]["state"] == "dead"
+    assert api.call("deaths", 1) == []
+    assert api.call("cells", "w")[1]["state"] == "dead"
 
-    again = api.call_sync("restart_cell", "w", 1, deadline_s=30)
+    again = api.call("restart_cell", "w", 1, deadline_s=30)
     assert (again["state"], again["host"], again["restarts"]) == ("alive", "n0", 1)
     assert again["pid"] != cells[1]["pid"] and again["pid"] == provider.cells("w")[1].workers[0].pid
 
-    api.call_sync("stop_cells", "w", [0])
-    assert [c["state"] for c in api.call_sync("cells", "w")] == ["stopped", "alive"]
-    (started,) = api.call_sync("start_cells", "w", [0], deadline_s=30)
+    api.call("stop_cells", "w", [0])
+    assert [c["state"] for c in api.call("cells", "w")] == ["stopped", "alive"]
+    (started,) = api.call("start_cells", "w", [0], deadline_s=30)
     assert started["state"] == "alive" and started["pid"] not in (None, cells[0]["pid"])
     with pytest.raises(RemoteError, match=r"cells \[0\] are started; restart_cell replaces one"):
-        api.call_sync("start_cells", "w", [0], deadline_s=30)
+        api.call("start_cells", "w", [0], deadline_s=30)
 
 
 def test_unknown_pools_and_cells_are_named(provider: LocalProvider) -> None:
     api = client_of(provider, provider.curve_dir)
     with pytest.raises(RemoteError, match=r"no pool 'nope'.*its pools are \['w'\]"):
-        api.call_sync("cells", "nope")
+        api.call("cells", "nope")
     with pytest.raises(RemoteError, match=r"pool 'w' has no cells \[7\] \(its cells are 0..1\)"):
-        api.call_sync("restart_cell", "w", 7, deadline_s=10)
+        api.call("restart_cell", "w", 7, deadline_s=10)
     with pytest.raises(CallRejected, match=r"argument .index. of provider-api\.restart_cell"):  # before the wire
-        api.call_sync("restart_cell", "w", -1, deadline_s=10)
+        api.call("restart_cell", "w", -1, deadline_s=10)
 
 
 def test_peers_without_the_launch_keys_are_refused(provider: LocalProvider, tmp_path: Path) -> None:
@@ -88,7 +88,7 @@ def test_peers_without_the_launch_keys_are_refused(provider: LocalProvider, tmp_
     other = security.generate_cluster_keys(tmp_path / "other-cluster").directory
     for keys in (None, other):  # no keys (plain TCP), another launch's keys
         with pytest.raises(ProviderApiError, match="did not answer restart_cell"):
-            client_of(provider, keys).call_sync("restart_cell", "w", 0, deadline_s=1)
+            client_of(provider, keys).call("restart_cell", "w", 0, deadline_s=1)
     assert {w.worker_id: w.pid for w in provider.worker_infos("w")} == before, "a refused peer restarted a cell"
     assert provider.restarts == {}
-    assert [c["state"] for c in client_of(provider, provider.curve_dir).call_sync("cells", "w")] == ["alive"] * 2
+    assert [c["state"] for c in client_of(provider, provider.curve_dir).call("cells", "w")] == ["alive"] * 2

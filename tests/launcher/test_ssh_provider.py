@@ -47,12 +47,12 @@ def test_serve_actors_on_two_ssh_hosts(loopback_sshd: Sshd, ssh_keys: SshKeys, t
     config = load(path)
     with SSHProvider(config, log_sink=lambda _s, text: lines.append(text), progress=steps.append) as provider:
         provider.start_all(deadline_s=60)
-        assert provider.reach_back == {"a": "127.0.0.1", "b": "127.0.0.1"}  # where the hosts reach the launcher
+        assert provider.services.reach_back == {"a": "127.0.0.1", "b": "127.0.0.1"}  # where hosts reach the launcher
         for host in ("a", "b"):  # per-host progress with timings: SSH, then the agent with the host's versions
             assert any(re.match(rf"host {host}: SSH \S+@127\.0\.0\.1:\d+ in \d+\.\d\ds$", s) for s in steps), steps
             agent = rf"host {host}: agent pid \d+ up \(Python 3\.\d+\.\d+, miles-actors \S+, CURVE keys installed\) in "
             assert any(re.match(agent, s) for s in steps), steps
-        sd_port = config.launcher.metrics_sd_port or provider.service_discovery.port
+        sd_port = config.launcher.metrics_sd_port or provider.services.service_discovery.port
         assert f"Prometheus service discovery from a, b: http://127.0.0.1:{sd_port}/targets" in steps
         handles = provider.handles("c")
         wheres = [h.where().result(timeout=10) for h in handles]

@@ -25,6 +25,7 @@ from test_host_agent import _gone as gone_within
 import runtime
 from launcher import agent_protocol as proto
 from launcher import zygote
+from runtime import internals
 from runtime.control_auth import SpawnTicket
 
 
@@ -59,7 +60,7 @@ def event_of(agent: AgentProc, ev: str, wid: str) -> dict[str, Any]:
 
 def attach(agent: AgentProc, spawned: dict[str, Any]) -> tuple[runtime.ActorHandle, dict[str, Any]]:
     ready = json.loads(event_of(agent, proto.EV_READY, spawned["id"])["line"].split(" ", 1)[1])
-    handle = runtime.attach(
+    handle = internals.attach(
         ready["endpoint"], "zygote_actors:Inspector", ticket=spawned["ticket"], curve_dir=None, deadline_s=30
     )
     return handle, ready
@@ -102,7 +103,7 @@ def test_forked_worker_answers_calls_with_the_requested_env_cwd_and_sys_path(age
 
 
 def proto_marker() -> str:
-    from launcher.host_agent import PROC_MARKER
+    from launcher.child_supervisor import PROC_MARKER
 
     return PROC_MARKER
 

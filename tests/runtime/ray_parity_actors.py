@@ -42,7 +42,7 @@ class Relay:
         child = spawn("sample_actors:Counter", kwargs={"start": 0}, name=name, lifetime=lifetime or None)
         return child.pid
 
-    def pid(self) -> int:
+    def get_pid(self) -> int:
         return os.getpid()
 
 
@@ -80,7 +80,7 @@ class CrashingConstructor:
             path.write_text(str(left - 1))
             os._exit(3)
 
-    def pid(self) -> int:
+    def get_pid(self) -> int:
         return os.getpid()
 
 

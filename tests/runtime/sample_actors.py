@@ -44,6 +44,7 @@ class Counter:
 
     def __init__(self, *, start: int = 0) -> None:
         self.value = start
+        self.control_cancels = 0
         self.calls = 0
         self.order: list[int] = []
 
@@ -95,6 +96,24 @@ class Counter:
     def control_thread(self) -> str:
         return threading.current_thread().name
 
+    @method(control_plane=True)
+    async def async_control_sleep(self, seconds: float) -> float:
+        try:
+            await asyncio.sleep(seconds)
+        except asyncio.CancelledError:
+            self.control_cancels += 1
+            raise
+        return seconds
+
+    @method(control_plane=True)
+    def control_cancelled(self) -> int:
+        return self.control_cancels
+
+    @method(control_plane=True)
+    async def async_control_thread(self) -> str:
+        await asyncio.sleep(0)
+        return threading.current_thread().name
+
     def record_from(self, tag: int, i: int) -> None:
         self.order.append((tag, i))
 
@@ -113,7 +132,7 @@ class Counter:
     def midpoint(self, a: Point, b: Point, color: Color) -> tuple[Point, Color]:
         return Point((a.x + b.x) / 2, (a.y + b.y) / 2), color
 
-    def pid(self) -> int:
+    def get_pid(self) -> int:
         return os.getpid()
 
     def unsendable(self) -> Any:
@@ -153,7 +172,7 @@ class Producer:
         return put({"data": np.arange(size, dtype=np.int64), "size": size})
 
     def held(self) -> int:
-        from runtime.object_refs import store
+        from runtime.object_store import store
 
         return len(store)
 

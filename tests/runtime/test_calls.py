@@ -216,7 +216,7 @@ def test_group_broadcast_and_map(no_leaks: None) -> None:
             return await group.async_add(10)
 
         assert asyncio.run(broadcast()) == [13, 14, 15]
-        assert len({pid for pid in group.pid().result(10)}) == 3
+        assert len({pid for pid in group.get_pid().result(10)}) == 3
     finally:
         group.kill()
 

@@ -21,8 +21,9 @@ from pathlib import Path
 import pytest
 from raw_client import RawClient
 
-from runtime import ActorHandle, ActorRestarted, StoreLimits, spawn
+from runtime import ActorHandle, ActorRestarted, spawn
 from runtime.call_ids import made_at_ms, new_call_id
+from runtime.internals import StoreLimits
 from transport import frames as wire
 from transport.protocol import Kind
 

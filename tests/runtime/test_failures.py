@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import concurrent.futures
 import os
 import random
 import signal
@@ -9,9 +10,11 @@ import time
 
 import pytest
 from raw_client import RawClient
+from waiting import wait_until
 
-from runtime import ActorDied, ActorHandle, OverCapacity, StoreLimits, spawn
+from runtime import ActorDied, ActorHandle, OverCapacity, spawn
 from runtime.call_ids import new_call_id
+from runtime.internals import StoreLimits
 from transport import frames as wire
 from transport.protocol import Kind
 
@@ -25,6 +28,30 @@ def test_control_plane_answers_while_sync_method_sleeps(counter: ActorHandle) ->
     assert time.monotonic() - started < 1.0
     assert health["in_flight"]["default"] == 1 and not slow.done()
     assert slow.result(timeout=10) == 5.0
+
+
+def test_async_control_plane_method_is_awaited_on_the_control_lane(counter: ActorHandle) -> None:
+    """An async control-plane method is awaited on the server's loop (it once returned its un-awaited coroutine)."""
+    control_lane = counter.control_thread().result(timeout=10)
+    slow = counter.sleep(3.0)
+    time.sleep(0.2)
+    started = time.monotonic()
+    assert counter.async_control_thread().result(timeout=2) == control_lane
+    assert time.monotonic() - started < 1.0
+    assert slow.result(timeout=10) == 3.0
+
+
+def test_a_running_async_control_plane_call_can_be_cancelled(counter: ActorHandle) -> None:
+    """Its task runs on the server's own loop, not a group loop: ``__cancel__`` reaches it there too."""
+    running = counter.async_control_sleep(30.0)
+    time.sleep(0.3)
+    started = time.monotonic()
+    assert running.cancel()
+    with pytest.raises(concurrent.futures.CancelledError):
+        running.result(5)
+    assert time.monotonic() - started < 5
+    wait_until(lambda: counter.control_cancelled().result(timeout=5) == 1, "the coroutine never saw CancelledError", 5)
+    assert counter.async_control_thread().result(timeout=5)  # the control lane goes on serving
 
 
 def test_kill_9_mid_call_gives_actor_died_within_3s(counter: ActorHandle) -> None:

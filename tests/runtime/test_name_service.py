@@ -64,13 +64,13 @@ def test_the_registry_refuses_what_is_too_big_too_many_or_not_a_handle_state(ser
         "machine_id": "", "metrics_port": None, "server_key": None,
     }  # fmt: skip
     for i in range(3):
-        assert client.call_sync("claim", "", f"n{i}", {**state, "endpoint": f"tcp://h:{i}"}, None, what="t") is None
+        assert client.call("claim", "", f"n{i}", {**state, "endpoint": f"tcp://h:{i}"}, None, what="t") is None
     with pytest.raises(NameRegistryFull, match=r"holds 3 names \(max_names=3\)"):
-        client.call_sync("claim", "", "n3", state, None, what="t")
-    assert client.call_sync("forget", "", "n0", "tcp://h:0", what="t") is True
+        client.call("claim", "", "n3", state, None, what="t")
+    assert client.call("forget", "", "n0", "tcp://h:0", what="t") is True
     big = {**state, "class_path": "c" * 1000, "host": "h" * 1000, "machine_id": "m" * 1000, "name": "n" * 1000}
     with pytest.raises(ValueError, match=r"is [0-9]+ bytes, over the limit of 4096"):
-        client.call_sync("claim", "", "big", big, None, what="t")
+        client.call("claim", "", "big", big, None, what="t")
     # Checked by the service itself (a caller without the class's hints): exactly a handle's fields, bounded.
     raw = ActorHandle(
         endpoint=served.address("127.0.0.1").endpoint, name="raw", class_path="?", boot_id=None, host="", pid=0,
@@ -95,10 +95,14 @@ def test_a_service_that_does_not_answer_fails_within_its_deadline_naming_it(no_l
     client = NameServiceClient(ServiceAddress(f"tcp://127.0.0.1:{port}", None), deadline_s=1.0)
     started = time.monotonic()
     with pytest.raises(NameServiceUnavailable, match=rf"at tcp://127.0.0.1:{port} \(MILES_NAME_SERVICE\)"):
-        client.call_sync("lookup", "", "x", what="t")
+        client.call("lookup", "", "x", what="t")
     assert time.monotonic() - started < 5
     with pytest.raises(ValueError, match="MILES_NAME_SERVICE='nonsense' is not a name service address"):
         name_service.address_from_env("nonsense")
+    for bad in ('{"endpoint": "tcp://127.0.0.1:1"}', '{"endpoint": "tcp://127.0.0.1:1", "server_key": 7}'):
+        with pytest.raises(ValueError, match="is not a name service address"):
+            name_service.address_from_env(bad)  # a missing key is not "CURVE off": that is said with null
+    assert name_service.address_from_env('{"endpoint": "tcp://127.0.0.1:1", "server_key": null}').server_key is None
 
 
 _CLIENT_SCRIPT = """

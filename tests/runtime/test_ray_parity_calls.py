@@ -27,7 +27,7 @@ from runtime import (
     RemoteError,
     put,
     retry_until_deadline,
-    retry_until_deadline_sync,
+    retry_until_deadline_async,
     spawn,
     wait,
 )
@@ -172,7 +172,7 @@ def test_retry_until_deadline_bounds_tries(no_leaks: None) -> None:
         raise NotDelivered("not yet")
 
     with pytest.raises(NotDelivered) as info:
-        retry_until_deadline_sync(attempt, deadline_s=60, max_tries=3, base_delay_s=0.01)
+        retry_until_deadline(attempt, deadline_s=60, max_tries=3, base_delay_s=0.01)
     assert len(tries) == 3 and "gave up after 3 tries (max_tries=3)" in "".join(info.value.__notes__)
 
     async def attempt_async() -> int:
@@ -182,13 +182,13 @@ def test_retry_until_deadline_bounds_tries(no_leaks: None) -> None:
     tries.clear()
     with pytest.raises(NotDelivered):
         ClientRuntime.get().run(
-            retry_until_deadline(attempt_async, deadline_s=60, max_tries=2, base_delay_s=0.01),
+            retry_until_deadline_async(attempt_async, deadline_s=60, max_tries=2, base_delay_s=0.01),
             timeout_s=10,
             what="retry",
         )
     assert len(tries) == 2
     with pytest.raises(ValueError, match="max_tries"):
-        retry_until_deadline_sync(attempt, deadline_s=1, max_tries=0)
+        retry_until_deadline(attempt, deadline_s=1, max_tries=0)
 
 
 def test_a_method_that_raised_connection_error_is_not_run_again_by_default(no_leaks: None) -> None:
@@ -198,10 +198,10 @@ def test_a_method_that_raised_connection_error_is_not_run_again_by_default(no_le
     raiser = spawn("ray_parity_actors:Raiser")
     try:
         with pytest.raises(ConnectionError, match="attempt 1"):
-            retry_until_deadline_sync(lambda: raiser.connection_error().result(timeout=10), deadline_s=5)
+            retry_until_deadline(lambda: raiser.connection_error().result(timeout=10), deadline_s=5)
         assert raiser.connection_errors_seen().result(timeout=10) == 1
         with pytest.raises(ConnectionError):
-            retry_until_deadline_sync(
+            retry_until_deadline(
                 lambda: raiser.connection_error().result(timeout=10),
                 deadline_s=60,
                 max_tries=3,

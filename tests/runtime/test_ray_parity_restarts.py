@@ -22,7 +22,7 @@ def _wait_for_new_pid(handle: ActorHandle, old_pid: int, within_s: float = 30.0)
     deadline = time.monotonic() + within_s
     while time.monotonic() < deadline:
         try:
-            pid = handle.method("pid")().result(5)
+            pid = handle.method("get_pid")().result(5)
         except Exception:  # restarting: calls wait or fail with ActorRestarted
             time.sleep(0.1)
             continue
@@ -35,7 +35,7 @@ def _wait_for_new_pid(handle: ActorHandle, old_pid: int, within_s: float = 30.0)
 def test_unlimited_restarts(no_leaks: None) -> None:
     actor = spawn("ray_parity_actors:Relay", max_restarts=-1)
     try:
-        pid = actor.method("pid")().result(10)
+        pid = actor.method("get_pid")().result(10)
         for _ in range(3):  # more than any finite budget this test could have set by accident
             os.kill(pid, signal.SIGKILL)
             pid = _wait_for_new_pid(actor, pid)
@@ -51,7 +51,7 @@ def test_a_crash_inside_the_constructor_counts_against_max_restarts(tmp_path: Pa
     crashes.write_text("2")  # the first two incarnations die in __init__, the third comes up
     actor = spawn("ray_parity_actors:CrashingConstructor", kwargs={"counter_path": str(crashes)}, max_restarts=2)
     try:
-        assert actor.method("pid")().result(10) == actor.pid
+        assert actor.method("get_pid")().result(10) == actor.pid
         assert actor.supervisor.restarts == 2 and actor.supervisor.exit_codes == [3, 3]
     finally:
         actor.kill()

@@ -6,12 +6,15 @@ actor processes."""
 from __future__ import annotations
 
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 from raw_client import RawClient
 
 from runtime import ActorHandle, CallRejected, RemoteError, spawn
 from runtime.errors import ActorDefinitionError
+from runtime.handle_names import handle_attributes
+from runtime.process import ActorProcess
 
 
 @pytest.fixture(scope="module")
@@ -81,6 +84,47 @@ def test_a_wrapper_hiding_method_options_is_refused_and_wraps_keeps_them(typed: 
     assert typed.lane_found().result(10).startswith("lane-io-")  # found through __wrapped__
     with pytest.raises(ActorDefinitionError, match=r"HiddenLane\.save wraps a function marked .*group='io'"):
         spawn("typed_actors:HiddenLane")
+
+
+def test_a_method_a_handle_attribute_shadows_is_refused_before_any_process_starts(
+    no_leaks: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """miles' RPC handle refuses a worker class whose RPC methods shadow handle attributes (radixark/miles,
+    ``miles/utils/workers/rpc/client/handle.py``, ``RpcWorkerHandle.__init__``: ``hasattr(type(self), name)``);
+    spawn refuses such a class before it starts a process, naming each method and a name to rename it to."""
+    started: list[str] = []
+
+    def start(self: ActorProcess, label: str, *args: object, **kwargs: object) -> None:
+        started.append(label)
+        raise AssertionError(f"spawn started a process for {label}")
+
+    monkeypatch.setattr(ActorProcess, "__init__", start)
+    shadowed = r"typed_actors:ShadowsHandle: methods 'info', 'pid' would be shadowed by the actor handle's own"
+    with pytest.raises(ActorDefinitionError, match=shadowed) as refused:
+        spawn("typed_actors:ShadowsHandle")
+    assert "rename them ('info' -> 'get_info', 'pid' -> 'get_pid')" in str(refused.value)
+    assert "'work'" not in str(refused.value).partition("Names a handle keeps")[0]
+    assert started == []
+    # the list is read off ActorHandle: its methods and properties, and what its constructor sets
+    assert {"info", "host", "pid", "kill", "process", "endpoint", "connection", "method", "dead"} <= handle_attributes()
+    assert not any(name.startswith("_") for name in handle_attributes())
+
+
+def test_a_class_only_the_actor_host_imports_is_checked_for_shadowed_names_by_the_worker(
+    no_leaks: None, tmp_path: Path
+) -> None:
+    """The caller cannot import ``shadowing:OnlyThere`` (it lives in the worker's working directory only), so the
+    worker's ``__construct__`` refuses it, with the same message, before the constructor runs."""
+    (tmp_path / "shadowing.py").write_text(
+        "class OnlyThere:\n"
+        "    def __init__(self) -> None:\n"
+        "        open('constructed', 'w').close()\n\n"
+        "    def endpoint(self) -> str:\n"
+        "        return 'mine'\n"
+    )
+    with pytest.raises(ActorDefinitionError, match=r"shadowing:OnlyThere: method 'endpoint' would be shadowed"):
+        spawn("shadowing:OnlyThere", cwd=str(tmp_path))
+    assert not (tmp_path / "constructed").exists()
 
 
 def test_annotated_constraints_are_enforced_on_the_caller_and_on_the_actor(typed: ActorHandle) -> None:

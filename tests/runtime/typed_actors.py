@@ -156,3 +156,16 @@ class HiddenLane:
     @method(concurrency_group="io")
     def save(self, path: str) -> str:
         return path
+
+
+class ShadowsHandle:
+    """Methods named as a handle's own attributes: ``handle.pid`` is the process id, never a call to ``pid``."""
+
+    def info(self) -> str:
+        return "info"
+
+    def pid(self) -> int:
+        return 0
+
+    def work(self) -> int:
+        return 1

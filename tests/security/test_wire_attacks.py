@@ -1,6 +1,6 @@
 """Hostile peers on the wire: header fields of every type and size, result theft, exhaustion of the call store.
 
-Each test aims real messages at a live actor process on loopback (runtime.header_checks and the call store's
+Each test aims real messages at a live actor process on loopback (transport.header_checks and the call store's
 per-peer budgets are what stop them) and then checks that the actor still serves everyone else correctly.
 """
 
@@ -16,8 +16,9 @@ import msgpack
 import psutil
 from raw_client import RawClient
 
-from runtime import ActorHandle, StoreLimits, spawn
+from runtime import ActorHandle, spawn
 from runtime.call_ids import new_call_id
+from runtime.internals import StoreLimits
 from transport import frames as wire
 from transport.codec import encode
 from transport.protocol import MAGIC, VERSION, Kind

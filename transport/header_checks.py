@@ -2,13 +2,13 @@
 
 A message whose fields are not exactly of the expected types and sizes is dropped and counted under the reason
 these checks give (``bad_call_id``, ``bad_header``): a peer sending it is broken or hostile, and an answer would
-only help it probe. The limits here are far above what the runtime itself ever sends.
+only help it probe. The limits here are far above what the runtime itself ever sends. A SUBMIT's header has a type
+of its own, with its pack and its parse (:mod:`transport.submit_header`); the other kinds' headers are checked here.
 """
 
 from __future__ import annotations
 
-import math
-from typing import Any, NamedTuple
+from typing import Any
 
 #: Call ids are bytes of 1 to this many bytes (the runtime makes 16).
 MAX_CALL_ID_BYTES = 128
@@ -27,23 +27,12 @@ class BadHeader(ValueError):
         self.reason = reason
 
 
-class SubmitHeader(NamedTuple):
-    call_id: bytes
-    method: str
-    deadline: float | None
-    expected_boot: str | None
-    proof: bytes | None
-    acks: list[bytes]
-    shm_ok: bool
-
-
-_new_submit_header = tuple.__new__  # a SubmitHeader from a list already checked field by field
 _BYTES_ONLY = {bytes}  # the set of types of a list of call ids
 
 
 def call_id(value: Any) -> bytes:
     if type(value) is not bytes or not 0 < len(value) <= MAX_CALL_ID_BYTES:
-        raise BadHeader("bad_call_id", f"a call id must be 1 to {MAX_CALL_ID_BYTES} bytes, got {_describe(value)}")
+        raise BadHeader("bad_call_id", f"a call id must be 1 to {MAX_CALL_ID_BYTES} bytes, got {describe(value)}")
     return value
 
 
@@ -61,49 +50,6 @@ def call_ids(value: Any) -> list[bytes]:
     if type(value) is not list or len(value) > MAX_IDS_PER_MESSAGE:
         raise BadHeader("bad_header", f"expected a list of at most {MAX_IDS_PER_MESSAGE} call ids")
     return [call_id(item) for item in value]
-
-
-def _optional(value: Any, kind: type, limit: int, field: str) -> Any:
-    if value is None or (type(value) is kind and len(value) <= limit):
-        return value
-    problem = f"{field} must be None or a {kind.__name__} of at most {limit}, got {_describe(value)}"
-    raise BadHeader("bad_header", problem)
-
-
-def submit(meta: list[Any]) -> SubmitHeader:
-    """The fields of a SUBMIT: ``[call_id, method, deadline, expected_boot, proof, acks, shm_ok]``."""
-    if (  # the common case in one expression (an ordinary call); the checks below explain what is wrong
-        len(meta) == 7
-        and type(meta[0]) is bytes
-        and 0 < len(meta[0]) <= MAX_CALL_ID_BYTES
-        and type(meta[1]) is str
-        and 0 < len(meta[1]) <= MAX_METHOD_NAME
-        and (meta[2] is None or (type(meta[2]) is float and math.isfinite(meta[2])))
-        and (meta[3] is None or (type(meta[3]) is str and len(meta[3]) <= MAX_BOOT_ID))
-        and meta[4] is None
-        and type(meta[6]) is bool
-    ):
-        call_ids(meta[5])  # the acknowledgements piggybacked on the call
-        return _new_submit_header(SubmitHeader, meta)
-    if len(meta) != 7:
-        raise BadHeader("bad_header", f"a SUBMIT header has 7 fields, got {len(meta)}")
-    cid, method, deadline, expected_boot, proof, acks, shm_ok = meta
-    cid = call_id(cid)
-    if type(method) is not str or not 0 < len(method) <= MAX_METHOD_NAME:
-        raise BadHeader("bad_header", f"a method name must be a str of 1 to {MAX_METHOD_NAME}, got {_describe(method)}")
-    if deadline is not None and (type(deadline) not in (int, float) or not math.isfinite(deadline)):
-        raise BadHeader("bad_header", f"a deadline must be None or finite unix seconds, got {_describe(deadline)}")
-    if type(shm_ok) is not bool:
-        raise BadHeader("bad_header", f"shm_ok must be a bool, got {_describe(shm_ok)}")
-    return SubmitHeader(
-        cid,
-        method,
-        deadline,
-        _optional(expected_boot, str, MAX_BOOT_ID, "expected boot id"),
-        _optional(proof, bytes, MAX_PROOF_BYTES, "control proof"),
-        call_ids(acks),
-        shm_ok,
-    )
 
 
 def ids_only(meta: list[Any]) -> list[bytes]:
@@ -128,9 +74,9 @@ def reply(meta: list[Any], second: type) -> tuple[bytes, Any, str]:
     ):
         return cid, value, boot_id
     if type(value) is not second or (second is str and len(value) > MAX_METHOD_NAME):
-        raise BadHeader("bad_header", f"a reply's second field must be a {second.__name__}, got {_describe(value)}")
+        raise BadHeader("bad_header", f"a reply's second field must be a {second.__name__}, got {describe(value)}")
     if type(boot_id) is not str or len(boot_id) > MAX_BOOT_ID:
-        raise BadHeader("bad_header", f"a boot id must be a str of at most {MAX_BOOT_ID}, got {_describe(boot_id)}")
+        raise BadHeader("bad_header", f"a boot id must be a str of at most {MAX_BOOT_ID}, got {describe(boot_id)}")
     return call_id(cid), value, boot_id
 
 
@@ -142,6 +88,7 @@ def ping_nonce(meta: list[Any]) -> Any:
     return meta[0]
 
 
-def _describe(value: Any) -> str:
+def describe(value: Any) -> str:
+    """A field's type (and length) for an error message, never its content."""
     size = f" of length {len(value)}" if isinstance(value, (bytes, str, list)) else ""
     return f"{type(value).__name__}{size}"

@@ -1,0 +1,61 @@
+"""This process as the owner of object refs: ``runtime.put`` keeps a value here and returns a ref naming it.
+
+Inside an actor, the actor owns its refs (the worker binds its server at start, :func:`bind_server`). A driver
+(or any other process) starts serving its refs at its first ``put``: an in-process server of
+:class:`DriverObjects` (:mod:`runtime.driver_server`), which serves them while the process lives. It binds
+loopback, or every interface when ``MILES_ADVERTISE_HOST`` names this host for other hosts (with CURVE on only,
+as actors' open binds).
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from typing import Any
+
+from runtime import driver_server
+from runtime.actor_server import ActorServer
+from runtime.handle import ActorHandle
+from runtime.object_refs import ObjectRef
+from runtime.object_store import store
+from transport import security
+
+_lock = threading.Lock()
+_server: ActorServer | None = None
+
+
+class DriverObjects:
+    """The 'actor' a driver's object refs name as their owner: it has no methods of its own."""
+
+
+def bind_server(server: ActorServer) -> None:
+    """Called once by the actor process: refs made here name this actor as their owner."""
+    global _server
+    _server = server
+
+
+def _ensure_serving() -> ActorServer:
+    """This process's object-ref server: started here unless it (or an actor server) already serves."""
+    global _server
+    with _lock:
+        if _server is None:
+            curve = security.resolve()
+            _server = driver_server.start_server(
+                DriverObjects(), f"driver-{os.getpid()}", bind=driver_server.bind_address(curve is not None),
+                curve=curve, what="start serving this process's object refs",
+            )  # fmt: skip
+        return _server
+
+
+def put(value: Any) -> ObjectRef:
+    """Keep ``value`` in this process and return a ref to it (as Ray's ``ray.put``); in a driver, the first call
+    starts serving refs (a loopback socket, or every interface with CURVE and ``MILES_ADVERTISE_HOST``)."""
+    server = _server if _server is not None else _ensure_serving()
+    if server.info is None:
+        raise RuntimeError("runtime.put() in an actor process: call it from a method, once the actor is constructed")
+    owner = ActorHandle(
+        endpoint=server.public_address, name=server.name, class_path=server.info.path, boot_id=server.boot_id,
+        host=server.host, pid=server.pid, machine_id=server.machine_id,
+        server_key=server.server_keys.public.decode(),
+    )  # fmt: skip
+    return ObjectRef(owner, store.put(value))

@@ -1,0 +1,62 @@
+"""What ``spawn`` and ``attach`` settle before any process starts or any actor is constructed.
+
+How the worker will find the class (a dotted path, or cloudpickle by value), the construct options sent with
+``__construct__``, and the checks of the spawn options themselves. The class's own checks are
+:mod:`runtime.handle_names`'.
+"""
+
+from __future__ import annotations
+
+import inspect
+from typing import Any
+
+import cloudpickle
+
+from runtime import name_registry
+from runtime.builtin_methods import resolve_class
+from runtime.call_store import StoreLimits
+from runtime.metadata import class_path
+from runtime.supervisor import check_max_restarts
+
+DEFAULT_SPAWN_DEADLINE_S = 60.0
+LIFETIMES = (None, "detached", "non_detached")
+
+
+def class_and_ref(actor_class: type | str) -> tuple[type | None, str | bytes]:
+    """The class (if importable here) and how the worker will find it: a dotted path, or cloudpickle by value."""
+    if isinstance(actor_class, str):
+        try:
+            return resolve_class(actor_class), actor_class
+        except ImportError:
+            return None, actor_class  # importable only on the actor's host: the worker checks it
+    if not inspect.isclass(actor_class):
+        raise TypeError(f"actor_class must be a class or 'package.module:ClassName', got {actor_class!r}")
+    if actor_class.__module__ == "__main__" or "<locals>" in actor_class.__qualname__:
+        return actor_class, cloudpickle.dumps(actor_class)
+    return actor_class, class_path(actor_class)
+
+
+def check_spawn_options(max_restarts: int, lifetime: str | None, name: str | None, namespace: str) -> None:
+    """Refuse bad ``spawn`` options (ValueError naming the option), before anything else happens."""
+    check_max_restarts(max_restarts)
+    if lifetime not in LIFETIMES:
+        raise ValueError(f"lifetime must be None, 'non_detached' or 'detached', got {lifetime!r}")
+    if name is not None:
+        name_registry.check_name("name", name)
+    if namespace:
+        name_registry.check_name("namespace", namespace)
+
+
+def construct_options(
+    name: str | None,
+    concurrency_groups: dict[str, int] | None,
+    max_concurrency: int | None,
+    limits: StoreLimits | None,
+) -> dict[str, Any]:
+    """The options ``__construct__`` takes beside the class and its kwargs."""
+    return {
+        "name": name,
+        "concurrency_groups": concurrency_groups or {},
+        "max_concurrency": max_concurrency,
+        "limits": vars(limits) if limits else None,
+    }

@@ -1,0 +1,155 @@
+"""Who reads an endpoint's socket: the state of the hand-off between the event loop and threads that wait on it.
+
+``NEW``: not started, nobody reads. ``LOOP``: the loop watches the socket's descriptor. ``PAUSE_ASKED``: the loop
+still reads, but a thread inside ``receive_here`` asked it to step aside (once; the loop answers soon). ``THREADS``:
+the loop left the socket to the waiting threads and looks again after 1, 2, 4 ... 10 ms; it takes the socket back
+once no thread has waited since its last look. ``IDLE_WATCH``: a thread has waited through a whole look at the
+longest interval (an idle actor's lane thread, a caller blocked on a long call): the loop looks only once a second,
+and the last waiting thread to leave wakes it. ``CLOSED``: the socket is closed; nobody reads any more.
+
+Moves are made under the endpoint's lock, by :meth:`ReaderHandoff._move` alone, and only when the reader changes:
+never per message. :class:`ReaderHandoff` is the reading half of :class:`~transport.endpoints.ZmqEndpoint`: what
+the loop does when it reads, steps aside and looks again; the endpoint itself receives and hands messages up.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import enum
+import threading
+
+from transport.waker import Waker
+
+_RECHECK_MIN_S = 0.001  # a loop that left the socket to a waiting thread looks again after this ...
+_RECHECK_MAX_S = 0.01  # ... doubling up to this, until no thread waits
+#: A thread that has waited through a whole recheck at the longest interval (an idle actor's lane thread, a caller
+#: blocked on a long call) wakes the loop itself when it stops waiting; until then the loop only looks this often.
+_IDLE_WATCH_S = 1.0
+
+
+class Reader(enum.Enum):
+    NEW = "new"
+    LOOP = "loop"
+    PAUSE_ASKED = "pause asked"
+    THREADS = "threads"
+    IDLE_WATCH = "idle watch"
+    CLOSED = "closed"
+
+
+#: The moves the hand-off may make (any state may close).
+MOVES: dict[Reader, frozenset[Reader]] = {
+    Reader.NEW: frozenset({Reader.LOOP, Reader.CLOSED}),
+    Reader.LOOP: frozenset({Reader.PAUSE_ASKED, Reader.THREADS, Reader.CLOSED}),
+    Reader.PAUSE_ASKED: frozenset({Reader.LOOP, Reader.THREADS, Reader.CLOSED}),
+    Reader.THREADS: frozenset({Reader.LOOP, Reader.IDLE_WATCH, Reader.CLOSED}),
+    Reader.IDLE_WATCH: frozenset({Reader.LOOP, Reader.THREADS, Reader.CLOSED}),
+    Reader.CLOSED: frozenset(),
+}
+
+# Plain globals: compared per message.
+_NEW, _LOOP, _PAUSE_ASKED, _THREADS, _IDLE_WATCH, _CLOSED = (Reader.NEW, Reader.LOOP, Reader.PAUSE_ASKED,
+                                                         Reader.THREADS, Reader.IDLE_WATCH, Reader.CLOSED)  # fmt: skip
+
+
+class ReaderHandoff:
+    """Who reads the socket, and the loop's side of the hand-off. The endpoint gives the socket's descriptor
+    (``_fd``), the loop (``_loop``), the lock guarding the socket (``_lock``), and ``_drain`` (read on the loop)."""
+
+    name: str
+    _fd: int
+    _loop: asyncio.AbstractEventLoop
+    _lock: threading.Lock
+
+    def __init__(self) -> None:
+        self._reader = _NEW
+        self._read_requested = False  # a resume of the loop's reading is scheduled
+        self._drain_scheduled = False
+        self._waiters: list[Waker] = []  # threads inside receive_here
+        self._waited_since_recheck = False  # a thread was inside receive_here since the loop last looked
+        self._recheck_s = _RECHECK_MIN_S
+        self._recheck_timer: asyncio.TimerHandle | None = None
+
+    def _drain(self) -> None:
+        raise NotImplementedError
+
+    def _move(self, to: Reader) -> None:
+        """Move the hand-off to ``to`` (lock held); a move that :data:`MOVES` lacks is a bug. Moves happen when
+        the reader changes, never per message."""
+        if to not in MOVES[self._reader]:
+            raise RuntimeError(f"{self.name}: the reader cannot go from {self._reader.name} to {to.name}")
+        self._reader = to
+
+    def _resume_reading(self) -> None:
+        """The loop reads the socket (again), and drains what waits."""
+        self._read_requested = False
+        reader = self._reader
+        if reader is _CLOSED:
+            return
+        if reader is not _LOOP and reader is not _PAUSE_ASKED:  # only the loop moves to LOOP: no race to lose
+            with self._lock:
+                if self._reader is _CLOSED:
+                    return
+                self._move(_LOOP)
+                self._loop.add_reader(self._fd, self._drain)
+        self._schedule_drain()
+
+    def _leave_to_threads(self) -> None:
+        """A thread waits in receive_here: leave the socket to it, and look again later (lock held; the loop
+        reads)."""
+        self._move(_THREADS)
+        self._loop.remove_reader(self._fd)
+        self._recheck_s = _RECHECK_MIN_S
+        self._recheck_after(self._recheck_s)
+
+    def _recheck_after(self, delay_s: float) -> None:
+        """Schedule the one pending recheck (on the loop)."""
+        if self._recheck_timer is not None:
+            self._recheck_timer.cancel()
+        self._recheck_timer = self._loop.call_later(delay_s, self._recheck)
+
+    def _waited(self) -> bool:
+        """Whether a thread waits in receive_here now or has since the last recheck (lock held)."""
+        return bool(self._waiters) or self._waited_since_recheck
+
+    def _pause_if_waited(self) -> None:
+        """A thread asked the loop to step aside: it does, if a thread still waits (or waited meanwhile)."""
+        with self._lock:
+            if self._reader is _PAUSE_ASKED:
+                if self._waited():
+                    self._leave_to_threads()
+                else:
+                    self._move(_LOOP)
+
+    def _recheck(self) -> None:
+        """While paused: resume reading once no thread has waited since the last look (after 1, 2, 4 ... 10 ms).
+        Threads that wait again and again (a loop of sync calls) keep the socket to themselves."""
+        self._recheck_timer = None
+        if self._reader is not _THREADS and self._reader is not _IDLE_WATCH:
+            return
+        with self._lock:
+            waiting = self._waited()
+            # A thread inside receive_here all along since a look at the longest interval: it waits for long.
+            idle = self._recheck_s >= _RECHECK_MAX_S and bool(self._waiters) and not self._waited_since_recheck
+            self._waited_since_recheck = False
+            watch = _IDLE_WATCH if idle else _THREADS
+            if waiting and self._reader is not watch:
+                self._move(watch)
+        if not waiting:
+            self._resume_reading()
+            return
+        if idle:  # no timer per 10 ms for an idle actor: the thread tells us when it leaves
+            self._recheck_after(_IDLE_WATCH_S)
+            return
+        self._recheck_s = min(2 * self._recheck_s, _RECHECK_MAX_S)
+        self._recheck_after(self._recheck_s)
+
+    def _end_idle_watch(self) -> None:
+        """The long-waiting thread left receive_here: look again soon, as after any pause."""
+        if self._reader is _THREADS or self._reader is _IDLE_WATCH:
+            self._recheck_s = _RECHECK_MIN_S
+            self._recheck_after(self._recheck_s)
+
+    def _schedule_drain(self) -> None:
+        if not self._drain_scheduled and self._reader is not _CLOSED:
+            self._drain_scheduled = True
+            self._loop.call_soon(self._drain)
