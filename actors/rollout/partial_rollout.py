@@ -18,7 +18,7 @@ import aiohttp
 from actors.rollout.busy_clock import BusyClock
 from actors.rollout.router_client import TransientGenerateError, post_generate
 from actors.rollout.samples import SampleRecord
-from runtime import retry_until_deadline
+from runtime import retry_until_deadline_async
 
 
 async def generate_sample(
@@ -58,7 +58,7 @@ async def generate_sample(
             finally:
                 clock.leave()
 
-        reply = await retry_until_deadline(
+        reply = await retry_until_deadline_async(
             attempt, deadline_s=max(0.0, deadline - time.monotonic()), what=what,
             retry_on=(TransientGenerateError, aiohttp.ClientError), max_delay_s=1.0,
         )  # fmt: skip
