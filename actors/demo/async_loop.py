@@ -21,7 +21,8 @@ from actors.demo.engine_busy import busy_fraction, generating_seconds
 from actors.demo.loop import DemoSettings, WeightSync
 from actors.demo.progress import IterationRecord, ProgressBoard
 from actors.demo.result import mean_rewards, result_line
-from actors.trainer.group import TrainerGroup
+from actors.demo.run_state import RunCheckpoints, RunPoint
+from actors.trainer.group import TrainerGroup, TrainerGroupError
 from runtime import ActorHandle
 
 IN_FLIGHT = ("partial", "restart", "finish")
@@ -35,6 +36,9 @@ class AsyncDemoSettings(DemoSettings):
     on_stale: str = "drop"  # or "wait": never start a sample that would be past the bound
     in_flight: str = "partial"  # what a weight push does to running requests (module docstring)
     max_buffered_groups: int | None = None
+    checkpoint_dir: str | None = None  # trainer checkpoints and the loop's position (actors/demo/run_state.py)
+    checkpoint_every: int = 0  # iterations between checkpoints (0: none)
+    resume: bool = False  # continue from the latest checkpoint in checkpoint_dir
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -45,6 +49,18 @@ class AsyncDemoSettings(DemoSettings):
         if self.max_staleness < 0 or self.on_stale not in ("drop", "wait"):
             raise ValueError(f"job.args: max_staleness >= 0 and on_stale 'drop' or 'wait', got "
                              f"{self.max_staleness}, {self.on_stale!r}")  # fmt: skip
+        if (self.resume or self.checkpoint_every) and not self.checkpoint_dir:
+            raise ValueError("job.args.resume and job.args.checkpoint_every need job.args.checkpoint_dir")
+
+
+class TrainerFailed(RuntimeError):
+    """A trainer rank died (or failed) mid-run; the message names it and the checkpoint to resume from."""
+
+
+def _trainer_failed(iteration: int, error: Exception, point: RunPoint | None) -> TrainerFailed:
+    where = (f"last checkpoint: {point.path} (iteration {point.iteration}); run again with job.args.resume = true "
+             "to continue from it") if point else "no checkpoint yet (set job.args.checkpoint_every)"  # fmt: skip
+    return TrainerFailed(f"the trainer failed at iteration {iteration}: {error}; {where}")
 
 
 def run_async_loop(
@@ -56,11 +72,19 @@ def run_async_loop(
     sync = WeightSync(trainer, controller)
     urls, router = controller.engine_urls().result(timeout=30), controller.router_url().result(timeout=30)
     print(f"[async] engines: {urls}; router {router}", flush=True)
-    sync.update("v0")
+    checkpoints = RunCheckpoints(settings.checkpoint_dir) if settings.checkpoint_dir else None
+    point, step = checkpoints.restore(trainer, timeout) if checkpoints and settings.resume else (None, 0)
+    first = point.iteration + 1 if point else 1
+    if point:
+        print(f"[async] resumed from {point.path}: iteration {point.iteration} done, weight version "
+              f"v{point.weight_version}, data position {point.next_group}, trainer step {step} (optimizer state "
+              "restored)", flush=True)  # fmt: skip
+    sync.update(f"v{first - 1}")
     rollout.start_producer(
         settings.prompts_per_iteration, settings.samples_per_prompt, target_len=settings.target_len,
         data_seed=settings.seed, max_staleness=settings.max_staleness, on_stale=settings.on_stale,
         partial_rollout=settings.in_flight == "partial", max_buffered_groups=settings.max_buffered_groups,
+        next_group=point.next_group if point else 0, version=first - 1,
     ).result(timeout=60)  # fmt: skip
     print(f"[async] producer started: max_staleness={settings.max_staleness} ({settings.on_stale}), "
           f"in-flight requests at a push: {settings.in_flight}", flush=True)  # fmt: skip
@@ -68,25 +92,24 @@ def run_async_loop(
     generated_before = generating_seconds(urls)
     started = time.perf_counter()
     lost = 0
-    for iteration in range(1, settings.iterations + 1):
+    for iteration in range(first, settings.iterations + 1):
         began = time.perf_counter()
         batch = rollout.next_batch(iteration - 1, timeout).result(timeout=timeout + 30)
         waited = time.perf_counter() - began
         stats: dict[str, Any] = batch["stats"]
         board.tokens += int(stats["tokens_generated"])
-        metrics = trainer.train_on_shards(batch["shards"], timeout_s=timeout)
-        trained = time.perf_counter() - began - waited
-        for shard in batch["shards"]:
-            shard.free()
-        push_started = time.perf_counter()
-        if settings.in_flight == "finish":
-            rollout.hold(timeout).result(timeout=timeout + 30)
-        rollout.updating_weights().result(timeout=30)
-        sync.update(f"v{iteration}")
-        rollout.set_version(iteration).result(timeout=30)
-        if settings.in_flight == "finish":
-            rollout.release().result(timeout=30)
-        pushed = time.perf_counter() - push_started
+        try:
+            metrics = trainer.train_on_shards(batch["shards"], timeout_s=timeout)
+            trained = time.perf_counter() - began - waited
+            for shard in batch["shards"]:
+                shard.free()
+            push_started = time.perf_counter()
+            _push(settings, sync, rollout, iteration)
+            pushed = time.perf_counter() - push_started
+            if checkpoints and settings.checkpoint_every and iteration % settings.checkpoint_every == 0:
+                point = checkpoints.save(trainer, iteration, rollout.async_stats().result(10)["next_group"], timeout)
+        except TrainerGroupError as exc:
+            raise _trainer_failed(iteration, exc, point) from exc
         elapsed = time.perf_counter() - began
         board.add(IterationRecord(
             iteration=iteration, reward=float(stats["mean_reward"]), loss=float(metrics["loss"]),
@@ -100,6 +123,18 @@ def run_async_loop(
     generated = generating_seconds(controller.engine_urls().result(timeout=30))
     board.engine_busy = busy_fraction(generated_before, generated, board.wall_s)
     return board, final
+
+
+def _push(settings: AsyncDemoSettings, sync: WeightSync, rollout: ActorHandle, iteration: int) -> None:
+    """Push ``v{iteration}``: pause (or, "finish", let the requests in flight end first), update, continue."""
+    timeout = settings.step_timeout_s
+    if settings.in_flight == "finish":
+        rollout.hold(timeout).result(timeout=timeout + 30)
+    rollout.updating_weights().result(timeout=30)
+    sync.update(f"v{iteration}")
+    rollout.set_version(iteration).result(timeout=30)
+    if settings.in_flight == "finish":
+        rollout.release().result(timeout=30)
 
 
 def finish_async(board: ProgressBoard, final: dict[str, Any]) -> int:

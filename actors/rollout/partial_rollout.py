@@ -5,6 +5,10 @@ engine the router picks. A completion aborted by a weight update (SGLang's ``pau
 ``mode="abort"``) is, with ``partial_rollout``, resumed: its tokens are kept with the version that made them and
 the prompt plus those tokens is sent again for the rest (miles' partial rollout, ``--partial-rollout`` in
 ``miles/rollout/sglang_rollout.py``); without it the sample starts over, so every token is from one version.
+
+``router_url`` is asked before every request, so whatever serves generation may be replaced between tries: the
+controller's router (restarted on kill -9) today; a session server's URL (issue 25 part 2) plugs in the same
+way, and a killed session server is then retried like a killed router once the callable returns its successor.
 """
 
 from __future__ import annotations

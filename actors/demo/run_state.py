@@ -1,0 +1,59 @@
+"""Where an async run can resume from: trainer checkpoints plus the loop's own position, one directory each.
+
+``{checkpoint_dir}/iter-000004/`` holds the trainer's checkpoint (weights, optimizer state and step: the trainer's
+``save_checkpoint``, actors/trainer/checkpoint.py); ``{checkpoint_dir}/latest.json`` (written last, atomically)
+names it with the iteration, the weight version the engines got after it and the rollout's data position (the
+next prompt group). Groups in flight or buffered when it was written are not generated again after a resume.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from actors.trainer.group import TrainerGroup
+
+LATEST = "latest.json"
+
+
+@dataclass(frozen=True)
+class RunPoint:
+    iteration: int
+    weight_version: int
+    next_group: int
+    path: str
+
+
+class RunCheckpoints:
+    """Saves and finds RunPoints under ``directory``."""
+
+    def __init__(self, directory: str) -> None:
+        self.directory = Path(directory)
+
+    def save(self, trainer: TrainerGroup, iteration: int, next_group: int, timeout_s: float) -> RunPoint:
+        path = self.directory / f"iter-{iteration:06d}"
+        trainer.broadcast("save_checkpoint", path=str(path), timeout_s=timeout_s)
+        point = RunPoint(iteration, iteration, next_group, str(path))
+        temporary = self.directory / f".{LATEST}.tmp"
+        temporary.write_text(json.dumps(asdict(point)))
+        os.replace(temporary, self.directory / LATEST)
+        return point
+
+    def latest(self) -> RunPoint | None:
+        try:
+            data = json.loads((self.directory / LATEST).read_text())
+        except FileNotFoundError:
+            return None
+        except (OSError, ValueError) as exc:
+            raise ValueError(f"job.args.checkpoint_dir: {self.directory / LATEST} is unreadable: {exc}") from exc
+        return RunPoint(int(data["iteration"]), int(data["weight_version"]), int(data["next_group"]), str(data["path"]))
+
+    def restore(self, trainer: TrainerGroup, timeout_s: float) -> tuple[RunPoint, int]:
+        """Load the latest checkpoint into every rank (optimizer state and step included); (point, trainer step)."""
+        point = self.latest()
+        if point is None:
+            raise ValueError(f"job.args.resume = true, but {self.directory} holds no checkpoint ({LATEST})")
+        steps = trainer.broadcast("load_checkpoint", path=point.path, timeout_s=timeout_s)
+        return point, int(steps[0])
