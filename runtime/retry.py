@@ -9,6 +9,7 @@ note saying so), as a caller that catches the error type expects; the deadline p
 from __future__ import annotations
 
 import asyncio
+import inspect
 import random
 import time
 from collections.abc import Awaitable, Callable
@@ -90,10 +91,18 @@ def retry_until_deadline(
     while True:
         clock.tries += 1
         try:
-            return attempt()
+            result = attempt()
         except retry_on as exc:
             _raise_if_it_ran(exc, retry_on)
             time.sleep(clock.pause_after(exc))
+            continue
+        if inspect.iscoroutine(result):  # its errors would come when awaited, past every retry: a silent non-retry
+            result.close()
+            raise TypeError(
+                f"{what}: retry_until_deadline got a coroutine from attempt(); in async code use "
+                "`await retry_until_deadline_async(attempt, ...)`"
+            )
+        return result
 
 
 async def retry_until_deadline_async(

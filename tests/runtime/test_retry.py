@@ -61,3 +61,13 @@ def test_async_variant_and_jittered_delays() -> None:
     delay = backoff_delays(0.1, 1.0, 0.25)
     assert all(0.075 <= delay(1) <= 0.125 for _ in range(50))
     assert all(0.75 <= delay(10) <= 1.25 for _ in range(50))
+
+
+def test_the_blocking_retry_refuses_a_coroutine_it_could_not_retry() -> None:
+    """An async attempt given to the blocking retry would fail only when awaited, past every retry."""
+
+    async def attempt() -> int:
+        raise NotDelivered("lost")
+
+    with pytest.raises(TypeError, match=r"rpc: .*use `await retry_until_deadline_async"):
+        retry_until_deadline(attempt, deadline_s=5, what="rpc")
