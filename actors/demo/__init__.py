@@ -10,20 +10,16 @@ directory instead (``model_path`` for the trainer, the engines, the rollout's to
 
 from __future__ import annotations
 
-import dataclasses
 from typing import Any
 
 from actors.demo.loop import DemoSettings, finish, run_loop
+from actors.job_args import job_settings
 from actors.trainer.group import TrainerGroup
 
 
 def main(ctx: Any) -> int:
     """Entrypoint for ``[job] entrypoint = "actors.demo:main"``; ``ctx`` is a launcher.JobContext."""
-    known = {f.name for f in dataclasses.fields(DemoSettings)}
-    unknown = sorted(set(ctx.args) - known)
-    if unknown:
-        raise ValueError(f"job.args: unknown demo settings {unknown}; known: {sorted(known)}")
-    settings = DemoSettings(**ctx.args)
+    settings = job_settings(DemoSettings, ctx.args, "demo settings")
     trainer = TrainerGroup.from_handles(ctx.handles("trainer"))
     (controller,) = ctx.handles("inference")
     (rollout,) = ctx.handles("rollout")

@@ -15,7 +15,6 @@ stop generating).
 
 from __future__ import annotations
 
-import dataclasses
 import time
 from dataclasses import dataclass
 from typing import Any
@@ -25,6 +24,7 @@ from actors.demo.loop import DemoSettings, WeightSync
 from actors.demo.progress import IterationRecord, ProgressBoard
 from actors.demo.result import mean_rewards, result_line
 from actors.demo.run_state import RunCheckpoints, RunPoint
+from actors.job_args import job_settings
 from actors.trainer.group import TrainerGroup, TrainerGroupError
 from runtime import ActorHandle
 
@@ -166,11 +166,7 @@ def finish_async(board: ProgressBoard, final: dict[str, Any]) -> int:
 
 def main(ctx: Any) -> int:
     """Entrypoint for ``[job] entrypoint = "actors.demo.async_loop:main"``; ``ctx`` is a launcher.JobContext."""
-    known = {f.name for f in dataclasses.fields(AsyncDemoSettings)}
-    unknown = sorted(set(ctx.args) - known)
-    if unknown:
-        raise ValueError(f"job.args: unknown async demo settings {unknown}; known: {sorted(known)}")
-    settings = AsyncDemoSettings(**ctx.args)
+    settings = job_settings(AsyncDemoSettings, ctx.args, "async demo settings")
     trainer = TrainerGroup.from_handles(ctx.handles("trainer"))
     (controller,) = ctx.handles("inference")
     (rollout,) = ctx.handles("rollout")

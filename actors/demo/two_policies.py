@@ -19,10 +19,11 @@ import os
 import signal
 import threading
 import time
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field
 from typing import Any
 
 from actors.demo.loop import WeightSync
+from actors.job_args import job_settings
 from actors.rollout.tasks import make_prompts
 from actors.trainer.group import TrainerGroup
 from runtime import ActorHandle, wait
@@ -139,11 +140,7 @@ def summary(policy: Policy) -> dict[str, Any]:
 
 def main(ctx: Any) -> int:
     """Entrypoint for ``[job] entrypoint = "actors.demo.two_policies:main"``; ``ctx`` is a launcher.JobContext."""
-    known = {f.name for f in fields(TwoPolicySettings)}
-    unknown = sorted(set(ctx.args) - known)
-    if unknown:
-        raise ValueError(f"job.args: unknown settings {unknown}; known: {sorted(known)}")
-    settings = TwoPolicySettings(**ctx.args)
+    settings = job_settings(TwoPolicySettings, ctx.args, "settings")
     policies = []
     for name in settings.policies:
         (controller,) = ctx.handles(f"inference-{name}")

@@ -10,10 +10,11 @@ step on the sessions' records, a weight push (``v1``, ``v2``, ...). The last con
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 from typing import Any
 
 from actors.demo.loop import WeightSync
+from actors.job_args import job_settings
 from actors.sessions.calculator import make_questions
 from actors.trainer.group import TrainerGroup
 
@@ -31,11 +32,7 @@ class AgentJobSettings:
 
 def main(ctx: Any) -> int:
     """Entrypoint; ``ctx`` is a launcher.JobContext."""
-    known = {f.name for f in fields(AgentJobSettings)}
-    unknown = sorted(set(ctx.args) - known)
-    if unknown:
-        raise ValueError(f"job.args: unknown settings {unknown}; known: {sorted(known)}")
-    settings = AgentJobSettings(**ctx.args)
+    settings = job_settings(AgentJobSettings, ctx.args, "settings")
     trainer = TrainerGroup.from_handles(ctx.handles("trainer"))
     (controller,) = ctx.handles("inference")
     (rollout,) = ctx.handles("rollout")
