@@ -163,10 +163,8 @@ class CPUEngine(WeightSync):
 
     def abort(self, rid: str = "", *, abort_all: bool = False, reason: str = "aborted by /abort_request") -> int:
         """Abort request ``rid`` (or every request); returns how many sequences were marked."""
-        if abort_all:
-            targets = list(self._in_flight.values())
-        else:
-            targets = [self._in_flight[rid]] if rid in self._in_flight else []
+        found = self._in_flight.get(rid)
+        targets = list(self._in_flight.values()) if abort_all else [found] if found is not None else []
         for seq in targets:
             seq.abort_message = seq.abort_message or reason
         if targets:
@@ -189,6 +187,8 @@ class CPUEngine(WeightSync):
             if not (self._update_lock.readers or self._num_running) or time.monotonic() >= deadline:
                 break
             await asyncio.sleep(POLL_S)
+        while mode != "abort" and self._num_running and not self._held and time.monotonic() < deadline:
+            await asyncio.sleep(POLL_S)  # SGLang's scheduler answers once the running batch is held or retracted
         logger.info("generation paused (mode=%s, %d aborted)", mode, aborted)
         return aborted
 
