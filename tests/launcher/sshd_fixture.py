@@ -128,6 +128,17 @@ class Sshd:
         except psutil.Error:
             return []
 
+    def session_processes(self, marker: str) -> list[psutil.Process]:
+        """The live processes below sshd whose command line contains ``marker``; one that ends (or is a zombie
+        not yet reaped, e.g. a finished SSH session) while they are listed is left out."""
+        found = []
+        for pid in self.session_pids():
+            with contextlib.suppress(psutil.Error):  # NoSuchProcess, ZombieProcess
+                process = psutil.Process(pid)
+                if marker in " ".join(process.cmdline()):
+                    found.append(process)
+        return found
+
     def stop(self) -> None:
         """Kill sessions below sshd (ours), then sshd itself, by pid."""
         if self.proc is None:

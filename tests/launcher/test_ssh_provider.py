@@ -9,7 +9,6 @@ import time
 from pathlib import Path
 from typing import Any
 
-import psutil
 import pytest
 from launch_helpers import PYTHON, launch_until_job_runs, ssh_host, subprocess_env, write_hosts_toml
 from sshd_fixture import Sshd, SshKeys, free_port
@@ -163,9 +162,7 @@ def test_kill9_of_launcher_leaves_nothing_over_ssh(loopback_sshd: Sshd, ssh_keys
         job="launch_jobs:wait_forever",
     )
     launcher = launch_until_job_runs([PYTHON, "-m", "launcher.cli", str(path), "--no-logs"], tmp_path / "marker.json")
-    remote = loopback_sshd.session_pids()
-    workers = [p for p in remote if "runtime.worker" in " ".join(psutil.Process(p).cmdline())]
-    assert len(workers) == 4
+    assert len(loopback_sshd.session_processes("runtime.worker")) == 4
     launcher.send_signal(signal.SIGKILL)
     launcher.wait(timeout=5)
     assert wait_no_sessions(loopback_sshd, timeout=10) == [], "processes survived on the ssh host"
@@ -203,11 +200,7 @@ def test_status_and_down_over_ssh(loopback_sshd: Sshd, ssh_keys: SshKeys, tmp_pa
         launcher.kill()
         launcher.wait(timeout=10)
         raise
-    agents = [
-        psutil.Process(p)
-        for p in loopback_sshd.session_pids()
-        if "launcher.host_agent" in " ".join(psutil.Process(p).cmdline())
-    ]
+    agents = loopback_sshd.session_processes("launcher.host_agent")
     for agent in agents:  # agents that cannot clean up: `down` must reach the workers over SSH itself
         agent.suspend()
     launcher.kill()
