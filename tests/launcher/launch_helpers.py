@@ -161,3 +161,23 @@ def check_names_across(stdout: str, hosts: list[str]) -> dict[str, Any]:
     assert out["again"]["host"] == hosts[-1] and out["again"]["endpoint"] != child["endpoint"]
     assert out["a_after"] == 0  # the host of the dead holder now reaches the new one by the name
     return out
+
+
+def run_local_example(data: dict[str, Any], tmp_path: Path, cwd: Path) -> tuple[subprocess.CompletedProcess[str], str]:
+    """Run an example hosts.toml (parsed as ``data``) on this machine: its workdirs under ``tmp_path``, this
+    interpreter on its one host; returns the finished launcher and its stdout and stderr together."""
+    data["launcher"]["workdir"] = str(tmp_path / "launch")
+    data["host_defaults"]["python"] = sys.executable
+    data["hosts"][0]["workdir"] = str(tmp_path / "host")
+    config = tmp_path / "hosts.toml"
+    config.write_text(toml_text.dump(data))
+    result = subprocess.run(
+        [PYTHON, "-m", "launcher.cli", str(config), "--no-logs"],
+        capture_output=True, text=True, timeout=300, cwd=cwd, env=subprocess_env(),
+    )  # fmt: skip
+    return result, result.stdout + result.stderr
+
+
+def result_line(stdout: str) -> dict[str, Any]:
+    """The JSON of a job's last ``RESULT {json}`` line."""
+    return json.loads(stdout.rsplit("RESULT ", 1)[1].splitlines()[0])

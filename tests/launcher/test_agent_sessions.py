@@ -9,14 +9,10 @@ sessions' records (tests/actors/test_sessions.py checks those records token by t
 
 from __future__ import annotations
 
-import json
-import subprocess
-import sys
 from pathlib import Path
 
-import toml_text
 import tomllib
-from launch_helpers import PYTHON, subprocess_env
+from launch_helpers import result_line, run_local_example
 
 from actors.sessions.pool import session_server_pool
 
@@ -30,18 +26,9 @@ def test_agent_sessions_example_trains_on_session_records_through_a_session_serv
     rendered = session_server_pool("sessions", cells=2, controller="inference-0-0", bind="127.0.0.1",
                                    extra_args=["--max-context-tokens", "512"])  # fmt: skip
     assert pools["sessions"] == rendered
-    data["launcher"]["workdir"] = str(tmp_path / "launch")
-    data["host_defaults"]["python"] = sys.executable
-    data["hosts"][0]["workdir"] = str(tmp_path / "host")
-    config = tmp_path / "hosts.toml"
-    config.write_text(toml_text.dump(data))
-    result = subprocess.run(
-        [PYTHON, "-m", "launcher.cli", str(config), "--no-logs"],
-        capture_output=True, text=True, timeout=300, cwd=ROOT, env=subprocess_env(),
-    )  # fmt: skip
-    output = result.stdout + result.stderr
+    result, output = run_local_example(data, tmp_path, ROOT)
     assert result.returncode == 0 and "RESULT " in result.stdout, output[-5000:]
-    report = json.loads(result.stdout.rsplit("RESULT ", 1)[1].splitlines()[0])
+    report = result_line(result.stdout)
     samples = data["job"]["args"]["prompts_per_iteration"] * data["job"]["args"]["samples_per_prompt"]
     assert report["iterations"] == 2 and report["weight_version"] == "v2"
     assert report["samples_lost"] == 0 and report["leaves"] >= 2 * samples

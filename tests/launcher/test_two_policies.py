@@ -10,15 +10,13 @@ that model's engines and weight version).
 
 from __future__ import annotations
 
-import json
 import re
 import subprocess
 import sys
 from pathlib import Path
 
-import toml_text
 import tomllib
-from launch_helpers import PYTHON, subprocess_env
+from launch_helpers import result_line, run_local_example
 
 from actors.inference.engine_pool import engine_pool
 from actors.sglang_config import SGLangConfig
@@ -52,19 +50,10 @@ def test_each_policy_gets_its_own_gpus_engines_router_and_controller_in_the_plan
 
 def test_a_killed_engine_of_one_policy_does_not_stop_the_other(tmp_path: Path) -> None:
     data = tomllib.loads((EXAMPLES / "two-policies-cpu.toml").read_text())
-    data["launcher"]["workdir"] = str(tmp_path / "launch")
-    data["host_defaults"]["python"] = sys.executable
-    data["hosts"][0]["workdir"] = str(tmp_path / "host")
     data["job"]["args"]["kill_engine"] = "b"
-    config = tmp_path / "hosts.toml"
-    config.write_text(toml_text.dump(data))
-    result = subprocess.run(
-        [PYTHON, "-m", "launcher.cli", str(config), "--no-logs"],
-        capture_output=True, text=True, timeout=300, cwd=ROOT, env=subprocess_env(),
-    )  # fmt: skip
-    output = result.stdout + result.stderr
+    result, output = run_local_example(data, tmp_path, ROOT)
     assert "RESULT " in result.stdout, output[-5000:]
-    report = json.loads(result.stdout.rsplit("RESULT ", 1)[1].splitlines()[0])["policies"]
+    report = result_line(result.stdout)["policies"]
     iterations = data["job"]["args"]["iterations"]
     a, b = report["a"], report["b"]
     assert (a["status"], a["iterations"], a["weight_version"]) == ("ok", iterations, f"a-v{iterations}"), report
