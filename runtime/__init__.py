@@ -34,6 +34,8 @@ Coming from Ray (names kept so code ports line by line; README "Coming from Ray"
     wait(calls, num_returns=1, timeout=None)             # ray.wait
     call.cancel()                                        # ray.cancel
     put(value) -> ObjectRef; ref.get()                   # ray.put / ray.get (any process)
+    put(tensors, transport="collective") -> TensorRef    # ray.put(x, _tensor_transport="gloo") (runtime.collective)
+    ref.get(into=buffers); collective.wait_freed([ref])  # set_target_for_ref / wait_tensor_freed
     get_actor("x", namespace="ns")                       # ray.get_actor
     handle.kill(no_restart=False)                        # ray.kill
     exit_actor()                                         # ray.actor.exit_actor
@@ -64,10 +66,10 @@ from runtime.group import ActorGroup, GroupCall, gather
 from runtime.handle import ActorHandle, PendingCall
 from runtime.metadata import method
 from runtime.naming import get_actor
-from runtime.object_owner import put
 from runtime.object_refs import ObjectRef
 from runtime.retry import retry_until_deadline, retry_until_deadline_async
 from runtime.spawn import connect, connect_async, spawn, spawn_async, spawn_many
+from runtime.tensor_put import put
 from runtime.waiting import wait, wait_async
 from transport import register_type
 

@@ -1,7 +1,8 @@
 """Methods every actor process answers, whatever its class: construct, health, stats, shutdown, methods.
 
-Their names start with ``__`` so they can never clash with a user's public methods. All but ``__prepare__`` and
-``__construct__`` run inline on the event loop (the control lane); those two run on a lane of their own. Each gets
+Their names start with ``__`` so they can never clash with a user's public methods. Most run inline on the event
+loop (the control lane); ``__prepare__`` and ``__construct__`` run on a lane of their own, collective joins and
+tensor sends on the collective lane. Each gets
 the server as a :class:`BuiltinHost`: exactly what the built-ins read and do of it.
 """
 
@@ -18,10 +19,13 @@ from typing import Any, Protocol
 
 import cloudpickle
 
+from runtime import collective_groups, tensor_transfer
 from runtime.call_store import CallRecord, CallState, CallStore, StoreLimits
 from runtime.handle_names import checked_class_info
 from runtime.metadata import ActorClassInfo, class_info, coerce_constructor_kwargs
 from runtime.object_store import store as objects
+from runtime.server_lanes import COLLECTIVE_LANE, CONSTRUCT_LANE
+from runtime.tensor_store import store as tensors
 from transport.endpoints import ZmqEndpoint
 from transport.security import CurveConfig, ServerKeys
 
@@ -65,7 +69,7 @@ class BuiltinHost(Protocol):
 @dataclass(frozen=True)
 class Builtin:
     function: Callable[..., Any]
-    threaded: bool = False
+    lane: str | None = None  # a thread lane of the server's (runtime.server_lanes), else inline on the loop
     takes_peer: bool = False  # called with the caller's routing id after the server (it may act on its calls only)
 
 
@@ -192,9 +196,29 @@ def _object_free(server: BuiltinHost, key: str) -> bool:
     return objects.free(key)
 
 
+def _collective_open(server: BuiltinHost, name: str, world_size: int, timeout_s: float) -> int:
+    return collective_groups.open_store(name, world_size, timeout_s)
+
+
+def _collective_join(server: BuiltinHost, *args: Any) -> dict[str, Any]:
+    return collective_groups.join(*args)
+
+
+def _collective_leave(server: BuiltinHost, name: str) -> bool:
+    return collective_groups.leave(name)
+
+
+def _tensor_send(server: BuiltinHost, key: str, dst_rank: int, tag: int) -> int:
+    return tensor_transfer.serve_send(key, dst_rank, tag)
+
+
+def _tensor_free(server: BuiltinHost, key: str) -> bool:
+    return tensors.free(key)
+
+
 BUILTINS: dict[str, Builtin] = {
-    "__prepare__": Builtin(_prepare, threaded=True),
-    "__construct__": Builtin(_construct, threaded=True),
+    "__prepare__": Builtin(_prepare, lane=CONSTRUCT_LANE),
+    "__construct__": Builtin(_construct, lane=CONSTRUCT_LANE),
     "__health__": Builtin(_health),
     "__stats__": Builtin(_stats),
     "__shutdown__": Builtin(_shutdown),
@@ -202,4 +226,11 @@ BUILTINS: dict[str, Builtin] = {
     "__cancel__": Builtin(_cancel, takes_peer=True),
     "__object_get__": Builtin(_object_get),
     "__object_free__": Builtin(_object_free),
+    # Collective groups and device-resident refs (runtime.collective, runtime.tensor_refs): joins and sends block,
+    # so they run on the collective lane, beside whatever method runs.
+    "__collective_open__": Builtin(_collective_open, lane=COLLECTIVE_LANE),
+    "__collective_join__": Builtin(_collective_join, lane=COLLECTIVE_LANE),
+    "__collective_leave__": Builtin(_collective_leave),
+    "__tensor_send__": Builtin(_tensor_send, lane=COLLECTIVE_LANE),
+    "__tensor_free__": Builtin(_tensor_free),
 }

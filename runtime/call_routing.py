@@ -24,7 +24,7 @@ from runtime.call_store import CallRecord, CallState, CallStore, Tombstone, requ
 from runtime.errors import CallRejected
 from runtime.metadata import ActorClassInfo, MethodInfo
 from runtime.outcome import error_frames
-from runtime.server_lanes import CONSTRUCT_LANE, ServerLanes
+from runtime.server_lanes import ServerLanes
 from runtime.server_phase import PhaseMachine, ServerPhase
 from transport import frames as wire
 from transport import header_checks
@@ -183,8 +183,8 @@ class CallRouter:
         def run() -> tuple[CallRecord, list[Buffer]]:
             return record, self._runner.run(record, info, builtin, deadline, body, buffers)
 
-        if builtin is not None and builtin.threaded:
-            self._threads[CONSTRUCT_LANE].submit(run)
+        if builtin is not None and builtin.lane is not None:
+            self._threads[builtin.lane].submit(run)
         elif control and (info is None or not info.is_async):
             self._on_loop(lambda: self.finish(run()))
         elif info.is_async:

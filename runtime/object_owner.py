@@ -50,12 +50,16 @@ def _ensure_serving() -> ActorServer:
 def put(value: Any) -> ObjectRef:
     """Keep ``value`` in this process and return a ref to it (as Ray's ``ray.put``); in a driver, the first call
     starts serving refs (a loopback socket, or every interface with CURVE and ``MILES_ADVERTISE_HOST``)."""
+    return ObjectRef(owner_handle(), store.put(value))
+
+
+def owner_handle() -> ActorHandle:
+    """A handle to this process as the owner of the refs it makes (its actor server, or the driver's)."""
     server = _server if _server is not None else _ensure_serving()
     if server.info is None:
         raise RuntimeError("runtime.put() in an actor process: call it from a method, once the actor is constructed")
-    owner = ActorHandle(
+    return ActorHandle(
         endpoint=server.public_address, name=server.name, class_path=server.info.path, boot_id=server.boot_id,
         host=server.host, pid=server.pid, machine_id=server.machine_id,
         server_key=server.server_keys.public.decode(),
     )  # fmt: skip
-    return ObjectRef(owner, store.put(value))

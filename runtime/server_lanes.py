@@ -21,6 +21,9 @@ from runtime.metadata import DEFAULT_ASYNC_CONCURRENCY, DEFAULT_GROUP, ActorClas
 from transport.waker import Waker
 
 CONSTRUCT_LANE = "__construct__"
+COLLECTIVE_LANE = "__collective__"  # collective joins and tensor sends (runtime.tensor_transfer), beside methods
+COLLECTIVE_THREADS = 4  # so several receivers pull at once, and a join never waits behind a send
+BUILTIN_LANES = (CONSTRUCT_LANE, COLLECTIVE_LANE)
 
 
 class ServerLanes:
@@ -34,6 +37,7 @@ class ServerLanes:
 
     def open_construct_lane(self, deliver: Callable[[Any], None]) -> None:
         self.threads[CONSTRUCT_LANE] = ThreadLane("construct", 1, deliver)
+        self.threads[COLLECTIVE_LANE] = ThreadLane("collective", COLLECTIVE_THREADS, deliver)
 
     def open(
         self,
@@ -67,7 +71,8 @@ class ServerLanes:
 
     def load(self) -> dict[str, tuple[int, int]]:
         """(running, queued) per lane; async tasks count as running. Safe to call from any thread."""
-        lanes = {name: (lane.busy, lane.queued) for name, lane in list(self.threads.items()) if name != CONSTRUCT_LANE}
+        threads = list(self.threads.items())
+        lanes = {name: (lane.busy, lane.queued) for name, lane in threads if name not in BUILTIN_LANES}
         lanes["async"] = (self._async_running(), 0)
         return lanes
 
