@@ -23,6 +23,7 @@ from actors.cpu_engine.metrics import EngineMetrics
 from actors.cpu_engine.model import LlamaForCausalLM
 from actors.cpu_engine.prefix_cache import PrefixCache
 from actors.cpu_engine.protocol import RequestError
+from actors.cpu_engine.ref_weights import ref_loader
 from actors.cpu_engine.settings import EngineSettings
 from actors.cpu_engine.update_lock import ModelUpdateLock, UpdateLockTimeout
 from actors.cpu_engine.weight_versions import VersionEvent
@@ -35,6 +36,7 @@ from actors.cpu_engine.weights import (
 )
 from actors.weights_group import WeightsGroup, dtype_from_name
 from actors.weights_wire import decode_named_tensors
+from runtime.tensor_refs import TensorRef
 
 logger = logging.getLogger(__name__)
 
@@ -235,6 +237,16 @@ class WeightSync:
             return self._load_locked(received, require_all=False) if selector != "draft" else 0
 
         return await self._update(receive_and_load, weight_version, flush, abort_all)
+
+    async def update_weights_from_refs(
+        self, refs: list[TensorRef], *, weight_version: str | None, flush: bool, timeout_s: float
+    ) -> int:
+        """Pull collective refs into the live parameters (actors.cpu_engine.ref_weights); any time, as from disk."""
+        try:
+            load = ref_loader(self.model, self._model_lock, refs, timeout_s)
+        except WeightsError as exc:  # refused before any byte moved
+            raise RequestError(str(exc)) from exc
+        return await self._update(load, weight_version, flush, abort_all=False)
 
     def destroy_weights_update_group(self, group_name: str) -> None:
         if group_name not in self._weights_groups:

@@ -11,11 +11,15 @@ from __future__ import annotations
 import time
 from typing import Any
 
+from torch import Tensor
+
 from actors.dashboard.host_usage import host_usage
 from actors.dashboard.recorder import DashboardRecorder
 from actors.trainer.config import TrainerConfig
+from actors.trainer.errors import WeightPushError
 from actors.trainer.trainer import HealthValue, Trainer
-from runtime import ObjectRef, method, metrics
+from actors.trainer.weights_collective import push_over_refs
+from runtime import ActorHandle, ObjectRef, method, metrics
 
 _LOSS = metrics.gauge("trainer_loss", "Policy-gradient loss of the last step")
 _STEPS = metrics.counter("trainer_steps", "Optimizer steps taken")
@@ -53,6 +57,34 @@ class TrainerActor(Trainer):
             "tokens": result["tokens"], "train_s": time.perf_counter() - started, "cpu": host_usage(),
         })  # fmt: skip
         return result
+
+    def push_weights_over_refs(
+        self,
+        engines: list[ActorHandle],
+        weight_version: str,
+        group: str | None = None,
+        bucket_bytes: int | None = None,
+        timeout_s: float = 120.0,
+    ) -> list[dict[str, object]]:
+        """Send the current weights to ``engines`` (CPUEngineActors) as collective refs over ``group``, where
+        this rank and the engines are members (collective over the trainer ranks: rank 0 sends, others return
+        ``[]``; see :mod:`actors.trainer.weights_collective`)."""
+        with self._guard.running("push_weights_over_refs"):
+
+            def send(pairs: list[tuple[str, Tensor]]) -> list[dict[str, object]]:
+                try:
+                    return push_over_refs(
+                        engines, pairs, weight_version=weight_version, group=group, bucket_bytes=bucket_bytes,
+                        timeout_s=timeout_s,
+                    )  # fmt: skip
+                except WeightPushError:
+                    raise
+                except Exception as exc:  # e.g. not a member of the group: every rank must hear of it
+                    raise WeightPushError(
+                        f"weight push over collective refs failed: {type(exc).__name__}: {exc}"
+                    ) from exc
+
+            return self._push_from_rank_zero(send)
 
     @method(control_plane=True)
     def health(self) -> dict[str, HealthValue]:

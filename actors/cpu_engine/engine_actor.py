@@ -1,0 +1,80 @@
+"""A CPU engine hosted in an actor: SGLang's HTTP API on its own port, plus weights pulled over collective refs.
+
+The HTTP server (:func:`actors.cpu_engine.server.create_app`) runs on an event loop thread of its own inside the
+actor process, so ``/generate``, ``/update_weight_version`` and the rest answer exactly as from
+``python -m actors.cpu_engine``. Being an actor, the engine can also be a member of a collective group
+(``runtime.collective.create_group([trainer, *engines], ...)``) and take the trainer's weights with
+:meth:`CPUEngineActor.pull_weights`: the bytes go from the trainer's tensors into this engine's parameters over
+the group, not through HTTP or the actor transport (:mod:`actors.cpu_engine.ref_weights`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from collections.abc import Coroutine
+from typing import Any, TypeVar
+
+from aiohttp import web
+
+from actors.cpu_engine.engine import CPUEngine
+from actors.cpu_engine.model import build_model
+from actors.cpu_engine.server import create_app
+from actors.cpu_engine.settings import EngineSettings
+from actors.model_config import ModelConfig
+from runtime import method
+from runtime.tensor_refs import TensorRef
+
+START_TIMEOUT_S = 30.0
+T = TypeVar("T")
+
+
+class CPUEngineActor:
+    """One CPU engine of the built-in model (random weights from ``model.seed``) serving HTTP on ``host:port``
+    (port 0: a free one; see :meth:`url`)."""
+
+    def __init__(
+        self,
+        *,
+        model: ModelConfig,
+        host: str = "127.0.0.1",
+        port: int = 0,
+        served_model_name: str = "cpu-engine",
+        weight_version: str = "default",
+        seed: int = 0,
+    ) -> None:
+        settings = EngineSettings(
+            model_path="built-in", served_model_name=served_model_name, weight_version=weight_version,
+            random_seed=seed, context_length=model.max_position_embeddings,
+        )  # fmt: skip
+        self.engine = CPUEngine(build_model(model), settings)
+        self._loop = asyncio.new_event_loop()
+        threading.Thread(target=self._loop.run_forever, name="cpu-engine-http", daemon=True).start()
+        self._runner = web.AppRunner(create_app(self.engine, host=host, port=port))
+        self._url = self._run(self._start(host, port), START_TIMEOUT_S)
+
+    async def _start(self, host: str, port: int) -> str:
+        await self._runner.setup()
+        site = web.TCPSite(self._runner, host, port)
+        await site.start()
+        bound = self._runner.addresses[0]
+        return f"http://{host}:{bound[1]}"
+
+    def _run(self, coroutine: Coroutine[Any, Any, T], timeout_s: float) -> T:
+        return asyncio.run_coroutine_threadsafe(coroutine, self._loop).result(timeout_s)
+
+    @method(control_plane=True)
+    def url(self) -> str:
+        """The engine's HTTP address (SGLang's API)."""
+        return self._url
+
+    def pull_weights(self, refs: list[TensorRef], flush_cache: bool = True, timeout_s: float = 120.0) -> int:
+        """Receive ``refs`` (HF-named tensors from the trainer) into the live parameters, under the model-update
+        lock; frees each ref once received. The weight version is not changed here: set it explicitly
+        (``/update_weight_version``) once every bucket is in. Returns how many tensors were loaded."""
+        update = self.engine.update_weights_from_refs(refs, weight_version=None, flush=flush_cache, timeout_s=timeout_s)
+        return self._run(update, timeout_s + 10)
+
+    def close(self) -> None:
+        """Stop serving HTTP (the engine closes with its app)."""
+        self._run(self._runner.cleanup(), START_TIMEOUT_S)
