@@ -11,8 +11,9 @@ receiver allocated once (its "live weights"), timed in the receiver:
 - ``direct``: after a barrier, one ``send``/``recv`` per tensor on the same gloo group, no runtime involved.
 
 GB/s = bytes / median seconds; ``refs_over_direct`` is the refs' time over the direct time (target <= 1.2).
-``--backend nccl`` runs the same on two GPUs (CUDA tensors; the actor transport row then copies through the
-host). ``--json`` prints one JSON object as the last line.
+``--backend nccl`` runs the same on two GPUs (CUDA tensors; the actor transport carries no CUDA tensors, so that
+row's sender copies to the host before the clock starts and the receiver copies back to its GPU). ``--json``
+prints one JSON object as the last line.
 """
 
 from __future__ import annotations
@@ -38,9 +39,9 @@ class Peer:
     def __init__(self, *, device: str = "cpu") -> None:
         import torch
 
-        if device == "cuda":
-            torch.cuda.set_device(0 if "CUDA_VISIBLE_DEVICES" in os.environ else int(os.environ.get("PEER_GPU", 0)))
-        self.device = device
+        if device == "cuda" and not torch.cuda.is_available():
+            raise RuntimeError("--backend nccl needs a GPU per peer (CUDA_VISIBLE_DEVICES is set per peer)")
+        self.device = device  # with nccl each peer sees one GPU, cuda:0 (CUDA_VISIBLE_DEVICES)
         self.state: dict[str, Any] = {}
         self.buffers: dict[str, Any] = {}
 
@@ -61,7 +62,9 @@ class Peer:
     def put_ref(self, collective: bool) -> Any:
         import runtime
 
-        return runtime.put(self.state, transport="collective") if collective else runtime.put(self.state)
+        if collective:
+            return runtime.put(self.state, transport="collective")
+        return runtime.put({name: tensor.cpu() for name, tensor in self.state.items()})  # no CUDA on the transport
 
     def pull_ref(self, ref: Any) -> float:
         started = time.perf_counter()
@@ -143,8 +146,8 @@ def run(backend: str) -> dict[str, float]:
 def _spawn(device: str) -> list[Any]:
     from runtime import spawn
 
-    return [spawn(Peer, kwargs={"device": device}, name=f"bench-peer-{i}", env={"PEER_GPU": str(i)})
-            for i in range(2)]  # fmt: skip
+    env = [{"CUDA_VISIBLE_DEVICES": str(i)} if device == "cuda" else None for i in range(2)]
+    return [spawn(Peer, kwargs={"device": device}, name=f"bench-peer-{i}", env=env[i]) for i in range(2)]
 
 
 def main() -> None:

@@ -75,7 +75,7 @@ def receive(
     try:
         with _op_lock(entry):
             works = [entry.group.recv([buffer], owner_rank, tag) for buffer in buffers.values()]
-        _await(works, call, deadline, what)
+        _await(works, call, deadline, what, entry.backend)
         call.result(timeout=max(0.1, deadline - time.monotonic()))
     except Exception as exc:
         error = failure(exc, owner, entry.peer_name(owner_rank), what)
@@ -85,7 +85,7 @@ def receive(
     return buffers
 
 
-def _await(works: list[Any], call: PendingCall, deadline: float, what: str) -> None:
+def _await(works: list[Any], call: PendingCall, deadline: float, what: str, backend: str) -> None:
     """Wait for every receive; the owner's answer (an error, its death) ends the wait early.
 
     A gloo receive completes only inside ``work.wait`` (``is_completed`` stays False until then), and a wait that
@@ -97,6 +97,7 @@ def _await(works: list[Any], call: PendingCall, deadline: float, what: str) -> N
         try:
             for work in works:
                 work.wait(datetime.timedelta(seconds=max(0.001, deadline - time.monotonic())))
+            _settle(backend)
         except BaseException as exc:  # handed to the watching thread
             received.set_exception(exc)
         else:
@@ -129,6 +130,7 @@ def serve_send(key: Any, dst_rank: Any, tag: Any) -> int:
             works = [member.group.send([tensor], dst_rank, tag) for tensor in entry.tensors.values()]
         for work in works:
             work.wait(datetime.timedelta(seconds=max(0.001, deadline - time.monotonic())))
+        _settle(member.backend)  # the sends have read the tensors: a freed ref's bucket may be reused
     except Exception as exc:
         error = failure(exc, member.members[dst_rank], member.peer_name(dst_rank), what)
         if isinstance(error, ActorDied):
@@ -137,6 +139,14 @@ def serve_send(key: Any, dst_rank: Any, tag: Any) -> int:
             raise
         raise error from exc
     return sum(tensor.numel() * tensor.element_size() for tensor in entry.tensors.values())
+
+
+def _settle(backend: str) -> None:
+    """NCCL's ``wait`` only orders the current stream after the op; wait for the bytes themselves."""
+    if backend == "nccl":
+        import torch
+
+        torch.cuda.synchronize()
 
 
 def _op_lock(entry: GroupMember) -> Any:
