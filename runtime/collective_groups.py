@@ -13,12 +13,17 @@ default process group, so a member may be in its own ``init_process_group`` worl
 
 from __future__ import annotations
 
+import contextlib
 import datetime
 import logging
+import os
 import re
 import threading
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
+
+from runtime.net_routes import interface_towards
 
 if TYPE_CHECKING:
     import torch.distributed as dist
@@ -56,6 +61,7 @@ class GroupMember:
 
 _lock = threading.Lock()
 _groups: dict[str, GroupMember] = {}
+_env_lock = threading.Lock()
 _stores: dict[str, Any] = {}  # name -> the TCPStore rank 0 hosts until its own join takes it
 
 
@@ -111,12 +117,29 @@ def join(
         raise CollectiveError(f"collective group {name!r}: rank 0 joined without hosting the store (open it first)")
     if store is None:
         store = dist.TCPStore(host, port, world_size, False, timeout=timeout)
-    group = new_process_group(store, rank=rank, world_size=world_size, backend=backend, name=name, timeout=timeout)
+    with _gloo_interface_towards(host if backend == "gloo" else None):
+        group = new_process_group(store, rank=rank, world_size=world_size, backend=backend, name=name, timeout=timeout)
     entry = GroupMember(name, backend, rank, world_size, float(timeout_s), list(members), group, threading.Lock())
     with _lock:
         _groups[name] = entry
     log.info("joined collective group %s as rank %d of %d (%s)", name, rank, world_size, backend)
     return {"name": name, "rank": rank, "world_size": world_size}
+
+
+@contextlib.contextmanager
+def _gloo_interface_towards(host: str | None) -> Iterator[None]:
+    """While a gloo group is made: unless the user set ``GLOO_SOCKET_IFNAME``, gloo binds the interface that routes
+    to rank 0's host (else it resolves the hostname, often to loopback, and peers on other hosts cannot reach it)."""
+    interface = interface_towards(host) if host is not None and "GLOO_SOCKET_IFNAME" not in os.environ else None
+    if interface is None:
+        yield
+        return
+    with _env_lock:  # the variable is process-wide: one group made at a time while it is set
+        os.environ["GLOO_SOCKET_IFNAME"] = interface
+        try:
+            yield
+        finally:
+            os.environ.pop("GLOO_SOCKET_IFNAME", None)
 
 
 def new_process_group(

@@ -9,15 +9,14 @@ from __future__ import annotations
 import datetime
 import logging
 import os
-import socket
 from dataclasses import dataclass
 
-import psutil
 import torch
 import torch.distributed as dist
 
 from actors.trainer._megatron import mcore_random, parallel_state
 from actors.trainer.config import Backend
+from runtime.net_routes import interface_towards
 
 logger = logging.getLogger(__name__)
 
@@ -48,20 +47,6 @@ def resolve_backend(backend: Backend) -> str:
     if backend == "auto":
         return "nccl" if torch.cuda.is_available() else "gloo"
     return backend
-
-
-def interface_towards(address: str) -> str | None:
-    """The name of the network interface this host uses to reach ``address`` (None if unknown)."""
-    try:
-        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as probe:
-            probe.connect((address, 9))  # UDP connect sends nothing: it only picks the route
-            local_ip = probe.getsockname()[0]
-    except OSError:
-        return None
-    for name, addresses in psutil.net_if_addrs().items():
-        if any(entry.address == local_ip for entry in addresses):
-            return name
-    return None
 
 
 def init_distributed(

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import toml_text
+from launch_collective import MEMBER
 from launch_helpers import PYTHON, NetnsCluster, check_names_across, launch_until_job_runs, ssh_host, subprocess_env
 from sshd_fixture import SshKeys
 
@@ -27,6 +28,8 @@ def write(
     job: str,
     extra_hosts: list[dict[str, Any]] = (),
     pool_hosts: list[str] | None = None,
+    worker: dict[str, Any] = COUNTER,
+    cells: int = 4,
     **launcher: Any,
 ) -> Path:
     hosts = [ssh_host(name, address, 22, keys, tmp_path / name, gpus=2) for name, _, address in cluster.hosts]
@@ -37,9 +40,9 @@ def write(
         "pools": [
             {
                 "id": "c",
-                "cells": 4,
+                "cells": cells,
                 "strategy": "SPREAD",
-                "worker": {**COUNTER, "gpus": 0.5},
+                "worker": {**worker, "gpus": 0.5},
                 **({"hosts": pool_hosts} if pool_hosts else {}),
             }
         ],
@@ -70,6 +73,24 @@ def test_actors_on_two_hosts_call_across(netns_cluster: NetnsCluster, ssh_keys: 
         target, route = cross["routes"][kind]
         assert route == target, kind
     assert "host=h2)" in result.stderr or "host=h2)" in result.stdout
+    assert netns_cluster.stray_pids() == {ns: set() for _, ns, _ in netns_cluster.hosts}
+
+
+def test_collective_group_and_tensor_ref_across_hosts(
+    netns_cluster: NetnsCluster, ssh_keys: SshKeys, tmp_path: Path
+) -> None:
+    """runtime.collective across network namespaces: rank 0's store is dialled at its host's address, gloo pairs
+    cross the bridge, and a tensor ref moves from h1's member into h2's buffers."""
+    config = write(tmp_path, netns_cluster, ssh_keys, "launch_collective:collective_across", worker=MEMBER, cells=2)
+    result = subprocess.run(
+        launcher_argv(netns_cluster, config), capture_output=True, text=True, timeout=120, env=subprocess_env()
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    out = json.loads(result.stdout.split("COLLECTIVE ", 1)[1].splitlines()[0])
+    assert sorted(out["hosts"]) == ["h1", "h2"]
+    assert {e.rsplit(":", 1)[0] for e in out["endpoints"]} == {"tcp://10.200.77.11", "tcp://10.200.77.12"}
+    assert out["reduced"] == [3.0, 3.0]
+    assert out["pulled"] == out["held"] != 0.0
     assert netns_cluster.stray_pids() == {ns: set() for _, ns, _ in netns_cluster.hosts}
 
 
