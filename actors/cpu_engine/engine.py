@@ -307,11 +307,12 @@ class CPUEngine(WeightSync):
             await asyncio.sleep(POLL_S)
 
     def _hold_while_paused(self, live: list[Sequence]) -> None:
-        """Compute thread, between decode steps: hold a paused batch until continued or aborted."""
+        """Compute thread, between decode steps: hold a paused batch until continued or every sequence still
+        running is aborted (one that finished on this step counts as not running)."""
         self._held = not self._unpaused.is_set()
         try:
             while not self._unpaused.wait(POLL_S):
-                if self._closing or all(seq.abort_message is not None for seq in live):
+                if self._closing or all(seq.done or seq.abort_message is not None for seq in live):
                     return
         finally:
             self._held = False
