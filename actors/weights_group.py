@@ -18,6 +18,8 @@ import torch
 import torch.distributed as dist
 from torch.distributed import distributed_c10d as c10d
 
+from runtime.collective_groups import new_process_group
+
 BACKENDS = ("gloo", "nccl")
 
 
@@ -35,20 +37,7 @@ def init_weights_process_group(
 ) -> dist.ProcessGroup:
     """Join (rank 0: host) a named group by SGLang's recipe; blocks until all ``world_size`` ranks joined."""
     store, rank, world_size = next(c10d.rendezvous(init_method, rank, world_size, timeout=timeout))
-    store.set_timeout(timeout)
-    store = dist.PrefixStore(group_name, store)
-    group, _ = c10d._new_process_group_helper(
-        world_size,
-        rank,
-        [],
-        dist.Backend(backend),
-        store,
-        group_name=group_name,
-        backend_options=None,
-        timeout=timeout,
-    )
-    c10d._world.pg_group_ranks[group] = {i: i for i in range(world_size)}
-    return group
+    return new_process_group(store, rank=rank, world_size=world_size, backend=backend, name=group_name, timeout=timeout)
 
 
 class WeightsGroup:

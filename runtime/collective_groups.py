@@ -23,12 +23,11 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from runtime.handle import ActorHandle
 from runtime.net_routes import interface_towards
 
 if TYPE_CHECKING:
     import torch.distributed as dist
-
-    from runtime.handle import ActorHandle
 
 log = logging.getLogger(__name__)
 
@@ -106,6 +105,8 @@ def join(
     import torch.distributed as dist
 
     check_group_options(name, backend, world_size, timeout_s)
+    if not isinstance(members, list) or not all(isinstance(m, ActorHandle) for m in members):
+        raise ValueError(f"collective group {name!r}: members must be a list of actor handles, by rank")
     if not isinstance(rank, int) or not 0 <= rank < world_size or len(members) != world_size:
         raise ValueError(f"collective group {name!r}: rank {rank!r} / {len(members)} members for size {world_size}")
     timeout = datetime.timedelta(seconds=timeout_s)

@@ -25,11 +25,12 @@ from typing import TYPE_CHECKING, Any
 from runtime import collective_groups, tensor_specs
 from runtime.collective_groups import CollectiveError, GroupMember
 from runtime.errors import ActorDied, ActorError, DeadlineExceeded, RemoteError
+from runtime.handle import ActorHandle
 from runtime.tensor_specs import TensorSpec
 from runtime.tensor_store import store
 
 if TYPE_CHECKING:
-    from runtime.handle import ActorHandle, PendingCall
+    from runtime.handle import PendingCall
 
 log = logging.getLogger(__name__)
 
@@ -52,9 +53,11 @@ def receive(
 ) -> dict[str, Any]:
     """Pull the ref's tensors into ``into`` (checked first) or fresh buffers; returns them by name."""
     checked = tensor_specs.checked_specs(specs)
+    if not isinstance(owner, ActorHandle) or not isinstance(key, str) or len(key) != 32:
+        raise ValueError(f"malformed tensor ref (owner {type(owner).__name__}, key {str(key)[:40]!r})")
+    if not isinstance(owner_rank, int) or isinstance(owner_rank, bool):
+        raise ValueError(f"malformed tensor ref {key}: owner rank {owner_rank!r}")
     what = f"tensor ref {key} of {owner.actor_name}"
-    if not isinstance(key, str) or len(key) != 32 or not isinstance(owner_rank, int):
-        raise ValueError(f"malformed tensor ref (key {str(key)[:40]!r}, owner rank {owner_rank!r})")
     entry = collective_groups.member(group)
     device = device_of(entry)
     buffers = tensor_specs.allocate(checked, device) if into is None else tensor_specs.match_into(
