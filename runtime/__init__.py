@@ -70,6 +70,7 @@ from runtime.object_refs import ObjectRef
 from runtime.retry import retry_until_deadline, retry_until_deadline_async
 from runtime.spawn import connect, connect_async, spawn, spawn_async, spawn_many
 from runtime.tensor_put import put
+from runtime.tensor_refs import TensorRef
 from runtime.waiting import wait, wait_async
 from transport import register_type
 
@@ -90,6 +91,7 @@ __all__ = [
     "OverCapacity",
     "PendingCall",
     "RemoteError",
+    "TensorRef",
     "connect",
     "connect_async",
     "exit_actor",
