@@ -16,7 +16,7 @@ import asyncio
 from collections.abc import Callable
 from typing import Any
 
-from runtime import driver_server, naming
+from runtime import driver_fork, driver_server, naming
 from runtime.call_store import StoreLimits
 from runtime.client import ClientRuntime
 from runtime.connection import Connection
@@ -97,7 +97,7 @@ async def spawn_async(
         return ActorProcess(label, env=child_env, cwd=cwd, bind=bind or bound[0], detached=detached, **more)
 
     async def first(process: ActorProcess) -> ActorHandle:
-        ready = await asyncio.get_running_loop().run_in_executor(None, process.wait_ready, deadline_s)
+        ready = await process.wait_ready_async(deadline_s)
         bound.append(ready["endpoint"])  # a restart binds the same address again
         return await attach_worker_async(
             driver_server.advertised(ready["endpoint"]), actor_class, ticket=process.ticket, kwargs=kwargs, name=name,
@@ -105,6 +105,7 @@ async def spawn_async(
             deadline_s=deadline_s, host=ready["host"], curve_dir=curve_dir, watch=process,
         )  # fmt: skip
 
+    await driver_fork.prepare_async()  # the first spawn of this process starts its fork server
     process, handle, exits = await start_first(start, first, label, max_restarts, metrics_port)
     handle.process = process
 
@@ -116,7 +117,7 @@ async def spawn_async(
         )  # fmt: skip
 
     async def reconstruct(new: ActorProcess, restarts: int, conn: Connection) -> dict[str, Any]:
-        ready = await asyncio.get_running_loop().run_in_executor(None, new.wait_ready, deadline_s)
+        ready = await new.wait_ready_async(deadline_s)
         if ready["endpoint"] != bound[-1]:
             raise RuntimeError(f"the new process bound {ready['endpoint']}, not {bound[-1]}")
         bootstrap = ActorHandle(
