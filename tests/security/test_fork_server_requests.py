@@ -1,8 +1,8 @@
 """Malformed requests to a fork server (runtime/fork_server.py) are refused; it forks nothing and goes on.
 
-The fork server's only peer is its host agent, over a socketpair the agent made, but a bug there (or in whatever
-wraps the agent) must not be able to kill it or make it fork: every bad request gets an ``{"error"}`` reply, and
-the next request is served as usual.
+The fork server's only peer is its client (a host agent, or a process that spawns actors), over a socketpair the
+client made, but a bug there (or in whatever wraps the client) must not be able to kill it or make it fork: every
+bad request gets an ``{"error"}`` reply, and the next request is served as usual.
 """
 
 from __future__ import annotations
