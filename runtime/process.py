@@ -198,7 +198,8 @@ class ActorProcess:
         woke = loop.create_future()
 
         def wake() -> None:
-            loop.call_soon_threadsafe(lambda: woke.done() or woke.set_result(None))
+            with contextlib.suppress(RuntimeError):  # the loop is closed: nobody waits any more
+                loop.call_soon_threadsafe(lambda: woke.done() or woke.set_result(None))
 
         with self._exit_lock:
             if self._ready_event.is_set():
