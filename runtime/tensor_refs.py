@@ -16,7 +16,7 @@ import dataclasses
 from typing import TYPE_CHECKING, Any
 
 from runtime import tensor_transfer
-from runtime.tensor_specs import TensorSpec, total_bytes
+from runtime.tensor_specs import MAX_ALLOCATE_BYTES, TensorSpec, total_bytes
 from transport.type_registry import register_type
 
 if TYPE_CHECKING:
@@ -36,17 +36,18 @@ class TensorRef:
     specs: tuple[TensorSpec, ...]
     single: bool = False  # made from one tensor: get() takes and returns a tensor, not a dict
 
-    def get(self, into: Any = None, timeout: float = 60.0) -> Any:
+    def get(self, into: Any = None, timeout: float = 60.0, max_bytes: int = MAX_ALLOCATE_BYTES) -> Any:
         """The tensors, received into ``into`` (a dict like the ref's, or a tensor for a lone one; checked against
-        the ref's names, shapes and dtypes before any byte moves) or into fresh buffers. Call it in a member of
-        ``group``. Raises ActorDied if the owner dies meanwhile."""
+        the ref's names, shapes and dtypes before any byte moves) or into fresh buffers of at most ``max_bytes``
+        in all. Call it in a member of ``group``. Raises ActorDied if the owner dies meanwhile."""
         buffers = {SINGLE: into} if self.single and into is not None else into
-        got = tensor_transfer.receive(self.owner, self.key, self.group, self.owner_rank, self.specs, buffers, timeout)
+        got = tensor_transfer.receive(self.owner, self.key, self.group, self.owner_rank, self.specs, buffers, timeout,
+                                      max_bytes)  # fmt: skip
         return got[SINGLE] if self.single else got
 
-    async def get_async(self, into: Any = None, timeout: float = 60.0) -> Any:
+    async def get_async(self, into: Any = None, timeout: float = 60.0, max_bytes: int = MAX_ALLOCATE_BYTES) -> Any:
         """:meth:`get` from async code (it runs on a thread: the receive blocks)."""
-        return await asyncio.to_thread(self.get, into, timeout)
+        return await asyncio.to_thread(self.get, into, timeout, max_bytes)
 
     def free(self, timeout: float | None = 10.0) -> bool:
         """One reader is done (the owner drops the tensors when all its readers are); False if already gone."""

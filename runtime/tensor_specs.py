@@ -17,6 +17,7 @@ from transport.type_registry import register_type
 MAX_TENSORS = 100_000
 MAX_DIMS = 32
 MAX_NAME = 1024
+MAX_ALLOCATE_BYTES = 16 << 30  # what get() without ``into`` allocates at most, unless told (``max_bytes``)
 DTYPES = (
     "float32", "float16", "bfloat16", "float64", "float8_e4m3fn", "float8_e5m2",
     "int8", "uint8", "int16", "int32", "int64", "bool", "complex64",
@@ -72,8 +73,13 @@ def torch_dtype(name: str) -> Any:
     return getattr(torch, name)
 
 
-def allocate(specs: list[TensorSpec], device: Any) -> dict[str, Any]:
+def allocate(specs: list[TensorSpec], device: Any, max_bytes: int, what: str) -> dict[str, Any]:
+    """Fresh buffers for ``specs``; refused above ``max_bytes`` in all (a ref may come from a peer)."""
     import torch
+
+    if (size := total_bytes(specs)) > max_bytes:
+        raise ValueError(f"{what}: {size} bytes in {len(specs)} tensor(s) is more than max_bytes={max_bytes}; "
+                         "pass into= buffers of your own, or a larger max_bytes to get()")  # fmt: skip
 
     return {spec.name: torch.empty(spec.shape, dtype=torch_dtype(spec.dtype), device=device) for spec in specs}
 

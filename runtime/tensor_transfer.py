@@ -49,7 +49,14 @@ def device_of(entry: GroupMember) -> Any:
 
 
 def receive(
-    owner: ActorHandle, key: str, group: str, owner_rank: int, specs: Any, into: Any, timeout_s: float
+    owner: ActorHandle,
+    key: str,
+    group: str,
+    owner_rank: int,
+    specs: Any,
+    into: Any,
+    timeout_s: float,
+    max_bytes: int = tensor_specs.MAX_ALLOCATE_BYTES,
 ) -> dict[str, Any]:
     """Pull the ref's tensors into ``into`` (checked first) or fresh buffers; returns them by name."""
     checked = tensor_specs.checked_specs(specs)
@@ -60,7 +67,7 @@ def receive(
     what = f"tensor ref {key} of {owner.actor_name}"
     entry = collective_groups.member(group)
     device = device_of(entry)
-    buffers = tensor_specs.allocate(checked, device) if into is None else tensor_specs.match_into(
+    buffers = tensor_specs.allocate(checked, device, max_bytes, what) if into is None else tensor_specs.match_into(
         checked, into, device, what
     )  # fmt: skip
     if owner_rank == entry.rank:  # the owner reads its own ref: no transfer

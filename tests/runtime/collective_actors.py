@@ -65,8 +65,8 @@ class Member:
             ref.free()
         return got
 
-    def pull_one(self, ref: TensorRef) -> torch.Tensor:
-        return ref.get(timeout=30)
+    def pull_one(self, ref: TensorRef, max_bytes: int | None = None) -> torch.Tensor:
+        return ref.get(timeout=30) if max_bytes is None else ref.get(timeout=30, max_bytes=max_bytes)
 
     def pull_into(self, ref: TensorRef, into: dict[str, list[int]], dtype: str = "float32") -> dict[str, float]:
         """Receive into buffers of the given shapes (maybe wrong ones); returns each buffer's sum afterwards."""

@@ -106,6 +106,12 @@ def test_mismatched_buffers_are_refused_before_any_byte_moves(members: list[Acto
         with pytest.raises(ValueError, match=r"missing \['embed'\]"):
             receiver.pull_into(ref, {k: v for k, v in SHAPES.items() if k != "embed"}).result(20)
         assert set(receiver.buffer_sums().result(10).values()) == {0.0}  # the buffers were never written
+        one = owner.put_one(2, [256]).result(20)  # fresh buffers are bounded too: a ref may come from a peer
+        with pytest.raises(ValueError, match=r"1024 bytes in 1 tensor\(s\) is more than max_bytes=1000; pass into="):
+            receiver.pull_one(one, 1000).result(20)
+        assert float(receiver.pull_one(one, 1024).result(20).sum()) == pytest.approx(
+            float(seeded(2, {"t": [256]})["t"].sum()), rel=1e-5
+        )
         assert owner.ref_info(ref).result(10) == {"readers_left": 1, "sends": 0}  # the owner never sent
         assert receiver.pull_into(ref, SHAPES).result(20)["embed"] == pytest.approx(
             float(seeded(1, SHAPES)["embed"].sum()), rel=1e-5
