@@ -89,13 +89,3 @@ def expand_cluster(raw: dict[str, Any], *, label: str, allocation: Allocation | 
         for node in allocation.nodes
     ]
     return {**raw, "cluster": cluster.model_dump(), "hosts": hosts}
-
-
-def placement_hint(cluster: SlurmCluster | None, hosts: int, gpus: int) -> str:
-    """What to change when the pools do not fit the allocation (empty for other providers)."""
-    if cluster is None:
-        return ""
-    return (
-        f"\nThe Slurm allocation has {hosts} node(s) with {gpus} GPU(s) in all. Fix: ask Slurm for more (`salloc "
-        "-N<nodes> --gres=gpu:<per node>`, or [cluster] nodes / gpus_per_node with --submit), or shrink the pools."
-    )

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import logging
 import os
-import shlex
 import socket
 
 from launcher.agent_link import AgentLink
@@ -56,8 +55,3 @@ class SlurmProvider(BaseWorkerProvider):
                 log.warning("host %s: could not remove the CURVE keys %s: %s", host.name, key_dir, exc)
 
         return open_agent_process(host, self.settings, self._events.on_event, argv, env=dict(os.environ), remove=remove)
-
-
-def describe_step(host: HostConfig) -> str:
-    """The srun command line of a host's agent, for ``--dry-run``."""
-    return shlex.join(["srun", *step_argv(host.name, name=f"miles-agent-{host.name}")[1:], "..."])
