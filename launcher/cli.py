@@ -140,17 +140,14 @@ def _submit(config: ClusterConfig, cluster: SlurmCluster, launcher_args: list[st
 
     previous = {sig: signal.signal(sig, interrupt) for sig in (signal.SIGTERM, signal.SIGHUP)}
     try:
-        job_id, output = slurm_launch.submit(config, cluster, launcher_args)
-        printer.step(f"submitted Slurm job {job_id} ({cluster.nodes} node(s)); its console: {output}")
-        console = slurm_launch.JobConsole(output, lambda text: (sys.stdout.write(text), sys.stdout.flush()))
-        code = slurm_launch.follow(job_id, console, printer.step)
+        code = slurm_launch.submit_and_follow(config, cluster, launcher_args, write=printer.raw, say=printer.step)
     except LauncherError as exc:
         printer.error(str(exc))
         return 1
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
-    printer.step(f"Slurm job {job_id} finished with exit code {code}")
+    printer.step(f"the Slurm job finished with exit code {code}")
     return code
 
 

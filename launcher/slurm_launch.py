@@ -12,6 +12,7 @@ the agents kill their trees) and kills what is left.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shlex
@@ -100,6 +101,22 @@ def submit(config: ClusterConfig, cluster: SlurmCluster, launcher_args: list[str
     output = workdir / f"slurm-{job_id}.out"
     (workdir / JOB_FILE).write_text(json.dumps({"job_id": job_id, "output": str(output), "script": str(script)}))
     return job_id, output
+
+
+def submit_and_follow(
+    config: ClusterConfig, cluster: SlurmCluster, launcher_args: list[str], *, write: Write, say: Write
+) -> int:
+    """``--submit``: submit, print the job's console (``write``) and its state changes (``say``) until it ended;
+    its exit code (130 when interrupted: the job was cancelled). The job's record is removed once it ended."""
+    job_id, output = submit(config, cluster, launcher_args)
+    say(f"submitted Slurm job {job_id} ({cluster.nodes} node(s)); its console: {output}")
+    try:
+        return follow(job_id, JobConsole(output, write), say)
+    finally:
+        with contextlib.suppress(OSError, ValueError, KeyError):
+            record = Path(config.launcher.workdir) / JOB_FILE
+            if json.loads(record.read_text())["job_id"] == job_id:
+                record.unlink()
 
 
 def job_state(job_id: str) -> tuple[str, int | None]:
