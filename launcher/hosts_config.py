@@ -41,6 +41,7 @@ LOCAL_ADDRESSES = frozenset({"localhost", "127.0.0.1", "::1"})
 LOOPBACK_BIND = "127.0.0.1"
 OPEN_BIND = "0.0.0.0"
 OPEN_BINDS_FIELD = "allow_open_binds_without_curve"
+_KIND = {"ssh": "an ssh host", "slurm": "a slurm host (a node of the allocation)"}
 
 
 class SSHConfig(BaseModel):
@@ -101,7 +102,8 @@ class HostConfig(BaseModel):
         if self.provider == "local" and self.address not in LOCAL_ADDRESSES:
             raise ValueError(f"provider 'local' needs address in {sorted(LOCAL_ADDRESSES)}, got {self.address!r}")
         if self.provider != "local" and not self.workdir.is_absolute():
-            raise ValueError(f"workdir of an {self.provider} host must be an absolute path on it, got '{self.workdir}'")
+            kind = _KIND[self.provider]
+            raise ValueError(f"workdir of {kind} must be an absolute path on that host, got '{self.workdir}'")
         return self
 
     @property
