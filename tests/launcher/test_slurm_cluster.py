@@ -63,7 +63,9 @@ def test_in_allocation_gpu_ids_restart_targets_and_lost_host(slurm_cluster: Slur
     config = counter_config(tmp_path, "slurm_jobs:placement_restart_lost")
     marker = tmp_path / "marker.json"
     salloc = [*slurm_cluster.exec_argv(), "salloc", "-N2", "--gres=gpu:2", "--time=5"]
-    script = f"{' '.join(launch_argv(config, '--dry-run'))} && exec {' '.join(launch_argv(config))}"
+    logs = [PYTHON, "-m", "launcher.cli", "logs", str(config), "c-1-1", "-n", "3"]  # read on node2, through srun
+    script = f"{' '.join(launch_argv(config, '--dry-run'))} && {' '.join(launch_argv(config))}; code=$?; "
+    script += f"echo LOGS; {' '.join(logs)}; exit $code"
     launcher = subprocess.Popen([*salloc, "bash", "-c", script], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                                 text=True, env=slurm_cluster.env(MILES_TEST_MARKER=str(marker)))  # fmt: skip
     try:
@@ -95,6 +97,10 @@ def test_in_allocation_gpu_ids_restart_targets_and_lost_host(slurm_cluster: Slur
     assert list(lost["lost_hosts"]) == ["node2"] and lost["node1_alive"] == [True]
     assert lost["deaths"] and all("lost with its host agent" in reason for reason in lost["deaths"]), lost
     assert "teardown complete" in out
+    # `miles-launch logs` inside the allocation: the worker's log file, read on its node (the restarted worker's)
+    log_file = tmp_path / "nodes" / "logs" / "c-1-1.log"  # the nodes share this machine's filesystem
+    shown = out.split("\nLOGS\n", 1)[1].splitlines()
+    assert shown[:4] == [f"==> c-1-1 on node2: {log_file} <==", *log_file.read_text().splitlines()[-3:]], shown
     slurm_cluster.assert_no_strays()
 
 
