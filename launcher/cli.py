@@ -121,7 +121,9 @@ def main(argv: list[str] | None = None) -> int:
     if args.dry_run:
         print(_describe(config, plan))
         if submit and config.cluster is not None:
-            print(f"sbatch script:\n{slurm_launch.batch_script(config, config.cluster, _passed_on(args))}")
+            script = slurm_launch.batch_script(config, config.cluster, _passed_on(args))
+            print(f"(hosts node1..node{config.cluster.nodes}: the nodes Slurm will give the job)")
+            print(f"sbatch script:\n{script}")
         return 0
     if submit and config.cluster is not None:
         return _submit(config, config.cluster, _passed_on(args), printer)
@@ -220,6 +222,10 @@ def _logs(config: ClusterConfig, args: argparse.Namespace, printer: ProgressPrin
 
 
 def _status(config: ClusterConfig, *, as_json: bool) -> int:
+    if config.cluster is not None and not os.environ.get("SLURM_JOB_ID"):  # a login node: the submitted job
+        job = slurm_launch.submitted_status(config)
+        print(json.dumps(job, indent=2) if as_json else job["message"])
+        return 0 if job["running"] else 3
     report = launch_status(config)
     print(json.dumps(report, indent=2) if as_json else status_table(report))
     return 0 if report["running"] else 3

@@ -19,6 +19,7 @@ import shlex
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from launcher.errors import ConfigError, PlacementError
 from launcher.hosts_config import ClusterConfig
@@ -38,10 +39,11 @@ Write = Callable[[str], None]
 
 
 def login_allocation(path: str, *, submit: bool, command: str) -> Allocation | None:
-    """The allocation to plan a ``[cluster]`` file with outside Slurm (``--submit``; ``down`` from a login node):
+    """The allocation to plan a ``[cluster]`` file with outside Slurm (``--submit``; ``down``, ``status`` from a
+    login node):
     the nodes it asks for. None: plan with the allocation this process runs in (or the file has no [cluster])."""
     in_allocation = bool(os.environ.get("SLURM_JOB_ID"))
-    if not submit and (command != "down" or in_allocation):
+    if not submit and (command not in ("down", "status") or in_allocation):
         return None
     cluster = read_cluster(Path(path))
     if cluster is None:
@@ -206,3 +208,19 @@ def down_submitted(config: ClusterConfig) -> list[str]:
     record.unlink(missing_ok=True)
     state_path_for(config).unlink(missing_ok=True)  # the job's launcher is gone with the job
     return messages
+
+
+def submitted_status(config: ClusterConfig) -> dict[str, Any]:
+    """``miles-launch status`` from a login node: the submitted job's Slurm state (``running`` while it is queued or
+    runs)."""
+    record = Path(config.launcher.workdir) / JOB_FILE
+    try:
+        job = json.loads(record.read_text())
+        job_id = str(job["job_id"])
+    except (OSError, ValueError, KeyError):
+        return {"running": False, "slurm_job": None, "message": f"no submitted Slurm job recorded at {record}"}
+    state, code = job_state(job_id)
+    running = state not in ENDED and state != GONE
+    ended = f", exit code {code}" if code is not None else ""
+    return {"running": running, "slurm_job": job_id, "state": state, "exit_code": code, "output": job.get("output"),
+            "message": f"Slurm job {job_id}: {state}{ended}; its console: {job.get('output')}"}  # fmt: skip

@@ -161,6 +161,10 @@ def test_cancelled_mid_run_by_ctrl_c_or_down_leaves_no_process(slurm_cluster: Sl
             on_nodes = slurm_cluster.stray_pids()
             assert all(any("runtime.worker" in c or "zygote" in c for c in on_nodes[n].values()) for n in NODES)
             if how == "ctrl-c":
+                status = subprocess.run([*slurm_cluster.exec_argv(), PYTHON, "-m", "launcher.cli", "status",
+                                         str(config)], capture_output=True, text=True, timeout=60,
+                                        env=slurm_cluster.env())  # fmt: skip
+                assert status.returncode == 0 and re.match(r"Slurm job \d+: RUNNING", status.stdout), status
                 submitter.send_signal(signal.SIGINT)
             else:
                 down = subprocess.run([*slurm_cluster.exec_argv(), PYTHON, "-m", "launcher.cli", "down", str(config)],

@@ -158,9 +158,12 @@ def test_cli_outside_an_allocation_and_submit_without_cluster(
     assert main([str(slurm_toml(tmp_path)), "--dry-run"]) == 2
     assert "not in a Slurm allocation" in capsys.readouterr().err
     assert main([str(slurm_toml(tmp_path)), "--submit", "--dry-run"]) == 0  # plans with the nodes it will ask for
-    assert "#SBATCH --nodes=2" in capsys.readouterr().out
+    planned = capsys.readouterr().out
+    assert "#SBATCH --nodes=2" in planned and "(hosts node1..node2: the nodes Slurm will give the job)" in planned
     assert main(["down", str(slurm_toml(tmp_path))]) == 0  # nothing submitted: nothing to cancel
     assert "no submitted Slurm job recorded" in capsys.readouterr().err
+    assert main(["status", str(slurm_toml(tmp_path))]) == 3
+    assert "no submitted Slurm job recorded" in capsys.readouterr().out
     plain = tmp_path / "plain.toml"
     plain.write_text(slurm_toml(tmp_path).read_text().split("[launcher]")[1].join(["[launcher]", ""]))
     assert main([str(plain), "--submit"]) == 2
