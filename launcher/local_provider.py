@@ -11,6 +11,7 @@ import logging
 import os
 import shlex
 import subprocess
+import threading
 from collections.abc import Callable
 
 from launcher.agent_link import AgentLink, EventCallback
@@ -80,7 +81,8 @@ def open_agent_process(
 ) -> AgentLink:
     """Run ``argv`` (a host agent, or a command that runs one on its host, e.g. an ``srun`` step) as a child whose
     pipes carry the JSON lines, and wait for the agent's hello. On close: stdin closed (the agent stops its tree),
-    the child waited for (killed past the grace), then ``remove(key_dir, exit code)`` removes keys left behind."""
+    the child waited for (killed past the grace), then ``remove(key_dir, its exit code, None if it was killed)``
+    removes keys left behind. The first close does it; a second waits for it."""
     try:
         proc = subprocess.Popen(
             argv,
@@ -94,16 +96,23 @@ def open_agent_process(
         raise HostCheckError(f"host {host.name!r}: cannot run {argv[0]!r}: {exc.strerror or exc}") from None
     assert proc.stdin is not None and proc.stdout is not None
 
+    closing = threading.Lock()  # the heartbeat thread and the teardown may both close: once, the other waits
+
     def close_transport() -> None:
-        with contextlib.suppress(OSError):
-            proc.stdin.close()  # type: ignore[union-attr]
-        try:
-            proc.wait(timeout=settings.stop_grace_s + 10)
-        except subprocess.TimeoutExpired:
-            log.warning("host %s: agent pid %d did not exit, killing it", host.name, proc.pid)
-            proc.kill()
-            proc.wait(timeout=5)
-        remove(link.key_dir, proc.returncode)  # the agent removes them when it exits; not when it was killed
+        with closing:
+            if proc.returncode is not None:
+                return
+            with contextlib.suppress(OSError):
+                proc.stdin.close()  # type: ignore[union-attr]
+            try:
+                proc.wait(timeout=settings.stop_grace_s + 10)
+                code: int | None = proc.returncode
+            except subprocess.TimeoutExpired:
+                log.warning("host %s: agent pid %d did not exit, killing it", host.name, proc.pid)
+                proc.kill()
+                proc.wait(timeout=5)
+                code = None
+            remove(link.key_dir, code)  # the agent removes them when it exits; not when it was killed
 
     link = AgentLink(
         host.name,

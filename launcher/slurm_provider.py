@@ -47,7 +47,9 @@ class SlurmProvider(BaseWorkerProvider):
         self._say(f"host {host.name}: starting its agent with srun (step on node {host.name}, {host.address})")
 
         def remove(key_dir: str | None, code: int | None) -> None:
-            if key_dir is None or code == 0:  # a clean exit: the agent removed its keys itself
+            # A clean exit: the agent removed its keys. A step that did not end (a dead node, a partition): the node
+            # cannot be reached, or its agent removes them itself once the heartbeats stop.
+            if key_dir is None or code in (0, None):
                 return
             try:
                 run_tool([*step_argv(host.name, name="miles-cleanup"), "rm", "-rf", "--", key_dir], timeout_s=15)

@@ -101,6 +101,7 @@ def test_in_allocation_gpu_ids_restart_targets_and_lost_host(slurm_cluster: Slur
     log_file = tmp_path / "nodes" / "logs" / "c-1-1.log"  # the nodes share this machine's filesystem
     shown = out.split("\nLOGS\n", 1)[1].splitlines()
     assert shown[:4] == [f"==> c-1-1 on node2: {log_file} <==", *log_file.read_text().splitlines()[-3:]], shown
+    assert list((tmp_path / "nodes").glob("curve-*")) == []  # the killed agent's keys too, removed through srun
     slurm_cluster.assert_no_strays()
 
 
