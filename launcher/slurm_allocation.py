@@ -1,9 +1,11 @@
 """The Slurm allocation miles-launch runs in: its nodes, their addresses and GPUs, read from Slurm itself.
 
 Nodes come from ``SLURM_JOB_NODELIST`` expanded by ``scontrol show hostnames``; each node's address (``NodeAddr``)
-and state from ``scontrol show node``; its GPU ids from the job's per-node GRES (``scontrol show job -d``:
-``GRES=gpu:2(IDX:0-1)``), else ``SLURM_GPUS_ON_NODE`` (ids 0..n-1). A node that is down, failing or not
-responding is refused, naming it and the fix.
+and state from ``scontrol show node``; its GPUs from the job's per-node GRES (``scontrol show job -d``:
+``GRES=gpu:2(IDX:0-1)``), else ``SLURM_GPUS_ON_NODE`` (ids 0..n-1), and their ids as a step of the job sees them
+(one ``srun`` over the nodes prints ``CUDA_VISIBLE_DEVICES``: Slurm numbers them from 0 where cgroups constrain
+devices, by the node's indices otherwise), so the ids given to workers are the ones their step can use. A node
+that is down, failing or not responding is refused, naming it and the fix.
 """
 
 from __future__ import annotations
@@ -54,17 +56,17 @@ def current_allocation(env: Mapping[str, str] | None = None, run: Runner = _run)
             "--submit`"
         )
     names = hostnames(nodelist, run)
+    info = node_info(run(["scontrol", "show", "node", "-o", nodelist]))
+    for name in names:
+        if name not in info:
+            raise SlurmError(f"node {name!r} of Slurm job {job_id}: `scontrol show node` does not list it")
+        check_node_state(name, info[name], job_id)
     gpus = node_gpus(run(["scontrol", "show", "job", "-d", job_id]), run)
     fallback = env.get("SLURM_GPUS_ON_NODE", "").strip()
     default = tuple(range(int(fallback))) if fallback.isdigit() else ()
-    info = node_info(run(["scontrol", "show", "node", "-o", nodelist]))
-    nodes = []
-    for name in names:
-        fields = info.get(name)
-        if fields is None:
-            raise SlurmError(f"node {name!r} of Slurm job {job_id}: `scontrol show node` does not list it")
-        check_node_state(name, fields, job_id)
-        nodes.append(SlurmNode(name, fields.get("NodeAddr") or name, gpus.get(name, default)))
+    if gpus or default:
+        gpus = {**gpus, **step_gpus(job_id, names, run)}
+    nodes = [SlurmNode(name, info[name].get("NodeAddr") or name, gpus.get(name, default)) for name in names]
     return Allocation(job_id, tuple(nodes))
 
 
@@ -83,6 +85,20 @@ def node_gpus(job_detail: str, run: Runner) -> dict[str, tuple[int, ...]]:
         if ids:
             for name in hostnames(nodes, run):
                 found[name] = tuple(sorted(set(ids)))
+    return found
+
+
+def step_gpus(job_id: str, names: Sequence[str], run: Runner) -> dict[str, tuple[int, ...]]:
+    """Node -> the GPU ids a step of the job sees there (its ``CUDA_VISIBLE_DEVICES``, which Slurm numbers from 0
+    where cgroups constrain the devices, else by the node's indices): the ids the node's workers are given."""
+    probe = 'echo "MILES_GPUS $SLURMD_NODENAME ${CUDA_VISIBLE_DEVICES-none}"'
+    out = run(["srun", "--overlap", f"--jobid={job_id}", f"--nodes={len(names)}", "--ntasks-per-node=1",
+               f"--nodelist={','.join(names)}", "--job-name=miles-gpus", "--quiet", "bash", "-c", probe])  # fmt: skip
+    found: dict[str, tuple[int, ...]] = {}
+    for line in out.splitlines():
+        parts = line.split()
+        if len(parts) == 3 and parts[0] == "MILES_GPUS" and all(p.isdigit() for p in parts[2].split(",")):
+            found[parts[1]] = tuple(int(p) for p in parts[2].split(","))
     return found
 
 

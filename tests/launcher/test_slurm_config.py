@@ -49,19 +49,36 @@ def scontrol(nodes: dict[str, str] = NODES) -> object:
     return run
 
 
-def test_allocation_nodes_addresses_and_gpu_ids_from_scontrol() -> None:
-    allocation = current_allocation(ENV, scontrol())
+def with_steps(visible: dict[str, str]) -> object:
+    """scontrol as above, and an srun probe whose steps see ``visible`` (node -> CUDA_VISIBLE_DEVICES)."""
+    calls = scontrol()
+
+    def run(argv: Sequence[str]) -> str:
+        if argv[0] == "srun":
+            assert "--overlap" in argv and "--jobid=7" in argv and "--nodelist=gpu-01,gpu-02,cpu-01" in argv, argv
+            return "".join(f"MILES_GPUS {node} {ids}\n" for node, ids in visible.items())
+        return calls(argv)
+
+    return run
+
+
+def test_allocation_nodes_addresses_and_gpu_ids_from_scontrol_and_a_step() -> None:
+    # gpu-01: no cgroup, a step sees the node's indices; gpu-02: ConstrainDevices, Slurm numbers them from 0
+    steps = with_steps({"gpu-01": "0,2,3,4", "gpu-02": "0,1,2,3", "cpu-01": "none"})
+    allocation = current_allocation(ENV, steps)
     assert allocation == Allocation(
         "7",
         (
-            SlurmNode("gpu-01", "10.1.0.1", (0, 2, 3, 4)),  # typed gres, explicit indices
-            SlurmNode("gpu-02", "10.1.0.2", (0, 2, 3, 4)),  # DRAIN still runs the job's steps
+            SlurmNode("gpu-01", "10.1.0.1", (0, 2, 3, 4)),
+            SlurmNode("gpu-02", "10.1.0.2", (0, 1, 2, 3)),  # DRAIN still runs the job's steps
             SlurmNode("cpu-01", "10.1.0.9", ()),
         ),
     )
+    gres = node_gpus(JOB, scontrol())  # typed gres with explicit indices; a node without GPUs is left out
+    assert gres == {"gpu-01": (0, 2, 3, 4), "gpu-02": (0, 2, 3, 4)}
     assert node_gpus("     Nodes=cpu-01 CPU_IDs=0 Mem=0 GRES=gpu:2", scontrol()) == {"cpu-01": (0, 1)}  # no IDX
-    fallback = current_allocation({**ENV, "SLURM_GPUS_ON_NODE": "2"}, scontrol())
-    assert fallback.nodes[2].gpu_ids == (0, 1)  # no per-node GRES: SLURM_GPUS_ON_NODE
+    fallback = current_allocation({**ENV, "SLURM_GPUS_ON_NODE": "2"}, steps)
+    assert fallback.nodes[2].gpu_ids == (0, 1)  # no GRES there and no ids from the step: SLURM_GPUS_ON_NODE
 
 
 def test_no_allocation_says_how_to_get_one() -> None:
@@ -96,7 +113,8 @@ def slurm_toml(tmp_path: Path, gpus: float = 1, **cluster: object) -> Path:
 
 
 def test_cluster_hosts_are_the_allocation_with_host_defaults(tmp_path: Path) -> None:
-    config = load_config(slurm_toml(tmp_path), allocation=current_allocation(ENV, scontrol()))
+    allocation = current_allocation(ENV, with_steps({"gpu-01": "0,2,3,4", "gpu-02": "0,2,3,4"}))
+    config = load_config(slurm_toml(tmp_path), allocation=allocation)
     assert [(h.name, h.address, h.provider, h.gpu_ids) for h in config.hosts] == [
         ("gpu-01", "10.1.0.1", "slurm", (0, 2, 3, 4)),
         ("gpu-02", "10.1.0.2", "slurm", (0, 2, 3, 4)),
