@@ -190,10 +190,18 @@ def cancel(job_id: str, *, console: JobConsole | None = None, timeout_s: float =
         if console is not None:
             console.pump()
         state, _ = job_state(job_id)
-        if state in ENDED or state == GONE:
+        if (state in ENDED or state == GONE) and not _completing(job_id):
             return [f"Slurm job {job_id} cancelled ({state}); Slurm stopped every step on every node"]
         time.sleep(0.3)
     return [f"Slurm job {job_id} is still {state} {timeout_s:g}s after scancel: check `squeue -j {job_id}`"]
+
+
+def _completing(job_id: str) -> bool:
+    """True while squeue still lists the job (its nodes are still stopping its processes: COMPLETING)."""
+    try:
+        return bool(run_tool(["squeue", "-h", "-j", job_id, "-o", "%T"]).strip())
+    except SlurmError:  # "Invalid job id": long gone
+        return False
 
 
 def down_submitted(config: ClusterConfig) -> list[str]:

@@ -136,7 +136,7 @@ def test_demo_submitted_from_the_login_node_runs_on_both_nodes(slurm_cluster: Sl
     assert re.search(r"Slurm job \d+: COMPLETED", output) and "teardown complete" in result.stdout
     assert "host node2: agent pid" in result.stdout  # the launcher's own progress, streamed from the job's console
     assert (tmp_path / "reward.png").stat().st_size > 10_000
-    assert slurm_cluster.run("squeue", "-h") == ""
+    wait_for("no job left in squeue", lambda: slurm_cluster.run("squeue", "-h") == "", timeout_s=30)
     slurm_cluster.assert_no_strays()
 
 
@@ -178,7 +178,7 @@ def test_cancelled_mid_run_by_ctrl_c_or_down_leaves_no_process(slurm_cluster: Sl
                 submitter.communicate(timeout=10)
         assert submitter.returncode == 130 if how == "ctrl-c" else submitter.returncode != 0, out[-3000:]
         assert re.search(r"Slurm job \d+(: | cancelled \()CANCELLED", out), out[-3000:]
-        assert slurm_cluster.run("squeue", "-h") == ""
+        wait_for("no job left in squeue", lambda: slurm_cluster.run("squeue", "-h") == "", timeout_s=30)
         slurm_cluster.assert_no_strays()  # no agent, zygote, worker or step left on either node
         for worker in workers.values():
             assert not psutil.pid_exists(worker["pid"]) or psutil.Process(worker["pid"]).status() == "zombie"
