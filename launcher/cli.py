@@ -1,6 +1,6 @@
 """``miles-launch``: plan, start every pool on every host, wait ready, run the job, tear down.
 
-    miles-launch [run] hosts.toml [--dry-run] [--no-logs] [--no-curve] [-v]
+    miles-launch [run] hosts.toml [--dry-run] [--submit] [--no-logs] [--no-curve] [-v]
     miles-launch status hosts.toml [--json]
     miles-launch logs hosts.toml POOL[-CELL[-WORKER]] [-n LINES] [-f]
     miles-launch down hosts.toml
@@ -10,6 +10,10 @@ Every launch makes fresh CURVE keys, ships them to the hosts and authenticates e
 hosts are about 4x faster without it). With CURVE off, actors of SSH hosts listen on every interface, so the
 launch is refused unless hosts.toml says ``[launcher] allow_open_binds_without_curve = true``; a launch with CURVE
 off warns at start who can then call the actors. The launcher prints its Prometheus service discovery URL at start.
+
+With ``[cluster] provider = "slurm"`` the hosts are the nodes of the Slurm allocation it runs in and each host agent
+is an srun step; ``--submit`` (on a login node) sbatch's the launch instead, streams the job's console and cancels
+the job on Ctrl-C; ``down`` there cancels it (launcher/slurm_launch.py).
 
 Ctrl-C, SIGTERM and errors tear everything down (SIGTERM, grace, SIGKILL on every host) before exiting.
 Exit codes: the job's code, 1 on launcher errors, 2 on bad configuration, 130 when interrupted;
@@ -30,14 +34,16 @@ import sys
 import time
 from typing import Any
 
+from launcher import slurm_launch
 from launcher.errors import ConfigError, LauncherError, PlacementError
 from launcher.hosts_config import LOOPBACK_BIND, ClusterConfig, check_open_binds, load_config, open_bind_hosts
 from launcher.job import JobContext, resolve_entrypoint, run_job
 from launcher.launch_control import launch_down, launch_status, status_table
 from launcher.launch_logs import print_logs
 from launcher.launch_state import process_alive, read_state, state_path_for
-from launcher.placement import PlacementPlan, plan_placement
+from launcher.placement import PlacementPlan
 from launcher.progress import ProgressPrinter
+from launcher.slurm_config import SlurmCluster
 from launcher.ssh_provider import make_provider
 from launcher.text_columns import aligned
 from launcher.worker_command import bind_address
@@ -66,6 +72,9 @@ def main(argv: list[str] | None = None) -> int:
     )
     if command == "run":
         parser.add_argument("--dry-run", action="store_true", help="print the placement plan and exit")
+        parser.add_argument(
+            "--submit", action="store_true", help="[cluster] provider = 'slurm': sbatch the launch, follow its console"
+        )
         parser.add_argument("--no-logs", action="store_true", help="no worker output on the console (log files only)")
         parser.add_argument(
             "--no-curve",
@@ -85,20 +94,24 @@ def main(argv: list[str] | None = None) -> int:
     )
     printer = ProgressPrinter()
     try:
-        config = load_config(args.config)
+        submit = getattr(args, "submit", False)
+        config = load_config(
+            args.config, allocation=slurm_launch.login_allocation(args.config, submit=submit, command=command)
+        )
         if command == "status":
             return _status(config, as_json=args.json)
         if command == "logs":
             return _logs(config, args, printer)
         if command == "down":
-            for message in launch_down(config):
+            on_login_node = config.cluster is not None and not os.environ.get("SLURM_JOB_ID")
+            for message in slurm_launch.down_submitted(config) if on_login_node else launch_down(config):
                 printer.step(message)
             return 0
         config = _console_overrides(config, args)
         if getattr(args, "no_curve", False):
             config = config.model_copy(update={"launcher": config.launcher.model_copy(update={"curve": False})})
             check_open_binds(config, curve_off_by="--no-curve")  # the file was checked with CURVE on
-        plan = plan_placement(config.hosts, config.pools)
+        plan = slurm_launch.plan(config)
     except (ConfigError, PlacementError) as exc:
         printer.error(str(exc))
         return 2
@@ -107,8 +120,37 @@ def main(argv: list[str] | None = None) -> int:
         printer.warning(warning)
     if args.dry_run:
         print(_describe(config, plan))
+        if submit and config.cluster is not None:
+            script = slurm_launch.batch_script(config, config.cluster, _passed_on(args))
+            print(f"(hosts node1..node{config.cluster.nodes}: the nodes Slurm will give the job)")
+            print(f"sbatch script:\n{script}")
         return 0
+    if submit and config.cluster is not None:
+        return _submit(config, config.cluster, _passed_on(args), printer)
     return _run(config, plan, printer)
+
+
+def _passed_on(args: argparse.Namespace) -> list[str]:
+    """The console flags of ``--submit`` that the launch inside the job gets too."""
+    flags = {"--no-logs": args.no_logs, "--no-curve": args.no_curve, "-v": args.verbose}
+    return [flag for flag, given in flags.items() if given]
+
+
+def _submit(config: ClusterConfig, cluster: SlurmCluster, launcher_args: list[str], printer: ProgressPrinter) -> int:
+    def interrupt(_signum: int, _frame: Any) -> None:
+        raise KeyboardInterrupt
+
+    previous = {sig: signal.signal(sig, interrupt) for sig in (signal.SIGTERM, signal.SIGHUP)}
+    try:
+        code = slurm_launch.submit_and_follow(config, cluster, launcher_args, write=printer.raw, say=printer.step)
+    except LauncherError as exc:
+        printer.error(str(exc))
+        return 1
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+    printer.step(f"the Slurm job finished with exit code {code}")
+    return code
 
 
 def _console_overrides(config: ClusterConfig, args: argparse.Namespace) -> ClusterConfig:
@@ -180,6 +222,10 @@ def _logs(config: ClusterConfig, args: argparse.Namespace, printer: ProgressPrin
 
 
 def _status(config: ClusterConfig, *, as_json: bool) -> int:
+    if config.cluster is not None and not os.environ.get("SLURM_JOB_ID"):  # a login node: the submitted job
+        job = slurm_launch.submitted_status(config)
+        print(json.dumps(job, indent=2) if as_json else job["message"])
+        return 0 if job["running"] else 3
     report = launch_status(config)
     print(json.dumps(report, indent=2) if as_json else status_table(report))
     return 0 if report["running"] else 3

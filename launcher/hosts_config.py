@@ -4,7 +4,8 @@
 (best effort), the host or pool (by name) and the field. ``[host_defaults]`` is merged into every ``[[hosts]]``
 entry before validation. Relative ``workdir``/``key_file`` paths are resolved against the file's directory.
 Pool expanders rewrite their pools, and the built-in host "launcher" is added where a pool names it
-(launcher/pool_expanders.py).
+(launcher/pool_expanders.py). ``[cluster] provider = "slurm"`` takes the hosts from a Slurm allocation
+(launcher/slurm_config.py). Where in the file an error is: launcher/config_lines.py.
 
 With CURVE off (``[launcher] curve = false``), actors of SSH hosts listen on every interface without
 authentication, so ``parse_config`` refuses such a file unless ``[launcher] allow_open_binds_without_curve = true``
@@ -21,10 +22,12 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from launcher.config_lines import describe_errors, find_line
 from launcher.errors import ConfigError
 from launcher.log_filter import StreamLogs
 from launcher.pool_expanders import add_launcher_host, expand_pools
 from launcher.section_expanders import expand_sections
+from launcher.slurm_config import Allocation, SlurmCluster, expand_cluster
 from launcher.specs import ENTRYPOINT_RE, PoolSpec, _check_env
 
 if sys.version_info >= (3, 11):
@@ -38,6 +41,7 @@ LOCAL_ADDRESSES = frozenset({"localhost", "127.0.0.1", "::1"})
 LOOPBACK_BIND = "127.0.0.1"
 OPEN_BIND = "0.0.0.0"
 OPEN_BINDS_FIELD = "allow_open_binds_without_curve"
+_KIND = {"ssh": "an ssh host", "slurm": "a slurm host (a node of the allocation)"}
 
 
 class SSHConfig(BaseModel):
@@ -61,7 +65,7 @@ class HostConfig(BaseModel):
 
     name: str
     address: str
-    provider: Literal["local", "ssh"] = "ssh"
+    provider: Literal["local", "ssh", "slurm"] = "ssh"
     ssh: SSHConfig = Field(default_factory=SSHConfig)
     gpus: int | tuple[int, ...] = Field(default=0, description="a count (ids 0..n-1) or explicit GPU ids")
     python: str = Field(
@@ -97,8 +101,9 @@ class HostConfig(BaseModel):
     def _provider_rules(self) -> HostConfig:
         if self.provider == "local" and self.address not in LOCAL_ADDRESSES:
             raise ValueError(f"provider 'local' needs address in {sorted(LOCAL_ADDRESSES)}, got {self.address!r}")
-        if self.provider == "ssh" and not self.workdir.is_absolute():
-            raise ValueError(f"workdir of an ssh host must be an absolute path on that host, got '{self.workdir}'")
+        if self.provider != "local" and not self.workdir.is_absolute():
+            kind = _KIND[self.provider]
+            raise ValueError(f"workdir of {kind} must be an absolute path on that host, got '{self.workdir}'")
         return self
 
     @property
@@ -209,6 +214,7 @@ class ClusterConfig(BaseModel):
     pools: tuple[PoolSpec, ...] = ()
     launcher: LauncherSettings = Field(default_factory=LauncherSettings)
     source: Path | None = Field(default=None, description="file it was loaded from")
+    cluster: SlurmCluster | None = Field(default=None, description="[cluster]: hosts from a Slurm allocation")
 
     @model_validator(mode="after")
     def _cross_refs(self) -> ClusterConfig:
@@ -245,17 +251,18 @@ class ClusterConfig(BaseModel):
         raise KeyError(pool_id)
 
 
-def load_config(path: str | Path) -> ClusterConfig:
-    """Read and validate a hosts.toml; raises ConfigError naming file, line, host/pool and field."""
+def load_config(path: str | Path, *, allocation: Allocation | None = None) -> ClusterConfig:
+    """Read and validate a hosts.toml; raises ConfigError naming file, line, host/pool and field. ``allocation``:
+    the Slurm nodes a ``[cluster]`` file plans with (default: the allocation this process runs in)."""
     path = Path(path)
     try:
         text = path.read_text()
     except OSError as exc:
         raise ConfigError(f"{path}: cannot read: {exc.strerror}") from None
-    return parse_config(text, source=path)
+    return parse_config(text, source=path, allocation=allocation)
 
 
-def parse_config(text: str, *, source: Path | None = None) -> ClusterConfig:
+def parse_config(text: str, *, source: Path | None = None, allocation: Allocation | None = None) -> ClusterConfig:
     """Validate hosts.toml text (see load_config)."""
     label = str(source) if source else "<hosts.toml>"
     try:
@@ -263,11 +270,12 @@ def parse_config(text: str, *, source: Path | None = None) -> ClusterConfig:
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError(f"{label}: not valid TOML: {exc}") from None
     base = source.parent.resolve() if source else Path.cwd()
+    raw = expand_cluster(raw, label=label, allocation=allocation)
     data = add_launcher_host(expand_pools(expand_sections(_prepare(raw, base), base=base, label=label), label=label))
     try:
         config = ClusterConfig.model_validate({**data, "source": source})
     except ValidationError as exc:
-        raise ConfigError(_describe(exc, data, text, label)) from None
+        raise ConfigError(describe_errors(exc, data, text, label)) from None
     check_open_binds(config, text=text)
     return config
 
@@ -294,7 +302,7 @@ def check_open_binds(config: ClusterConfig, *, text: str | None = None, curve_of
             text = config.source.read_text()
         except OSError:
             text = None
-    line = _find_line(text, "launcher", None, ["curve"]) if text else None
+    line = find_line(text, "launcher", None, ["curve"]) if text else None
     names = ", ".join(repr(host.name) for host in hosts)
     off_by = curve_off_by or "`curve = false` in [launcher]"
     undo = f"drop {curve_off_by}" if curve_off_by else "remove `curve = false` from [launcher]"
@@ -345,56 +353,3 @@ def _resolve(table: dict[str, Any], key: str, base: Path) -> None:
     if isinstance(value, str):
         path = Path(value).expanduser()
         table[key] = str(path if path.is_absolute() else base / path)
-
-
-def _describe(exc: ValidationError, raw: dict[str, Any], text: str, label: str) -> str:
-    """Turn pydantic errors into lines naming host/pool by name, the field and the line."""
-    lines = [f"{label}: invalid configuration ({exc.error_count()} error(s))"]
-    for err in exc.errors():
-        loc = list(err["loc"])
-        where, line = _where(loc, raw, text)
-        msg = err["msg"].removeprefix("Value error, ")
-        prefix = f"{label}:{line}" if line else label
-        lines.append(f"  {prefix}: {where}: {msg}")
-    return "\n".join(lines)
-
-
-def _where(loc: list[Any], raw: dict[str, Any], text: str) -> tuple[str, int | None]:
-    if not loc:
-        return "(top level)", None
-    table, rest = loc[0], loc[1:]
-    if table in ("hosts", "pools") and rest and isinstance(rest[0], int):
-        index, field_path = rest[0], [str(part) for part in rest[1:]]
-        items = raw.get(table) or []
-        entry = items[index] if index < len(items) and isinstance(items[index], dict) else {}
-        key = "name" if table == "hosts" else "id"
-        label = f"{table[:-1]} {entry.get(key)!r}" if entry.get(key) else f"{table}[{index}]"
-        where = f"{label} field {'.'.join(field_path)!r}" if field_path else label
-        return where, _find_line(text, table, index, field_path)
-    field = ".".join(str(part) for part in loc)
-    return f"field {field!r}", _find_line(text, str(table), None, [str(p) for p in rest])
-
-
-def _find_line(text: str, table: str, index: int | None, field_path: list[str]) -> int | None:
-    """Best-effort line number of ``field`` inside the ``index``-th [[table]] (or [table]) block."""
-    header = re.compile(rf"^\s*\[\[\s*{re.escape(table)}\s*\]\]" if index is not None else rf"^\s*\[\s*{table}\s*\]")
-    lines = text.splitlines()
-    seen, start = -1, None
-    for number, line in enumerate(lines):
-        if header.match(line):
-            seen += 1
-            if index is None or seen == index:
-                start = number
-                break
-    if start is None:
-        return None
-    key = next((part for part in field_path if not part.isdigit()), None)
-    if key is None:
-        return start + 1
-    key_re = re.compile(rf"^\s*{re.escape(key)}\s*=|^\s*\[+\s*{re.escape(table)}\.{re.escape(key)}\b")
-    for number in range(start + 1, len(lines)):
-        if re.match(r"^\s*\[\[?\s*" + re.escape(table) + r"\s*\]\]?\s*$", lines[number]):
-            break
-        if key_re.match(lines[number]):
-            return number + 1
-    return start + 1

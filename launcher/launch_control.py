@@ -79,7 +79,7 @@ def _on_host(
     key_dir: str | None = None,
 ) -> dict:
     """Probe or kill pids on a host (and, on kill, remove the launch's CURVE keys there): locally for local hosts,
-    over SSH otherwise."""
+    in an srun step on Slurm nodes, over SSH otherwise."""
     if not pids and not (mode == "kill" and key_dir):
         return {}
     if host.provider == "local":
@@ -88,11 +88,16 @@ def _on_host(
             terminate_trees(trees, grace_s)
             remove_keys(key_dir)
         return {str(pid): process_alive(pid, ct) for pid, ct in pids.items()}
+    argv = [host.python, "-c", _REMOTE, mode, json.dumps(pids), str(grace_s), key_dir or ""]
+    if host.provider == "slurm":  # a step on the node, in the allocation this process runs in
+        from launcher.slurm_commands import run_tool, step_argv
+
+        out = run_tool([*step_argv(host.name, name=f"miles-{mode}"), *argv], timeout_s=timeout_s + grace_s + 10)
+        return json.loads(out.strip().splitlines()[-1])
     from launcher.ssh_provider import run_remote, ssh_connect
 
     client = ssh_connect(host, timeout_s)
     try:
-        argv = [host.python, "-c", _REMOTE, mode, json.dumps(pids), str(grace_s), key_dir or ""]
         code, out, err = run_remote(client, shlex.join(argv), timeout_s + grace_s + 10)
         if code != 0:
             raise OSError(f"host {host.name!r}: {mode} failed (exit {code}): {err.strip()[-300:]}")

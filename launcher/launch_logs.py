@@ -86,8 +86,17 @@ def _tail(config: ClusterConfig, log: WorkerLog, lines: int, *, follow: bool) ->
     argv = ["tail", "-n", str(max(0, lines)), *(["-F"] if follow else []), log.path]
     if log.host.provider == "local":
         yield from _local(argv)
+    elif log.host.provider == "slurm":  # an srun step on the node, in the allocation this process runs in
+        from launcher.slurm_commands import step_argv
+
+        yield from _local([*step_argv(log.host.name, name="miles-logs"), "bash", "-c", _in_workdir(log, argv)])
     else:
         yield from _remote(config, argv, log, follow=follow)
+
+
+def _in_workdir(log: WorkerLog, argv: list[str]) -> str:
+    """The shell command of ``argv`` where relative paths resolve as the host agent resolved them."""
+    return f"cd {shlex.quote(str(log.host.workdir))} 2>/dev/null; {shlex.join(argv)} 2>&1"
 
 
 def _local(argv: list[str]) -> Iterator[str]:
@@ -105,9 +114,8 @@ def _remote(config: ClusterConfig, argv: list[str], log: WorkerLog, *, follow: b
     from launcher.ssh_provider import ssh_connect
 
     client = ssh_connect(log.host, config.launcher.connect_timeout_s)
-    try:  # relative paths resolve as the host agent resolved them: from the host's workdir
-        command = f"cd {shlex.quote(str(log.host.workdir))} 2>/dev/null; {shlex.join(argv)} 2>&1"
-        _stdin, stdout, _stderr = client.exec_command(command, timeout=None if follow else 60)
+    try:
+        _stdin, stdout, _stderr = client.exec_command(_in_workdir(log, argv), timeout=None if follow else 60)
         for line in stdout:
             yield line.rstrip("\n")
     finally:

@@ -9,7 +9,10 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import shlex
 import subprocess
+import threading
+from collections.abc import Callable
 
 from launcher.agent_link import AgentLink, EventCallback
 from launcher.curve_keys import remove_keys
@@ -44,35 +47,72 @@ class LocalProvider(BaseWorkerProvider):
         return open_local_agent(host, self.settings, self._events.on_event)
 
 
+def agent_shell_command(host: HostConfig, settings: LauncherSettings) -> str:
+    """The shell command that starts a host agent on a remote host: in its workdir, with its extra env."""
+    argv = agent_argv(host.python, host, settings.heartbeat_timeout_s)
+    env = " ".join(shlex.quote(f"{k}={v}") for k, v in host.env.items())
+    workdir = shlex.quote(str(host.workdir))
+    return f"mkdir -p {workdir} && cd {workdir} && exec env {env} {shlex.join(argv)}"
+
+
 def open_local_agent(host: HostConfig, settings: LauncherSettings, on_event: EventCallback) -> AgentLink:
     """Start ``python -m launcher.host_agent`` for ``host`` as a child process and wait for its hello; its events
     go to ``on_event``."""
-    python = host.python
-    argv = agent_argv(python, host, settings.heartbeat_timeout_s)
     try:
         host.workdir.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise HostCheckError(f"host {host.name!r}: cannot create workdir {host.workdir}: {exc.strerror}") from None
+    argv = agent_argv(host.python, host, settings.heartbeat_timeout_s)
+    return open_agent_process(host, settings, on_event, argv, env={**os.environ, **host.env}, remove=_remove_local)
+
+
+def _remove_local(key_dir: str | None, _code: int | None) -> None:
+    remove_keys(key_dir)
+
+
+def open_agent_process(
+    host: HostConfig,
+    settings: LauncherSettings,
+    on_event: EventCallback,
+    argv: list[str],
+    *,
+    env: dict[str, str],
+    remove: Callable[[str | None, int | None], None],
+) -> AgentLink:
+    """Run ``argv`` (a host agent, or a command that runs one on its host, e.g. an ``srun`` step) as a child whose
+    pipes carry the JSON lines, and wait for the agent's hello. On close: stdin closed (the agent stops its tree),
+    the child waited for (killed past the grace), then ``remove(key_dir, its exit code, None if it was killed)``
+    removes keys left behind. The first close does it; a second waits for it."""
+    try:
         proc = subprocess.Popen(
             argv,
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             start_new_session=True,
-            env={**os.environ, **host.env},
+            env=env,
         )
     except OSError as exc:
-        raise HostCheckError(f"host {host.name!r}: cannot run {python!r}: {exc.strerror or exc}") from None
+        raise HostCheckError(f"host {host.name!r}: cannot run {argv[0]!r}: {exc.strerror or exc}") from None
     assert proc.stdin is not None and proc.stdout is not None
 
+    closing = threading.Lock()  # the heartbeat thread and the teardown may both close: once, the other waits
+
     def close_transport() -> None:
-        with contextlib.suppress(OSError):
-            proc.stdin.close()  # type: ignore[union-attr]
-        try:
-            proc.wait(timeout=settings.stop_grace_s + 10)
-        except subprocess.TimeoutExpired:
-            log.warning("host %s: agent pid %d did not exit, killing it", host.name, proc.pid)
-            proc.kill()
-            proc.wait(timeout=5)
-        remove_keys(link.key_dir)  # the agent removes them when it exits; not when it was killed
+        with closing:
+            if proc.returncode is not None:
+                return
+            with contextlib.suppress(OSError):
+                proc.stdin.close()  # type: ignore[union-attr]
+            try:
+                proc.wait(timeout=settings.stop_grace_s + 10)
+                code: int | None = proc.returncode
+            except subprocess.TimeoutExpired:
+                log.warning("host %s: agent pid %d did not exit, killing it", host.name, proc.pid)
+                proc.kill()
+                proc.wait(timeout=5)
+                code = None
+            remove(link.key_dir, code)  # the agent removes them when it exits; not when it was killed
 
     link = AgentLink(
         host.name,

@@ -46,6 +46,15 @@ class ProgressPrinter:
         (``[launcher] stream_logs``)."""
         self._write(self._err if stream == "stderr" else self._out, text)
 
+    def raw(self, text: str) -> None:
+        """Text as it came (a submitted job's console), on stdout."""
+        with self._lock:
+            try:
+                self._out.write(text)
+                self._out.flush()
+            except (OSError, ValueError):
+                pass
+
     def death(self, report: DeathReport) -> None:
         """A worker died while its cell was meant to run."""
         self.step(f"WORKER DIED: {report}")

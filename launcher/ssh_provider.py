@@ -21,7 +21,7 @@ from launcher.agent_link import AgentLink
 from launcher.agent_pool import launcher_versions
 from launcher.errors import AgentError, HostAuthError, HostCheckError, HostUnreachable
 from launcher.hosts_config import ClusterConfig, HostConfig
-from launcher.local_provider import agent_argv, open_local_agent
+from launcher.local_provider import agent_shell_command, open_local_agent
 from launcher.provider_base import BaseWorkerProvider
 
 log = logging.getLogger(__name__)
@@ -193,12 +193,8 @@ class SSHProvider(BaseWorkerProvider):
             assert transport is not None
             self.services.reach_back[host.name] = str(transport.sock.getsockname()[0])
             self._say(f"host {host.name}: SSH {host.ssh.user}@{host.address}:{host.ssh.port} in {_since(started)}")
-            argv = agent_argv(host.python, host, settings.heartbeat_timeout_s)
-            env = " ".join(shlex.quote(f"{k}={v}") for k, v in host.env.items())
-            workdir = shlex.quote(str(host.workdir))
-            command = f"mkdir -p {workdir} && cd {workdir} && exec env {env} {shlex.join(argv)}"
             channel = transport.open_session(timeout=settings.connect_timeout_s)
-            channel.exec_command(command)
+            channel.exec_command(agent_shell_command(host, settings))
 
             closed = False
 
@@ -243,9 +239,13 @@ def _since(started: float) -> str:
 
 
 def make_provider(config: ClusterConfig, **kwargs: Any) -> BaseWorkerProvider:
-    """LocalProvider when every host is local, else SSHProvider."""
+    """SlurmProvider for a ``[cluster] provider = "slurm"`` file, LocalProvider when every host is local, else
+    SSHProvider."""
     from launcher.local_provider import LocalProvider
+    from launcher.slurm_provider import SlurmProvider
 
+    if config.cluster is not None:
+        return SlurmProvider(config, **kwargs)
     if all(h.provider == "local" for h in config.hosts):
         return LocalProvider(config, **kwargs)
     return SSHProvider(config, **kwargs)

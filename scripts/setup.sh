@@ -4,7 +4,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-APT_PACKAGES=(openssh-server openssh-client iproute2 prometheus procps chromium)
+APT_PACKAGES=(openssh-server openssh-client iproute2 prometheus procps chromium slurm-wlm munge)
 missing=()
 for pkg in "${APT_PACKAGES[@]}"; do
   dpkg -s "$pkg" >/dev/null 2>&1 || missing+=("$pkg")

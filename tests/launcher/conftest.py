@@ -11,6 +11,7 @@ from collections.abc import Iterator
 import psutil
 import pytest
 from launch_helpers import NETNS_OCTET, NETNS_SH, NetnsCluster
+from slurm_fixture import SlurmTestCluster, slurm_available
 from sshd_fixture import LISTENER_PIDS, Sshd, SshKeys, free_port, generate_keys, sshd_available
 
 
@@ -84,3 +85,16 @@ def no_leftover_processes() -> Iterator[None]:
         with contextlib.suppress(psutil.Error):
             psutil.Process(pid).kill()
     assert not left, f"processes left behind: {left}"
+
+
+@pytest.fixture(scope="session")
+def slurm_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SlurmTestCluster]:
+    """A real two-node Slurm (munged, slurmctld, slurmd node1/node2 in their own network namespaces)."""
+    reason = slurm_available()
+    if reason:
+        pytest.fail(f"real Slurm {reason}")
+    cluster = SlurmTestCluster(root=tmp_path_factory.mktemp("slurm"), tag=f"mls{os.getpid()}")
+    try:
+        yield cluster.start()
+    finally:
+        cluster.stop()
