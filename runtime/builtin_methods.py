@@ -22,6 +22,7 @@ from runtime.call_store import CallRecord, CallState, CallStore, StoreLimits
 from runtime.handle_names import checked_class_info
 from runtime.metadata import ActorClassInfo, class_info, coerce_constructor_kwargs
 from runtime.object_store import store as objects
+from runtime.stream_table import StreamTable, stream_close, stream_next
 from transport.endpoints import ZmqEndpoint
 from transport.security import CurveConfig, ServerKeys
 
@@ -48,6 +49,7 @@ class BuiltinHost(Protocol):
     stats: dict[str, int]
     store: CallStore
     endpoint: ZmqEndpoint | None
+    streams: StreamTable
 
     def set_limits(self, limits: StoreLimits) -> None: ...
 
@@ -66,6 +68,7 @@ class BuiltinHost(Protocol):
 class Builtin:
     function: Callable[..., Any]
     threaded: bool = False
+    is_async: bool = False  # a coroutine function, awaited as a task on the server's loop
     takes_peer: bool = False  # called with the caller's routing id after the server (it may act on its calls only)
 
 
@@ -192,6 +195,14 @@ def _object_free(server: BuiltinHost, key: str) -> bool:
     return objects.free(key)
 
 
+async def _stream_next(server: BuiltinHost, peer: bytes, *args: Any) -> list[Any]:
+    return await stream_next(server.streams, peer, *args)
+
+
+def _stream_close(server: BuiltinHost, peer: bytes, call_id: bytes) -> bool:
+    return stream_close(server.streams, peer, call_id)
+
+
 BUILTINS: dict[str, Builtin] = {
     "__prepare__": Builtin(_prepare, threaded=True),
     "__construct__": Builtin(_construct, threaded=True),
@@ -202,4 +213,6 @@ BUILTINS: dict[str, Builtin] = {
     "__cancel__": Builtin(_cancel, takes_peer=True),
     "__object_get__": Builtin(_object_get),
     "__object_free__": Builtin(_object_free),
+    "__stream_next__": Builtin(_stream_next, is_async=True, takes_peer=True),
+    "__stream_close__": Builtin(_stream_close, takes_peer=True),
 }
