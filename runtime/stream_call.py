@@ -14,6 +14,7 @@ import asyncio
 import collections
 import concurrent.futures
 import contextlib
+import threading
 import time
 from collections.abc import AsyncIterator, Callable, Iterator
 from typing import Any
@@ -22,6 +23,7 @@ from runtime.errors import ActorError, DeadlineExceeded
 
 DEFAULT_WINDOW = 16  # items the producer may run ahead of the caller
 PULL_WAIT_S = 5.0  # how long one __stream_next__ waits on the actor for an item (then asks again)
+MAX_WAIT_S = 30.0  # the longest the actor lets one wait (runtime.stream_table.MAX_WAIT_S)
 _PULL_MARGIN_S = 30.0  # beyond which a __stream_next__ call itself fails (the actor is unreachable)
 
 Submit = Callable[..., Any]  # a MethodRef: called, returns a PendingCall
@@ -41,10 +43,18 @@ class StreamingCall:
         self._consumed = 0
         self._ended = False
         self._iterating = False
+        self._lock = threading.Lock()
+        self._pending: Any = None  # a __stream_next__ in flight for ready(), not yet taken by the iteration
+        self._ready: concurrent.futures.Future[None] | None = None
 
     @property
     def call_id(self) -> str:
         return self._producer.call_id
+
+    @property
+    def future(self) -> concurrent.futures.Future[Any]:
+        """The call itself: done once the generator has ended in the actor (or failed)."""
+        return self._producer.future
 
     def __repr__(self) -> str:
         return f"StreamingCall({self._site}, consumed={self._consumed}, ended={self._ended})"
@@ -60,7 +70,7 @@ class StreamingCall:
                     yield self._buffer.popleft()
                 if self._ended:
                     return
-                if self._take(self._request().result(timeout=PULL_WAIT_S + _PULL_MARGIN_S)):
+                if self._take(self._claim().result(timeout=PULL_WAIT_S + _PULL_MARGIN_S)):
                     self._finish(self._ended_sync())
         finally:
             self.close()
@@ -74,7 +84,7 @@ class StreamingCall:
                 if left is not None and left <= 0:
                     raise DeadlineExceeded(f"{self._site}: no item within timeout={timeout} s")
                 wait = PULL_WAIT_S if left is None else min(PULL_WAIT_S, left)
-                if self._take(self._request(wait).result(timeout=wait + _PULL_MARGIN_S)):
+                if self._take(self._claim(wait).result(timeout=wait + _PULL_MARGIN_S)):
                     self._finish(self._ended_sync())
         if not self._buffer:
             raise StopIteration
@@ -95,7 +105,7 @@ class StreamingCall:
                     yield self._buffer.popleft()
                 if self._ended:
                     return
-                if self._take(await self._request()):
+                if self._take(await self._claim()):
                     self._finish(await self._ended_async())
         finally:
             self.close()
@@ -103,7 +113,7 @@ class StreamingCall:
     async def next_async(self) -> Any:
         """The next item (StopAsyncIteration at the end)."""
         while not self._buffer and not self._ended:
-            if self._take(await self._request()):
+            if self._take(await self._claim()):
                 self._finish(await self._ended_async())
         if not self._buffer:
             raise StopAsyncIteration
@@ -141,6 +151,41 @@ class StreamingCall:
 
     def _request(self, wait_s: float = PULL_WAIT_S) -> Any:
         return self._pull(self._key, self._consumed, self.window, wait_s)
+
+    def _claim(self, wait_s: float = PULL_WAIT_S) -> Any:
+        """The ``__stream_next__`` to wait for: the one :meth:`ready` sent, else a new one (one in flight, ever,
+        so items come in order)."""
+        with self._lock:
+            pending, self._pending = self._pending, None
+        return pending if pending is not None else self._request(wait_s)
+
+    def ready(self) -> concurrent.futures.Future[None]:
+        """A future done once the next item (or the end) is here, so that taking it does not block (``ray.wait``
+        on a generator); it asks the actor in the background meanwhile."""
+        with self._lock:
+            if self._buffer or self._ended:
+                done: concurrent.futures.Future[None] = concurrent.futures.Future()
+                done.set_result(None)
+                return done
+            if self._ready is None or self._ready.done():
+                self._ready = concurrent.futures.Future()
+                if self._pending is None:
+                    self._watch()
+            return self._ready
+
+    def _watch(self) -> None:
+        pending = self._pending = self._request(MAX_WAIT_S)
+        pending.future.add_done_callback(lambda future: self._pulled(pending, future))
+
+    def _pulled(self, pending: Any, future: concurrent.futures.Future[Any]) -> None:
+        with self._lock:
+            empty = future.exception() is None and future.result() == [[], "more"]
+            if empty and self._pending is pending:  # nothing yet, and nobody took it: ask again
+                self._watch()
+                return
+            ready = self._ready
+        if ready is not None and not ready.done():
+            ready.set_result(None)
 
     def _take(self, answer: Any) -> bool:
         """Keep the items of a ``__stream_next__`` answer; True when the stream ended ("end": the producer is
