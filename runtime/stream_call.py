@@ -43,7 +43,7 @@ class StreamingCall:
         self._consumed = 0
         self._ended = False
         self._iterating = False
-        self._lock = threading.Lock()
+        self._lock = threading.RLock()  # a done-callback may run on the thread that holds it
         self._pending: Any = None  # a __stream_next__ in flight for ready(), not yet taken by the iteration
         self._ready: concurrent.futures.Future[None] | None = None
 
@@ -163,13 +163,14 @@ class StreamingCall:
         """A future done once the next item (or the end) is here, so that taking it does not block (``ray.wait``
         on a generator); it asks the actor in the background meanwhile."""
         with self._lock:
-            if self._buffer or self._ended:
+            pending = self._pending
+            if self._buffer or self._ended or (pending is not None and pending.future.done()):
                 done: concurrent.futures.Future[None] = concurrent.futures.Future()
-                done.set_result(None)
+                done.set_result(None)  # an item, the end or an error is here
                 return done
             if self._ready is None or self._ready.done():
                 self._ready = concurrent.futures.Future()
-                if self._pending is None:
+                if pending is None:
                     self._watch()
             return self._ready
 

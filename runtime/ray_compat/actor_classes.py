@@ -29,7 +29,8 @@ def _parameters(cls: type) -> list[inspect.Parameter]:
 
 @functools.cache
 def keyword_class(cls: type) -> type:
-    """``cls`` itself when its constructor is keyword-only already, else a subclass with a keyword-only one."""
+    """A subclass of ``cls`` whose constructor is keyword-only (calling the original one), sent by value: the
+    module's name for ``cls`` is the ``@ray.remote`` wrapper, not the class, so it is not importable by name."""
     params = _parameters(cls)
     for param in params:
         if param.kind in _POSITIONAL:
@@ -37,21 +38,21 @@ def keyword_class(cls: type) -> type:
                 f"actor class {cls.__qualname__}: constructor parameter {param.name!r} is {param.kind.description}, "
                 "which cannot be passed by name; give the constructor named parameters"
             )
-    if all(p.kind in (inspect.Parameter.KEYWORD_ONLY, inspect.Parameter.VAR_KEYWORD) for p in params):
-        return cls
-    original = cls.__init__
+    namespace: dict[str, Any] = {"__module__": cls.__module__, _WRAPPED: cls, "__doc__": cls.__doc__}
+    if any(p.kind is inspect.Parameter.POSITIONAL_OR_KEYWORD for p in params):
+        original = cls.__init__
 
-    @functools.wraps(original)
-    def __init__(self: Any, **kwargs: Any) -> None:
-        original(self, **kwargs)
+        @functools.wraps(original)
+        def __init__(self: Any, **kwargs: Any) -> None:
+            original(self, **kwargs)
 
-    keyword_only = [
-        p.replace(kind=inspect.Parameter.KEYWORD_ONLY) if p.kind is inspect.Parameter.POSITIONAL_OR_KEYWORD else p
-        for p in params
-    ]
-    self_param = inspect.Parameter("self", inspect.Parameter.POSITIONAL_OR_KEYWORD)
-    __init__.__signature__ = inspect.Signature([self_param, *keyword_only])  # type: ignore[attr-defined]
-    namespace = {"__init__": __init__, "__module__": cls.__module__, _WRAPPED: cls, "__doc__": cls.__doc__}
+        keyword_only = [
+            p.replace(kind=inspect.Parameter.KEYWORD_ONLY) if p.kind is inspect.Parameter.POSITIONAL_OR_KEYWORD else p
+            for p in params
+        ]
+        self_param = inspect.Parameter("self", inspect.Parameter.POSITIONAL_OR_KEYWORD)
+        __init__.__signature__ = inspect.Signature([self_param, *keyword_only])  # type: ignore[attr-defined]
+        namespace["__init__"] = __init__
     wrapper = type(cls.__name__, (cls,), namespace)
     wrapper.__qualname__ = f"{cls.__qualname__}.<locals>.{cls.__name__}"  # sent by value (cloudpickle)
     return wrapper
@@ -82,4 +83,5 @@ def original_class(class_path: str) -> type | None:
     qualname = qualname.split(".<locals>.")[0]
     for part in qualname.split("."):
         target = getattr(target, part, None) if target is not None else None
+    target = getattr(target, "__ray_actor_class__", target)  # the @ray.remote wrapper: the class it wraps
     return target if isinstance(target, type) else None

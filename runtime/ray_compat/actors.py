@@ -51,7 +51,7 @@ class ActorClass:
     """A class under ``@ray.remote``: ``.remote(...)`` starts an actor, ``.options(...)`` overrides options."""
 
     def __init__(self, cls: type, options: dict[str, Any]) -> None:
-        self._cls = cls
+        self._cls = self.__ray_actor_class__ = cls
         self._options = opts.check(dict(options), opts.ACTOR, f"@ray.remote class {cls.__qualname__}")
         self.__name__ = cls.__name__
         self.__doc__ = cls.__doc__

@@ -25,7 +25,7 @@ def producer() -> Iterator[ActorHandle]:
         handle.kill()
 
 
-def _until(predicate, what: str, timeout: float = 5.0) -> None:  # noqa: ANN001
+def _until(predicate, what: str, timeout: float = 5.0) -> None:
     deadline = time.monotonic() + timeout
     while not predicate():
         if time.monotonic() > deadline:
