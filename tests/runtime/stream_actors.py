@@ -34,8 +34,7 @@ class Producer:
         yield "after the gate"
 
     def fails_at(self, n: int) -> Iterator[int]:
-        for i in range(n):
-            yield i
+        yield from range(n)
         raise ValueError(f"item {n} is bad")
 
     def wrong_type(self) -> Iterator[int]:

@@ -40,8 +40,7 @@ class Counter:
         return self.value
 
     def numbers(self, n):
-        for i in range(n):
-            yield i
+        yield from range(n)
 
 
 @ray.remote
