@@ -60,25 +60,25 @@ def test_unknown_options_and_runtime_env_fields() -> None:
         actor.options(runtime_env={"envvars": {}}).remote(1)
     with pytest.raises(NotImplementedError, match="only a local directory"):
         actor.options(runtime_env={"working_dir": "s3://bucket/code.zip"}).remote(1)
-    with pytest.raises(NotImplementedError, match="use handle.m.options\\(window=N\\)"):
+    with pytest.raises(NotImplementedError, match=r"use handle\.m\.options\(window=N\)"):
         ray.remote(_generator_backpressure_num_objects=4)(lambda: None)
 
 
 def test_refused_apis() -> None:
-    with pytest.raises(NotImplementedError, match="no Ray cluster to connect to.*miles-launch"):
+    with pytest.raises(NotImplementedError, match=r"no Ray cluster to connect to.*miles-launch"):
         ray.init(address="ray://head:10001")
     with pytest.raises(NotImplementedError, match="there is no dashboard"):
         ray.init(include_dashboard=True, ignore_reinit_error=True)
     with pytest.raises(TypeError, match="unexpected keyword argument 'num_cpu'"):
         ray.init(num_cpu=2, ignore_reinit_error=True)
-    with pytest.raises(RuntimeError, match="ray.init twice"):
+    with pytest.raises(RuntimeError, match=r"ray\.init twice"):
         ray.init()
     ref = ray.put(1)
     with pytest.raises(NotImplementedError, match="force=True"):
         ray.cancel(ref, force=True)
     with pytest.raises(ValueError, match=r"only supported for actors\. For tasks, try ray\.cancel"):
         ray.kill(ref)
-    with pytest.raises(TypeError, match="Calling 'put' on an ray.ObjectRef"):
+    with pytest.raises(TypeError, match=r"Calling 'put' on an ray\.ObjectRef"):
         ray.put(ref)
 
 
@@ -89,7 +89,7 @@ def test_refused_task_and_call_shapes() -> None:
 
     with pytest.raises(TypeError, match=r"Instead of running 'f\(\)', try 'f\.remote\(\)'"):
         f(1)
-    with pytest.raises(NotImplementedError, match="task workers hold no GPUs.*actor with num_gpus"):
+    with pytest.raises(NotImplementedError, match=r"task workers hold no GPUs.*actor with num_gpus"):
         f.options(num_gpus=1).remote(1)
     with pytest.raises(NotImplementedError, match="num_returns='dynamic' is deprecated"):
         f.options(num_returns="dynamic").remote(1)
@@ -102,14 +102,14 @@ def test_refused_task_and_call_shapes() -> None:
         actor(1)
     with pytest.raises(TypeError, match="missing a required argument: 'a'"):
         actor.remote()
-    with pytest.raises(ValueError, match="names another node.*soft=True"):
+    with pytest.raises(ValueError, match=r"names another node.*soft=True"):
         actor.options(scheduling_strategy=NodeAffinitySchedulingStrategy("elsewhere", soft=False)).remote(1)
 
     class Star:
         def __init__(self, *args):
             self.args = args
 
-    with pytest.raises(ActorDefinitionError, match="'args' is variadic positional.*cannot be passed by name"):
+    with pytest.raises(ActorDefinitionError, match=r"'args' is variadic positional.*cannot be passed by name"):
         ray.remote(Star).remote(1)
 
 
