@@ -8,7 +8,10 @@ python/ray/_private/worker.py (init's parameters), python/ray/actor.py (max_rest
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
@@ -138,3 +141,15 @@ def test_actor_fault_tolerance_page() -> None:
     actor = Flaky.remote()
     counts = [ray.get(actor.increment_and_possibly_fail.remote(), timeout=30) for _ in range(5)]
     assert counts == [1, 2, 3, 1, 2]
+
+
+def test_readme_ported_script_runs() -> None:
+    """README "Coming from Ray": the ported script (examples/ray_compat_port.py) runs unchanged, in a process
+    of its own (its own ray.init / shutdown)."""
+    root = Path(__file__).resolve().parents[2]
+    done = subprocess.run(
+        [sys.executable, str(root / "examples" / "ray_compat_port.py")],
+        cwd=root, env={**os.environ, "PYTHONPATH": str(root)}, capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "ray_compat port: ok" in done.stdout
