@@ -1,12 +1,11 @@
 """The CPU engine's state and scheduling: a queue of requests, batched onto one compute thread.
 
 Requests that arrive within ``batch_window_s`` of each other (and every prompt of a batched request) run as one
-batch. Pausing follows SGLang: ``mode="abort"`` aborts every request in flight, ``in_place``/``retract`` freeze
-running batches between decode steps; in every mode new requests wait until ``/continue_generation``, for at most
-``pause_wait_timeout_s``, then get a 503 that says so. Weight updates (:mod:`actors.cpu_engine.weight_sync`) land
-between two decode steps of a paused batch, or, unpaused, after the running requests (SGLang's model update lock,
-:mod:`actors.cpu_engine.update_lock`). Releasing memory is bookkeeping only (:mod:`actors.cpu_engine.released_memory`).
-Settings: :class:`~actors.cpu_engine.settings.EngineSettings`. Streams get a snapshot after every decode step.
+batch. Pausing follows SGLang: ``abort`` aborts every request in flight, ``in_place`` freezes running batches
+between decode steps (KV kept), ``retract`` holds them as waiting (KV recomputed with the current weights on
+continue); new requests wait until ``/continue_generation`` (at most ``pause_wait_timeout_s``, then a 503).
+Weight updates (:mod:`actors.cpu_engine.weight_sync`) land between two decode steps of a paused batch, or,
+unpaused, after the running requests (SGLang's model update lock, :mod:`actors.cpu_engine.update_lock`).
 """
 
 from __future__ import annotations
@@ -164,10 +163,8 @@ class CPUEngine(WeightSync):
 
     def abort(self, rid: str = "", *, abort_all: bool = False, reason: str = "aborted by /abort_request") -> int:
         """Abort request ``rid`` (or every request); returns how many sequences were marked."""
-        if abort_all:
-            targets = list(self._in_flight.values())
-        else:
-            targets = [self._in_flight[rid]] if rid in self._in_flight else []
+        found = self._in_flight.get(rid)
+        targets = list(self._in_flight.values()) if abort_all else [found] if found is not None else []
         for seq in targets:
             seq.abort_message = seq.abort_message or reason
         if targets:
@@ -190,6 +187,8 @@ class CPUEngine(WeightSync):
             if not (self._update_lock.readers or self._num_running) or time.monotonic() >= deadline:
                 break
             await asyncio.sleep(POLL_S)
+        while mode != "abort" and self._num_running and not self._held and time.monotonic() < deadline:
+            await asyncio.sleep(POLL_S)  # SGLang's scheduler answers once the running batch is held or retracted
         logger.info("generation paused (mode=%s, %d aborted)", mode, aborted)
         return aborted
 
@@ -306,15 +305,17 @@ class CPUEngine(WeightSync):
                 )
             await asyncio.sleep(POLL_S)
 
-    def _hold_while_paused(self, live: list[Sequence]) -> None:
-        """Compute thread, between decode steps: hold a paused batch until continued or aborted."""
-        self._held = not self._unpaused.is_set()
+    def _hold_while_paused(self, live: list[Sequence]) -> bool:
+        """Compute thread, between steps: hold a paused batch; True: recompute its KV (retract: it waits, not runs)."""
+        retract, running = self._pause_mode == "retract", self._num_running
+        self._num_running, self._held = (0 if retract else running), not self._unpaused.is_set()
         try:
             while not self._unpaused.wait(POLL_S):
-                if self._closing or all(seq.abort_message is not None for seq in live):
-                    return
+                if self._closing or all(seq.done or seq.abort_message is not None for seq in live):
+                    return False
         finally:
-            self._held = False
+            self._num_running, self._held = running, False
+        return retract
 
     async def _schedule(self) -> None:
         loop = asyncio.get_running_loop()
@@ -349,7 +350,7 @@ class CPUEngine(WeightSync):
         """Compute thread: run one batch; each request is answered as soon as its sequences are done."""
         waiting = list(groups)
 
-        def before_step(live: list[Sequence]) -> None:
+        def before_step(live: list[Sequence]) -> bool:
             nonlocal waiting
             done = [group for group in waiting if all(seq.done for seq in group.sequences)]
             if done:
@@ -358,11 +359,11 @@ class CPUEngine(WeightSync):
                     try:
                         loop.call_soon_threadsafe(self._finish_group, group, None)
                     except RuntimeError:  # the loop is closed: nobody is waiting any more
-                        return
+                        return False
             for group in waiting:
                 if group.progress is not None:
                     self._report_progress(group, loop)
-            self._hold_while_paused(live)
+            return self._hold_while_paused(live)
 
         sequences = [seq for group in groups for seq in group.sequences]
         with self.metrics.func_latency.labels("run_batch").time():

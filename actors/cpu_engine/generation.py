@@ -190,13 +190,15 @@ def run_batch(
     sequences: list[Sequence],
     *,
     model_lock: Lock,
-    before_step: Callable[[list[Sequence]], None],
+    before_step: Callable[[list[Sequence]], bool | None],
     prefix_cache: PrefixCache | None = None,
 ) -> None:
     """Generate until every sequence in ``sequences`` is finished (stop, length or abort).
 
     A sequence with ``max_new_tokens == 0`` is prefilled only (input logprobs, prefix cache), as SGLang's
-    prefill-only requests. Finished sequences leave their prompt and output in ``prefix_cache``.
+    prefill-only requests. Finished sequences leave their prompt and output in ``prefix_cache``. When
+    ``before_step`` returns True the batch was retracted (its KV freed): the keys and values of every live
+    sequence are recomputed from its tokens so far with the current weights before the next step.
     """
     for seq in sequences:
         seq.check_abort()
@@ -226,7 +228,7 @@ def run_batch(
     logits = torch.stack([last for _, _, last in prefilled])
     while True:
         tokens = [seq.step(logits[row]) for row, seq in enumerate(live)]
-        before_step(live)
+        retracted = bool(before_step(live))
         for seq in live:
             seq.check_abort()
         keep = [row for row, seq in enumerate(live) if not seq.done]
@@ -240,6 +242,8 @@ def run_batch(
             cache.values = [v.index_select(0, index) for v in cache.values]
             key_valid, next_positions, starts = key_valid[index], next_positions[index], starts[index]
             live, tokens = [live[row] for row in keep], [tokens[row] for row in keep]
+        if retracted:
+            _recompute(model, live, cache, starts, model_lock=model_lock)
         key_valid[:, cache.length] = True
         step_ids = torch.tensor(tokens, dtype=torch.long)[:, None]
         with model_lock, torch.inference_mode():
@@ -250,6 +254,24 @@ def run_batch(
                 cache=cache,
             )[:, -1]
         next_positions = next_positions + 1
+
+
+def _recompute(
+    model: LlamaForCausalLM, live: list[Sequence], cache: KVCache, starts: torch.Tensor, *, model_lock: Lock
+) -> None:
+    """A retracted batch back from the waiting queue (SGLang's ``retract_all`` frees the KV; the request is
+    prefilled again over its prompt and output): each row's keys and values for its prompt and output but the
+    last token (not fed yet), computed again with the weights loaded now, in place in the batch cache."""
+    for row, seq in enumerate(live):
+        start = int(starts[row])
+        tokens = [*seq.item.input_ids, *seq.output_ids[:-1]]
+        assert cache.length - start == len(tokens), (cache.length, start, len(tokens))
+        fresh = KVCache.allocate(model.config, 1, len(tokens), cache.keys[0].dtype)
+        with model_lock, torch.inference_mode():
+            model(torch.tensor([tokens], dtype=torch.long), positions=torch.arange(len(tokens))[None], cache=fresh)
+        for layer in range(model.config.num_layers):
+            cache.keys[layer][row, :, start : cache.length] = fresh.keys[layer][0, :, : len(tokens)]
+            cache.values[layer][row, :, start : cache.length] = fresh.values[layer][0, :, : len(tokens)]
 
 
 def _cache_finished(prefix_cache: PrefixCache, live: list[Sequence], cache: KVCache, starts: torch.Tensor) -> None:

@@ -54,6 +54,7 @@ def server_info(engine: CPUEngine, host: str, port: int) -> dict[str, Any]:
                 "pause_mode": engine._pause_mode,
                 "released_memory": sorted(engine.memory.released),
                 "num_in_flight": len(engine._in_flight),
+                "num_in_flight_with_output": sum(1 for seq in list(engine._in_flight.values()) if seq.output_ids),
                 "weight_version": engine.weight_version,
                 "max_total_num_tokens": engine.settings.max_total_num_tokens,
                 "cached_tokens": engine.prefix_cache.num_tokens,

@@ -5,9 +5,12 @@ Per iteration ``i``: take a batch from the rollout's buffer (samples at most ``m
 than the trainer's ``v{i-1}``), train on it, then push ``v{i}``: the controller pauses the engines (its
 ``pause_mode``), the trainer posts the weights, the engines continue. ``in_flight`` says what becomes of the
 requests a push finds running: ``"partial"`` (aborted by the pause and resumed as partial rollouts: tokens keep
-the version that made them), ``"restart"`` (aborted and started over on the new weights) or ``"finish"`` (no
-new requests start, the running ones finish on the old version, then the push). The last line is ``RESULT
-{json}`` (actors/demo/result.py). Colocation is not supported here (the engines never stop generating).
+the version that made them), ``"restart"`` (aborted and started over on the new weights), ``"finish"`` (no
+new requests start, the running ones finish on the old version, then the push) or ``"continue"`` (the controller's
+``pause_mode`` is ``"retract"`` or ``"in_place"``: they are paused, not aborted, and go on after the push, their
+later tokens from the new version; retract recomputes their KV with the new weights, in_place keeps it). The
+last line is ``RESULT {json}`` (actors/demo/result.py). Colocation is not supported here (the engines never
+stop generating).
 """
 
 from __future__ import annotations
@@ -25,7 +28,11 @@ from actors.job_args import job_settings
 from actors.trainer.group import TrainerGroup, TrainerGroupError
 from runtime import ActorHandle
 
-IN_FLIGHT = ("partial", "restart", "finish")
+IN_FLIGHT = ("partial", "restart", "finish", "continue")
+# in_flight -> the controller pause_modes it works with ("partial"/"restart" handle the requests "abort" aborts;
+# "continue" lets them run through the push, which "retract" and "in_place" do: SGLang's pause_generation)
+PAUSE_MODES_FOR = {"partial": ("abort",), "restart": ("abort",), "finish": ("abort", "retract", "in_place"),
+                   "continue": ("retract", "in_place")}  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -71,6 +78,13 @@ def run_async_loop(
     board = ProgressBoard(settings.iterations)
     sync = WeightSync(trainer, controller)
     urls, router = controller.engine_urls().result(timeout=30), controller.router_url().result(timeout=30)
+    pause_mode = controller.status().result(timeout=30)["pause_mode"]
+    if pause_mode not in PAUSE_MODES_FOR[settings.in_flight]:
+        raise ValueError(
+            f"job.args.in_flight = {settings.in_flight!r} needs the inference pool's pause_mode to be one of "
+            f"{PAUSE_MODES_FOR[settings.in_flight]}, got {pause_mode!r}: set [pools.worker.kwargs] pause_mode or "
+            'in_flight ("continue" goes with "retract"/"in_place", "partial"/"restart" with "abort")'
+        )
     print(f"[async] engines: {urls}; router {router}", flush=True)
     checkpoints = RunCheckpoints(settings.checkpoint_dir) if settings.checkpoint_dir else None
     point, step = checkpoints.restore(trainer, timeout) if checkpoints and settings.resume else (None, 0)
@@ -87,7 +101,7 @@ def run_async_loop(
         next_group=point.next_group if point else 0, version=first - 1,
     ).result(timeout=60)  # fmt: skip
     print(f"[async] producer started: max_staleness={settings.max_staleness} ({settings.on_stale}), "
-          f"in-flight requests at a push: {settings.in_flight}", flush=True)  # fmt: skip
+          f"in-flight requests at a push: {settings.in_flight} (pause_mode {pause_mode})", flush=True)  # fmt: skip
     board.header()
     generated_before = generating_seconds(urls)
     started = time.perf_counter()

@@ -69,7 +69,7 @@ class WeightSync:
     def update(self, version: str) -> None:
         update = self.controller.start_update_weights().result(timeout=120)
         try:
-            self.trainer.push_weights(update["engine_urls"], version)
+            self.trainer.push_weights(update["engine_urls"], version, flush_cache=update.get("flush_cache", True))
         except BaseException:
             self.controller.abort_update_weights(update["token"]).result(timeout=60)
             raise

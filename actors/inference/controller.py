@@ -277,6 +277,7 @@ class InferenceController(CellKeeper, WeightUpdates, MemoryOccupation):
             "router_alive": bool(router and router.is_running()),
             "router_restarts": self._keeper.restarts if self._keeper else 0,
             "weight_version": self._weights.version,
+            "pause_mode": self.pause_mode,
             "weights_restorable": self._weights.restorable,
             "update": self._update_view(),
             "memory": self.memory_state(),

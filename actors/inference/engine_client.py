@@ -86,22 +86,24 @@ class EngineClient:
         """``POST /release_memory_occupation`` (op ``release``) or ``/resume_memory_occupation`` (``resume``)."""
         await self.request("POST", f"/{op}_memory_occupation", {"tags": tags}, timeout_s=timeout_s)
 
-    async def update_from_tensors(self, named: list[tuple[str, Any]], version: str, *, timeout_s: float) -> None:
+    async def update_from_tensors(
+        self, named: list[tuple[str, Any]], version: str, *, flush: bool = True, timeout_s: float
+    ) -> None:
         """CPU engine: load CPU tensors and set ``version``."""
         payload = await asyncio.to_thread(encode_named_tensors, named)
-        await self.update_from_serialized(payload, version, timeout_s=timeout_s)
+        await self.update_from_serialized(payload, version, flush=flush, timeout_s=timeout_s)
 
-    async def update_from_serialized(self, payload: str, version: str, *, timeout_s: float) -> None:
-        """CPU engine: load an ``actors.weights_wire`` payload and set ``version``."""
-        body = {"serialized_named_tensors": [payload], "flush_cache": True, "weight_version": version}
+    async def update_from_serialized(self, payload: str, version: str, *, flush: bool = True, timeout_s: float) -> None:
+        """CPU engine: load an ``actors.weights_wire`` payload and set ``version`` (``flush``: SGLang's flush_cache)."""
+        body = {"serialized_named_tensors": [payload], "flush_cache": flush, "weight_version": version}
         await self.request("POST", "/begin_weight_update", {}, timeout_s=timeout_s)
         try:
             await self.request("POST", "/update_weights_from_tensor", body, timeout_s=timeout_s)
         finally:
             await self.request("POST", "/end_weight_update", {}, timeout_s=timeout_s)
 
-    async def update_from_disk(self, model_path: str, version: str, *, timeout_s: float) -> None:
-        body = {"model_path": model_path, "flush_cache": True, "weight_version": version}
+    async def update_from_disk(self, model_path: str, version: str, *, flush: bool = True, timeout_s: float) -> None:
+        body = {"model_path": model_path, "flush_cache": flush, "weight_version": version}
         await self.request("POST", "/update_weights_from_disk", body, timeout_s=timeout_s)
 
     async def set_weight_version(self, version: str, *, timeout_s: float) -> None:

@@ -3,6 +3,7 @@
 ::
 
     info = await controller.start_update_weights()           # waits for the lock; pauses and flushes every engine
+    # (flushes unless pause_mode is "in_place"; post with flush_cache=info["flush_cache"])
     ... trainer posts to info["engine_urls"] (/update_weights_from_tensor, /update_weights_from_distributed ...)
     await controller.end_update_weights(info["token"], "v7")  # sets the version, continues generation, unlocks
     # or: await controller.abort_update_weights(info["token"])
@@ -78,8 +79,8 @@ class WeightUpdates:
     async def start_update_weights(self, timeout_s: float = 60.0) -> dict[str, Any]:
         """Take the lock (waiting up to ``timeout_s``), pause generation and flush every engine.
 
-        Returns ``{"token", "engine_urls", "weight_version"}``: post the weights to ``engine_urls``, then call
-        end_update_weights(token, version) or abort_update_weights(token).
+        Returns ``{"token", "engine_urls", "weight_version", "flush_cache"}``: post the weights to ``engine_urls``
+        (with that ``flush_cache``), then call end_update_weights(token, version) or abort_update_weights(token).
         """
         self._before_update()
         if not await self._acquire_update_lock(timeout_s):
@@ -94,7 +95,8 @@ class WeightUpdates:
         self._update = session
         try:
             await self._on_all(self._targets(session), self._pause, "pause")
-            await self._on_all(self._targets(session), self._flush, "flush")
+            if self.flushes_cache:
+                await self._on_all(self._targets(session), self._flush, "flush")
             if not self._targets(session):
                 raise NoServingEngines(f"server {self.server_id}: no engine to update: {self._cell_errors()}")
         except BaseException:
@@ -107,6 +109,7 @@ class WeightUpdates:
             "token": session.token,
             "engine_urls": list(session.targets.values()),
             "weight_version": self._weights.version,
+            "flush_cache": self.flushes_cache,
         }
 
     async def end_update_weights(
@@ -176,7 +179,9 @@ class WeightUpdates:
 
         async def push(cell: EngineCell) -> None:
             assert cell.client is not None
-            await cell.client.update_from_serialized(payload, weight_version, timeout_s=self.update_timeout_s)
+            await cell.client.update_from_serialized(
+                payload, weight_version, flush=self.flushes_cache, timeout_s=self.update_timeout_s
+            )
 
         def record(session: UpdateSession) -> None:
             session.tensors.update(named_tensors)
@@ -191,12 +196,21 @@ class WeightUpdates:
 
         async def load(cell: EngineCell) -> None:
             assert cell.client is not None
-            await cell.client.update_from_disk(model_path, weight_version, timeout_s=self.update_timeout_s)
+            await cell.client.update_from_disk(
+                model_path, weight_version, flush=self.flushes_cache, timeout_s=self.update_timeout_s
+            )
 
         def record(session: UpdateSession) -> None:
             session.weights_dir, session.tensors = model_path, {}
 
         return await self._push(token, weight_version, timeout_s, load, record)
+
+    @property
+    def flushes_cache(self) -> bool:
+        """miles' ``weight_push_session``: ``in_place`` resumes requests on their KV, so an update neither flushes
+        nor asks the engine to (SGLang 0.5.23 refuses a flush while a paused batch still runs); abort and retract
+        leave nothing running (retract moves the requests to the waiting queue), so the flush succeeds."""
+        return self.pause_mode != "in_place"
 
     # ---- internals --------------------------------------------------------------------------------------
 

@@ -107,6 +107,7 @@ class AgentRollout:
             "prompts": len(prompts), "samples": len(prompts) * n_samples_per_prompt, "leaves": len(rows),
             "mean_reward": sum(r["reward"] for r in rows) / len(rows), "elapsed_s": time.monotonic() - started,
             "tokens_generated": sum(sum(r["loss_mask"]) for r in rows), **counts,
+            "weight_versions": sorted({str(v) for r in rows for v in r["weight_versions"]}),
         }  # fmt: skip
         shards = [put({**_columns(rows[part.start : part.stop]), "dp_rank": rank, "dp_size": self.dp_size,
                        "stats": stats})

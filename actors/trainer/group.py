@@ -114,9 +114,11 @@ class TrainerGroup:
         """Call ``method(**kwargs)`` on every rank (collectives need all of them); results in rank order."""
         return self._collect(method, [kwargs] * len(self.handles), timeout_s)
 
-    def push_weights(self, urls: list[str], weight_version: str, *, timeout_s: float = 300.0) -> list[dict]:
+    def push_weights(
+        self, urls: list[str], weight_version: str, *, timeout_s: float = 300.0, flush_cache: bool = True
+    ) -> list[dict]:
         return self.broadcast("push_weights_to_engines", urls=urls, weight_version=weight_version,
-                              timeout_s=timeout_s)[0]  # fmt: skip
+                              timeout_s=timeout_s, flush_cache=flush_cache)[0]  # fmt: skip
 
     def save_hf_checkpoint(self, path: str, *, timeout_s: float = 600.0) -> str:
         """Write the current weights as a Hugging Face directory at ``path`` (rank 0 writes); returns it."""

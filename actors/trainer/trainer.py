@@ -289,6 +289,7 @@ class Trainer:
         weight_version: str,
         bucket_bytes: int | None = None,
         timeout_s: float = 120.0,
+        flush_cache: bool = True,
     ) -> list[dict[str, object]]:
         """Send the current weights to each engine's ``/update_weights_from_tensor`` (collective).
 
@@ -299,9 +300,8 @@ class Trainer:
         with self._guard.running("push_weights_to_engines"):
 
             def send(pairs: list[tuple[str, Tensor]]) -> list[dict[str, object]]:
-                return push_to_engines(
-                    urls, pairs, weight_version=weight_version, bucket_bytes=bucket_bytes, timeout_s=timeout_s
-                )
+                return push_to_engines(urls, pairs, weight_version=weight_version, bucket_bytes=bucket_bytes,
+                                       timeout_s=timeout_s, flush_cache=flush_cache)  # fmt: skip
 
             return self._push_from_rank_zero(send)
 
@@ -315,6 +315,7 @@ class Trainer:
         backend: str | None = None,
         bucket_bytes: int | None = None,
         timeout_s: float = 120.0,
+        flush_cache: bool = True,
     ) -> list[dict[str, object]]:
         """Broadcast the current weights to each engine over a torch.distributed group (collective).
 
@@ -333,6 +334,7 @@ class Trainer:
                     return push_over_group(
                         urls, pairs, weight_version=weight_version, master_address=master_address,
                         master_port=master_port, backend=chosen, bucket_bytes=bucket_bytes, timeout_s=timeout_s,
+                        flush_cache=flush_cache,
                     )  # fmt: skip
                 except WeightPushError:
                     raise

@@ -82,8 +82,10 @@ def push_to_engines(
     weight_version: str,
     bucket_bytes: int | None,
     timeout_s: float,
+    flush_cache: bool = True,
 ) -> list[dict[str, object]]:
-    """Send ``pairs`` to every engine in turn; returns each engine's last reply. Stops at the first error."""
+    """Send ``pairs`` to every engine in turn; returns each engine's last reply. Stops at the first error.
+    ``flush_cache`` (on the last request): False under an ``in_place`` pause (its requests keep their KV)."""
     chunks = buckets(pairs, bucket_bytes)
     encoded = [encode_named_tensors(chunk) for chunk in chunks]  # encode once, reuse for every engine
     replies: list[dict[str, object]] = []
@@ -94,7 +96,7 @@ def push_to_engines(
         try:
             for index, payload in enumerate(encoded):
                 last = index == len(encoded) - 1
-                body: dict[str, object] = {"serialized_named_tensors": [payload], "flush_cache": last}
+                body: dict[str, object] = {"serialized_named_tensors": [payload], "flush_cache": last and flush_cache}
                 if last:
                     body["weight_version"] = weight_version
                 reply = post_json(endpoint, body, timeout_s=timeout_s)
@@ -129,6 +131,7 @@ def push_over_group(
     bucket_bytes: int | None,
     timeout_s: float,
     group_name: str = GROUP_NAME,
+    flush_cache: bool = True,
 ) -> list[dict[str, object]]:
     """Broadcast ``pairs`` to every engine over a torch.distributed group (SGLang's distributed protocol).
 
@@ -197,7 +200,7 @@ def push_over_group(
                 "dtypes": [dtype_name(tensor.dtype) for _, tensor in chunk],
                 "shapes": [list(tensor.shape) for _, tensor in chunk],
                 "group_name": group_name,
-                "flush_cache": last,
+                "flush_cache": last and flush_cache,
             }
             if last:
                 body["weight_version"] = weight_version

@@ -6,7 +6,9 @@ import json
 import os
 import subprocess
 import sys
+import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -163,19 +165,37 @@ def check_names_across(stdout: str, hosts: list[str]) -> dict[str, Any]:
     return out
 
 
-def run_local_example(data: dict[str, Any], tmp_path: Path, cwd: Path) -> tuple[subprocess.CompletedProcess[str], str]:
+def run_local_example(
+    data: dict[str, Any], tmp_path: Path, cwd: Path, *, on_line: Callable[[str, int], None] | None = None
+) -> tuple[subprocess.CompletedProcess[str], str]:
     """Run an example hosts.toml (parsed as ``data``) on this machine: its workdirs under ``tmp_path``, this
-    interpreter on its one host; returns the finished launcher and its stdout and stderr together."""
+    interpreter on its one host; ``on_line(line, launcher_pid)`` sees each console line as it comes; returns the
+    finished launcher (stderr merged into stdout) and that output."""
     data["launcher"]["workdir"] = str(tmp_path / "launch")
     data["host_defaults"]["python"] = sys.executable
     data["hosts"][0]["workdir"] = str(tmp_path / "host")
     config = tmp_path / "hosts.toml"
     config.write_text(toml_text.dump(data))
-    result = subprocess.run(
-        [PYTHON, "-m", "launcher.cli", str(config), "--no-logs"],
-        capture_output=True, text=True, timeout=300, cwd=cwd, env=subprocess_env(),
-    )  # fmt: skip
-    return result, result.stdout + result.stderr
+    argv = [PYTHON, "-m", "launcher.cli", str(config), "--no-logs"]
+    with subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=cwd,
+                          env=subprocess_env()) as launcher:  # fmt: skip
+        timer = threading.Timer(300, launcher.kill)  # the deadline of the whole run
+        timer.start()
+        lines = []
+        try:
+            assert launcher.stdout is not None
+            for line in launcher.stdout:
+                lines.append(line)
+                if on_line is not None:
+                    on_line(line, launcher.pid)
+            launcher.wait(timeout=30)
+        finally:
+            timer.cancel()
+            if launcher.poll() is None:
+                launcher.kill()
+                launcher.wait(timeout=30)
+    output = "".join(lines)
+    return subprocess.CompletedProcess(argv, launcher.returncode, output, ""), output
 
 
 def result_line(stdout: str) -> dict[str, Any]:
