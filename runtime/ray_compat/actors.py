@@ -183,7 +183,8 @@ class ActorMethod:
                 "stream (num_returns='streaming', the default) and list() the values"
             )
         retries = int(options.get("max_task_retries", self._handle._max_task_retries))
-        should_retry = retry_on(options.get("retry_exceptions", False), what)
+        retryable, inner = retry_on(options.get("retry_exceptions", False), what), self._handle._inner
+        should_retry = lambda exc: inner.dead is None and retryable(exc)  # noqa: E731 - never once it is dead for good
         call = RetryingCall(lambda: ref(*args, **kwargs), retries, should_retry)
         return refs_for(call, num_returns, what)
 

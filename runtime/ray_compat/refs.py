@@ -56,9 +56,9 @@ class ObjectRef:
 
     def result(self, timeout: float | None) -> Any:
         """The value, or the error (as a ``ray.exceptions`` one) the call raised."""
-        if self._stored is not None:
-            return self._stored.get(timeout=timeout)
         try:
+            if self._stored is not None:
+                return self._stored.get(timeout=timeout)
             return self.future.result(timeout)
         except concurrent.futures.TimeoutError:
             if self.future.done():
@@ -68,9 +68,9 @@ class ObjectRef:
             raise as_ray_error(exc) from exc
 
     async def result_async(self) -> Any:
-        if self._stored is not None:
-            return await self._stored.get_async()
         try:
+            if self._stored is not None:
+                return await self._stored.get_async()
             return await asyncio.wrap_future(self.future)
         except BaseException as exc:
             raise as_ray_error(exc) from exc

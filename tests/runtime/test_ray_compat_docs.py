@@ -79,6 +79,11 @@ def test_named_actor_get_if_exists() -> None:
     assert ray.get(a.increment.remote()) == 1
     assert ray.get(b.increment.remote()) == 2  # the same actor
     ray.kill(a)
+    other = Counter.options(name="in-ns", namespace="other-ns").remote()  # "Named actors": namespaces
+    assert ray.get(ray.get_actor("in-ns", namespace="other-ns").increment.remote()) == 1
+    with pytest.raises(ValueError, match="Failed to look up actor with name 'in-ns'"):
+        ray.get_actor("in-ns")
+    ray.kill(other)
 
 
 def test_tasks_page_refs_multiple_returns_and_wait() -> None:
@@ -223,7 +228,8 @@ def test_streaming_generator_page() -> None:
     with pytest.raises(StopIteration):
         next(gen)
 
-    for actor in (Counter.remote(), AsyncActor.remote()):  # "Generator from Actor Tasks"
+    threaded = Counter.options(max_concurrency=5).remote()  # a threaded actor
+    for actor in (Counter.remote(), AsyncActor.remote(), threaded):  # "Generator from Actor Tasks"
         assert [ray.get(ref) for ref in actor.numbers.remote(5)] == [0, 1, 2, 3, 4]
 
     async def main() -> list[int]:  # "Using the Ray generator with asyncio"

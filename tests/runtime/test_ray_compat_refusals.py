@@ -7,6 +7,7 @@ python/ray/_private/worker.py (init's parameters), python/ray/actor.py (max_rest
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -153,3 +154,14 @@ def test_readme_ported_script_runs() -> None:
     )  # fmt: skip
     assert done.returncode == 0, done.stderr[-2000:]
     assert "ray_compat port: ok" in done.stdout
+
+
+def test_nodes_lists_the_launch_hosts(monkeypatch: pytest.MonkeyPatch) -> None:
+    """ray.nodes(): this machine with its resources, then the hosts of the launch (MILES_LAUNCH_POOLS, set by
+    miles-launch for a command job)."""
+    pools = {"trainer": ["10.0.0.2:7000", "10.0.0.2:7001"], "engines": ["10.0.0.3:7100"]}
+    monkeypatch.setenv("MILES_LAUNCH_POOLS", json.dumps(pools))
+    nodes = ray.nodes()
+    assert nodes[0]["local"] and nodes[0]["Resources"]["CPU"] == 2
+    assert [n["NodeManagerAddress"] for n in nodes[1:]] == ["10.0.0.2", "10.0.0.3"]
+    assert all(n["Alive"] for n in nodes)

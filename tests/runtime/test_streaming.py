@@ -144,7 +144,7 @@ def test_stream_next_checks_what_comes_off_the_wire(producer: ActorHandle) -> No
     stream.close()
 
 
-def test_unknown_stream_state_after_close_is_an_end(producer: ActorHandle) -> None:
+def test_a_stream_closed_before_iterating_yields_nothing(producer: ActorHandle) -> None:
     stream = producer.count(10, tag="closed-early")
     stream.close()
     assert list(stream) == []  # closed before iterating: nothing, no error
