@@ -118,8 +118,7 @@ class CallRunner:
             value = await builtin.function(self._server, *extra, *args, **kwargs)
         except BaseException as exc:
             return self.failure_frames(record, exc, started)
-        self._observe(record.method, "ok", started)
-        return result_frames(record, self._server.boot_id, value)
+        return self.ok_frames(record, value, started)
 
     @property
     def host(self) -> RunnerHost:
