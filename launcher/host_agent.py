@@ -6,7 +6,7 @@ PR_SET_PDEATHSIG(SIGKILL) on Linux and a log file; the agent is a child subreape
 grace, SIGKILL) when stdin hits EOF, heartbeats stop for ``--heartbeat-timeout`` seconds, it gets
 SIGTERM/SIGHUP/SIGINT, or the launcher sends ``shutdown``; then it deletes the CURVE key directories the launcher
 gave it (``agent_keys``). Children die with it even when it is killed with SIGKILL (PDEATHSIG).
-``python -m runtime.worker`` children are forked by the agent's fork server (``launcher.zygote``, driven by
+``python -m runtime.worker`` children are forked by the agent's fork server (``runtime.fork_server``, driven by
 ``launcher.zygote_client``) and re-parented to the agent, with the same supervision.
 """
 

@@ -1,6 +1,7 @@
-"""A local actor process started with subprocess: readiness handshake, log forwarding, exit watching.
+"""A local actor process: readiness handshake, log forwarding, exit watching.
 
-The child runs ``python -m runtime.worker`` in its own process group, dies with us (PR_SET_PDEATHSIG plus a parent
+The child runs ``python -m runtime.worker`` (forked by this process's fork server, :mod:`runtime.driver_fork`, or
+else started with subprocess) in its own process group, dies with us (PR_SET_PDEATHSIG plus a parent
 watch), reads its spawn token from its stdin (:mod:`runtime.control_auth`), and prints one ready line; everything
 else it prints is forwarded to our stderr with a ``(name pid=N)`` prefix, and its last lines are kept, so that a
 death (say inside its constructor) can be reported with them. A watcher thread reports the exit code the moment the
@@ -9,6 +10,7 @@ process ends.
 
 from __future__ import annotations
 
+import asyncio
 import collections
 import contextlib
 import json
@@ -22,8 +24,10 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from runtime import control_auth
+from runtime import control_auth, driver_fork
+from runtime.driver_fork import child_environment
 from runtime.errors import ActorDied, DeadlineExceeded
+from runtime.fork_client import ForkedWorker
 from transport import shared_memory
 from transport.security import ServerKeys
 
@@ -72,16 +76,6 @@ def worker_command(
     return [*argv, "--parent-pid", str(parent_pid)] if parent_pid else argv
 
 
-def child_environment(extra: dict[str, str] | None) -> dict[str, str]:
-    """Our environment plus our import path (so classes importable here are importable there) and ``extra``."""
-    env = dict(os.environ)
-    paths = [p for p in [os.getcwd(), *sys.path] if p and os.path.isdir(p)]
-    env["PYTHONPATH"] = os.pathsep.join(dict.fromkeys(paths))
-    env["PYTHONUNBUFFERED"] = "1"
-    env.update(extra or {})
-    return env
-
-
 class ActorProcess:
     """One spawned actor process."""
 
@@ -103,6 +97,7 @@ class ActorProcess:
         self.on_exit: list[Callable[[int], None]] = list(on_exit or [])  # called with the exit code
         self._ready: dict[str, Any] | None = None
         self._ready_event = threading.Event()
+        self._ready_waiters: list[Callable[[], None]] = []  # called once, when _ready_event is set
         self.recent_output: collections.deque[str] = collections.deque(maxlen=KEPT_LINES)
         self._output_done = threading.Event()
         self._exit_lock = threading.Lock()
@@ -117,12 +112,15 @@ class ActorProcess:
         else:
             lifetime_pid = os.getpid()
             argv = worker_command(bind, parent_pid=lifetime_pid, metrics_port=metrics_port)
-        self.popen = subprocess.Popen(
+        full_env = child_environment({**(env or {}), LIFETIME_PID_ENV: str(lifetime_pid)})
+        self.popen: subprocess.Popen[str] | ForkedWorker = driver_fork.fork_worker(
+            argv, full_env, cwd
+        ) or subprocess.Popen(
             argv,
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
-            env=child_environment({**(env or {}), LIFETIME_PID_ENV: str(lifetime_pid)}),
+            env=full_env,
             cwd=cwd,
             start_new_session=True,
             text=True,
@@ -141,12 +139,12 @@ class ActorProcess:
         for line in self.popen.stdout:
             if self._ready is None and line.startswith(READY_PREFIX):
                 self._ready = json.loads(line[len(READY_PREFIX) :])
-                self._ready_event.set()
+                self._set_ready()
                 continue
             self.recent_output.append(line.rstrip("\n"))
             sys.stderr.write(f"({self.label} pid={self.pid}) {line}")
         self._output_done.set()
-        self._ready_event.set()  # EOF: the process is gone
+        self._set_ready()  # EOF: the process is gone
 
     def _watch(self) -> None:
         code = self.popen.wait()
@@ -156,7 +154,7 @@ class ActorProcess:
             self.exit_code = code
             callbacks = list(self.on_exit)
         self._exited.set()
-        self._ready_event.set()
+        self._set_ready()
         for callback in callbacks:
             callback(code)
 
@@ -187,9 +185,39 @@ class ActorProcess:
             return f"{report}; it printed nothing"
         return f"{report}; its last output:\n" + "\n".join(f"  | {line}" for line in lines)
 
+    def _set_ready(self) -> None:
+        with self._exit_lock:
+            self._ready_event.set()
+            waiters, self._ready_waiters = self._ready_waiters, []
+        for wake in waiters:
+            wake()
+
+    async def wait_ready_async(self, deadline_s: float) -> dict[str, Any]:
+        """:meth:`wait_ready` on the event loop: no thread waits while the process starts."""
+        loop = asyncio.get_running_loop()
+        woke = loop.create_future()
+
+        def wake() -> None:
+            with contextlib.suppress(RuntimeError):  # the loop is closed: nobody waits any more
+                loop.call_soon_threadsafe(lambda: woke.done() or woke.set_result(None))
+
+        with self._exit_lock:
+            if self._ready_event.is_set():
+                woke.set_result(None)
+            else:
+                self._ready_waiters.append(wake)
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(woke, deadline_s)
+        if self._ready is not None:
+            return self._ready
+        # A death or a timeout: its report (which may wait a little for the exit) off the loop.
+        return await loop.run_in_executor(None, self._ready_or_raise, self._ready_event.is_set(), deadline_s)
+
     def wait_ready(self, deadline_s: float) -> dict[str, Any]:
         """The ready line's fields (endpoint, boot_id, pid, host, metrics_port); raises if it dies or is too slow."""
-        woke = self._ready_event.wait(deadline_s)
+        return self._ready_or_raise(self._ready_event.wait(deadline_s), deadline_s)
+
+    def _ready_or_raise(self, woke: bool, deadline_s: float) -> dict[str, Any]:
         if not woke or self._ready is None:
             code = self.popen.poll()
             if woke and code is None:  # its output ended: it is exiting (poll says None while the watcher waits)

@@ -1,6 +1,7 @@
 """Starting actors: ``spawn`` (a local process, restarted when it dies), ``spawn_many``, and ``connect``.
 
-``spawn`` starts ``python -m runtime.worker`` locally with subprocess (:mod:`runtime.process`), then constructs
+``spawn`` starts ``python -m runtime.worker`` locally (forked by this process's fork server,
+:mod:`runtime.driver_fork`, else with subprocess: :mod:`runtime.process`), then constructs
 the actor in it as a launcher's ``attach`` does (:mod:`runtime.construction`), and can restart the process when
 it dies (``max_restarts``, see :mod:`runtime.supervisor`). ``connect`` reaches an actor already running at an
 endpoint (e.g. a fresh handle after another holder's actor restarted).
@@ -16,7 +17,7 @@ import asyncio
 from collections.abc import Callable
 from typing import Any
 
-from runtime import driver_server, naming
+from runtime import driver_fork, driver_server, naming
 from runtime.call_store import StoreLimits
 from runtime.client import ClientRuntime
 from runtime.connection import Connection
@@ -97,7 +98,7 @@ async def spawn_async(
         return ActorProcess(label, env=child_env, cwd=cwd, bind=bind or bound[0], detached=detached, **more)
 
     async def first(process: ActorProcess) -> ActorHandle:
-        ready = await asyncio.get_running_loop().run_in_executor(None, process.wait_ready, deadline_s)
+        ready = await process.wait_ready_async(deadline_s)
         bound.append(ready["endpoint"])  # a restart binds the same address again
         return await attach_worker_async(
             driver_server.advertised(ready["endpoint"]), actor_class, ticket=process.ticket, kwargs=kwargs, name=name,
@@ -105,6 +106,7 @@ async def spawn_async(
             deadline_s=deadline_s, host=ready["host"], curve_dir=curve_dir, watch=process,
         )  # fmt: skip
 
+    await driver_fork.prepare_async()  # the first spawn of this process starts its fork server
     process, handle, exits = await start_first(start, first, label, max_restarts, metrics_port)
     handle.process = process
 
@@ -116,7 +118,7 @@ async def spawn_async(
         )  # fmt: skip
 
     async def reconstruct(new: ActorProcess, restarts: int, conn: Connection) -> dict[str, Any]:
-        ready = await asyncio.get_running_loop().run_in_executor(None, new.wait_ready, deadline_s)
+        ready = await new.wait_ready_async(deadline_s)
         if ready["endpoint"] != bound[-1]:
             raise RuntimeError(f"the new process bound {ready['endpoint']}, not {bound[-1]}")
         bootstrap = ActorHandle(
@@ -156,11 +158,16 @@ def spawn_many(
     kwargs_each: list[dict[str, Any]] | None = None,
     **options: Any,
 ) -> list[ActorHandle]:
-    """Start ``count`` actors of one class in parallel, all or none (a failure kills the ones started).
+    """Start ``count`` actors of one class in parallel, all or none (a failure kills the ones started, and the
+    error raised, the first actor's, carries a note naming the actors that failed).
 
-    Names are ``{name_prefix}-{i}`` when a prefix is given. ``kwargs_each[i]`` gives actor ``i`` its own
-    constructor arguments (e.g. ranks that must all construct at once); else every actor gets ``kwargs``.
+    The processes are forked one after the other by this process's fork server (:mod:`runtime.driver_fork`)
+    and start, connect and construct concurrently. Names are ``{name_prefix}-{i}`` when a prefix is given.
+    ``kwargs_each[i]`` gives actor ``i`` its own constructor arguments (e.g. ranks that must all construct at
+    once); else every actor gets ``kwargs``.
     """
+    if not isinstance(count, int) or isinstance(count, bool) or count < 0:
+        raise ValueError(f"spawn_many: count must be an int >= 0, got {count!r}")
     if kwargs_each is not None and len(kwargs_each) != count:
         raise ValueError(f"spawn_many: kwargs_each has {len(kwargs_each)} entries for {count} actors")
     if kwargs_each is not None and "kwargs" in options:
@@ -176,13 +183,20 @@ def spawn_many(
             )
             for i in range(count)
         ]
+        await driver_fork.prepare_async()  # before the jobs: they then all fork from the fork server
         results = await asyncio.gather(*jobs, return_exceptions=True)
-        failures = [r for r in results if isinstance(r, BaseException)]
-        if failures:
+        failed = [i for i, r in enumerate(results) if isinstance(r, BaseException)]
+        if failed:
             for handle in results:
                 if isinstance(handle, ActorHandle):
                     handle.kill()
-            raise failures[0]
+            first = results[failed[0]]
+            assert isinstance(first, BaseException)
+            first.add_note(
+                f"spawn_many: actor {failed[0]} of {count} ({actor_class!r}) failed; {len(failed)} failed in all "
+                f"(indices {failed[:20]}), the {count - len(failed)} started were killed"
+            )
+            raise first
         return list(results)
 
     deadline = options.get("deadline_s", DEFAULT_SPAWN_DEADLINE_S)

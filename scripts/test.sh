@@ -7,4 +7,4 @@ bash scripts/setup.sh
 echo "[test] ruff"
 ruff check .
 echo "[test] pytest"
-python -m pytest tests -q "$@"
+python -m pytest tests -q --durations=30 "$@"

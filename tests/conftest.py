@@ -12,14 +12,18 @@ import psutil
 import pytest
 from prometheus_server import Prometheus, prometheus_binary, start_prometheus
 
+from runtime import driver_fork
+
 ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 
 def _children() -> list[psutil.Process]:
+    """Our descendants but this process's own fork server (runtime.driver_fork), which lives as long as we do."""
+    own = driver_fork.server_pid()
     try:
-        return [p for p in psutil.Process(os.getpid()).children(recursive=True) if p.is_running()]
+        return [p for p in psutil.Process(os.getpid()).children(recursive=True) if p.is_running() and p.pid != own]
     except psutil.NoSuchProcess:
         return []
 

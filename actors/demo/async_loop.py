@@ -91,7 +91,8 @@ def run_async_loop(
     first = point.iteration + 1 if point else 1
     if point:
         print(f"[async] resumed from {point.path}: iteration {point.iteration} done, weight version "
-              f"v{point.weight_version}, data position {point.next_group}, trainer step {step} (optimizer state "
+              f"v{point.weight_version}, data position {point.next_group} (+{len(point.skip_groups)} later groups "
+              f"trained), trainer step {step} (optimizer state "
               "restored)", flush=True)  # fmt: skip
     sync.update(f"v{first - 1}")
     rollout.start_producer(
@@ -99,6 +100,7 @@ def run_async_loop(
         data_seed=settings.seed, max_staleness=settings.max_staleness, on_stale=settings.on_stale,
         partial_rollout=settings.in_flight == "partial", max_buffered_groups=settings.max_buffered_groups,
         next_group=point.next_group if point else 0, version=first - 1,
+        skip_groups=list(point.skip_groups) if point else None,
     ).result(timeout=60)  # fmt: skip
     print(f"[async] producer started: max_staleness={settings.max_staleness} ({settings.on_stale}), "
           f"in-flight requests at a push: {settings.in_flight} (pause_mode {pause_mode})", flush=True)  # fmt: skip
@@ -121,7 +123,7 @@ def run_async_loop(
             _push(settings, sync, rollout, iteration)
             pushed = time.perf_counter() - push_started
             if checkpoints and settings.checkpoint_every and iteration % settings.checkpoint_every == 0:
-                point = checkpoints.save(trainer, iteration, rollout.async_stats().result(10)["next_group"], timeout)
+                point = checkpoints.save(trainer, iteration, rollout.async_stats().result(10)["data_position"], timeout)
         except TrainerGroupError as exc:
             raise _trainer_failed(iteration, exc, point) from exc
         elapsed = time.perf_counter() - began

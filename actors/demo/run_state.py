@@ -3,7 +3,8 @@
 ``{checkpoint_dir}/iter-000004/`` holds the trainer's checkpoint (weights, optimizer state and step: the trainer's
 ``save_checkpoint``, actors/trainer/checkpoint.py); ``{checkpoint_dir}/latest.json`` (written last, atomically)
 names it with the iteration, the weight version the engines got after it and the rollout's data position (the
-next prompt group). Groups in flight or buffered when it was written are not generated again after a resume.
+first prompt group not trained yet and the later ones that were): groups in flight or buffered when it was written
+are generated again after a resume, trained ones never.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ import json
 import os
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import Any
 
 from actors.trainer.group import TrainerGroup
 
@@ -24,6 +26,7 @@ class RunPoint:
     weight_version: int
     next_group: int
     path: str
+    skip_groups: tuple[int, ...] = ()
 
 
 class RunCheckpoints:
@@ -32,10 +35,12 @@ class RunCheckpoints:
     def __init__(self, directory: str) -> None:
         self.directory = Path(directory)
 
-    def save(self, trainer: TrainerGroup, iteration: int, next_group: int, timeout_s: float) -> RunPoint:
+    def save(self, trainer: TrainerGroup, iteration: int, position: dict[str, Any], timeout_s: float) -> RunPoint:
+        """``position``: the rollout's ``data_position()`` after this iteration's batch."""
         path = self.directory / f"iter-{iteration:06d}"
         trainer.broadcast("save_checkpoint", path=str(path), timeout_s=timeout_s)
-        point = RunPoint(iteration, iteration, next_group, str(path))
+        point = RunPoint(iteration, iteration, int(position["next_group"]), str(path),
+                         tuple(int(g) for g in position["skip_groups"]))  # fmt: skip
         temporary = self.directory / f".{LATEST}.tmp"
         temporary.write_text(json.dumps(asdict(point)))
         os.replace(temporary, self.directory / LATEST)
@@ -48,7 +53,9 @@ class RunCheckpoints:
             return None
         except (OSError, ValueError) as exc:
             raise ValueError(f"job.args.checkpoint_dir: {self.directory / LATEST} is unreadable: {exc}") from exc
-        return RunPoint(int(data["iteration"]), int(data["weight_version"]), int(data["next_group"]), str(data["path"]))
+        skip = tuple(int(g) for g in data.get("skip_groups", []))
+        return RunPoint(int(data["iteration"]), int(data["weight_version"]), int(data["next_group"]), str(data["path"]),
+                        skip)  # fmt: skip
 
     def restore(self, trainer: TrainerGroup, timeout_s: float) -> tuple[RunPoint, int]:
         """Load the latest checkpoint into every rank (optimizer state and step included); (point, trainer step)."""

@@ -20,6 +20,8 @@ from actors.inference.errors import EngineRequestError
 from actors.router import RouterError, RouterProcess
 from actors.sglang_config import SGLangConfig
 
+EXIT_POLL_S = 0.2  # how often an engine being registered again is checked for having exited
+
 if TYPE_CHECKING:
     import aiohttp
 
@@ -188,13 +190,25 @@ class CellKeeper:
         except RouterError as exc:
             logger.error("server %s: the router could not be started again: %s", self.server_id, exc)
             return
-        for cell in self._cells:
-            if cell.state == CellState.SERVING and not cell.busy:
-                cell.router_worker_id = None
-                try:
-                    await self._register(cell)
-                except RouterError as exc:
-                    self._restart(cell, f"registering with the restarted router failed: {exc}")
+        serving = [cell for cell in self._cells if cell.state == CellState.SERVING and not cell.busy]
+        await asyncio.gather(*(self._register_again(cell) for cell in serving))
+
+    async def _register_again(self, cell: EngineCell) -> None:
+        """Register a serving engine with the restarted router; one that exited (before or while the router waits
+        for it to be healthy, up to add_worker_timeout_s) is restarted instead, at once."""
+        cell.router_worker_id = None
+        registering = asyncio.ensure_future(self._register(cell))
+        try:
+            while not registering.done():
+                code = cell.process.exit_code() if cell.process is not None else "gone"
+                if code is not None:
+                    registering.cancel()
+                    self._restart(cell, f"{cell.where()} exited (code {code}) while the router came back")
+                    return
+                await asyncio.wait({registering}, timeout=EXIT_POLL_S)
+            registering.result()
+        except RouterError as exc:
+            self._restart(cell, f"registering with the restarted router failed: {exc}")
 
     async def _check(self, cell: EngineCell) -> None:
         assert cell.process is not None and cell.client is not None

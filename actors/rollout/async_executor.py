@@ -53,6 +53,7 @@ class AsyncRolloutExecutor(RolloutExecutor):
         self._held = False
         self._version = 0
         self._taken_groups = 0
+        self._position, self._taken_ids = 0, set[int]()  # the data position (data_position())
         self._counts = {"samples_retried": 0, "samples_resumed": 0, "samples_lost": 0, "groups_generated": 0}
         self._lost_errors: list[str] = []
         self._started_at = 0.0
@@ -63,8 +64,10 @@ class AsyncRolloutExecutor(RolloutExecutor):
         self, groups_per_batch: int, samples_per_prompt: int, target_len: int = 4, data_seed: int = 0,
         max_staleness: int = 1, on_stale: OnStale = "drop", partial_rollout: bool = True,
         max_buffered_groups: int | None = None, next_group: int = 0, version: int = 0,
+        skip_groups: list[int] | None = None,
     ) -> dict[str, Any]:  # fmt: skip
-        """Start generating groups ``next_group, next_group + 1, ...`` (the data position) with the engines at
+        """Start generating groups ``next_group, next_group + 1, ...`` but ``skip_groups`` (the data position, as
+        ``async_stats()["data_position"]`` gives it) with the engines at
         weight version ``version`` (batch ``b`` trains at version ``b``, so ``version`` batches were taken).
         ``max_staleness``/``on_stale``:
         the bound (StalenessBound). ``partial_rollout``: resume requests aborted by a weight update (else start
@@ -80,6 +83,7 @@ class AsyncRolloutExecutor(RolloutExecutor):
         self.groups_per_batch, self.samples_per_prompt = groups_per_batch, samples_per_prompt
         self.target_len, self.data_seed = target_len, data_seed
         self._next_group, self._version, self._taken_groups = next_group, version, version * groups_per_batch
+        self._position, self._taken_ids = next_group, {g for g in skip_groups or [] if g >= next_group}
         # twice what max_concurrency requests fill (the HTTP connector holds the rest back): no gap when a group ends
         self.max_in_flight_groups = max(2, 2 * self.max_concurrency // samples_per_prompt)
         self.capacity = max_buffered_groups or (max_staleness + 1) * groups_per_batch
@@ -100,6 +104,10 @@ class AsyncRolloutExecutor(RolloutExecutor):
             self._batch_wake.clear()
             await _wait(self._batch_wake, min(1.0, deadline - time.monotonic()))
         self._taken_groups += len(groups)
+        self._taken_ids.update(g.group_id for g in groups)
+        while self._position in self._taken_ids:
+            self._taken_ids.discard(self._position)
+            self._position += 1
         self._poke()
         return self._batch(groups, current_version)
 
@@ -147,10 +155,16 @@ class AsyncRolloutExecutor(RolloutExecutor):
             "groups_buffered": len(self.buffer.groups),
             "groups_in_flight": len(self._running),
             "next_group": getattr(self, "_next_group", 0),
+            "data_position": self.data_position(),
             "busy_s": self.clock.total(),
             "wall_s": wall,
             "lost_errors": self._lost_errors[-5:],
         }
+
+    def data_position(self) -> dict[str, Any]:
+        """Where a resumed run starts so that no group is lost or trained twice: every group below ``next_group``
+        was taken by the trainer, and so were ``skip_groups`` above it (groups in flight or buffered were not)."""
+        return {"next_group": self._position, "skip_groups": sorted(self._taken_ids)}
 
     # ---- the producer ------------------------------------------------------------------------------------
 
@@ -168,6 +182,8 @@ class AsyncRolloutExecutor(RolloutExecutor):
         while True:
             while self._may_start():
                 group_id, self._next_group = self._next_group, self._next_group + 1
+                if group_id in self._taken_ids:
+                    continue  # trained before the resume
                 task = asyncio.create_task(self._group(group_id), name=f"rollout-group-{group_id}")
                 self._running[group_id] = task
                 task.add_done_callback(lambda _t, g=group_id: (self._running.pop(g, None), self._poke()))

@@ -158,3 +158,18 @@ def test_kill_9_of_an_engine_and_of_the_router_loses_no_sample(controller: Actor
     assert cell["pid"] != victim["pid"]  # restarted (it waits for the next weights)
     stats = rollout.stop_producer().result(30)
     assert stats["samples_lost"] == 0 and stats["samples_retried"] > 0, stats["lost_errors"]
+
+
+def test_the_data_position_resumes_with_groups_not_trained_and_skips_trained_ones(
+    controller: ActorHandle, rollout: ActorHandle
+) -> None:
+    start = int(controller.weight_version().result(10).removeprefix("v"))
+    rollout.start_producer(1, 2, max_staleness=4, on_stale="drop", version=start, next_group=5,
+                           skip_groups=[3, 6, 8]).result(30)  # fmt: skip
+    taken = [rollout.next_batch(start, 60.0).result(90)["stats"]["group_ids"][0] for _ in range(3)]
+    position = rollout.async_stats().result(10)["data_position"]
+    rollout.stop_producer().result(30)
+    assert 6 not in taken and 8 not in taken and set(taken) <= {5, 7, 9, 10, 11, 12}, taken
+    trained = {g for g in range(5, 13) if g in taken or g in (6, 8)}
+    assert position["next_group"] == min(g for g in range(5, 14) if g not in trained)
+    assert position["skip_groups"] == sorted(g for g in trained if g > position["next_group"]), (taken, position)

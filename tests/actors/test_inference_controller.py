@@ -267,3 +267,26 @@ def test_memory_released_for_training_refuses_generation_until_resumed_in_sglang
         reply = greedy(router)
         assert reply["output_ids"] == reference_greedy(other) and reply["meta_info"]["weight_version"] == version
     controller.update_weights_from_tensors(weights_of(TINY), new_version("seed")).result(CALL_TIMEOUT_S)
+
+
+def test_an_engine_that_dies_while_the_restarted_router_waits_for_it_is_restarted_at_once(
+    controller: ActorHandle,
+) -> None:
+    """The router died and an engine hung (SIGSTOP): the new router waits up to add_worker_timeout_s (60 s) for
+    the hung engine to be healthy; the engine then dies (kill -9). The controller must restart it at once, not
+    after that wait (it used to block its health checks on the registration: a 60 s hole in the async rollout)."""
+    before = controller.status().result(10)
+    victim = next(c for c in before["cells"] if c["state"] == "serving")
+    os.kill(victim["pid"], signal.SIGSTOP)
+    try:
+        os.kill(before["router_pid"], signal.SIGKILL)
+        deadline = time.monotonic() + 30
+        while (status := controller.status().result(10))["router_restarts"] == before["router_restarts"]:
+            assert time.monotonic() < deadline, f"router not restarted within 30 s: {status}"
+            time.sleep(0.05)
+        time.sleep(0.5)  # the new router is waiting for the hung engine now
+    finally:
+        os.kill(victim["pid"], signal.SIGKILL)
+    replaced = wait_replaced(controller, victim, timeout_s=30)
+    assert "exited" in replaced["last_error"] and replaced["restarts"] == victim["restarts"] + 1
+    controller.wait_until_serving(timeout_s=60).result(70)

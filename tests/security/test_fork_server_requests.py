@@ -1,8 +1,8 @@
-"""Malformed requests to the host agent's fork server (launcher/zygote.py) are refused; it forks nothing and goes on.
+"""Malformed requests to a fork server (runtime/fork_server.py) are refused; it forks nothing and goes on.
 
-The fork server's only peer is its host agent, over a socketpair the agent made, but a bug there (or in whatever
-wraps the agent) must not be able to kill it or make it fork: every bad request gets an ``{"error"}`` reply, and
-the next request is served as usual.
+The fork server's only peer is its client (a host agent, or a process that spawns actors), over a socketpair the
+client made, but a bug there (or in whatever wraps the client) must not be able to kill it or make it fork: every
+bad request gets an ``{"error"}`` reply, and the next request is served as usual.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from launcher import zygote
+from runtime import fork_server as zygote
 
 REPO = Path(__file__).resolve().parents[2]
 _SO_SNDBUFFORCE = 32  # Linux; as root, past wmem_max
@@ -28,7 +28,16 @@ _SO_SNDBUFFORCE = 32  # Linux; as root, past wmem_max
 def fork_server() -> Iterator[tuple[socket.socket, subprocess.Popen[bytes]]]:
     ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
     proc = subprocess.Popen(
-        [sys.executable, "-m", "launcher.zygote", "--socket-fd", str(theirs.fileno()), "--agent-pid", str(os.getpid())],
+        [
+            sys.executable,
+            "-m",
+            "runtime.fork_server",
+            "--socket-fd",
+            str(theirs.fileno()),
+            "--death-signal",
+            "--reaper-pid",
+            str(os.getpid()),
+        ],
         pass_fds=[theirs.fileno()],
         cwd=REPO,
     )

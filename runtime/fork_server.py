@@ -1,19 +1,22 @@
-"""Fork server ("zygote") of a host agent: imports ``runtime.worker``'s modules once, then forks each worker.
+"""Fork server ("zygote"): imports ``runtime.worker``'s modules once, then forks each actor process.
 
-``python -m launcher.zygote --socket-fd N --agent-pid P`` is started by the host agent (``launcher.zygote_client``)
-and talks to it over a SOCK_SEQPACKET Unix socket: first one JSON message ``{"ready": true}`` (or ``{"error"}``)
+``python -m runtime.fork_server --socket-fd N --reaper-pid P [--death-signal]`` is started by its client
+(:mod:`runtime.fork_client`: a driver's ``spawn``, or a host agent through ``launcher.zygote_client``) and talks
+to it over a SOCK_SEQPACKET Unix socket: first one JSON message ``{"ready": true}`` (or ``{"error"}``)
 once the modules are imported, then, per request ``{"argv", "env", "cwd"}`` carrying the worker's stdin, stdout
-and stderr as SCM_RIGHTS descriptors, one reply ``{"pid": N}`` or ``{"error": why}`` (the agent then runs the
+and stderr as SCM_RIGHTS descriptors, one reply ``{"pid": N}`` or ``{"error": why}`` (the client then runs the
 worker with ``subprocess.Popen`` instead). It stays single-threaded: no threads, no event loop, no ZeroMQ context,
 no torch and no user module exist before a fork.
 
-A worker is double-forked: the intermediate exits at once, so the worker is re-parented to the agent (a child
-subreaper), which waits for it, gets its real exit status and kills its tree as it does for a Popen child. The
-worker then makes its own session, sets PR_SET_PDEATHSIG(SIGKILL) once its parent is the agent (a death signal
-set earlier would fire when the intermediate exits), takes the request's stdio, environment, cwd, ``sys.path``
-(as ``python -m`` would build it there) and argv (also shown by ``ps``), and runs ``runtime.worker`` as
-``__main__``. The zygote refuses a request whose ``sys.path`` would import one of the loaded modules from another
-file, or whose environment changes what was read at import time (``IMPORT_TIME_ENV``, ``PYTHON*``).
+A worker is double-forked: the intermediate exits at once, so the worker is re-parented to the client process
+(the reaper, a child subreaper), which waits for it, gets its real exit status and kills its tree as it does for a
+Popen child. The worker then makes its own session and, once its parent is the reaper, with ``--death-signal``
+sets PR_SET_PDEATHSIG(SIGKILL) tied to it (a death signal set earlier would fire when the intermediate exits;
+without it the worker's own ``--parent-pid``/``--watch-pid`` decide what it dies with), takes the request's
+stdio, environment, cwd, ``sys.path`` (as ``python -m`` would build it there) and argv (also shown by ``ps``),
+and runs ``runtime.worker`` as ``__main__``. The fork server refuses a request whose ``sys.path`` would import
+one of the loaded modules from another file, or whose environment changes what was read at import time
+(``IMPORT_TIME_ENV``, ``PYTHON*``).
 """
 
 from __future__ import annotations
@@ -35,16 +38,15 @@ import threading
 import time
 from typing import Any, NoReturn
 
+from runtime.fork_protocol import REQUEST_MAX_BYTES, SETUP_DEADLINE_S, STDIO_FDS, TITLE_ROOM, WORKER_MODULE
 from runtime.parent_death import die_with_parent
 
-log = logging.getLogger("launcher.zygote")
+__all__ = ["REQUEST_MAX_BYTES", "SETUP_DEADLINE_S", "STDIO_FDS", "TITLE_ROOM", "WORKER_MODULE", "ForkServer", "main"]
 
-WORKER_MODULE = "runtime.worker"
-REQUEST_MAX_BYTES = 1 << 20
-STDIO_FDS = 3
-SETUP_DEADLINE_S = 5.0  # fork, re-parent and death signal of one worker
-TITLE_ROOM = 512  # bytes of argv area reserved so a worker's /proc/PID/cmdline can show its own argv
+log = logging.getLogger("runtime.fork_server")
+
 _PID = struct.Struct("q")
+_CHECKED_MAX = 64  # sys.path checks remembered
 # Variables read when the preloaded modules were imported: a worker asking for another value is not forked.
 IMPORT_TIME_ENV = (
     "MILES_WAIT_SPIN_US",  # runtime.wait_spin.WAIT_SPIN_S
@@ -98,24 +100,36 @@ def shadowed_module(path: list[str]) -> str | None:
         sys.path = saved
 
 
-class Zygote:
-    """The fork server's state: its socket, the agent's pid and the ``sys.path`` workers start from."""
+def _mtime_ns(folder: str) -> int:
+    try:
+        return os.stat(folder).st_mtime_ns
+    except OSError:
+        return -1
 
-    def __init__(self, sock: socket.socket, agent_pid: int, own_env: dict[str, str]) -> None:
+
+class ForkServer:
+    """The fork server's state: its socket, the reaper's pid and the ``sys.path`` workers start from."""
+
+    def __init__(
+        self, sock: socket.socket, reaper_pid: int, own_env: dict[str, str], *, death_signal: bool = True
+    ) -> None:
+        """``death_signal``: each worker gets SIGKILL when the reaper dies (else its own argv decides)."""
         self.sock = sock
-        self.agent_pid = agent_pid
+        self.reaper_pid = reaper_pid
+        self.death_signal = death_signal
         self.own_env = own_env
         pythonpath = own_env.get("PYTHONPATH")
         skip = 1 + (len(pythonpath.split(os.pathsep)) if pythonpath else 0)
         self.base_path = sys.path[skip:]  # what `python -m` adds after sys.path[0] and PYTHONPATH
+        self._checked: dict[tuple[tuple[str, int], ...], str | None] = {}
 
     def serve(self) -> int:
-        """Answer requests until the agent closes the socket."""
+        """Answer requests until the client closes the socket."""
         while True:
             try:
                 data, fds, flags, _ = socket.recv_fds(self.sock, REQUEST_MAX_BYTES, STDIO_FDS)
             except OSError as exc:
-                log.error("zygote: cannot read from the host agent: %s", exc)
+                log.error("fork server: cannot read from its client: %s", exc)
                 return 1
             if not data:
                 return 0
@@ -125,6 +139,16 @@ class Zygote:
                 for fd in fds:
                     os.close(fd)
             self.sock.send(json.dumps(reply).encode())
+
+    def _shadowed(self, path: list[str]) -> str | None:
+        """:func:`shadowed_module`, remembered per ``path`` while none of its folders changes (an entry added,
+        renamed or removed changes its folder's mtime): the check walks every loaded module (milliseconds)."""
+        key = tuple((entry, _mtime_ns(entry)) for entry in path)
+        if key not in self._checked:
+            if len(self._checked) >= _CHECKED_MAX:
+                self._checked.clear()
+            self._checked[key] = shadowed_module(path)
+        return self._checked[key]
 
     def _answer(self, data: bytes, fds: list[int], *, truncated: bool) -> dict[str, Any]:
         if truncated or len(fds) != STDIO_FDS:
@@ -137,7 +161,7 @@ class Zygote:
             return {"error": f"bad request: {type(exc).__name__}: {str(exc)[:200]}"}
         why = import_env_mismatch(env, self.own_env)
         path = worker_sys_path(cwd, env, self.base_path)
-        why = why or shadowed_module(path)
+        why = why or self._shadowed(path)
         if why:
             return {"error": why}
         try:
@@ -146,7 +170,7 @@ class Zygote:
             return {"error": f"fork failed: {exc}"}
 
     def _fork(self, argv: list[str], env: dict[str, str], cwd: str, path: list[str], fds: list[int]) -> int:
-        """Double-fork a worker; returns its pid once it is the agent's child with its death signal set."""
+        """Double-fork a worker; returns its pid once it is the reaper's child (with its death signal set)."""
         status_r, status_w = os.pipe()
         intermediate = os.fork()
         if intermediate == 0:
@@ -171,7 +195,9 @@ class Zygote:
         """In the worker: session, re-parenting, death signal, stdio, environment, then run the worker module."""
         try:
             os.setsid()
-            _die_with_agent(self.agent_pid)
+            _wait_reparented(self.reaper_pid)
+            if self.death_signal and not die_with_parent(self.reaper_pid):
+                raise OSError(f"the reaper {self.reaper_pid} died")
             for target, fd in enumerate(fds):
                 os.dup2(fd, target)
             self.sock.detach()  # its number is closed just below; the object must not close a reused one later
@@ -203,20 +229,18 @@ def _read_setup(status_r: int) -> int:
     status = data[_PID.size :]
     if status != b"K":
         with contextlib.suppress(Exception):
-            os.kill(pid, signal.SIGKILL)  # the agent reaps it (it is its child by now, or soon)
+            os.kill(pid, signal.SIGKILL)  # the reaper reaps it (it is its child by now, or soon)
         raise OSError(f"worker {pid} failed its setup: {status[1:].decode(errors='replace') or 'no answer in time'}")
     return pid
 
 
-def _die_with_agent(agent_pid: int) -> None:
-    """Wait until the agent is our parent, then ask for SIGKILL when it dies; exit if it is already gone."""
+def _wait_reparented(reaper_pid: int) -> None:
+    """Wait until the reaper is our parent (the intermediate has exited)."""
     deadline = time.monotonic() + SETUP_DEADLINE_S
-    while os.getppid() != agent_pid:
+    while os.getppid() != reaper_pid:
         if time.monotonic() > deadline:
-            raise OSError(f"not re-parented to the host agent {agent_pid} (parent {os.getppid()})")
-        time.sleep(0.001)
-    if not die_with_parent(agent_pid):
-        raise OSError(f"the host agent {agent_pid} died")
+            raise OSError(f"not re-parented to the reaper {reaper_pid} (parent {os.getppid()})")
+        time.sleep(0.0002)
 
 
 def _take_over(argv: list[str], env: dict[str, str], cwd: str, path: list[str]) -> None:
@@ -312,14 +336,15 @@ def preload() -> str | None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Entry point of ``python -m launcher.zygote`` (started by the host agent)."""
-    parser = argparse.ArgumentParser(prog="python -m launcher.zygote", description=__doc__)
-    parser.add_argument("--socket-fd", type=int, required=True, help="the agent's end of the request socket")
-    parser.add_argument("--agent-pid", type=int, required=True, help="workers are re-parented to this subreaper")
+    """Entry point of ``python -m runtime.fork_server`` (started by a :class:`runtime.fork_client.ForkClient`)."""
+    parser = argparse.ArgumentParser(prog="python -m runtime.fork_server", description=__doc__)
+    parser.add_argument("--socket-fd", type=int, required=True, help="the client's end of the request socket")
+    parser.add_argument("--reaper-pid", type=int, required=True, help="workers are re-parented to this subreaper")
+    parser.add_argument("--death-signal", action="store_true", help="workers get SIGKILL when the reaper dies")
     parser.add_argument("--title-room", default="", help="padding: room for a worker's argv in /proc/PID/cmdline")
     args = parser.parse_args(argv)
     handler = logging.StreamHandler(sys.stderr)
-    handler.setFormatter(logging.Formatter(f"[zygote pid={os.getpid()}] %(levelname)s %(message)s"))
+    handler.setFormatter(logging.Formatter(f"[fork server pid={os.getpid()}] %(levelname)s %(message)s"))
     log.addHandler(handler)
     log.propagate = False
     sock = socket.socket(fileno=args.socket_fd)
@@ -333,7 +358,7 @@ def main(argv: list[str] | None = None) -> int:
     if why:
         log.error("%s", why)
         return 1
-    return Zygote(sock, args.agent_pid, own_env).serve()
+    return ForkServer(sock, args.reaper_pid, own_env, death_signal=args.death_signal).serve()
 
 
 if __name__ == "__main__":

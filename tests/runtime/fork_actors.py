@@ -1,0 +1,48 @@
+"""Actors for the fork-server spawn tests (tests/runtime/test_fork_spawn.py)."""
+
+from __future__ import annotations
+
+import os
+import signal
+
+from runtime import driver_fork, spawn
+from runtime.fork_client import ForkedWorker
+
+
+class Probe:
+    """Reports what its process looks like from inside."""
+
+    def __init__(self, *, fail: bool = False) -> None:
+        if fail:
+            raise ValueError("this probe was told to fail in its constructor")
+
+    def env(self, name: str) -> str | None:
+        return os.environ.get(name)
+
+    def parent(self) -> int:
+        return os.getppid()
+
+    def get_pid(self) -> int:
+        return os.getpid()
+
+
+class Nest:
+    """Spawns Probes from inside an actor process (which has threads and a ZeroMQ context: its own fork server
+    forks them)."""
+
+    def __init__(self) -> None:
+        self.children: list = []
+
+    def spawn_probe(self) -> dict[str, object]:
+        child = spawn("fork_actors:Probe")
+        self.children.append(child)
+        return {"pid": child.pid, "forked": isinstance(child.process.popen, ForkedWorker)}
+
+    def fork_server_pid(self) -> int | None:
+        return driver_fork.server_pid()
+
+    def kill_fork_server(self) -> int:
+        pid = driver_fork.server_pid()
+        assert pid is not None
+        os.kill(pid, signal.SIGKILL)
+        return pid

@@ -1,0 +1,106 @@
+"""spawn() through this process's fork server (runtime/driver_fork.py, runtime/fork_server.py), its fallbacks, and
+spawn_many. Real actor processes throughout; behaviour only (how fast is bench/actor_bench.py's business)."""
+
+from __future__ import annotations
+
+import logging
+import os
+import subprocess
+
+import psutil
+import pytest
+
+from runtime import ActorGroup, driver_fork, spawn, spawn_many
+from runtime.fork_client import ForkedWorker
+
+
+def _gone(pid: int, within_s: float) -> bool:
+    try:
+        psutil.Process(pid).wait(within_s)
+    except psutil.NoSuchProcess:
+        return True
+    except psutil.TimeoutExpired:
+        return False
+    return True
+
+
+def test_spawn_forks_actors_that_are_our_children_with_their_own_env_and_gpu_ids(no_leaks: None) -> None:
+    first = spawn("fork_actors:Probe", env={"CUDA_VISIBLE_DEVICES": "2,3", "FORK_TEST_VALUE": "one"})
+    second = spawn("fork_actors:Probe", env={"CUDA_VISIBLE_DEVICES": "5"})
+    try:
+        assert isinstance(first.process.popen, ForkedWorker) and isinstance(second.process.popen, ForkedWorker)
+        server = driver_fork.server_pid()
+        assert server is not None and server not in (first.pid, second.pid)
+        # Re-parented to us, as a Popen child is: we reap it and see its exit code.
+        assert first.parent().result(10) == os.getpid() == second.parent().result(10)
+        assert first.get_pid().result(10) == first.pid
+        assert first.env("CUDA_VISIBLE_DEVICES").result(10) == "2,3"
+        assert first.env("FORK_TEST_VALUE").result(10) == "one"
+        assert second.env("CUDA_VISIBLE_DEVICES").result(10) == "5"
+        assert second.env("FORK_TEST_VALUE").result(10) is None
+        first.kill()
+        assert first.process.wait_exited(10) == -9  # its real exit status
+    finally:
+        ActorGroup([first, second]).kill()
+
+
+def test_actors_forked_in_an_actor_die_with_it_and_so_does_its_fork_server(no_leaks: None) -> None:
+    nest = spawn("fork_actors:Nest")
+    try:
+        child = nest.spawn_probe().result(30)
+        assert child["forked"], "an actor's own spawn goes through its own fork server"
+        server = nest.fork_server_pid().result(10)
+        assert server is not None and psutil.Process(child["pid"]).ppid() == nest.pid
+        nest.kill()  # SIGKILL: no goodbye
+        assert _gone(child["pid"], 10), "a forked actor must die with its spawner"
+        assert _gone(server, 10), "the spawner's fork server must die with it"
+    finally:
+        nest.kill()
+
+
+def test_a_dead_fork_server_is_restarted_and_the_spawn_meanwhile_uses_popen(
+    no_leaks: None, capfd: pytest.CaptureFixture[str]
+) -> None:
+    nest = spawn("fork_actors:Nest")
+    try:
+        assert nest.spawn_probe().result(30)["forked"]
+        killed = nest.kill_fork_server().result(10)
+        assert not nest.spawn_probe().result(30)["forked"], "the spawn that finds it dead starts with Popen"
+        assert nest.spawn_probe().result(30)["forked"], "the next one is forked by a new fork server"
+        restarted = nest.fork_server_pid().result(10)
+        assert restarted not in (None, killed)
+        assert f"fork server pid {killed} failed" in capfd.readouterr().err
+    finally:
+        nest.kill()
+
+
+def test_what_the_fork_server_cannot_honour_starts_with_popen(no_leaks: None, caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.INFO, logger="runtime.fork_client")
+    # A variable read when the fork server imported the runtime: forking would ignore it.
+    probe = spawn("fork_actors:Probe", env={"MILES_WAIT_SPIN_US": "0"})
+    # The fork server switched off for an actor's own spawns.
+    off = spawn("fork_actors:Nest", env={"MILES_SPAWN_FORK_SERVER": "0"})
+    try:
+        assert isinstance(probe.process.popen, subprocess.Popen)
+        assert probe.env("MILES_WAIT_SPIN_US").result(10) == "0"
+        assert "MILES_WAIT_SPIN_US='0'" in caplog.text and "using Popen" in caplog.text
+        assert not off.spawn_probe().result(30)["forked"]
+        assert off.fork_server_pid().result(10) is None
+    finally:
+        ActorGroup([probe, off]).kill()
+
+
+def test_spawn_many_starts_every_actor_and_names_the_one_that_failed(no_leaks: None) -> None:
+    probes = spawn_many("fork_actors:Probe", 6)
+    try:
+        pids = [p.get_pid().result(10) for p in probes]
+        assert len(set(pids)) == 6 and pids == [p.pid for p in probes]
+        assert all(isinstance(p.process.popen, ForkedWorker) for p in probes)
+    finally:
+        ActorGroup(probes).kill()
+    with pytest.raises(Exception, match="told to fail") as failed:
+        spawn_many("fork_actors:Probe", 4, kwargs_each=[{}, {}, {"fail": True}, {}])
+    notes = " ".join(getattr(failed.value, "__notes__", []))
+    assert "actor 2 of 4" in notes and "the 3 started were killed" in notes
+    with pytest.raises(ValueError, match="count must be an int"):
+        spawn_many("fork_actors:Probe", -1)
