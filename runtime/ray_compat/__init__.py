@@ -65,3 +65,11 @@ __all__ = [
     "util",
     "wait",
 ]
+
+
+def __getattr__(name: str) -> object:
+    """A Ray API this module does not provide: an AttributeError naming it and what there is instead."""
+    raise AttributeError(
+        f"ray.{name} is not provided by runtime.ray_compat (README 'Coming from Ray' lists what is); "
+        f"available: {', '.join(sorted(__all__))}"
+    )

@@ -84,6 +84,10 @@ def test_refused_apis() -> None:
         ray.kill(ref)
     with pytest.raises(TypeError, match=r"Calling 'put' on an ray\.ObjectRef"):
         ray.put(ref)
+    with pytest.raises(AttributeError, match=r"ray\.data is not provided by runtime\.ray_compat.*available: "):
+        ray.data  # noqa: B018
+    with pytest.raises(AttributeError, match=r"ray\.util\.ActorPool is not provided"):
+        ray.util.ActorPool  # noqa: B018
 
 
 def test_refused_task_and_call_shapes() -> None:

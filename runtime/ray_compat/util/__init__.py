@@ -15,3 +15,11 @@ __all__ = [
     "remove_placement_group",
     "scheduling_strategies",
 ]
+
+
+def __getattr__(name: str) -> object:
+    """A Ray API this module does not provide: an AttributeError naming it and what there is instead."""
+    raise AttributeError(
+        f"ray.util.{name} is not provided by runtime.ray_compat (README 'Coming from Ray' lists what is); "
+        f"available: {', '.join(sorted(__all__))}"
+    )
