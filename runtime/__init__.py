@@ -15,6 +15,7 @@ Public surface::
     counter.add(2).result()          # plain code
     await counter.add(2)             # async code
     counter.add.options(deadline_s=5)(3)
+    for item in counter.items(10): ...  # a generator method streams: a StreamingCall (runtime.stream_call)
 
     spawn(Counter, max_restarts=3)   # restarted on the same endpoint, constructor re-run (runtime.supervisor)
 
@@ -39,6 +40,7 @@ Coming from Ray (names kept so code ports line by line; README "Coming from Ray"
     get_actor("x", namespace="ns")                       # ray.get_actor
     handle.kill(no_restart=False)                        # ray.kill
     exit_actor()                                         # ray.actor.exit_actor
+    import runtime.ray_compat as ray                     # or: Ray's own API, unchanged (runtime/ray_compat)
 
 Metrics: every actor process serves Prometheus ``/metrics`` (``handle.metrics_port``); actor code adds its own
 series with ``from runtime import metrics; metrics.counter(...)`` (see :mod:`runtime.metrics`).
@@ -69,6 +71,7 @@ from runtime.naming import get_actor
 from runtime.object_refs import ObjectRef
 from runtime.retry import retry_until_deadline, retry_until_deadline_async
 from runtime.spawn import connect, connect_async, spawn, spawn_async, spawn_many
+from runtime.stream_call import StreamingCall
 from runtime.tensor_put import put
 from runtime.tensor_refs import TensorRef
 from runtime.waiting import wait, wait_async
@@ -91,6 +94,7 @@ __all__ = [
     "OverCapacity",
     "PendingCall",
     "RemoteError",
+    "StreamingCall",
     "TensorRef",
     "connect",
     "connect_async",

@@ -35,6 +35,7 @@ from runtime.metadata import ActorClassInfo
 from runtime.outcome import error_frames
 from runtime.server_lanes import ServerLanes
 from runtime.server_phase import LEAVING_PHASES, PhaseMachine, ServerPhase
+from runtime.stream_table import StreamTable
 from transport import frames as wire
 from transport import header_checks, shared_memory
 from transport.codec import Buffer
@@ -105,6 +106,7 @@ class ActorServer:
         self._stopper: asyncio.Future[None] | None = None
         self._farewells: list[CallRecord] = []  # calls answered with ActorDied as the process leaves
         self._lanes = ServerLanes()
+        self.streams = StreamTable()  # generator methods' items on their way to the caller (runtime.stream_table)
         self._router = CallRouter(
             store=self.store,
             lanes=self._lanes,

@@ -25,6 +25,7 @@ from runtime.handle_names import checked_class_info
 from runtime.metadata import ActorClassInfo, class_info, coerce_constructor_kwargs
 from runtime.object_store import store as objects
 from runtime.server_lanes import COLLECTIVE_LANE, CONSTRUCT_LANE
+from runtime.stream_table import StreamTable, stream_close, stream_next
 from runtime.tensor_store import store as tensors
 from transport.endpoints import ZmqEndpoint
 from transport.security import CurveConfig, ServerKeys
@@ -52,6 +53,7 @@ class BuiltinHost(Protocol):
     stats: dict[str, int]
     store: CallStore
     endpoint: ZmqEndpoint | None
+    streams: StreamTable
 
     def set_limits(self, limits: StoreLimits) -> None: ...
 
@@ -70,6 +72,7 @@ class BuiltinHost(Protocol):
 class Builtin:
     function: Callable[..., Any]
     lane: str | None = None  # a thread lane of the server's (runtime.server_lanes), else inline on the loop
+    is_async: bool = False  # a coroutine function, awaited as a task on the server's loop
     takes_peer: bool = False  # called with the caller's routing id after the server (it may act on its calls only)
 
 
@@ -216,6 +219,14 @@ def _tensor_free(server: BuiltinHost, key: str) -> bool:
     return tensors.free(key)
 
 
+async def _stream_next(server: BuiltinHost, peer: bytes, *args: Any) -> list[Any]:
+    return await stream_next(server.streams, peer, *args)
+
+
+def _stream_close(server: BuiltinHost, peer: bytes, call_id: bytes) -> bool:
+    return stream_close(server.streams, peer, call_id)
+
+
 BUILTINS: dict[str, Builtin] = {
     "__prepare__": Builtin(_prepare, lane=CONSTRUCT_LANE),
     "__construct__": Builtin(_construct, lane=CONSTRUCT_LANE),
@@ -233,4 +244,6 @@ BUILTINS: dict[str, Builtin] = {
     "__collective_leave__": Builtin(_collective_leave),
     "__tensor_send__": Builtin(_tensor_send, lane=COLLECTIVE_LANE),
     "__tensor_free__": Builtin(_tensor_free),
+    "__stream_next__": Builtin(_stream_next, is_async=True, takes_peer=True),
+    "__stream_close__": Builtin(_stream_close, takes_peer=True),
 }

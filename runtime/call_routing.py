@@ -26,6 +26,7 @@ from runtime.metadata import ActorClassInfo, MethodInfo
 from runtime.outcome import error_frames
 from runtime.server_lanes import ServerLanes
 from runtime.server_phase import PhaseMachine, ServerPhase
+from runtime.stream_runner import StreamRunner
 from transport import frames as wire
 from transport import header_checks
 from transport.codec import Buffer
@@ -70,6 +71,7 @@ class CallRouter:
         self._spawn_token = spawn_token  # proves control calls (control_auth); None: no control call is accepted
         self._actor = actor  # the actor's name, in refusals
         self._info: ActorClassInfo | None = None  # the methods routed; None: not constructed yet
+        self._streams = StreamRunner(runner, lanes, self.finish)  # generator methods' calls
 
     def serve(self, info: ActorClassInfo, actor: str) -> None:
         """Route calls to the methods of ``info`` from now on (the actor ``actor`` is constructed)."""
@@ -183,9 +185,18 @@ class CallRouter:
         def run() -> tuple[CallRecord, list[Buffer]]:
             return record, self._runner.run(record, info, builtin, deadline, body, buffers)
 
-        if builtin is not None and builtin.lane is not None:
-            self._threads[builtin.lane].submit(run)
-        elif control and (info is None or not info.is_async):
+        if builtin is not None:
+            if builtin.lane is not None:
+                self._threads[builtin.lane].submit(run)
+            elif builtin.is_async:
+                self._on_loop(
+                    lambda: asyncio.ensure_future(self._run_builtin_async(record, builtin, deadline, body, buffers))
+                )
+            else:
+                self._on_loop(lambda: self.finish(run()))
+        elif info.streams:
+            self._streams.start(record, info, deadline, body, buffers)
+        elif control and not info.is_async:
             self._on_loop(lambda: self.finish(run()))
         elif info.is_async:
             slots = None if control else self._async_slots[info.options.concurrency_group]
@@ -201,6 +212,12 @@ class CallRouter:
                 self._group_loops[info.options.concurrency_group].start(run_async)
         else:
             self._threads[info.options.concurrency_group].submit(run)
+
+    async def _run_builtin_async(
+        self, record: CallRecord, builtin: builtin_methods.Builtin, deadline: float | None, body: Buffer,
+        buffers: list[Buffer],
+    ) -> None:  # fmt: skip
+        self.finish((record, await self._runner.run_builtin_async(record, builtin, deadline, body, buffers)))
 
     def _reject(self, peer: bytes, call_id: bytes, code: str, message: str) -> None:
         self._stats["rejected_total"] += 1

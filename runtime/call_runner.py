@@ -99,15 +99,63 @@ class CallRunner:
         except Exception as exc:
             return self._failed(record, "remote", exc, started)
         except asyncio.CancelledError as exc:  # raised by the method, or its task cancelled: never silence
-            if self._server.phase in LEAVING_PHASES:  # cancelled because the process leaves: already answered
-                return self._failed(record, "exited", exc, started, self._server.leaving)
-            if record.cancelled:  # its caller cancelled it (PendingCall.cancel)
-                return self._failed(record, "cancelled", exc, started, "the call was cancelled by its caller")
-            return self._failed(record, "remote", exc, started, "the method was cancelled before it returned")
+            return self._cancelled_frames(record, exc, started)
         except BaseException as exc:  # SystemExit, KeyboardInterrupt, exit_actor(): the process leaves
             return self._leave(record, exc, started)
         self._observe(record.method, "ok", started)
         return result_frames(record, self._server.boot_id, value)
+
+    async def run_builtin_async(
+        self, record: CallRecord, builtin: Builtin, deadline: float | None, body: Buffer, buffers: list[Buffer]
+    ) -> list[Buffer]:
+        """Await an async built-in (``__stream_next__``) on the server's loop; returns the RESULT frames."""
+        started = time.perf_counter()
+        try:
+            if record.cancelled:
+                raise _cancelled()
+            args, kwargs = self._prepare(None, deadline, body, buffers)
+            extra = (record.peer,) if builtin.takes_peer else ()
+            value = await builtin.function(self._server, *extra, *args, **kwargs)
+        except BaseException as exc:
+            return self.failure_frames(record, exc, started)
+        return self.ok_frames(record, value, started)
+
+    @property
+    def host(self) -> RunnerHost:
+        return self._server
+
+    def prepare(
+        self, record: CallRecord, info: MethodInfo, deadline: float | None, body: Buffer, buffers: list[Buffer]
+    ) -> tuple[list[Any], dict[str, Any]]:
+        """The checked arguments of a call about to run (raising a refusal when it must not run)."""
+        if record.cancelled:
+            raise _cancelled()
+        return self._prepare(info, deadline, body, buffers)
+
+    def failure_frames(self, record: CallRecord, exc: BaseException, started: float) -> list[Buffer]:
+        """The RESULT frames of a call that raised ``exc``, as :meth:`run_async` answers it."""
+        if isinstance(exc, _Refused):
+            return self._failed(record, exc.code, exc, started)
+        if isinstance(exc, Exception):
+            return self._failed(record, "remote", exc, started)
+        if isinstance(exc, asyncio.CancelledError):
+            return self._cancelled_frames(record, exc, started)
+        return self._leave(record, exc, started)
+
+    def refused_frames(self, record: CallRecord, code: str, message: str) -> list[Buffer]:
+        """The RESULT frames of a call refused before it ran (``code`` from runtime.errors.ERROR_CODES)."""
+        return self._failed(record, code, _Refused(code, message), time.perf_counter())
+
+    def ok_frames(self, record: CallRecord, value: Any, started: float) -> list[Buffer]:
+        self._observe(record.method, "ok", started)
+        return result_frames(record, self._server.boot_id, value)
+
+    def _cancelled_frames(self, record: CallRecord, exc: BaseException, started: float) -> list[Buffer]:
+        if self._server.phase in LEAVING_PHASES:  # cancelled because the process leaves: already answered
+            return self._failed(record, "exited", exc, started, self._server.leaving)
+        if record.cancelled:  # its caller cancelled it (PendingCall.cancel)
+            return self._failed(record, "cancelled", exc, started, "the call was cancelled by its caller")
+        return self._failed(record, "remote", exc, started, "the method was cancelled before it returned")
 
     def _prepare(
         self,

@@ -19,6 +19,7 @@ from collections.abc import Callable, Generator
 from typing import Any
 
 from runtime import control_auth
+from runtime.argument_errors import UNSENDABLE, argument_error
 from runtime.call import Call
 from runtime.call_future import CallFuture, follow
 from runtime.call_ids import new_call_id
@@ -27,8 +28,10 @@ from runtime.client import ClientRuntime
 from runtime.connection import DEFAULT_LIVENESS_TIMEOUT_S, Connection
 from runtime.errors import CallRejected, DeadlineExceeded
 from runtime.metadata import GROUP_SEPARATOR, ActorClassInfo
+from runtime.stream_call import DEFAULT_WINDOW, StreamingCall
+from runtime.stream_hints import STREAM_MARK
 from transport import security, shared_memory
-from transport.codec import UnsupportedTypeError, encode, encode_shared
+from transport.codec import encode, encode_shared
 from transport.security import FROM_ENV, CurveDir
 from transport.type_registry import register_type
 
@@ -110,15 +113,61 @@ class MethodRef:
         group = "" if concurrency_group is None else f" in concurrency group {concurrency_group!r}"
         self._site = f"actor {handle.actor_name!r} method {name!r}{group}"
 
-    def options(self, *, deadline_s: float | None = None, concurrency_group: str | None = None) -> MethodRef:
+    def options(
+        self,
+        *,
+        deadline_s: float | None = None,
+        concurrency_group: str | None = None,
+        stream: bool | None = None,
+        window: int = DEFAULT_WINDOW,
+    ) -> MethodRef:
         """The same method with a deadline (seconds from the call) after which it fails with DeadlineExceeded, and/or
-        run in ``concurrency_group`` (one the actor declares) instead of the one its ``@method`` names."""
+        run in ``concurrency_group`` (one the actor declares) instead of the one its ``@method`` names.
+        A generator method streams (its call is a :class:`StreamingCall`): ``stream=True`` says so where the handle
+        does not know the class; ``window``: items the actor may produce ahead of the caller (backpressure)."""
         if concurrency_group is not None and (not isinstance(concurrency_group, str) or not concurrency_group):
             raise ValueError(f"{self._site}: concurrency_group must be a non-empty str, got {concurrency_group!r}")
-        return MethodRef(self._handle, self._name, deadline_s, concurrency_group)
+        if type(window) is not int or not 1 <= window <= 1024:
+            raise ValueError(f"{self._site}: window must be an int in 1..1024 (items ahead), got {window!r}")
+        return _method_ref(self._handle, self._name, deadline_s, concurrency_group, stream, window)
 
     def __call__(self, *args: Any, **kwargs: Any) -> PendingCall:
         return self._handle._submit(self._wire_name, args, kwargs, self._deadline_s, self._site)
+
+
+class StreamMethodRef(MethodRef):
+    """A bound generator method: a call streams its items (:mod:`runtime.stream_call`)."""
+
+    __slots__ = ("_window",)
+
+    def __init__(
+        self, handle: ActorHandle, name: str, deadline_s: float | None, group: str | None, window: int
+    ) -> None:
+        super().__init__(handle, name, deadline_s, group)
+        self._wire_name += STREAM_MARK
+        self._window = window
+
+    def __call__(self, *args: Any, **kwargs: Any) -> StreamingCall:  # type: ignore[override]
+        producer = self._handle._submit(self._wire_name, args, kwargs, self._deadline_s, self._site)
+        handle = self._handle
+        return StreamingCall(
+            producer, handle.method("__stream_next__"), handle.method("__stream_close__"), self._window, self._site
+        )
+
+
+def _method_ref(
+    handle: ActorHandle, name: str, deadline_s: float | None, group: str | None = None, stream: bool | None = None,
+    window: int = DEFAULT_WINDOW,
+) -> MethodRef:  # fmt: skip
+    """The method ``name`` of ``handle``: a stream when it is a generator method (or ``stream=True``)."""
+    if stream is None:
+        info = handle.info.methods.get(name) if handle.info is not None else None
+        stream = info is not None and info.streams
+    return (
+        StreamMethodRef(handle, name, deadline_s, group, window)
+        if stream
+        else MethodRef(handle, name, deadline_s, group)
+    )
 
 
 class ActorHandle:
@@ -190,12 +239,12 @@ class ActorHandle:
     def __getattr__(self, name: str) -> MethodRef:
         if name.startswith("_"):
             raise AttributeError(name)
-        ref = self.__dict__[name] = MethodRef(self, name, None)  # found without __getattr__ from now on
+        ref = self.__dict__[name] = _method_ref(self, name, None)  # found without __getattr__ from now on
         return ref
 
     def method(self, name: str) -> MethodRef:
         """The method ``name`` (also built-ins such as ``__health__``, or names shadowed by handle attributes)."""
-        return MethodRef(self, name, None)
+        return _method_ref(self, name, None) if not name.startswith("__") else MethodRef(self, name, None)
 
     @property
     def connection(self) -> Connection:
@@ -218,8 +267,8 @@ class ActorHandle:
                 payload, shared = encode_shared([list(args), kwargs])
             else:
                 payload = encode([list(args), kwargs])
-        except _UNSENDABLE as exc:
-            raise _argument_error(self.actor_name, method, args, kwargs, exc, self._parameter_names(method)) from None
+        except UNSENDABLE as exc:
+            raise argument_error(self.actor_name, method, args, kwargs, exc, self._parameter_names(method)) from None
         deadline = time.time() + deadline_s if deadline_s is not None else None
         call_id = new_call_id()
         proof = None
@@ -308,35 +357,6 @@ class ActorHandle:
         return _handle_from_state, (self.to_state(),)
 
 
-#: What encoding an argument may raise: OverflowError is msgpack's for an int outside 64 bits (it has no bigger).
-_UNSENDABLE = (UnsupportedTypeError, OverflowError)
-
-
-def _argument_error(
-    actor: str,
-    method: str,
-    args: tuple[Any, ...],
-    kwargs: dict[str, Any],
-    exc: Exception,
-    names: tuple[str, ...] = (),
-) -> TypeError:
-    named = [
-        (f"argument {names[i]!r}" if i < len(names) else f"positional argument {i}", v) for i, v in enumerate(args)
-    ] + [(f"argument {k!r}", v) for k, v in kwargs.items()]
-    for label, value in named:
-        try:
-            encode(value)
-        except _UNSENDABLE as inner:
-            return TypeError(f"{label} of actor {actor!r} method {method!r} cannot be sent: {_unsendable(inner)}")
-    return TypeError(f"arguments of actor {actor!r} method {method!r} cannot be sent: {_unsendable(exc)}")
-
-
-def _unsendable(exc: Exception) -> str:
-    if isinstance(exc, OverflowError):
-        return f"it holds an int outside the 64 bits msgpack carries (-2**63 to 2**64-1) ({exc})"
-    return str(exc)
-
-
 _STATE_FIELDS = {
     "endpoint": (str,),
     "name": (str,),
@@ -365,4 +385,4 @@ def _handle_from_state(state: dict[str, Any]) -> ActorHandle:
 
 register_type(ActorHandle, to_state=ActorHandle.to_state, from_state=_handle_from_state)
 
-__all__ = ["ActorHandle", "CallRejected", "MethodRef", "PendingCall"]
+__all__ = ["ActorHandle", "CallRejected", "MethodRef", "PendingCall", "StreamMethodRef"]

@@ -14,6 +14,7 @@ from collections.abc import Callable
 from typing import Any, TypeVar
 
 from runtime.errors import ActorDefinitionError, CallRejected
+from runtime.stream_hints import STREAM_MARK, is_generator_function, stream_variant, yield_hint
 from runtime.type_checks import DeepCheck, deep_check, hint_name, is_checked_result, matches, short
 from transport.type_registry import is_registrable, register_type
 
@@ -66,6 +67,10 @@ class MethodInfo:
     #: Checks beyond the shallow one, by parameter name (and "return"), for hints that need pydantic
     #: (constraints in ``Annotated[...]``, TypedDicts): see runtime.type_checks.
     deep: dict[str, DeepCheck] = dataclasses.field(default_factory=dict)
+    #: A generator method (sync or async): a call streams its items (``returns`` is then the items' type);
+    #: ``stream_call``: this info is the streaming call's (``name~stream`` on the wire, runtime.stream_hints).
+    streams: bool = False
+    stream_call: bool = False
 
     @functools.cached_property
     def _deep_positions(self) -> tuple[tuple[int, str], ...]:
@@ -190,6 +195,9 @@ class ActorClassInfo:
         info = self._in_groups.get(name)
         if info is not None:
             return info
+        if name.endswith(STREAM_MARK):
+            info = self._in_groups[name] = stream_variant(self.method(name[: -len(STREAM_MARK)], actor=actor), actor)
+            return info
         base, _, group = name.partition(GROUP_SEPARATOR)
         info = self.methods.get(base)
         if info is None or not group:
@@ -253,13 +261,13 @@ def class_info(cls: type, groups: tuple[tuple[str, int], ...] = ()) -> ActorClas
                 f"declared; declared groups: {sorted(declared)} (declare it in concurrency_groups={{...}})"
             )
         hints = _hints(function, cls)
-        returns = hints.get("return")
+        streams = is_generator_function(where, function, options.control_plane)
+        returns = yield_hint(hints.get("return")) if streams else hints.get("return")
         returns = returns if is_checked_result(returns) else None
         checked = {**{n: h for n, h in hints.items() if n != "return"}, **({"return": returns} if returns else {})}
         deep = {n: check for n, h in checked.items() if (check := deep_check(h)) is not None}
-        methods[name] = MethodInfo(
-            name, signature, hints, inspect.iscoroutinefunction(function), options, returns, deep
-        )
+        is_async = inspect.iscoroutinefunction(function) or inspect.isasyncgenfunction(function)
+        methods[name] = MethodInfo(name, signature, hints, is_async, options, returns, deep, streams)
     return ActorClassInfo(cls, class_path(cls), methods, declared)
 
 

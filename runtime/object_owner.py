@@ -58,8 +58,20 @@ def owner_handle() -> ActorHandle:
     server = _server if _server is not None else _ensure_serving()
     if server.info is None:
         raise RuntimeError("runtime.put() in an actor process: call it from a method, once the actor is constructed")
+    return _handle_of(server)
+
+
+def _handle_of(server: ActorServer) -> ActorHandle:
     return ActorHandle(
         endpoint=server.public_address, name=server.name, class_path=server.info.path, boot_id=server.boot_id,
         host=server.host, pid=server.pid, machine_id=server.machine_id,
         server_key=server.server_keys.public.decode(),
     )  # fmt: skip
+
+
+def own_handle() -> tuple[ActorHandle, ActorServer] | None:
+    """In an actor process, once constructed: a handle to this actor and its server; else None."""
+    server = _server
+    if server is None or server.info is None or isinstance(server.instance, DriverObjects):
+        return None
+    return _handle_of(server), server

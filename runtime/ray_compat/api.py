@@ -1,0 +1,167 @@
+"""``ray.init``, ``get``, ``put``, ``wait``, ``kill``, ``cancel``, ``get_actor``, ``nodes``, ``cluster_resources``.
+
+Ray source read: python/ray/_private/worker.py (init's parameters, ``get`` of a ref or a list with ``timeout``
+raising GetTimeoutError, ``wait(refs, *, num_returns=1, timeout=None, fetch_local=True)``, ``kill(actor, *,
+no_restart=True)``, ``cancel(ref, *, force=False, recursive=True)``, ``get_actor(name, namespace=None)``).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from typing import Any
+
+from runtime import naming
+from runtime import waiting as native_wait
+from runtime.errors import ActorNotFound
+from runtime.naming import get_actor as native_get_actor
+from runtime.ray_compat import options as opts
+from runtime.ray_compat import state
+from runtime.ray_compat.actors import ActorHandle
+from runtime.ray_compat.exceptions import GetTimeoutError
+from runtime.ray_compat.refs import ObjectRef, ObjectRefGenerator
+from runtime.ray_compat.resources import nodes as _nodes
+
+_INIT_REFUSED = {
+    "include_dashboard": "there is no dashboard: each actor serves Prometheus /metrics (README: Metrics)",
+    "dashboard_host": "there is no dashboard",
+    "dashboard_port": "there is no dashboard",
+    "object_store_memory": "there is no object store to size: values stay with their owner (runtime.put)",
+    "_temp_dir": "nothing is written to a Ray temp dir",
+    "storage": "there is no cluster storage",
+    "_system_config": "there is no Ray system config",
+    "_plasma_directory": "there is no plasma store",
+}
+_INIT_ACCEPTED = {"log_to_driver", "configure_logging", "logging_format", "_node_ip_address", "local_mode"}
+
+
+def init(
+    address: str | None = None,
+    *,
+    num_cpus: float | None = None,
+    num_gpus: float | None = None,
+    resources: dict[str, float] | None = None,
+    namespace: str | None = None,
+    runtime_env: dict[str, Any] | None = None,
+    ignore_reinit_error: bool = False,
+    logging_level: int | str = logging.INFO,
+    **more: Any,
+) -> dict[str, Any]:
+    """Start the session: this machine's CPUs/GPUs (or the counts given) as the cluster; returns its context."""
+    if address not in (None, "local", "auto"):
+        raise NotImplementedError(
+            f"ray.init(address={address!r}): there is no Ray cluster to connect to; run the script under "
+            "`miles-launch hosts.toml` to reach a launch's actors (get_actor), or leave address unset"
+        )
+    for key, value in more.items():
+        if key in _INIT_REFUSED and value not in (None, False):
+            raise NotImplementedError(
+                f"ray.init({key}=...) is not supported by runtime.ray_compat: {_INIT_REFUSED[key]}"
+            )
+        if key == "local_mode" and value:
+            raise NotImplementedError("ray.init(local_mode=True): actors always run in their own processes here")
+        if key not in _INIT_REFUSED and key not in _INIT_ACCEPTED:
+            raise TypeError(f"ray.init() got an unexpected keyword argument {key!r}")
+    if state.running() is not None:
+        if ignore_reinit_error:
+            return _context()
+        raise RuntimeError("Maybe you called ray.init twice by accident? Pass ignore_reinit_error=True, or shutdown()")
+    env, _ = opts.runtime_env(runtime_env, "ray.init")
+    if runtime_env and runtime_env.get("working_dir"):
+        raise NotImplementedError("ray.init(runtime_env={'working_dir': ...}): give working_dir per actor or task")
+    logging.getLogger("runtime").setLevel(logging_level)
+    state.start(num_cpus, num_gpus, resources, namespace, env)
+    return _context()
+
+
+def _context() -> dict[str, Any]:
+    return {"address": "local", "node_id": _nodes(state.current().ledger)[0]["NodeID"]}
+
+
+def is_initialized() -> bool:
+    return state.running() is not None
+
+
+def shutdown() -> None:
+    state.stop()
+
+
+def put(value: Any) -> ObjectRef:
+    from runtime.object_owner import put as keep
+
+    if isinstance(value, ObjectRef):
+        raise TypeError("Calling 'put' on an ray.ObjectRef is not allowed.")
+    return ObjectRef(stored=keep(value), what="put")
+
+
+def get(refs: Any, *, timeout: float | None = None) -> Any:
+    """The value of a ref, or the values of a list of refs (in order); GetTimeoutError past ``timeout``."""
+    if isinstance(refs, ObjectRefGenerator):
+        raise TypeError("ray.get does not take an ObjectRefGenerator; iterate it: for ref in gen: ray.get(ref)")
+    single = isinstance(refs, ObjectRef)
+    items = [refs] if single else refs
+    if not isinstance(items, list) or not all(isinstance(r, ObjectRef) for r in items):
+        raise TypeError(f"ray.get takes an ObjectRef or a list of ObjectRefs, got {type(refs).__name__}")
+    deadline = None if timeout is None else time.monotonic() + timeout
+    values = []
+    for ref in items:
+        left = None if deadline is None else max(0.0, deadline - time.monotonic())
+        try:
+            values.append(ref.result(left))
+        except TimeoutError as exc:
+            if isinstance(exc, GetTimeoutError) or not ref.future.done():
+                raise GetTimeoutError(f"Get timed out: some object(s) not ready (timeout={timeout} s)") from None
+            raise
+    return values[0] if single else values
+
+
+def wait(
+    refs: list[Any], *, num_returns: int = 1, timeout: float | None = None, fetch_local: bool = True
+) -> tuple[list[Any], list[Any]]:
+    """(ready, not ready), each in the order given; a generator is ready once its next item is there."""
+    if not isinstance(refs, list) or not all(isinstance(r, (ObjectRef, ObjectRefGenerator)) for r in refs):
+        raise TypeError("wait() expected a list of ray.ObjectRef or ObjectRefGenerator")
+    if not refs:
+        return [], []
+    return native_wait.wait(refs, num_returns=num_returns, timeout=timeout)
+
+
+def kill(actor: ActorHandle, *, no_restart: bool = True) -> None:
+    if not isinstance(actor, ActorHandle):
+        raise ValueError(f"ray.kill() only supported for actors. For tasks, try ray.cancel(). Got: {type(actor)}.")
+    actor._kill(no_restart)
+
+
+def cancel(ref: Any, *, force: bool = False, recursive: bool = True) -> None:
+    """Cancel a call (a queued one never runs; a running async one is cancelled) or close a stream."""
+    if force:
+        raise NotImplementedError(
+            "ray.cancel(force=True) (killing the worker) is not supported: a queued call never runs and a running "
+            "async one is cancelled without it; kill an actor with ray.kill"
+        )
+    if not isinstance(ref, (ObjectRef, ObjectRefGenerator)):
+        raise TypeError(f"ray.cancel() only supported for object refs, got {type(ref).__name__}")
+    ref.cancel()
+
+
+def get_actor(name: str, namespace: str | None = None) -> ActorHandle:
+    if not isinstance(name, str) or not name:
+        raise ValueError("Please supply a non-empty value to get_actor")
+    session = state.running()
+    space = namespace or (session.namespace if session is not None else "") or naming.DEFAULT_NAMESPACE
+    try:
+        return ActorHandle(native_get_actor(name, space))
+    except ActorNotFound as exc:
+        raise ValueError(f"Failed to look up actor with name '{name}'. {exc}") from None
+
+
+def nodes() -> list[dict[str, Any]]:
+    return _nodes(state.current().ledger)
+
+
+def cluster_resources() -> dict[str, float]:
+    return dict(state.current().ledger.total)
+
+
+def available_resources() -> dict[str, float]:
+    return state.current().ledger.available()

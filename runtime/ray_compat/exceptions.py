@@ -1,0 +1,110 @@
+"""``ray.exceptions`` names, and how this runtime's errors become them (:func:`as_ray_error`).
+
+Ray source read: python/ray/exceptions.py. ``RayTaskError.as_instanceof_cause`` makes a class deriving from both
+RayTaskError and the cause's class, so ``except ValueError`` catches a task's ValueError; here the error raised is
+a class deriving from RayTaskError and this runtime's ``RemoteError[ValueError]`` (itself a ValueError), so
+``except ValueError``, ``except RayTaskError`` and ``except RemoteError`` all catch it. ActorDiedError is a
+RayActorError, as in Ray; GetTimeoutError a TimeoutError; TaskCancelledError a CancelledError.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import functools
+
+from runtime import errors
+
+
+class RayError(Exception):
+    """Every error of this module."""
+
+
+class RayTaskError(RayError):
+    """A task or actor method raised; ``cause`` is the remote error (with its traceback)."""
+
+    cause: BaseException | None = None
+
+    def as_instanceof_cause(self) -> RayTaskError:
+        return self
+
+
+class RayActorError(RayError):
+    """The actor died, or is unreachable, before or while running the call."""
+
+
+class ActorDiedError(RayActorError):
+    """The actor's process is gone (killed, exited, crashed)."""
+
+
+class ActorUnavailableError(RayActorError):
+    """The actor is restarting (its call may or may not have run)."""
+
+
+class GetTimeoutError(RayError, TimeoutError):
+    """``ray.get(..., timeout=)`` passed its timeout."""
+
+
+class TaskCancelledError(RayError, concurrent.futures.CancelledError):
+    """The call was cancelled (``ray.cancel``)."""
+
+
+class ObjectLostError(RayError):
+    """The value of an object ref is gone (its owner died or it was freed)."""
+
+
+class RaySystemError(RayError):
+    """A call refused by the runtime (bad arguments, over capacity, not delivered)."""
+
+
+@functools.lru_cache(maxsize=256)
+def _task_error_class(cause: type[errors.RemoteError]) -> type[RayTaskError]:
+    try:
+        name = cause.__qualname__.removeprefix("RemoteError[").removesuffix("]")
+        return type(f"RayTaskError({name})", (RayTaskError, cause), {"__module__": __name__})
+    except TypeError:  # Python cannot combine them: a plain RayTaskError still names the cause
+        return RayTaskError
+
+
+def as_ray_error(exc: BaseException) -> BaseException:
+    """The ``ray.exceptions`` error for an error of this runtime (others are returned as they are)."""
+    if isinstance(exc, RayError):
+        return exc
+    if isinstance(exc, errors.RemoteError):
+        cls = _task_error_class(type(exc))
+        error = cls.__new__(cls, str(exc))
+        error.__dict__.update(exc.__dict__)
+        error.args = exc.args
+        error.cause = exc
+        return error
+    for ours, theirs in _MAPPED:
+        if isinstance(exc, ours):
+            error = theirs(str(exc))
+            error.__cause__ = exc
+            return error
+    return exc
+
+
+_MAPPED: tuple[tuple[type[BaseException], type[RayError]], ...] = (
+    (errors.ActorDied, ActorDiedError),
+    (errors.ActorRestarted, ActorUnavailableError),
+    (errors.ActorNotFound, RayActorError),
+    (errors.CallCancelled, TaskCancelledError),
+    (concurrent.futures.CancelledError, TaskCancelledError),
+    (errors.DeadlineExceeded, GetTimeoutError),
+    (errors.NotDelivered, RayActorError),
+    (errors.CallRejected, RaySystemError),
+    (errors.OverCapacity, RaySystemError),
+)
+
+__all__ = [
+    "ActorDiedError",
+    "ActorUnavailableError",
+    "GetTimeoutError",
+    "ObjectLostError",
+    "RayActorError",
+    "RayError",
+    "RaySystemError",
+    "RayTaskError",
+    "TaskCancelledError",
+    "as_ray_error",
+]

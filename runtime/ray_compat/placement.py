@@ -1,0 +1,173 @@
+"""Placement groups (``ray.util.placement_group``) and scheduling strategies, mapped onto this machine's ledger.
+
+Ray sources read: python/ray/util/placement_group.py (bundles, strategies PACK/SPREAD/STRICT_PACK/STRICT_SPREAD,
+``ready()``, ``wait()``, ``bundle_specs``, ``remove_placement_group``) and
+python/ray/util/scheduling_strategies.py. A group reserves its bundles at once (GPU ids included) from the
+session's ledger (:mod:`runtime.ray_compat.resources`); an actor scheduled into bundle ``i`` takes its CPUs/GPUs
+from that bundle, so actors of one group share the GPUs the group holds, as in Ray. All bundles are on this
+machine: STRICT_SPREAD with more than one bundle cannot be met and raises (Ray would leave it pending); spreading
+over hosts is what hosts.toml pools do. Removing a group kills its actors and gives its resources back.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from dataclasses import dataclass, field
+from typing import Any
+
+from runtime.ray_compat import state
+from runtime.ray_compat.refs import ObjectRef, _done
+from runtime.ray_compat.resources import Ledger, node_id
+
+STRATEGIES = ("PACK", "SPREAD", "STRICT_PACK", "STRICT_SPREAD")
+
+
+@dataclass(eq=False)
+class PlacementGroup:
+    """A set of reserved bundles; ``ready()`` is a ref that is ready at once (the bundles are reserved)."""
+
+    id: str
+    bundle_specs: list[dict[str, float]]
+    strategy: str
+    name: str
+    bundles: list[Ledger] = field(default_factory=list)
+    actors: list[Any] = field(default_factory=list)
+    removed: bool = False
+    _held: list[tuple[dict[str, float], list[str]]] = field(default_factory=list)
+
+    @property
+    def bundle_count(self) -> int:
+        return len(self.bundle_specs)
+
+    def ready(self) -> ObjectRef:
+        return ObjectRef(future=_done(self), what=f"placement group {self.name or self.id}")
+
+    def wait(self, timeout_seconds: float = 30) -> bool:
+        return not self.removed
+
+    def bundle(self, index: int, what: str) -> Ledger:
+        if self.removed:
+            raise ValueError(f"{what}: placement group {self.name or self.id} was removed")
+        if not isinstance(index, int) or not -1 <= index < self.bundle_count:
+            raise ValueError(f"{what}: placement_group_bundle_index={index!r} is not in -1..{self.bundle_count - 1}")
+        return self.bundles[index]
+
+
+def placement_group(
+    bundles: list[dict[str, float]],
+    strategy: str = "PACK",
+    name: str = "",
+    lifetime: str | None = None,
+    _max_cpu_fraction_per_node: float | None = None,
+    _soft_target_node_id: str | None = None,
+    bundle_label_selector: Any = None,
+) -> PlacementGroup:
+    """Reserve ``bundles`` (e.g. ``[{"GPU": 1, "CPU": 1}] * 4``) now; raises at once when they do not fit."""
+    if strategy not in STRATEGIES:
+        raise ValueError(f"placement_group: strategy must be one of {STRATEGIES}, got {strategy!r}")
+    if not isinstance(bundles, list) or not bundles or not all(isinstance(b, dict) and b for b in bundles):
+        raise ValueError("placement_group: bundles must be a non-empty list of non-empty dicts, e.g. [{'CPU': 1}]")
+    unsupported = {
+        "_max_cpu_fraction_per_node": _max_cpu_fraction_per_node,
+        "_soft_target_node_id": _soft_target_node_id,
+        "bundle_label_selector": bundle_label_selector,
+    }
+    for option, value in unsupported.items():
+        if value is not None:
+            raise NotImplementedError(f"placement_group({option}=...) is not supported by runtime.ray_compat")
+    if lifetime not in (None, "detached"):
+        raise ValueError(f"placement_group: lifetime must be None or 'detached', got {lifetime!r}")
+    if strategy == "STRICT_SPREAD" and len(bundles) > 1:
+        raise ValueError(
+            "placement_group(strategy='STRICT_SPREAD') with several bundles needs one node per bundle; "
+            "runtime.ray_compat places on this machine only: spread over hosts with a hosts.toml pool (SPREAD)"
+        )
+    session = state.current()
+    group = PlacementGroup(os.urandom(9).hex(), [dict(b) for b in bundles], strategy, name)
+    what = f"placement group {name or group.id}"
+    try:
+        for spec in group.bundle_specs:
+            held, gpu_ids = session.ledger.reserve({k: float(v) for k, v in spec.items()}, what)
+            group._held.append((held, gpu_ids))
+            group.bundles.append(Ledger(dict(held), gpu_ids))
+    except ValueError:
+        for held, gpu_ids in group._held:
+            session.ledger.release(held, gpu_ids)
+        raise
+    session.groups.append(group)
+    return group
+
+
+def remove_placement_group(group: PlacementGroup) -> None:
+    """Kill the group's actors and give its bundles back."""
+    if group.removed:
+        return
+    group.removed = True
+    for actor in group.actors:
+        with contextlib.suppress(Exception):
+            actor._kill_quietly()
+    session = state.running()
+    if session is not None:
+        for held, gpu_ids in group._held:
+            session.ledger.release(held, gpu_ids)
+        with contextlib.suppress(ValueError):
+            session.groups.remove(group)
+
+
+def get_placement_group(name: str) -> PlacementGroup:
+    session = state.current()
+    for group in session.groups:
+        if group.name == name:
+            return group
+    raise ValueError(f"no placement group named {name!r} in this session")
+
+
+@dataclass
+class PlacementGroupSchedulingStrategy:
+    placement_group: PlacementGroup
+    placement_group_bundle_index: int = -1
+    placement_group_capture_child_tasks: bool | None = None
+
+
+@dataclass
+class NodeAffinitySchedulingStrategy:
+    node_id: str
+    soft: bool
+    _spill_on_unavailable: bool = False
+    _fail_on_unavailable: bool = False
+
+
+def where(strategy: Any, what: str) -> tuple[Ledger, PlacementGroup | None]:
+    """The ledger an actor or task with ``scheduling_strategy=strategy`` takes its resources from."""
+    session = state.current()
+    if strategy is None or strategy in ("DEFAULT", "SPREAD"):
+        return session.ledger, None
+    if isinstance(strategy, PlacementGroupSchedulingStrategy):
+        if strategy.placement_group_capture_child_tasks:
+            raise NotImplementedError(
+                f"{what}: placement_group_capture_child_tasks=True is not supported; pass the strategy to the "
+                "child actors explicitly"
+            )
+        group = strategy.placement_group
+        index = strategy.placement_group_bundle_index
+        if index == -1:
+            group.bundle(0, what)
+            return _any_bundle(group), group
+        return group.bundle(index, what), group
+    if isinstance(strategy, NodeAffinitySchedulingStrategy):
+        if strategy.node_id != node_id() and not strategy.soft:
+            raise ValueError(
+                f"{what}: NodeAffinitySchedulingStrategy(node_id={strategy.node_id!r}) names another node; "
+                f"runtime.ray_compat places on this one ({node_id()!r}); use soft=True, or a hosts.toml pool"
+            )
+        return session.ledger, None
+    raise ValueError(
+        f"{what}: scheduling_strategy must be 'DEFAULT', 'SPREAD', a PlacementGroupSchedulingStrategy or a "
+        f"NodeAffinitySchedulingStrategy, got {strategy!r}"
+    )
+
+
+def _any_bundle(group: PlacementGroup) -> Ledger:
+    """Bundle index -1: the first bundle with the most room left."""
+    return max(group.bundles, key=lambda b: sum(b.available().values()))

@@ -1,0 +1,164 @@
+"""``ObjectRef`` and ``ObjectRefGenerator`` as Ray code sees them: ``ray.get(ref)``, ``await ref``, ``ray.wait``.
+
+A ref is one of: a call in flight (a task's or an actor method's result), a value ``ray.put`` keeps
+(:class:`runtime.ObjectRef`, fetched from its owner), or one item of a stream. Passed inside another argument
+(nested, as Ray passes it), a ref crosses the wire as a :class:`runtime.ObjectRef`: a call's result is waited for
+and kept in this process first (``runtime.put``), so the receiver's ``ray.get`` fetches it from here.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import os
+from collections.abc import AsyncIterator, Callable, Generator, Iterator
+from typing import Any
+
+from runtime.object_owner import put as keep
+from runtime.object_refs import ObjectRef as StoredRef
+from runtime.ray_compat.exceptions import as_ray_error
+from runtime.stream_call import StreamingCall
+from transport.type_registry import register_type
+
+
+def _done(value: Any = None, error: BaseException | None = None) -> concurrent.futures.Future[Any]:
+    future: concurrent.futures.Future[Any] = concurrent.futures.Future()
+    if error is not None:
+        future.set_exception(error)
+    else:
+        future.set_result(value)
+    return future
+
+
+class ObjectRef:
+    """A future value: ``ray.get(ref)``, ``await ref``, ``ray.wait([ref])``, ``ray.cancel(ref)``."""
+
+    def __init__(
+        self,
+        *,
+        future: concurrent.futures.Future[Any] | None = None,
+        stored: StoredRef | None = None,
+        cancel: Callable[[], bool] | None = None,
+        what: str = "",
+    ) -> None:
+        self._future = future
+        self._stored = stored
+        self._cancel = cancel
+        self._what = what
+        self._id = os.urandom(14).hex()
+
+    @property
+    def future(self) -> concurrent.futures.Future[Any]:
+        """Done once the value is there (for ``ray.wait``); a stored value counts as there."""
+        if self._future is None:
+            self._future = _done()
+        return self._future
+
+    def result(self, timeout: float | None) -> Any:
+        """The value, or the error (as a ``ray.exceptions`` one) the call raised."""
+        try:
+            if self._stored is not None:
+                return self._stored.get(timeout=timeout)
+            return self.future.result(timeout)
+        except concurrent.futures.TimeoutError:
+            if self.future.done():
+                raise as_ray_error(self.future.exception()) from None
+            raise
+        except BaseException as exc:
+            raise as_ray_error(exc) from exc
+
+    async def result_async(self) -> Any:
+        try:
+            if self._stored is not None:
+                return await self._stored.get_async()
+            return await asyncio.wrap_future(self.future)
+        except BaseException as exc:
+            raise as_ray_error(exc) from exc
+
+    def __await__(self) -> Generator[Any, None, Any]:
+        return self.result_async().__await__()
+
+    def cancel(self) -> bool:
+        return self._cancel() if self._cancel is not None else False
+
+    def hex(self) -> str:
+        return self._id
+
+    def __repr__(self) -> str:
+        return f"ObjectRef({self._id}{', ' + self._what if self._what else ''})"
+
+    def to_stored(self) -> StoredRef:
+        """The ref as a :class:`runtime.ObjectRef` another process can fetch (a call's result is waited for)."""
+        if self._stored is None:
+            self._stored = keep(self.result(None))
+        return self._stored
+
+
+def _from_stored(stored: StoredRef) -> ObjectRef:
+    return ObjectRef(stored=stored)
+
+
+register_type(ObjectRef, to_state=ObjectRef.to_stored, from_state=_from_stored)
+
+
+def call_ref(call: Any, what: str) -> ObjectRef:
+    """The ref of a call in flight (a PendingCall)."""
+    return ObjectRef(future=call.future, cancel=call.cancel, what=what)
+
+
+class ObjectRefGenerator:
+    """The refs of a streaming call's items (Ray's ``ObjectRefGenerator``): ``for ref in gen`` / ``async for``,
+    ``next(gen)``; an error the generator raised comes as a ref whose ``ray.get`` raises it, then the end."""
+
+    def __init__(self, stream: StreamingCall) -> None:
+        self._stream = stream
+        self._iter: Iterator[Any] | None = None
+        self._aiter: AsyncIterator[Any] | None = None
+        self._failed = False
+
+    def __iter__(self) -> ObjectRefGenerator:
+        return self
+
+    def __next__(self) -> ObjectRef:
+        if self._failed:
+            raise StopIteration
+        if self._iter is None:
+            self._iter = iter(self._stream)
+        try:
+            return ObjectRef(future=_done(next(self._iter)), what="streamed item")
+        except StopIteration:
+            raise
+        except Exception as exc:
+            self._failed = True
+            return ObjectRef(future=_done(error=exc), what="streamed error")
+
+    def __aiter__(self) -> ObjectRefGenerator:
+        return self
+
+    async def __anext__(self) -> ObjectRef:
+        if self._failed:
+            raise StopAsyncIteration
+        if self._aiter is None:
+            self._aiter = aiter(self._stream)
+        try:
+            return ObjectRef(future=_done(await anext(self._aiter)), what="streamed item")
+        except StopAsyncIteration:
+            raise
+        except Exception as exc:
+            self._failed = True
+            return ObjectRef(future=_done(error=exc), what="streamed error")
+
+    def close(self) -> None:
+        self._stream.close()
+
+    def cancel(self) -> bool:
+        self._stream.close()
+        return True
+
+    @property
+    def future(self) -> concurrent.futures.Future[Any]:
+        """Done once the next item (or the end) is here: ``ray.wait`` on a generator."""
+        return self._stream.ready()
+
+    def __del__(self) -> None:
+        self._stream.close()

@@ -1,0 +1,75 @@
+"""``ray.get_runtime_context()``: who and where the caller is (job, node, actor, its GPUs, namespace).
+
+Ray source read: python/ray/runtime_context.py. In an actor process ``current_actor`` is a handle to the actor
+itself and ``get_actor_id()`` its id; in a driver they are None / raise as in Ray. ``get_accelerator_ids()``
+lists the GPUs in ``CUDA_VISIBLE_DEVICES`` (which ``num_gpus`` set for the actor).
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+from runtime import object_owner
+from runtime.ray_compat import state
+from runtime.ray_compat.resources import node_id
+
+
+class RuntimeContext:
+    @property
+    def _actor(self) -> Any:
+        return object_owner.own_handle()
+
+    def get_job_id(self) -> str:
+        return f"{os.getppid() if self._actor else os.getpid():08x}"
+
+    def get_node_id(self) -> str:
+        return node_id()
+
+    def get_actor_id(self) -> str | None:
+        found = self._actor
+        return None if found is None else f"{found[1].name}:{found[1].boot_id}"
+
+    def get_actor_name(self) -> str | None:
+        found = self._actor
+        return None if found is None else found[1].name
+
+    def get_worker_id(self) -> str:
+        return f"{os.getpid()}"
+
+    def get_task_id(self) -> str | None:
+        raise NotImplementedError("task ids are not kept; use get_actor_id(), or the call id of a PendingCall")
+
+    @property
+    def current_actor(self) -> Any:
+        from runtime.ray_compat.actors import ActorHandle
+
+        found = self._actor
+        if found is None:
+            raise RuntimeError("This method is only available when the process is a worker of an actor.")
+        return ActorHandle(found[0])
+
+    @property
+    def namespace(self) -> str:
+        session = state.running()
+        return session.namespace if session is not None else ""
+
+    def was_current_actor_reconstructed(self) -> bool:
+        found = self._actor
+        return found is not None and found[1].restarts > 0
+
+    def get_accelerator_ids(self) -> dict[str, list[str]]:
+        visible = os.environ.get("CUDA_VISIBLE_DEVICES", "")
+        return {"GPU": [g for g in visible.split(",") if g.strip()]}
+
+    def get_assigned_resources(self) -> dict[str, float]:
+        return {"GPU": float(len(self.get_accelerator_ids()["GPU"]))}
+
+
+def get_runtime_context() -> RuntimeContext:
+    return RuntimeContext()
+
+
+def get_gpu_ids() -> list[int]:
+    """``ray.get_gpu_ids()``: the GPUs of this actor (``CUDA_VISIBLE_DEVICES``)."""
+    return [int(g) for g in get_runtime_context().get_accelerator_ids()["GPU"] if g.isdigit()]

@@ -1,0 +1,73 @@
+"""The ``ray.init`` session of this process: the cluster's ledger, the namespace, what was started for it.
+
+``ray.init()`` is optional, as in Ray: the first ``.remote()`` starts a session with the defaults.
+``ray.shutdown()`` kills the actors it started (not detached ones), stops the task workers and forgets the
+placement groups.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import threading
+from dataclasses import dataclass, field
+from typing import Any
+
+from runtime.ray_compat.resources import Ledger, make_ledger
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class Session:
+    ledger: Ledger
+    namespace: str
+    env: dict[str, str]  # runtime_env env_vars of ray.init: every actor and task worker gets them
+    actors: list[Any] = field(default_factory=list)  # ray_compat ActorHandles started here (killed at shutdown)
+    pools: dict[Any, Any] = field(default_factory=dict)  # task worker pools, by their env
+    groups: list[Any] = field(default_factory=list)  # placement groups
+
+
+_lock = threading.Lock()
+_session: Session | None = None
+
+
+def start(
+    num_cpus: float | None, num_gpus: float | None, resources: dict[str, float] | None, namespace: str | None,
+    env: dict[str, str],
+) -> Session:  # fmt: skip
+    global _session
+    with _lock:
+        _session = Session(make_ledger(num_cpus, num_gpus, resources), namespace or "", env)
+        return _session
+
+
+def current() -> Session:
+    """The session, started with the defaults if ``ray.init`` was not called (as Ray does)."""
+    session = _session
+    if session is not None:
+        return session
+    with _lock:
+        if _session is None:
+            globals()["_session"] = Session(make_ledger(None, None, None), "", {})
+        return _session  # type: ignore[return-value]
+
+
+def running() -> Session | None:
+    return _session
+
+
+def stop() -> None:
+    """Kill what the session started and forget it."""
+    global _session
+    with _lock:
+        session, _session = _session, None
+    if session is None:
+        return
+    for actor in reversed(session.actors):
+        with contextlib.suppress(Exception):
+            actor._kill_quietly()
+    for pool in session.pools.values():
+        with contextlib.suppress(Exception):
+            pool.stop()
+    log.info("ray_compat session stopped: %d actors, %d task pools", len(session.actors), len(session.pools))

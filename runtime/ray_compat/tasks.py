@@ -1,0 +1,147 @@
+"""``@ray.remote`` functions: tasks, run on a pool of worker processes of this machine.
+
+Ray sources read: python/ray/remote_function.py (``.remote``, ``.options``, ``num_returns``, ``max_retries``
+(default 3, system failures), ``retry_exceptions``, generator functions streaming). A pool has as many worker
+processes as the session has CPUs (``ray.init(num_cpus=)``), started as tasks need them; each runs one task at a
+time, and a task goes to the least busy worker. A worker that dies is replaced; its task is retried
+(``max_retries``). Task workers hold no GPUs: a task asking ``num_gpus`` is refused (use an actor, which gets
+its GPUs). One pool per distinct ``runtime_env``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import inspect
+import os
+import threading
+from typing import Any
+
+import cloudpickle
+
+from runtime.errors import ActorDied
+from runtime.handle import ActorHandle as NativeHandle
+from runtime.ray_compat import options as opts
+from runtime.ray_compat import placement, state
+from runtime.ray_compat.calls import RetryingCall, refs_for, resolve_args, retry_on
+from runtime.ray_compat.refs import ObjectRefGenerator
+from runtime.ray_compat.task_worker import TaskWorker, mac_of
+from runtime.spawn import spawn
+
+DEFAULT_MAX_RETRIES = 3  # as Ray's
+
+
+class TaskPool:
+    """Worker processes for tasks with one environment."""
+
+    def __init__(self, size: int, env: dict[str, str], cwd: str | None) -> None:
+        self.size = max(1, size)
+        self._env, self._cwd = env, cwd
+        self._secret = os.urandom(32)
+        self._workers: list[NativeHandle] = []
+        self._busy: dict[int, int] = {}
+        self._lock = threading.Lock()
+
+    def sign(self, function: bytes) -> bytes:
+        return mac_of(self._secret, function)
+
+    def _pick(self) -> NativeHandle:
+        with self._lock:
+            live = [w for w in self._workers if w.dead is None]
+            self._workers = live
+            idle = min(live, key=lambda w: self._busy.get(id(w), 0), default=None)
+            if idle is not None and (self._busy.get(id(idle), 0) == 0 or len(live) >= self.size):
+                self._busy[id(idle)] = self._busy.get(id(idle), 0) + 1
+                return idle
+        worker = spawn(TaskWorker, kwargs={"secret": self._secret}, env=self._env, cwd=self._cwd)
+        with self._lock:
+            self._workers.append(worker)
+            self._busy[id(worker)] = 1
+        return worker
+
+    def _release(self, worker: NativeHandle, failed: BaseException | None) -> None:
+        with self._lock:
+            self._busy[id(worker)] = max(0, self._busy.get(id(worker), 1) - 1)
+        if isinstance(failed, ActorDied):
+            with contextlib.suppress(Exception):
+                worker.kill()
+
+    def submit(self, method: str, function: bytes, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        worker = self._pick()
+        call = worker.method(method)(function, self.sign(function), list(args), kwargs)
+        call.future.add_done_callback(lambda f: self._release(worker, f.exception() if not f.cancelled() else None))
+        return call
+
+    def stop(self) -> None:
+        with self._lock:
+            workers, self._workers = self._workers, []
+        for worker in workers:
+            with contextlib.suppress(Exception):
+                worker.kill()
+
+
+class RemoteFunction:
+    """A function under ``@ray.remote``: ``.remote(...)`` runs it as a task, ``.options(...)`` overrides options."""
+
+    def __init__(self, function: Any, options: dict[str, Any]) -> None:
+        self._function = function
+        self._what = f"task {getattr(function, '__qualname__', function)!s}"
+        self._options = opts.check(dict(options), opts.TASK, f"@ray.remote function {self._what}")
+        self._generator = inspect.isgeneratorfunction(function)
+        if inspect.iscoroutinefunction(function) or inspect.isasyncgenfunction(function):
+            raise NotImplementedError(f"{self._what}: async functions as tasks are not supported; use an async actor")
+        self._pickled: bytes | None = None
+        self.__name__ = getattr(function, "__name__", "task")
+        self.__doc__ = function.__doc__
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        raise TypeError(
+            f"Remote functions cannot be called directly. Instead of running '{self.__name__}()', try "
+            f"'{self.__name__}.remote()'."
+        )
+
+    def options(self, **options: Any) -> RemoteFunction:
+        return RemoteFunction(self._function, {**self._options, **options})
+
+    def bind(self, *args: Any, **kwargs: Any) -> Any:
+        raise NotImplementedError("Ray DAGs (.bind) are not supported by runtime.ray_compat; call .remote()")
+
+    def _pool(self) -> TaskPool:
+        options, what = self._options, self._what
+        session = state.current()
+        wants = opts.resources_of(options, 1.0, what)
+        if wants.get("GPU"):
+            raise NotImplementedError(
+                f"{what}: num_gpus for a task is not supported (task workers hold no GPUs); run GPU work in an "
+                "actor with num_gpus, which gets its GPUs in CUDA_VISIBLE_DEVICES"
+            )
+        ledger, _ = placement.where(options.get("scheduling_strategy"), what)
+        for name, amount in wants.items():
+            if amount > ledger.total.get(name, 0.0):
+                raise ValueError(
+                    f"{what} asks for {name}={amount:g}; the cluster (or bundle) has {ledger.total.get(name, 0.0):g}"
+                )
+        env, cwd = opts.runtime_env(options.get("runtime_env"), what)
+        env = {**session.env, **env}
+        key = (tuple(sorted(env.items())), cwd)
+        with contextlib.suppress(KeyError):
+            return session.pools[key]
+        return session.pools.setdefault(key, TaskPool(int(session.ledger.total.get("CPU", 1)), env, cwd))
+
+    def remote(self, *args: Any, **kwargs: Any) -> Any:
+        options, what = self._options, self._what
+        num_returns = opts.num_returns(options.get("num_returns", "streaming" if self._generator else 1), what)
+        pool = self._pool()
+        if self._pickled is None:
+            self._pickled = cloudpickle.dumps(self._function)
+        function = self._pickled
+        args, kwargs = resolve_args(args, kwargs)
+        if num_returns == "streaming":
+            if not self._generator:
+                raise ValueError(f"{what}: num_returns='streaming' needs a generator function")
+            return ObjectRefGenerator(pool.submit("stream", function, args, kwargs))
+        if self._generator:
+            raise NotImplementedError(f"{what}: a generator task streams (num_returns='streaming', the default)")
+        retries = int(options.get("max_retries", DEFAULT_MAX_RETRIES))
+        should_retry = retry_on(options.get("retry_exceptions", False), what)
+        call = RetryingCall(lambda: pool.submit("run", function, args, kwargs), retries, should_retry)
+        return refs_for(call, num_returns, what)
