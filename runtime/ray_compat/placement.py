@@ -76,7 +76,12 @@ def placement_group(
     for option, value in unsupported.items():
         if value is not None:
             raise NotImplementedError(f"placement_group({option}=...) is not supported by runtime.ray_compat")
-    if lifetime not in (None, "detached"):
+    if lifetime == "detached":
+        raise NotImplementedError(
+            "placement_group(lifetime='detached'): a placement group here is a reservation in this driver's ray.init "
+            "session and ends with it; omit lifetime (detached actors need no group: .options(lifetime='detached'))"
+        )
+    if lifetime is not None:
         raise ValueError(f"placement_group: lifetime must be None or 'detached', got {lifetime!r}")
     if strategy == "STRICT_SPREAD" and len(bundles) > 1:
         raise ValueError(

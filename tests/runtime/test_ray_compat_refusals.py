@@ -88,6 +88,8 @@ def test_refused_apis() -> None:
         ray.data  # noqa: B018
     with pytest.raises(AttributeError, match=r"ray\.util\.ActorPool is not provided"):
         ray.util.ActorPool  # noqa: B018
+    with pytest.raises(NotImplementedError, match=r"lifetime='detached'.*ends with it; omit lifetime"):
+        ray.util.placement_group([{"CPU": 1}], lifetime="detached")
 
 
 def test_refused_task_and_call_shapes() -> None:
