@@ -151,6 +151,7 @@ class StreamTable:
 
     def __init__(self) -> None:
         self._streams: dict[bytes, Stream] = {}
+        self._closed_early: collections.OrderedDict[tuple[bytes, bytes], None] = collections.OrderedDict()
         self._lock = threading.Lock()
 
     def open(self, call_id: bytes, peer: bytes) -> Stream | None:
@@ -163,7 +164,18 @@ class StreamTable:
                 if len(self._streams) >= MAX_STREAMS:
                     return None
             stream = self._streams[call_id] = Stream(peer)
+            if (peer, call_id) in self._closed_early:  # closed before it started: the generator never runs
+                del self._closed_early[(peer, call_id)]
+                stream.closed = "its caller closed the stream"
             return stream
+
+    def close_early(self, peer: bytes, call_id: bytes) -> None:
+        """A close that came before its stream was opened (the two calls raced): the stream opens closed.
+        Bounded (the oldest are forgotten past :data:`MAX_STREAMS`): a peer cannot grow it without end."""
+        with self._lock:
+            self._closed_early[(peer, call_id)] = None
+            while len(self._closed_early) > MAX_STREAMS:
+                self._closed_early.popitem(last=False)
 
     def find(self, peer: bytes, call_id: Any) -> Stream | None:
         """The caller's own stream ``call_id``, or None (unknown, ended, another caller's)."""
@@ -205,6 +217,7 @@ def stream_close(table: StreamTable, peer: bytes, call_id: Any) -> bool:
     """The built-in ``__stream_close__``: the caller stopped; True if the stream was still open."""
     stream = table.find(peer, call_id)
     if stream is None:
+        table.close_early(peer, call_id)  # not opened yet (or ended): if it opens later, it opens closed
         return False
     stream.close("its caller closed the stream")
     table.drop(call_id)
