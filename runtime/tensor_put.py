@@ -15,6 +15,7 @@ from typing import Any
 
 from runtime import collective_groups, object_owner, tensor_transfer
 from runtime.collective_groups import CollectiveError
+from runtime.member_watch import MemberWatch
 from runtime.object_refs import ObjectRef
 from runtime.tensor_refs import SINGLE, TensorRef
 from runtime.tensor_store import store
@@ -73,10 +74,12 @@ def _group_name(group: str | None) -> str:
 
 def wait_freed(refs: Iterable[TensorRef | ObjectRef], timeout: float | None = 60.0) -> None:
     """In the owner: block until every reader freed each of ``refs`` (then their tensors may be reused).
-    Raises ActorDied if a receiver died during a transfer of one, TimeoutError naming those still held."""
+    Raises ActorDied if a receiver died during a transfer of one, or a member of a ref's group died while the ref
+    still waited for readers (found within a few seconds: :mod:`runtime.member_watch`); TimeoutError naming the
+    refs still held."""
     keys = []
     for ref in refs:
         if not isinstance(ref, TensorRef):
             raise TypeError(f"wait_freed takes TensorRefs, not {type(ref).__name__}")
         keys.append(ref.key)
-    store.wait_freed(keys, timeout)
+    store.wait_freed(keys, timeout, MemberWatch().dead_member)

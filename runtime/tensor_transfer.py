@@ -9,7 +9,8 @@ transport; the bytes go straight from the stored tensors into the receiver's buf
 
 Failures: every wait has a deadline. When a transfer fails, the other end is asked whether it lives
 (``__health__``, 2 s); if not, the failure is ActorDied naming it, on both sides: the receiver's ``get`` raises it
-and the owner records it on the entry, so its ``wait_freed`` raises it too.
+and the owner records it on the entry, so its ``wait_freed`` raises it too. A reader that dies after its transfer,
+before freeing the ref, is caught by ``wait_freed``'s member watch (:mod:`runtime.member_watch`).
 """
 
 from __future__ import annotations
@@ -133,6 +134,7 @@ def serve_send(key: Any, dst_rank: Any, tag: Any) -> int:
     member = collective_groups.member(entry.group)
     if not isinstance(dst_rank, int) or not 0 <= dst_rank < member.world_size or dst_rank == member.rank:
         raise ValueError(f"destination rank {dst_rank!r} is not another member of group {entry.group!r}")
+    entry.pulled_by.add(dst_rank)  # named first if a member dies before freeing (runtime.member_watch)
     what = f"tensor ref {key} sent to {member.peer_name(dst_rank)} over group {entry.group!r}"
     deadline = time.monotonic() + member.timeout_s
     try:

@@ -170,10 +170,35 @@ def test_receiver_death_during_a_transfer_fails_the_owner_with_actor_died() -> N
             time.sleep(0.05)
         started = time.monotonic()
         os.kill(receiver.pid, signal.SIGKILL)
-        with pytest.raises(RemoteError, match=r"reader-1 \(rank 1\) died during the transfer") as raised:
+        # the failed send or the member watch, whichever sees it first: both name the receiver
+        with pytest.raises(RemoteError, match=r"reader-1 \(rank 1\).* died (during the transfer|while)") as raised:
             waiting.result(20)
         assert raised.value.remote_type == "runtime.errors.ActorDied"  # what the owner's wait_freed raised
         assert time.monotonic() - started < 10
+    finally:
+        owner.kill()
+        receiver.kill()
+
+
+def test_a_reader_that_dies_before_freeing_fails_the_owners_wait_freed_at_once() -> None:
+    owner, receiver = spawn_many("collective_actors:Member", 2, name_prefix="holder")
+    try:
+        create_group([owner, receiver], name="holder-dies", timeout_s=20)
+        ref = owner.put(4, SHAPES, readers=1).result(20)
+        receiver.pull(ref, free=False).result(20)  # pulled, never freed: the owner still waits for one reader
+        waiting = owner.wait_freed([ref], 60)
+        time.sleep(0.3)
+        assert not waiting.done()
+        started = time.monotonic()
+        os.kill(receiver.pid, signal.SIGKILL)
+        pattern = rf"tensor ref {ref.key}: member holder-1 \(rank 1\), pid {receiver.pid} on .* died while the ref"
+        with pytest.raises(
+            RemoteError, match=pattern + r" still waited for 1 reader\(s\) \(it had pulled the ref\)"
+        ) as raised:
+            waiting.result(20)
+        assert raised.value.remote_type == "runtime.errors.ActorDied"  # what the owner's wait_freed raised
+        assert time.monotonic() - started < 15  # not its 60 s timeout
+        assert owner.ref_info(ref).result(10) == {"readers_left": 1, "sends": 1}  # the ref is still held
     finally:
         owner.kill()
         receiver.kill()
