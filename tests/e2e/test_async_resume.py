@@ -17,9 +17,11 @@ from pathlib import Path
 from tests.e2e.test_async_demo import EXAMPLE, result_of
 from tests.e2e.test_demo_job import LAUNCH, ROOT, ROW, left_behind, marked_env
 
+ITERATIONS = 10  # the kill comes at iteration 2; the resumed run does the rest
+
 
 def config_for(tmp_path: Path, *, resume: bool) -> Path:
-    text = re.sub(r"(?m)^iterations = \d+", "iterations = 30", EXAMPLE.read_text())
+    text = re.sub(r"(?m)^iterations = \d+", f"iterations = {ITERATIONS}", EXAMPLE.read_text())
     extra = f'checkpoint_dir = "{tmp_path / "ckpt"}"\ncheckpoint_every = 1\nresume = {str(resume).lower()}\n'
     text = text.replace('in_flight = "finish"\n', 'in_flight = "finish"\n' + extra)
     text = text.replace('workdir = "../runs/async-demo"', f'workdir = "{tmp_path / "launch"}"')
@@ -61,7 +63,7 @@ def test_a_dead_trainer_rank_stops_the_run_and_resume_continues_from_its_checkpo
     error = next(line for line in output.splitlines() if line.startswith("actors.demo.async_loop.TrainerFailed"))
     assert "rank 1: ActorDied" in error and "trainer-0-1" in error and "SIGKILL" in error, error
     done = int(re.search(r"last checkpoint: \S+iter-(\d+) \(iteration (\d+)\)", error).group(2))  # type: ignore[union-attr]
-    assert 1 <= done < 30 and "resume = true" in error, error
+    assert 1 <= done < ITERATIONS and "resume = true" in error, error
     assert not left_behind(marker), "processes left behind"
 
     env, marker = marked_env()
@@ -73,6 +75,6 @@ def test_a_dead_trainer_rank_stops_the_run_and_resume_continues_from_its_checkpo
     ), resumed.stdout
     assert f"trainer step {done} (optimizer state restored)" in resumed.stdout  # one step per iteration
     rows = [int(m.group(1)) for m in map(ROW.match, resumed.stdout.splitlines()) if m]
-    assert rows == list(range(done + 1, 31)), resumed.stdout
+    assert rows == list(range(done + 1, ITERATIONS + 1)), resumed.stdout
     assert result_of(resumed.stdout)["samples_lost"] == 0
     assert not left_behind(marker), "processes left behind"
