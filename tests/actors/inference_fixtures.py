@@ -80,6 +80,19 @@ def wait_gone(pids: Sequence[int], timeout_s: float = 10.0) -> list[int]:
         time.sleep(0.05)
 
 
+def kill_and_wait_gone(handle: ActorHandle) -> None:
+    """SIGKILL an actor this test spawned and check its process is gone within wait_gone's deadline."""
+    pid = handle.pid
+    handle.kill()
+    assert wait_gone([pid]) == []
+
+
+def in_flight(url: str, field: str = "num_in_flight") -> int:
+    """A CPU engine's requests in flight (``num_in_flight_with_output``: those that have output tokens)."""
+    info = requests.get(url + "/server_info", timeout=HTTP_TIMEOUT_S).json()
+    return int(info["internal_states"][0][field])
+
+
 @contextlib.contextmanager
 def running_controller(server_id: str, tmp_dir: str, **overrides: Any) -> Iterator[ActorHandle]:
     """A started InferenceController actor; shut down, killed and checked gone afterwards, even on failure."""

@@ -16,8 +16,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-import requests
-from inference_fixtures import CALL_TIMEOUT_S, running_controller, wait_gone
+from inference_fixtures import CALL_TIMEOUT_S, in_flight, kill_and_wait_gone, running_controller
 
 from actors.rollout.async_executor import AsyncRolloutExecutor
 from actors.rollout.samples import DuplicateSample, GroupRecord, SampleBuffer, SampleRecord, token_versions
@@ -41,9 +40,7 @@ def rollout(controller: ActorHandle) -> Iterator[ActorHandle]:
     try:
         yield handle
     finally:
-        pid = handle.pid
-        handle.kill()
-        assert wait_gone([pid]) == []
+        kill_and_wait_gone(handle)
 
 
 def push(controller: ActorHandle, rollout: ActorHandle, version: int, *, mid_request: bool = True) -> None:
@@ -57,10 +54,6 @@ def push(controller: ActorHandle, rollout: ActorHandle, version: int, *, mid_req
     token = controller.start_update_weights().result(CALL_TIMEOUT_S)["token"]
     controller.end_update_weights(token, f"v{version}").result(CALL_TIMEOUT_S)
     rollout.set_version(version).result(10)
-
-
-def in_flight(url: str, field: str = "num_in_flight") -> int:
-    return int(requests.get(url + "/server_info", timeout=10).json()["internal_states"][0][field])
 
 
 def samples_of(batch: dict[str, Any]) -> list[tuple[int, int, list[int], list[str]]]:

@@ -24,7 +24,7 @@ import requests
 import torch
 from conftest import REPO_ROOT, EngineLauncher, EngineProcess, free_port
 from hf_fixtures import KINDS, load_reference, make_checkpoint, reference_logprobs
-from inference_fixtures import wait_gone
+from inference_fixtures import kill_and_wait_gone
 
 TOLERANCE = 1e-4
 NEW_TOKENS = 10
@@ -280,9 +280,7 @@ def test_rollout_encodes_text_prompts_with_the_directory_tokenizer(
             want, _ = reference_greedy(load_reference(directory), ids, 4)
             assert tokens == ids + want
     finally:
-        pid = executor.pid
-        executor.kill()
-        assert wait_gone([pid]) == []
+        kill_and_wait_gone(executor)
 
 
 def test_engine_launcher_serves_an_hf_model_path(hf_models: Path, tmp_path: Path) -> None:

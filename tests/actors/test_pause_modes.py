@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 import pytest
 import requests
 import torch
-from inference_fixtures import CALL_TIMEOUT_S, running_controller, wait_gone
+from inference_fixtures import CALL_TIMEOUT_S, kill_and_wait_gone, running_controller
 
 from actors.cpu_engine import build_model
 from actors.cpu_engine.generation import Sequence, run_batch
@@ -123,9 +123,7 @@ def paused_rollout(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[t
         try:
             yield controller, rollout
         finally:
-            pid = rollout.pid
-            rollout.kill()
-            assert wait_gone([pid]) == []
+            kill_and_wait_gone(rollout)
 
 
 def pause_a_running_batch(controller: ActorHandle, mode: str, timeout_s: float = 10.0) -> None:

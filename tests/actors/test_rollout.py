@@ -13,14 +13,13 @@ from typing import Any
 
 import aiohttp
 import pytest
-import requests
 from aiohttp import web
 from inference_fixtures import (
     CALL_TIMEOUT_S,
-    HTTP_TIMEOUT_S,
+    in_flight,
+    kill_and_wait_gone,
     parity_reward,
     running_controller,
-    wait_gone,
     wait_replaced,
 )
 
@@ -62,14 +61,7 @@ def executor(controller: ActorHandle) -> Iterator[ActorHandle]:
     try:
         yield handle
     finally:
-        pid = handle.pid
-        handle.kill()
-        assert wait_gone([pid]) == []
-
-
-def in_flight(url: str) -> int:
-    info = requests.get(url + "/server_info", timeout=HTTP_TIMEOUT_S).json()
-    return int(info["internal_states"][0]["num_in_flight"])
+        kill_and_wait_gone(handle)
 
 
 def fetch(refs: list[Any]) -> list[dict[str, Any]]:
