@@ -14,15 +14,13 @@ from typing import Any
 
 from actors.demo.loop import DemoSettings, finish, run_loop
 from actors.job_args import job_settings
-from actors.trainer.group import TrainerGroup
+from actors.job_roles import rl_roles
 
 
 def main(ctx: Any) -> int:
     """Entrypoint for ``[job] entrypoint = "actors.demo:main"``; ``ctx`` is a launcher.JobContext."""
     settings = job_settings(DemoSettings, ctx.args, "demo settings")
-    trainer = TrainerGroup.from_handles(ctx.handles("trainer"))
-    (controller,) = ctx.handles("inference")
-    (rollout,) = ctx.handles("rollout")
+    trainer, controller, rollout = rl_roles(ctx)
     print("[demo] starting the router and the engines ...", flush=True)
     cells = controller.start().result(timeout=300)
     print(f"[demo] engine cells: {[(c['id'], c['state']) for c in cells]}", flush=True)

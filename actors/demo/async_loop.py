@@ -25,6 +25,7 @@ from actors.demo.progress import IterationRecord, ProgressBoard
 from actors.demo.result import mean_rewards, result_line
 from actors.demo.run_state import RunCheckpoints, RunPoint
 from actors.job_args import job_settings
+from actors.job_roles import rl_roles
 from actors.trainer.group import TrainerGroup, TrainerGroupError
 from runtime import ActorHandle
 
@@ -169,9 +170,7 @@ def finish_async(board: ProgressBoard, final: dict[str, Any]) -> int:
 def main(ctx: Any) -> int:
     """Entrypoint for ``[job] entrypoint = "actors.demo.async_loop:main"``; ``ctx`` is a launcher.JobContext."""
     settings = job_settings(AsyncDemoSettings, ctx.args, "async demo settings")
-    trainer = TrainerGroup.from_handles(ctx.handles("trainer"))
-    (controller,) = ctx.handles("inference")
-    (rollout,) = ctx.handles("rollout")
+    trainer, controller, rollout = rl_roles(ctx)
     print("[async] starting the router and the engines ...", flush=True)
     controller.start().result(timeout=300)
     try:

@@ -23,9 +23,9 @@ from typing import Any
 
 from actors.demo.loop import WeightSync
 from actors.job_args import job_settings
+from actors.job_roles import rl_roles
 from actors.rollout.staleness import version_number
 from actors.sessions.calculator import make_questions
-from actors.trainer.group import TrainerGroup
 
 
 @dataclass(frozen=True)
@@ -48,9 +48,7 @@ class AgentJobSettings:
 def main(ctx: Any) -> int:
     """Entrypoint; ``ctx`` is a launcher.JobContext."""
     settings = job_settings(AgentJobSettings, ctx.args, "settings")
-    trainer = TrainerGroup.from_handles(ctx.handles("trainer"))
-    (controller,) = ctx.handles("inference")
-    (rollout,) = ctx.handles("rollout")
+    trainer, controller, rollout = rl_roles(ctx)
     controller.start().result(timeout=300)
     totals = {"leaves": 0, "turns": 0, "tool_calls": 0, "samples_retried": 0, "samples_lost": 0,
               "max_staleness_seen": 0}  # fmt: skip
