@@ -53,11 +53,13 @@ def main(ctx: Any) -> int:
     totals = {"leaves": 0, "turns": 0, "tool_calls": 0, "samples_retried": 0, "samples_lost": 0,
               "max_staleness_seen": 0}  # fmt: skip
     rewards: list[float] = []
-    pending: deque[Any] = deque()
+    pending: deque[Any] = deque()  # episodes submitted, oldest first
+    submitted = 0
 
     def submit() -> None:  # the episodes of the next iteration, on whatever weights the engines have now
-        iteration = len(rewards) + len(pending) + 1
-        prompts = make_questions(settings.prompts_per_iteration, seed=settings.seed * 100_003 + iteration)
+        nonlocal submitted
+        submitted += 1
+        prompts = make_questions(settings.prompts_per_iteration, seed=settings.seed * 100_003 + submitted)
         pending.append(rollout.generate(prompts, settings.samples_per_prompt))
 
     try:
@@ -66,7 +68,7 @@ def main(ctx: Any) -> int:
         submit()
         for iteration in range(1, settings.iterations + 1):
             result = pending.popleft().result(timeout=settings.step_timeout_s)
-            while len(pending) < settings.max_staleness and len(rewards) + len(pending) + 1 < settings.iterations:
+            while len(pending) < settings.max_staleness and submitted < settings.iterations:
                 submit()  # runs while the trainer trains and pushes
             stats = result["stats"]
             staleness = iteration - 1 - min(version_number(v) for v in stats["weight_versions"])
@@ -78,7 +80,7 @@ def main(ctx: Any) -> int:
                 shard.free()
             sync.push(f"v{iteration}")
             rewards.append(float(stats["mean_reward"]))
-            if not pending and iteration < settings.iterations:
+            if not pending and submitted < settings.iterations:
                 submit()  # synchronous: the next episodes start on the new weights
             totals["turns"] += int(stats["requests"])
             totals["max_staleness_seen"] = max(totals["max_staleness_seen"], staleness)
