@@ -34,6 +34,7 @@ log = logging.getLogger(__name__)
 BACKENDS = ("gloo", "nccl")
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,127}")
 MAX_WORLD_SIZE = 4096
+MAX_GROUPS = 16  # groups one process is in or joining (a peer may ask it to open stores: each a socket and threads)
 
 
 class CollectiveError(RuntimeError):
@@ -76,6 +77,13 @@ def check_group_options(name: Any, backend: Any, world_size: Any, timeout_s: Any
         raise ValueError(f"collective group {name!r}: timeout_s {timeout_s!r} must be in (0, 86400] seconds")
 
 
+def _check_room(name: str) -> None:
+    """Under ``_lock``: refuse a group past :data:`MAX_GROUPS` (joined plus stores opened to join)."""
+    if len(_groups) + len(_stores) >= MAX_GROUPS:
+        raise CollectiveError(f"collective group {name!r}: this process is in {MAX_GROUPS} groups already "
+                              "(destroy_group the ones you are done with)")  # fmt: skip
+
+
 def open_store(name: str, world_size: int, timeout_s: float) -> int:
     """Rank 0: host the group's TCPStore on a free port (chosen by the kernel, no race); returns the port."""
     import torch.distributed as dist
@@ -84,6 +92,7 @@ def open_store(name: str, world_size: int, timeout_s: float) -> int:
     with _lock:
         if name in _groups or name in _stores:
             raise CollectiveError(f"this process is already in (or joining) collective group {name!r}")
+        _check_room(name)
         store = dist.TCPStore(
             "0.0.0.0", 0, world_size, True, timeout=datetime.timedelta(seconds=timeout_s), wait_for_workers=False
         )
@@ -114,6 +123,8 @@ def join(
         if name in _groups:
             raise CollectiveError(f"this process is already rank {_groups[name].rank} of collective group {name!r}")
         store = _stores.pop(name, None)
+        if store is None:
+            _check_room(name)
     if rank == 0 and store is None:
         raise CollectiveError(f"collective group {name!r}: rank 0 joined without hosting the store (open it first)")
     if store is None:

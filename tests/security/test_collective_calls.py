@@ -1,0 +1,55 @@
+"""The collective and stream built-ins called by a peer with hostile arguments: each is refused with an error that
+names the field, nothing is allocated or opened past its bound, and the actor goes on serving.
+
+A peer that can reach an actor may call ``__collective_open__`` (rank 0 hosts a TCPStore: a listening socket),
+``__collective_join__``, ``__tensor_send__``, ``__tensor_free__``, ``__stream_next__`` and ``__stream_close__``
+(runtime/builtin_methods.py) with whatever it likes.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from runtime import ActorHandle, RemoteError
+from runtime.collective_groups import MAX_GROUPS
+
+
+def refused(target: ActorHandle, method: str, *args: object) -> str:
+    with pytest.raises(RemoteError) as refusal:
+        target.method(method)(*args).result(timeout=20)
+    return str(refusal.value)
+
+
+def test_hostile_collective_and_tensor_arguments_are_refused(target: ActorHandle) -> None:
+    assert "world size 0 must be 1..4096" in refused(target, "__collective_open__", "g", 0, 10.0)
+    assert "timeout_s 1e+300 must be in (0, 86400]" in refused(target, "__collective_open__", "g", 2, 1e300)
+    assert "collective group name '../x'" in refused(target, "__collective_open__", "../x", 2, 10.0)
+    assert "backend 'mpi' is not one of" in refused(
+        target, "__collective_join__", "g", "mpi", 0, 2, "127.0.0.1", 1, 10.0, []
+    )
+    assert "members must be a list of actor handles" in refused(
+        target, "__collective_join__", "g", "gloo", 1, 2, "127.0.0.1", 1, 10.0, ["not", "handles"]
+    )
+    assert "a key (str), a destination rank and a tag" in refused(target, "__tensor_send__", 7, 1, 0)
+    assert "is not held here (freed, or never put)" in refused(target, "__tensor_send__", "k" * 32, 1, 1)
+    assert target.method("__tensor_free__")("k" * 32).result(timeout=20) is False
+    assert target.echo(b"alive").result(timeout=20) == b"alive"
+
+
+def test_a_peer_cannot_make_an_actor_open_stores_without_end(target: ActorHandle) -> None:
+    opened = [target.method("__collective_open__")(f"flood-{i}", 2, 5.0).result(timeout=20) for i in range(MAX_GROUPS)]
+    assert len(set(opened)) == MAX_GROUPS  # each on its own port
+    assert f"in {MAX_GROUPS} groups already" in refused(target, "__collective_open__", "one-more", 2, 5.0)
+    assert all(
+        target.method("__collective_leave__")(f"flood-{i}").result(timeout=20) is False for i in range(MAX_GROUPS)
+    )  # fmt: skip  (stores only: no group was joined)
+    assert isinstance(target.method("__collective_open__")("after", 2, 5.0).result(timeout=20), int)  # room again
+
+
+def test_hostile_stream_arguments_are_refused(target: ActorHandle) -> None:
+    assert "a stream is named by its call id" in refused(target, "__stream_next__", b"x" * 200, 0, 4, 0.1)
+    assert "window must be a number in 1..1024" in refused(target, "__stream_next__", b"x" * 16, 0, 0, 0.1)
+    assert "wait_s must be a number in 0..30" in refused(target, "__stream_next__", b"x" * 16, 0, 4, 3600)
+    assert target.method("__stream_next__")(b"x" * 16, 0, 4, 0.0).result(timeout=20) == [[], "unknown"]
+    assert target.method("__stream_close__")(b"x" * 16).result(timeout=20) is False  # remembered, bounded
+    assert target.echo(b"alive").result(timeout=20) == b"alive"
