@@ -199,8 +199,12 @@ def _object_free(server: BuiltinHost, key: str) -> bool:
     return objects.free(key)
 
 
-def _collective_open(server: BuiltinHost, name: str, world_size: int, timeout_s: float) -> int:
+def _collective_open(server: BuiltinHost, name: str, world_size: int, timeout_s: float) -> dict[str, Any]:
     return collective_groups.open_store(name, world_size, timeout_s)
+
+
+def _collective_store(server: BuiltinHost, name: str, op: str, args: list[Any]) -> Any:
+    return collective_groups.store_operation(name, op, args)
 
 
 def _collective_join(server: BuiltinHost, *args: Any) -> dict[str, Any]:
@@ -238,9 +242,10 @@ BUILTINS: dict[str, Builtin] = {
     "__object_get__": Builtin(_object_get),
     "__object_free__": Builtin(_object_free),
     # Collective groups and device-resident refs (runtime.collective, runtime.tensor_refs): joins and sends block,
-    # so they run on the collective lane, beside whatever method runs.
+    # so they run on the collective lane, beside whatever method runs; rendezvous keys are read on the loop.
     "__collective_open__": Builtin(_collective_open, lane=COLLECTIVE_LANE),
     "__collective_join__": Builtin(_collective_join, lane=COLLECTIVE_LANE),
+    "__collective_store__": Builtin(_collective_store),
     "__collective_leave__": Builtin(_collective_leave),
     "__tensor_send__": Builtin(_tensor_send, lane=COLLECTIVE_LANE),
     "__tensor_free__": Builtin(_tensor_free),

@@ -9,11 +9,12 @@
     collective.wait_freed([ref], timeout=60)                # the owner may reuse w now
     collective.destroy_group(group)                         # from anywhere holding the handles
 
-The rendezvous: rank 0 (the first handle) hosts a TCPStore on a free port of its host (``__collective_open__``),
-then every member joins at that address as its rank (``__collective_join__``, on its collective lane, so a
-member busy in a method still joins). ``create_group`` waits at most ``timeout_s``; a member that dies or
-refuses fails it at once with :class:`CollectiveError` naming the member, one that never joins fails it at the
-deadline, naming the members that had not joined; the members that did join leave again. As Ray's
+The rendezvous: rank 0 (the first handle) keeps the group's keys (``__collective_open__``; no port of its own:
+members reach them over the actor transport, :mod:`runtime.collective_store`), then every member joins as its
+rank (``__collective_join__``, on its collective lane, so a member busy in a method still joins).
+``create_group`` waits at most ``timeout_s``; a member that dies or refuses fails it at once with
+:class:`CollectiveError` naming the member, one that never joins fails it at the deadline, naming the members
+that had not joined; the members that did join leave again. As Ray's
 ``ray.experimental.collective.create_collective_group`` / ``destroy_collective_group``
 (``python/ray/experimental/collective/collective.py``) and ``ray.util.collective.create_collective_group``.
 Members are actors (a driver is not one); torch is imported only in the members.
@@ -91,11 +92,10 @@ def create_group(
     group = CollectiveGroup(name, backend, handles)
     opening = handles[0].method("__collective_open__").options(deadline_s=timeout_s)(name, len(handles), timeout_s)
     _wait_all(group, {0: opening}, deadline, "host the rendezvous of", set())
-    port = opening.result()
     host = _reachable_host(handles[0])
     joins = {
         rank: handle.method("__collective_join__").options(deadline_s=timeout_s)(
-            name, backend, rank, len(handles), host, port, timeout_s, list(handles)
+            name, backend, rank, len(handles), host, timeout_s, list(handles)
         )
         for rank, handle in enumerate(handles)
     }
@@ -105,7 +105,7 @@ def create_group(
     except BaseException:
         _leave(group, ranks=joined | {0}, quiet=True)  # rank 0 hosts the store either way
         raise
-    log.info("collective group %s (%s): %d members, rendezvous %s:%d", name, backend, len(handles), host, port)
+    log.info("collective group %s (%s): %d members, rank 0 on %s", name, backend, len(handles), host)
     return group
 
 

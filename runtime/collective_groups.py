@@ -1,8 +1,9 @@
 """This process's memberships in collective groups: the torch.distributed process group behind each name.
 
 A group is made from outside by :func:`runtime.collective.create_group`, which calls the built-ins
-``__collective_open__`` on rank 0 (a TCPStore on a free port of rank 0's host, :func:`open_store`) and
-``__collective_join__`` on every member (:func:`join`). Inside the members' methods, :func:`get_group` gives the
+``__collective_open__`` on rank 0 (the group's rendezvous keys, kept in memory there and reached over the actor
+transport: :mod:`runtime.collective_store`, :func:`open_store`) and ``__collective_join__`` on every member
+(:func:`join`). Inside the members' methods, :func:`get_group` gives the
 ``torch.distributed.ProcessGroup`` by name (use it as ``dist.all_reduce(t, group=get_group("g"))``) and
 :func:`member` its rank, size and the members' handles. torch is imported only when a group is joined.
 
@@ -23,6 +24,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from runtime.collective_store import StoreTable, actor_store, local_asker, remote_asker
 from runtime.handle import ActorHandle
 from runtime.net_routes import interface_towards
 
@@ -62,7 +64,8 @@ class GroupMember:
 _lock = threading.Lock()
 _groups: dict[str, GroupMember] = {}
 _env_lock = threading.Lock()
-_stores: dict[str, Any] = {}  # name -> the TCPStore rank 0 hosts until its own join takes it
+_stores: dict[str, StoreTable] = {}  # name -> the keys rank 0 keeps until its own join takes them
+_tables: dict[str, StoreTable] = {}  # name -> the keys of a group this process is rank 0 of (until it leaves)
 
 
 def check_group_options(name: Any, backend: Any, world_size: Any, timeout_s: Any) -> None:
@@ -84,20 +87,24 @@ def _check_room(name: str) -> None:
                               "(destroy_group the ones you are done with)")  # fmt: skip
 
 
-def open_store(name: str, world_size: int, timeout_s: float) -> int:
-    """Rank 0: host the group's TCPStore on a free port (chosen by the kernel, no race); returns the port."""
-    import torch.distributed as dist
-
+def open_store(name: str, world_size: int, timeout_s: float) -> dict[str, Any]:
+    """Rank 0: open the group's rendezvous keys here (reached with ``__collective_store__``)."""
     check_group_options(name, "gloo", world_size, timeout_s)
     with _lock:
         if name in _groups or name in _stores:
             raise CollectiveError(f"this process is already in (or joining) collective group {name!r}")
         _check_room(name)
-        store = dist.TCPStore(
-            "0.0.0.0", 0, world_size, True, timeout=datetime.timedelta(seconds=timeout_s), wait_for_workers=False
-        )
-        _stores[name] = store
-    return int(store.port)
+        _stores[name] = _tables[name] = StoreTable(name)
+    return {"name": name, "world_size": world_size}
+
+
+def store_operation(name: str, op: str, args: list[Any]) -> Any:
+    """A member's operation on the keys of group ``name``, which this process is rank 0 of."""
+    with _lock:
+        table = _tables.get(name)
+    if table is None:
+        raise CollectiveError(f"this process keeps no rendezvous for collective group {name!r} (not its rank 0)")
+    return table.apply(op, args)
 
 
 def join(
@@ -106,13 +113,10 @@ def join(
     rank: int,
     world_size: int,
     host: str,
-    port: int,
     timeout_s: float,
     members: list[ActorHandle],
 ) -> dict[str, Any]:
     """Join group ``name`` as ``rank``; blocks until every member joined or ``timeout_s`` passed."""
-    import torch.distributed as dist
-
     check_group_options(name, backend, world_size, timeout_s)
     if not isinstance(members, list) or not all(isinstance(m, ActorHandle) for m in members):
         raise ValueError(f"collective group {name!r}: members must be a list of actor handles, by rank")
@@ -122,13 +126,13 @@ def join(
     with _lock:
         if name in _groups:
             raise CollectiveError(f"this process is already rank {_groups[name].rank} of collective group {name!r}")
-        store = _stores.pop(name, None)
-        if store is None:
+        table = _stores.pop(name, None)
+        if table is None:
             _check_room(name)
-    if rank == 0 and store is None:
+    if rank == 0 and table is None:
         raise CollectiveError(f"collective group {name!r}: rank 0 joined without hosting the store (open it first)")
-    if store is None:
-        store = dist.TCPStore(host, port, world_size, False, timeout=timeout)
+    ask = local_asker(table) if table is not None else remote_asker(members[0], name)
+    store = actor_store(name, ask)
     with _gloo_interface_towards(host if backend == "gloo" else None):
         group = new_process_group(store, rank=rank, world_size=world_size, backend=backend, name=name, timeout=timeout)
     entry = GroupMember(name, backend, rank, world_size, float(timeout_s), list(members), group, threading.Lock())
@@ -201,8 +205,8 @@ def leave(name: str) -> bool:
 
     with _lock:
         entry = _groups.pop(name, None)
-        store = _stores.pop(name, None)
-    del store  # a store opened for a group that never formed closes with its last reference
+        _stores.pop(name, None)
+        _tables.pop(name, None)
     if entry is None:
         return False
     try:

@@ -202,3 +202,25 @@ def test_a_reader_that_dies_before_freeing_fails_the_owners_wait_freed_at_once()
     finally:
         owner.kill()
         receiver.kill()
+
+
+def test_the_rendezvous_opens_no_wildcard_listener(members: list[ActorHandle]) -> None:
+    """Rank 0 keeps the keys and members reach them over the actor transport: no TCPStore on every interface."""
+    import psutil
+
+    def wildcard_listeners() -> list[tuple[int, object]]:
+        return [
+            (m.pid, c.laddr)
+            for m in members
+            for c in psutil.Process(m.pid).net_connections(kind="inet")
+            if c.status == psutil.CONN_LISTEN and c.laddr.ip in ("0.0.0.0", "::")
+        ]
+
+    before = wildcard_listeners()
+    group = create_group(members, backend="gloo", name="no-store-port", timeout_s=20)
+    try:
+        calls = [m.all_reduce("no-store-port", 1.0) for m in members]
+        assert [c.result(20) for c in calls] == [3.0, 3.0, 3.0]
+        assert wildcard_listeners() == before
+    finally:
+        destroy_group(group)
