@@ -15,8 +15,10 @@ import threading
 from collections.abc import Coroutine
 from typing import Any, TypeVar
 
+import torch
 from aiohttp import web
 
+from actors.cpu_engine.cli import build_engine, parse_args
 from actors.cpu_engine.engine import CPUEngine
 from actors.cpu_engine.model import build_model
 from actors.cpu_engine.server import create_app
@@ -30,24 +32,40 @@ T = TypeVar("T")
 
 
 class CPUEngineActor:
-    """One CPU engine of the built-in model (random weights from ``model.seed``) serving HTTP on ``host:port``
-    (port 0: a free one; see :meth:`url`)."""
+    """One CPU engine serving SGLang's HTTP API on ``host:port`` (port 0: a free one; see :meth:`url`)."""
 
     def __init__(
         self,
         *,
-        model: ModelConfig,
+        model: ModelConfig | None = None,
+        argv: list[str] | None = None,
         host: str = "127.0.0.1",
         port: int = 0,
         served_model_name: str = "cpu-engine",
         weight_version: str = "default",
         seed: int = 0,
     ) -> None:
-        settings = EngineSettings(
-            model_path="built-in", served_model_name=served_model_name, weight_version=weight_version,
-            random_seed=seed, context_length=model.max_position_embeddings,
-        )  # fmt: skip
-        self.engine = CPUEngine(build_model(model), settings)
+        """``model``: the built-in model, random weights from its seed; or ``argv``: the flags of
+        ``python -m actors.cpu_engine`` (:mod:`actors.cpu_engine.cli`; ``--host``/``--port`` there, port 0: a free
+        one), which serve exactly what that process would (a Hugging Face directory too)."""
+        if (model is None) == (argv is None):
+            raise ValueError("CPUEngineActor: give model= (the built-in model) or argv= (the engine's flags), one")
+        if argv is not None:
+            try:
+                args = parse_args([str(a) for a in argv])
+                torch.set_num_threads(args.threads)
+                self.engine = build_engine(args)
+            except SystemExit as exc:  # argparse (a status; it printed why) and build_engine report bad flags so
+                why = "bad flags (argparse printed why above)" if isinstance(exc.code, int) else exc.code
+                raise ValueError(f"CPUEngineActor argv {argv}: {why}; see python -m actors.cpu_engine --help") from None
+            host, port = args.host, args.port
+        else:
+            assert model is not None
+            settings = EngineSettings(
+                model_path="built-in", served_model_name=served_model_name, weight_version=weight_version,
+                random_seed=seed, context_length=model.max_position_embeddings,
+            )  # fmt: skip
+            self.engine = CPUEngine(build_model(model), settings)
         self._loop = asyncio.new_event_loop()
         threading.Thread(target=self._loop.run_forever, name="cpu-engine-http", daemon=True).start()
         self._runner = web.AppRunner(create_app(self.engine, host=host, port=port))

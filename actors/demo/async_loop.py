@@ -77,7 +77,7 @@ def run_async_loop(
     """Run the iterations; returns the board and the rollout's final stats."""
     timeout = settings.step_timeout_s
     board = ProgressBoard(settings.iterations)
-    sync = WeightSync(trainer, controller)
+    sync = WeightSync(trainer, controller, over_refs=settings.weight_sync == "refs")
     urls, router = controller.engine_urls().result(timeout=30), controller.router_url().result(timeout=30)
     pause_mode = controller.status().result(timeout=30)["pause_mode"]
     if pause_mode not in PAUSE_MODES_FOR[settings.in_flight]:

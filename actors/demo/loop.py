@@ -10,6 +10,7 @@ from typing import Any
 
 from actors.demo.engine_busy import busy_fraction, generating_seconds
 from actors.demo.progress import IterationRecord, ProgressBoard
+from actors.demo.ref_group import RefGroup
 from actors.demo.result import mean_rewards, result_line
 from actors.rollout.tasks import make_prompts
 from actors.tokenizer import tokenizer_for
@@ -17,6 +18,8 @@ from actors.trainer.group import TrainerGroup
 from runtime import ActorHandle
 
 log = logging.getLogger(__name__)
+
+WEIGHT_SYNCS = ("http", "refs")
 
 
 @dataclass(frozen=True)
@@ -32,6 +35,7 @@ class DemoSettings:
     step_timeout_s: float = 600.0
     model_path: str | None = None  # a Hugging Face directory: its tokenizer makes the prompts' labels
     colocate: bool = False  # engines share the trainer's GPUs: they release their memory while it trains
+    weight_sync: str = "http"  # "http": the trainer posts tensors; "refs": engines pull over a collective group
 
     def __post_init__(self) -> None:
         for name in ("iterations", "prompts_per_iteration", "samples_per_prompt", "target_len"):
@@ -39,6 +43,8 @@ class DemoSettings:
                 raise ValueError(f"job.args.{name} must be at least 1, got {getattr(self, name)}")
         if self.samples_per_prompt < 2:
             raise ValueError("job.args.samples_per_prompt must be at least 2: GRPO compares samples of one prompt")
+        if self.weight_sync not in WEIGHT_SYNCS:
+            raise ValueError(f"job.args.weight_sync {self.weight_sync!r} is not one of {list(WEIGHT_SYNCS)}")
 
 
 class WeightSync:
@@ -46,12 +52,16 @@ class WeightSync:
 
     ``colocate``: the engines release their memory (every tag) before the train step; after it they take the
     weights memory back, the new weights are pushed, then they take the KV cache back (SGLang's memory saver,
-    in the order miles uses; see actors/inference/memory.py)."""
+    in the order miles uses; see actors/inference/memory.py). ``over_refs``: the engines pull the weights over a
+    collective group instead (:mod:`actors.demo.ref_group`)."""
 
-    def __init__(self, trainer: TrainerGroup, controller: ActorHandle, *, colocate: bool = False) -> None:
+    def __init__(
+        self, trainer: TrainerGroup, controller: ActorHandle, *, colocate: bool = False, over_refs: bool = False
+    ) -> None:
         self.trainer = trainer
         self.controller = controller
         self.colocate = colocate
+        self.refs = RefGroup(trainer) if over_refs else None
 
     def before_train(self) -> None:
         if self.colocate:
@@ -69,11 +79,18 @@ class WeightSync:
     def update(self, version: str) -> None:
         update = self.controller.start_update_weights().result(timeout=120)
         try:
-            self.trainer.push_weights(update["engine_urls"], version, flush_cache=update.get("flush_cache", True))
+            if self.refs is not None:
+                self.refs.push(update.get("engine_handles"), version)
+            else:
+                self.trainer.push_weights(update["engine_urls"], version, flush_cache=update.get("flush_cache", True))
         except BaseException:
             self.controller.abort_update_weights(update["token"]).result(timeout=60)
             raise
         self.controller.end_update_weights(update["token"], version).result(timeout=120)
+
+    def close(self) -> None:
+        if self.refs is not None:
+            self.refs.close()
 
 
 def run_loop(
@@ -81,13 +98,14 @@ def run_loop(
 ) -> ProgressBoard:
     """Run ``settings.iterations`` iterations; returns the board (history) for the caller to check and plot."""
     board = ProgressBoard(settings.iterations)
-    sync = WeightSync(trainer, controller, colocate=settings.colocate)
+    sync = WeightSync(trainer, controller, colocate=settings.colocate, over_refs=settings.weight_sync == "refs")
     tokenizer = tokenizer_for(settings.model_path)
     print(f"[demo] engines: {controller.engine_urls().result(timeout=30)}; router {controller.router_url().result(30)}")
     started = time.perf_counter()
     sync.update("v0")
     first_sync = time.perf_counter() - started
-    print(f"[demo] initial weights pushed to the engines in {first_sync:.2f}s", flush=True)
+    how = "over collective refs" if sync.refs is not None else "over HTTP"
+    print(f"[demo] initial weights pushed to the engines {how} in {first_sync:.2f}s", flush=True)
     board.header()
     generated_before = generating_seconds(controller.engine_urls().result(timeout=30))
     loop_started = time.perf_counter()
@@ -115,6 +133,7 @@ def run_loop(
         board.wall_s = time.perf_counter() - loop_started
     generated = generating_seconds(controller.engine_urls().result(timeout=30))
     board.engine_busy = busy_fraction(generated_before, generated, board.wall_s)
+    sync.close()
     return board
 
 

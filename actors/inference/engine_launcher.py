@@ -94,6 +94,27 @@ class EngineLauncher(Protocol):
     async def close(self) -> None: ...
 
 
+def engine_argv(spec: EngineSpec, *, host: str, port: int, nccl_port: int, python: str = sys.executable) -> list[str]:
+    """The command line that starts ``spec``'s engine serving on ``host:port``."""
+    if spec.kind == "cpu":
+        config = spec.sglang.model_copy(update={"host": host, "port": port})
+        hf = is_hf_directory(config.model_path)  # a Hugging Face directory brings its own architecture
+        argv = cpu_engine_argv(config, model_config=None if hf else spec.model, python=python)
+        if spec.weight_version is not None:
+            argv += ["--weight-version", spec.weight_version]
+        return argv + list(spec.cpu_args)
+    template = spec.sglang
+    config = template.model_copy(
+        update={
+            "host": host,
+            "port": port,
+            "nccl_port": nccl_port,
+            "base_gpu_id": template.base_gpu_id + spec.index * template.tp_size,
+        }
+    )
+    return launch_server_argv(SGLangConfig.model_validate(config.model_dump()), python=python)
+
+
 class LocalEngineProcess:
     """An engine subprocess of this process (see :class:`LocalEngineLauncher`)."""
 
@@ -154,23 +175,7 @@ class LocalEngineLauncher:
 
     def argv(self, spec: EngineSpec, port: int, nccl_port: int) -> list[str]:
         """The command line for ``spec`` serving on ``port``."""
-        if spec.kind == "cpu":
-            config = spec.sglang.model_copy(update={"host": self.host, "port": port})
-            hf = is_hf_directory(config.model_path)  # a Hugging Face directory brings its own architecture
-            argv = cpu_engine_argv(config, model_config=None if hf else spec.model, python=self.python)
-            if spec.weight_version is not None:
-                argv += ["--weight-version", spec.weight_version]
-            return argv + list(spec.cpu_args)
-        template = spec.sglang
-        config = template.model_copy(
-            update={
-                "host": self.host,
-                "port": port,
-                "nccl_port": nccl_port,
-                "base_gpu_id": template.base_gpu_id + spec.index * template.tp_size,
-            }
-        )
-        return launch_server_argv(SGLangConfig.model_validate(config.model_dump()), python=self.python)
+        return engine_argv(spec, host=self.host, port=port, nccl_port=nccl_port, python=self.python)
 
     async def launch(self, spec: EngineSpec, *, timeout_s: float) -> LocalEngineProcess:
         """Start ``spec``'s engine and wait until it is ready (see the module docstring)."""

@@ -30,6 +30,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from actors.inference.actor_engines import engine_handles
 from actors.inference.cells import LIVE_STATES, CellState, EngineCell
 from actors.inference.errors import InferenceError, NoServingEngines, UpdateInProgress, UpdateNotHeld
 from actors.weights_wire import encode_named_tensors
@@ -79,8 +80,9 @@ class WeightUpdates:
     async def start_update_weights(self, timeout_s: float = 60.0) -> dict[str, Any]:
         """Take the lock (waiting up to ``timeout_s``), pause generation and flush every engine.
 
-        Returns ``{"token", "engine_urls", "weight_version", "flush_cache"}``: post the weights to ``engine_urls``
-        (with that ``flush_cache``), then call end_update_weights(token, version) or abort_update_weights(token).
+        Returns ``{"token", "engine_urls", "weight_version", "flush_cache", "engine_handles"}``: post the weights to
+        ``engine_urls`` (with that ``flush_cache``) or pull them into ``engine_handles`` (None unless the engines are
+        actors), then call end_update_weights(token, version) or abort_update_weights(token).
         """
         self._before_update()
         if not await self._acquire_update_lock(timeout_s):
@@ -110,6 +112,7 @@ class WeightUpdates:
             "engine_urls": list(session.targets.values()),
             "weight_version": self._weights.version,
             "flush_cache": self.flushes_cache,
+            "engine_handles": engine_handles(self._targets(session)),  # actor engines (actors.inference.actor_engines)
         }
 
     async def end_update_weights(
