@@ -8,11 +8,11 @@ off the event loop); later spawns take a few milliseconds each.
 
 Supervision is as for a Popen child: the fork server double-forks, so the actor process is re-parented to this
 process, which becomes a child subreaper for that (:func:`runtime.fork_client.become_subreaper`; orphans among
-its descendants are then re-parented to it rather than to init) and waits for its exit; the actor's own
-``--parent-pid``/``--watch-pid`` make it die with this process (or, detached, with the one it lives no longer
-than), as a Popen child does. Where the fork server cannot serve (``MILES_SPAWN_FORK_SERVER=0``, another
-environment than the one it imported with, it cannot start or it died: restarted once, then off), the actor
-process starts with ``Popen`` as before and the reason is logged.
+its descendants are then re-parented to it rather than to init, and :mod:`runtime.orphan_reaper` reaps those) and
+waits for its exit; the actor's own ``--parent-pid``/``--watch-pid`` make it die with this process (or, detached,
+with the one it lives no longer than), as a Popen child does. Where the fork server cannot serve
+(``MILES_SPAWN_FORK_SERVER=0``, another environment than the one it imported with, it cannot start or it died:
+restarted once, then off), the actor process starts with ``Popen`` as before and the reason is logged.
 """
 
 from __future__ import annotations
@@ -25,6 +25,7 @@ import threading
 from pathlib import Path
 
 from runtime.fork_client import ForkClient, ForkedWorker, become_subreaper
+from runtime.orphan_reaper import OrphanReaper
 
 log = logging.getLogger(__name__)
 
@@ -56,6 +57,7 @@ def client() -> ForkClient | None:
             if not become_subreaper():
                 log.info("cannot become a child subreaper here; actor processes start with Popen")
                 return None
+            OrphanReaper().start()  # what is orphaned below our actors now comes to us: reap it
             _client = ForkClient(os.getpid(), death_signal=False, env=child_environment(None))
             _client.start()
         return _client if _client is not None and _client.enabled else None

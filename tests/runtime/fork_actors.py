@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import signal
+import subprocess
 
 from runtime import driver_fork, spawn
 from runtime.fork_client import ForkedWorker
@@ -24,6 +25,13 @@ class Probe:
 
     def get_pid(self) -> int:
         return os.getpid()
+
+    def orphan(self, count: int, sleep_s: float) -> list[int]:
+        """Leave ``count`` background ``sleep`` processes whose parent shell has exited: orphans, re-parented to
+        the nearest subreaper (the spawning process); returns their pids."""
+        script = f"sleep {sleep_s} </dev/null >/dev/null 2>&1 & echo $!"
+        return [int(subprocess.run(["sh", "-c", script], capture_output=True, text=True, check=True).stdout)
+                for _ in range(count)]  # fmt: skip
 
 
 class Nest:

@@ -6,12 +6,14 @@ from __future__ import annotations
 import logging
 import os
 import subprocess
+import time
 
 import psutil
 import pytest
 
 from runtime import ActorGroup, driver_fork, spawn, spawn_many
 from runtime.fork_client import ForkedWorker
+from runtime.orphan_reaper import reap_orphans, zombie_children
 
 
 def _gone(pid: int, within_s: float) -> bool:
@@ -104,3 +106,49 @@ def test_spawn_many_starts_every_actor_and_names_the_one_that_failed(no_leaks: N
     assert "actor 2 of 4" in notes and "the 3 started were killed" in notes
     with pytest.raises(ValueError, match="count must be an int"):
         spawn_many("fork_actors:Probe", -1)
+
+
+def _our_zombies() -> set[int]:
+    return {pid for pid, _session in zombie_children(os.getpid())}
+
+
+def _reaped(pids: list[int], within_s: float) -> bool:
+    """Whether every pid is gone, not even a zombie of ours, within the time."""
+    deadline = time.monotonic() + within_s
+    while time.monotonic() < deadline:
+        if not any(psutil.pid_exists(pid) for pid in pids):
+            return True
+        time.sleep(0.1)
+    return False
+
+
+def test_orphans_below_an_actor_are_reaped_not_left_as_zombies(no_leaks: None) -> None:
+    # We are a child subreaper (the fork server's actors are re-parented to us), so whatever is orphaned below an
+    # actor comes to us too; runtime/orphan_reaper.py must reap it, or it stays a zombie until this process exits.
+    probe = spawn("fork_actors:Probe")
+    try:
+        assert isinstance(probe.process.popen, ForkedWorker)
+        short = probe.orphan(3, 0.2).result(30)
+        assert _reaped(short, 5), f"orphans {short} left as zombies of ours: {_our_zombies()}"
+        long = probe.orphan(2, 60).result(30)
+        assert all(psutil.Process(pid).ppid() == os.getpid() for pid in long), "orphans come to the subreaper"
+        probe.kill()  # its process group goes with it, and their zombies are ours
+        assert _reaped(long, 5), f"a killed actor's orphans {long} left as zombies of ours: {_our_zombies()}"
+        assert probe.process.wait_exited(10) == -9, "the actor itself is still reaped by its own waiter"
+    finally:
+        probe.kill()
+
+
+def test_the_orphan_reaper_leaves_our_own_children_to_whoever_waits_for_them(no_leaks: None) -> None:
+    probe = spawn("fork_actors:Probe")  # the reaper runs once this process spawns through its fork server
+    try:
+        in_our_session = subprocess.Popen(["sh", "-c", "exit 5"])
+        own_session = subprocess.Popen(["sh", "-c", "exit 7"], start_new_session=True)
+        deadline = time.monotonic() + 10
+        while not {in_our_session.pid, own_session.pid} <= _our_zombies() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert not {in_our_session.pid, own_session.pid} & set(reap_orphans())
+        time.sleep(2.5)  # the reaper's thread has looked at least twice
+        assert in_our_session.wait(5) == 5 and own_session.wait(5) == 7, "exit statuses must reach their Popen"
+    finally:
+        probe.kill()
