@@ -177,7 +177,7 @@ class ProviderService:
 
 
 def _worker_view(worker: WorkerInfo, host_lost: bool) -> dict[str, Any]:
-    return {"worker_id": worker.worker_id, "host": worker.host, "address": worker.address,
+    return {"worker_id": worker.worker_id, "kind": worker.kind, "host": worker.host, "address": worker.address,
             "ports": dict(worker.ports), "pid": worker.pid, "state": worker.state.value,
             "gpu_ids": list(worker.gpu_ids), "error": worker.error, "log_path": worker.log_path,
             "host_lost": host_lost}  # fmt: skip

@@ -24,10 +24,12 @@ from actors.cpu_engine.model import build_model
 from actors.cpu_engine.server import create_app
 from actors.cpu_engine.settings import EngineSettings
 from actors.model_config import ModelConfig
+from actors.processes import advertised_host
 from runtime import method
 from runtime.tensor_refs import TensorRef
 
 START_TIMEOUT_S = 30.0
+WILDCARDS = ("0.0.0.0", "::", "")
 T = TypeVar("T")
 
 
@@ -76,7 +78,8 @@ class CPUEngineActor:
         site = web.TCPSite(self._runner, host, port)
         await site.start()
         bound = self._runner.addresses[0]
-        return f"http://{host}:{bound[1]}"
+        reach = advertised_host() if host in WILDCARDS else host  # every interface: say the one others reach
+        return f"http://{reach}:{bound[1]}"
 
     def _run(self, coroutine: Coroutine[Any, Any, T], timeout_s: float) -> T:
         return asyncio.run_coroutine_threadsafe(coroutine, self._loop).result(timeout_s)

@@ -23,14 +23,12 @@ from pathlib import Path
 
 from actors.inference.cells import EngineCell
 from actors.inference.engine_launcher import EngineSpec, engine_argv, wait_ready
+from actors.inference.engine_pool import ENGINE_ACTOR
 from actors.inference.errors import EngineStartError
 from actors.processes import advertised_host
 from runtime import ActorHandle, spawn_async
 
 logger = logging.getLogger(__name__)
-
-ENGINE_ACTOR = "actors.cpu_engine.engine_actor:CPUEngineActor"
-
 
 class ActorEngineProcess:
     """One engine actor as the controller sees it (an :class:`~actors.inference.engine_launcher.EngineProcess`)."""

@@ -32,10 +32,11 @@ from typing import Literal, Protocol
 import aiohttp
 from pydantic import BaseModel, ConfigDict, Field
 
+from actors.inference.engine_pool import cpu_argv
 from actors.inference.errors import EngineStartError
 from actors.model_config import ModelConfig
 from actors.processes import Spawner, exit_code, free_port, kill_group, log_tail, terminate_group
-from actors.sglang_config import READINESS_PATH, SGLangConfig, cpu_engine_argv, is_hf_directory, launch_server_argv
+from actors.sglang_config import READINESS_PATH, SGLangConfig, is_hf_directory, launch_server_argv
 
 logger = logging.getLogger(__name__)
 
@@ -97,12 +98,9 @@ class EngineLauncher(Protocol):
 def engine_argv(spec: EngineSpec, *, host: str, port: int, nccl_port: int, python: str = sys.executable) -> list[str]:
     """The command line that starts ``spec``'s engine serving on ``host:port``."""
     if spec.kind == "cpu":
-        config = spec.sglang.model_copy(update={"host": host, "port": port})
-        hf = is_hf_directory(config.model_path)  # a Hugging Face directory brings its own architecture
-        argv = cpu_engine_argv(config, model_config=None if hf else spec.model, python=python)
-        if spec.weight_version is not None:
-            argv += ["--weight-version", spec.weight_version]
-        return argv + list(spec.cpu_args)
+        hf = is_hf_directory(spec.sglang.model_path)  # a Hugging Face directory brings its own architecture
+        return cpu_argv(spec.sglang, model=None if hf else spec.model, weight_version=spec.weight_version,
+                        cpu_args=spec.cpu_args, host=host, port=port, python=python)  # fmt: skip
     template = spec.sglang
     config = template.model_copy(
         update={

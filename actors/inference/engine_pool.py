@@ -16,6 +16,11 @@ the CPU engine's command (``python -m actors.cpu_engine ...``). Per engine:
   address, and the launcher probes its readiness on the host's loopback); ``bind="{host}"`` limits it to the
   host's address (then give the pool a readiness probe that reaches it).
 
+CPU engines can also be actors (``as_actor=True``): a ``serve`` pool of :data:`ENGINE_ACTOR` whose ``argv`` are the
+same flags, the HTTP port a free one the actor binds (``--port 0``) and reports; the launcher still places, watches
+and restarts them, and the controller gets their handles, for weight sync over collective refs
+(:mod:`actors.inference.provider_engines`).
+
 Use :func:`engine_pool` to build the ``[[pools]]`` table (a dict), or copy a rendered ``command`` into hosts.toml
 (examples/cluster-2x8gpu.toml). The controller finds the pool with ``engine_pool = "<id>"`` and
 ``plan_kwargs = ["provider_api"]`` (see :mod:`actors.inference.provider_engines`).
@@ -40,6 +45,7 @@ _PLACEHOLDERS = {
     _PYTHON: "{python}",
 }
 ENGINE_PORTS = {"port": "worker", "nccl_port": "worker"}
+ENGINE_ACTOR = "actors.cpu_engine.engine_actor:CPUEngineActor"
 
 
 def engine_command(
@@ -56,13 +62,8 @@ def engine_command(
     ``engine="cpu"``: the CPU engine (tp_size 1, one node) with ``model`` (its built-in model) or the config's
     Hugging Face ``model_path`` (which must be at the same path on every host)."""
     if engine == "cpu":
-        if sglang.nnodes != 1:
-            raise ValueError(f"nnodes={sglang.nnodes}: the CPU engine runs on one node")
-        config = sglang.model_copy(update={"host": _bind(bind), "port": _PORT})
-        argv = cpu_engine_argv(config, model_config=model, python=_PYTHON)
-        if weight_version is not None:
-            argv += ["--weight-version", weight_version]
-        argv += list(cpu_args)
+        argv = cpu_argv(sglang, model=model, weight_version=weight_version, cpu_args=cpu_args, host=_bind(bind),
+                        port=_PORT, python=_PYTHON)  # fmt: skip
     elif engine == "sglang":
         if sglang.tp_size % sglang.nnodes:
             raise ValueError(f"tp_size={sglang.tp_size} must be a multiple of nnodes={sglang.nnodes} (GPUs per node)")
@@ -73,6 +74,19 @@ def engine_command(
     else:
         raise ValueError(f"engine must be 'cpu' or 'sglang', got {engine!r}")
     return " ".join(_PLACEHOLDERS.get(arg) or _escape(arg) for arg in argv)
+
+
+def cpu_argv(
+    sglang: SGLangConfig, *, model: ModelConfig | None, weight_version: str | None,
+    cpu_args: tuple[str, ...] | list[str], host: str, port: str | int, python: str,
+) -> list[str]:  # fmt: skip
+    """``python -m actors.cpu_engine`` and its flags for one CPU engine of the pool."""
+    if sglang.nnodes != 1:
+        raise ValueError(f"nnodes={sglang.nnodes}: the CPU engine runs on one node")
+    argv = cpu_engine_argv(sglang.model_copy(update={"host": host, "port": port}), model_config=model, python=python)
+    if weight_version is not None:
+        argv += ["--weight-version", weight_version]
+    return argv + list(cpu_args)
 
 
 def _bind(bind: str) -> str:
@@ -92,10 +106,16 @@ def engine_worker(
     ready_deadline_s: float = 600.0,
     gpus: float | None = None,
     env: dict[str, str] | None = None,
+    as_actor: bool = False,
     **command: Any,
 ) -> dict[str, Any]:
     """The ``[pools.worker]`` table of one engine worker (one node of an engine). ``gpus``: per worker (default
-    ``tp_size / nnodes`` for SGLang, 0 for the CPU engine; a fraction < 1 when colocated with a trainer)."""
+    ``tp_size / nnodes`` for SGLang, 0 for the CPU engine; a fraction < 1 when colocated with a trainer).
+    ``as_actor``: the CPU engine as a ``serve`` worker of :data:`ENGINE_ACTOR` (``command``'s ``model``,
+    ``weight_version``, ``cpu_args`` and ``bind`` as for the command)."""
+    if as_actor:
+        return engine_actor_worker(sglang, engine=engine, ready_deadline_s=ready_deadline_s, gpus=gpus, env=env,
+                                   **command)  # fmt: skip
     per_node = sglang.tp_size // sglang.nnodes
     ready = (
         {"kind": "http", "port": "port", "path": READINESS_PATH, "deadline_s": ready_deadline_s}
@@ -110,6 +130,36 @@ def engine_worker(
         "gpus": gpus if gpus is not None else (0 if engine == "cpu" else per_node),
         "env": dict(env or {}),
         "metrics_port": "port",  # SGLang (--enable-metrics) and the CPU engine serve /metrics on their HTTP port
+    }
+
+
+def engine_actor_worker(
+    sglang: SGLangConfig,
+    *,
+    engine: str = "cpu",
+    ready_deadline_s: float = 600.0,
+    gpus: float | None = None,
+    env: dict[str, str] | None = None,
+    model: ModelConfig | None = None,
+    weight_version: str | None = None,
+    cpu_args: tuple[str, ...] | list[str] = (),
+    bind: str = DEFAULT_BIND,
+) -> dict[str, Any]:
+    """The ``[pools.worker]`` table of one CPU engine as an actor (see the module docstring)."""
+    if engine != "cpu":
+        raise ValueError(f"engine={engine!r}: only the CPU engine runs as an actor (SGLang is its own process)")
+    if bind == "{host}":
+        raise ValueError("bind='{host}': an actor's kwargs take no launcher values; bind 0.0.0.0 or an address")
+    argv = cpu_argv(sglang, model=model, weight_version=weight_version, cpu_args=cpu_args, host=bind, port=0,
+                    python="python")[3:]  # fmt: skip
+    return {
+        "kind": "serve",
+        "actor_class": ENGINE_ACTOR,
+        "kwargs": {"argv": argv},
+        "gpus": gpus if gpus is not None else 0,
+        "env": dict(env or {}),
+        "ready_deadline_s": ready_deadline_s,
+        "attach_deadline_s": ready_deadline_s,
     }
 
 

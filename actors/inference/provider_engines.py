@@ -9,6 +9,12 @@ host lost), which the controller's health check sees as ``exit_code()``. A cell 
 restarted (the launcher refuses): the controller disposes it after ``max_restarts`` and serves with the rest.
 An engine on a ``local`` host (the launcher's machine) reports a loopback address: the controller reaches it at the
 address it reaches the provider API at (:mod:`actors.inference.provider_address`), as it does the router.
+
+A pool of engine actors (``kind = "serve"`` workers of :class:`~actors.cpu_engine.engine_actor.CPUEngineActor`,
+:func:`actors.inference.engine_pool.engine_worker` with ``as_actor=True``) is watched the same way; each engine then
+also has its actor handle (looked up by worker id in the launch's name service, again after a restart) and its
+HTTP port is the one the actor bound (``url()``), so ``start_update_weights`` returns the handles for weight sync
+over collective refs.
 """
 
 from __future__ import annotations
@@ -20,10 +26,12 @@ import time
 from typing import Any
 
 from actors.inference.engine_launcher import EngineSpec, wait_ready
+from actors.inference.engine_pool import ENGINE_ACTOR
 from actors.inference.errors import EngineStartError
 from actors.inference.provider_address import worker_url_host
 from launcher.provider_service import ProviderApiError, ProviderClient
-from runtime import RemoteError
+from runtime import ActorHandle, RemoteError
+from runtime.naming import get_actor_async
 
 logger = logging.getLogger(__name__)
 
@@ -33,12 +41,18 @@ DEAD_CODE = -9  # exit_code() of an engine whose cell died without a known retur
 class ProviderEngineProcess:
     """One incarnation of a launcher-placed engine cell (node 0 serves its HTTP API)."""
 
-    def __init__(self, launcher: ProviderEngineLauncher, cell_id: str, view: dict[str, Any]) -> None:
+    def __init__(
+        self, launcher: ProviderEngineLauncher, cell_id: str, view: dict[str, Any], *,
+        handle: ActorHandle | None = None, port: int | None = None,
+    ) -> None:  # fmt: skip
+        """``handle``: node 0's actor, for a pool of engine actors, and ``port`` the HTTP port it bound (a command
+        worker's is its ``port``)."""
         self._launcher = launcher
         self.cell_id = cell_id
         self.view = view
+        self.handle = handle
         worker = view["workers"][0]
-        self.url = f"http://{worker_url_host(worker, launcher.api)}:{worker['ports']['port']}"
+        self.url = f"http://{worker_url_host(worker, launcher.api)}:{port or worker['ports']['port']}"
         self.host = str(view["host"])
         self.pids = {w["pid"] for w in view["workers"]}
         self.code: int | None = None
@@ -95,12 +109,28 @@ class ProviderEngineLauncher:
                 view = await self.api.call_async("restart_cell", self.pool, spec.index, deadline_s=timeout_s)
         except (RemoteError, ProviderApiError, IndexError) as exc:
             raise EngineStartError(f"engine {spec.cell_id} (pool {self.pool!r} cell {spec.index}): {exc}") from None
-        engine = ProviderEngineProcess(self, spec.cell_id, view)
+        if view["workers"][0].get("kind") == "serve":
+            handle = await self._engine_actor(spec, view, deadline)
+            port = await _http_port(spec, handle, deadline)
+            engine = ProviderEngineProcess(self, spec.cell_id, view, handle=handle, port=port)
+        else:
+            engine = ProviderEngineProcess(self, spec.cell_id, view)
         self._engines[spec.index] = engine
         if self._poller is None:
             self._poller = asyncio.create_task(self._poll(), name=f"{self.pool}-cells")
         await wait_ready(engine, deadline)
         return engine
+
+    async def _engine_actor(self, spec: EngineSpec, view: dict[str, Any], deadline: float) -> ActorHandle:
+        """Node 0's actor of an engine-actor cell, from the launch's name service (where the launcher put it)."""
+        worker_id = view["workers"][0]["worker_id"]
+        try:
+            return await asyncio.wait_for(get_actor_async(worker_id), max(0.1, deadline - time.monotonic()))
+        except Exception as exc:
+            raise EngineStartError(
+                f"engine {spec.cell_id} (pool {self.pool!r} cell {spec.index}): its actor {worker_id!r} is not in the "
+                f"launch's name service: {exc}"
+            ) from None
 
     async def stop_cell(self, index: int) -> None:
         """Stop the pool's cell ``index`` (its engine is retired)."""
@@ -142,3 +172,15 @@ class ProviderEngineLauncher:
                 if state != "starting":
                     engine.code = DEAD_CODE
                     logger.warning("engine %s: its cell is %s on %s", engine.cell_id, state, engine.host)
+
+
+async def _http_port(spec: EngineSpec, handle: ActorHandle, deadline: float) -> int:
+    """The HTTP port an engine actor bound (its ``url()``)."""
+    try:
+        url = str(await asyncio.wait_for(handle.url(), max(0.1, deadline - time.monotonic())))
+        return int(url.rsplit(":", 1)[1])
+    except Exception as exc:
+        raise EngineStartError(
+            f"engine {spec.cell_id}: its actor {handle.actor_name} did not report its HTTP port ({exc}); the pool's "
+            f"actor_class must be {ENGINE_ACTOR!r}"
+        ) from None

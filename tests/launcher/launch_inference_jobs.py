@@ -266,3 +266,70 @@ def lost_host(ctx: Any) -> int:
     print("LOST " + json.dumps(report), flush=True)
     controller.shutdown().result(timeout=60)
     return 0
+
+
+def refs_demo(ctx: Any) -> int:
+    """actors.demo's loop with ``weight_sync = "refs"`` over a pool of engine actors; then the engine on h2 is
+    SIGKILLed, the launcher restarts it and one more update goes over a group formed again. After the loop and
+    after that update every engine must hold exactly the trainer's weights (its HF checkpoint, loaded as the engine
+    loads one). ``check_model`` (job.args): the engines' model config. Prints ``REFS {json}``."""
+    import tempfile
+
+    import torch
+
+    from actors.cpu_engine import build_model_from_named_tensors, read_weights_dir
+    from actors.demo.loop import DemoSettings, WeightSync, finish, run_loop
+    from actors.model_config import ModelConfig
+    from actors.trainer.group import TrainerGroup
+
+    args = dict(ctx.args)
+    model = ModelConfig(**args.pop("check_model"))
+    settings = DemoSettings(**args)
+    (controller,) = ctx.handles("inference")
+    trainer = TrainerGroup.from_handles(ctx.handles("trainer"))
+    (rollout,) = ctx.handles("rollout")
+    scratch = tempfile.mkdtemp(prefix="refs-demo-")
+
+    def engines_equal_trainer(version: str) -> dict[str, bool]:
+        reference = build_model_from_named_tensors(model, read_weights_dir(trainer.save_hf_checkpoint(
+            f"{scratch}/{version}")))  # fmt: skip
+        urls = controller.engine_urls().result(timeout=30)
+        return {url: all(torch.equal(_engine_weight(url, name), param.detach())
+                         for name, param in reference.named_parameters()) for url in urls}  # fmt: skip
+
+    controller.start().result(timeout=300)
+    try:
+        board = run_loop(settings, trainer, controller, rollout)
+        report: dict[str, Any] = {"after_loop": engines_equal_trainer(f"v{settings.iterations}")}
+        before = controller.cells().result(timeout=10)
+        victim = next(cell for cell, view in zip(before, ctx.provider_api.call("cells", "engines"), strict=True)
+                      if view["host"] == "h2")  # fmt: skip
+        os.kill(victim["pid"], signal.SIGKILL)
+
+        def replaced() -> dict[str, Any] | None:
+            cell = controller.cells().result(timeout=10)[before.index(victim)]
+            return cell if cell["pid"] not in (victim["pid"], None) and cell["state"] in ("pending_weights", "serving")\
+                else None  # fmt: skip
+
+        report["replaced"] = wait("the killed engine actor replaced", replaced, 120)
+        sync = WeightSync(trainer, controller, over_refs=True)
+        sync.update("after-restart")
+        assert sync.refs is not None and sync.refs.group is not None
+        report["group_after_restart"] = sync.refs.group.name
+        report["after_restart"] = engines_equal_trainer("after-restart")
+        report["versions"] = [requests.get(u + "/get_model_info", timeout=10).json()["weight_version"]
+                              for u in controller.engine_urls().result(timeout=30)]  # fmt: skip
+        report["victim"] = victim
+        sync.close()
+    finally:
+        controller.shutdown().result(timeout=60)
+    print("REFS " + json.dumps(report), flush=True)
+    return finish(board, settings)
+
+
+def _engine_weight(url: str, name: str) -> Any:
+    import torch
+
+    reply = requests.post(url + "/get_weights_by_name", json={"name": name, "truncate_size": 1 << 20}, timeout=30)
+    reply.raise_for_status()
+    return torch.tensor(reply.json())

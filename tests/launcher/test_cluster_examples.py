@@ -142,3 +142,26 @@ def test_a_two_node_engine_gets_node_rank_and_node_0s_dist_init_address() -> Non
         assert argv[1:3] == ["-m", "sglang.launch_server"]
         assert flags["--node-rank"] == str(rank) and flags["--nnodes"] == "2" and flags["--tp-size"] == "16"
         assert flags["--dist-init-addr"] == "10.0.0.11:29500" and flags["--base-gpu-id"] == "0"
+
+
+def test_engine_actor_pools_validate_and_carry_the_commands_flags() -> None:
+    """engine_pool(..., as_actor=True): a serve pool of CPUEngineActor whose argv are the CPU engine command's
+    flags but for the address (every interface, a free port the actor binds); SGLang and launcher values refused."""
+    from actors.cpu_engine.cli import parse_args
+    from actors.model_config import ModelConfig
+
+    model = ModelConfig(hidden_size=32, num_layers=1, num_attention_heads=2, num_key_value_heads=2,
+                        ffn_hidden_size=64, max_position_embeddings=64)  # fmt: skip
+    sglang = SGLangConfig(model_path="cpu-engine", port=30000)
+    table = engine_pool("engines", 2, sglang, engine="cpu", model=model, weight_version="w0", as_actor=True)
+    config = load_config(EXAMPLES / "cluster-2x8gpu.toml")
+    pool = type(config.pools[0]).model_validate(table)
+    assert pool.worker.kind == "serve" and pool.worker.actor_class == "actors.cpu_engine.engine_actor:CPUEngineActor"
+    args = parse_args(pool.worker.kwargs["argv"])
+    command = engine_pool("engines", 2, sglang, engine="cpu", model=model, weight_version="w0")["worker"]["command"]
+    assert (args.host, args.port, args.weight_version) == ("0.0.0.0", 0, "w0")
+    assert ModelConfig.model_validate_json(args.model_config) == model and "--weight-version w0" in command
+    with pytest.raises(ValueError, match="only the CPU engine runs as an actor"):
+        engine_pool("engines", 1, sglang, engine="sglang", as_actor=True)
+    with pytest.raises(ValueError, match="take no launcher values"):
+        engine_pool("engines", 1, sglang, engine="cpu", bind="{host}", as_actor=True)

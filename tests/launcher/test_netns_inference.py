@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import re
 import subprocess
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -106,25 +107,41 @@ def test_engine_on_h2_killed_is_replaced_on_h2_while_traffic_goes_on(
     netns_cluster.assert_no_strays()
 
 
-def test_demo_job_with_launcher_placed_engines_on_both_hosts(
-    netns_cluster: NetnsCluster, ssh_keys: SshKeys, tmp_path: Path
-) -> None:
-    """hosts.example.toml's demo with its engines as a launcher pool SPREAD over h1 and h2 (the trainer pushes
-    weights to both hosts' engines, the rollout generates through the router on h1): the reward must rise."""
-    from test_netns_demo import ITERATIONS, ROW, demo_config, tomllib
+def demo_with_engine_pool(
+    tmp_path: Path, cluster: NetnsCluster, keys: SshKeys, *, as_actor: bool = False,
+    edit: Callable[[dict[str, Any], dict[str, Any]], None] | None = None,
+) -> tuple[Path, dict[str, Any]]:  # fmt: skip
+    """hosts.example.toml's demo on the cluster (test_netns_demo) with its engines a launcher pool SPREAD over h1 and
+    h2 that the controller serves; ``edit(data, model)`` changes the config before it is written. Returns the
+    config and the engine pool."""
+    from test_netns_demo import demo_config, tomllib
 
-    config = demo_config(tmp_path, netns_cluster, ssh_keys)
+    config = demo_config(tmp_path, cluster, keys)
     data = tomllib.loads(config.read_text())
     inference = next(pool for pool in data["pools"] if pool["id"] == "inference")
-    model = ModelConfig(**inference["worker"]["kwargs"]["model"])
+    model = inference["worker"]["kwargs"]["model"]
     sglang = SGLangConfig(model_path="cpu-engine", port=30000)
-    engines = engine_pool("engines", 2, sglang, engine="cpu", model=model, strategy="SPREAD", ready_deadline_s=120)
+    engines = engine_pool("engines", 2, sglang, engine="cpu", model=ModelConfig(**model), strategy="SPREAD",
+                          ready_deadline_s=120, as_actor=as_actor)  # fmt: skip
     inference["worker"]["plan_kwargs"] = ["provider_api"]
     kwargs = inference["worker"]["kwargs"]
     del kwargs["num_engines"]
     kwargs.update(engine_pool="engines", server_id="engines")
     data["pools"].append(engines)
+    if edit is not None:
+        edit(data, model)
     config.write_text(toml_text.dump(data))
+    return config, engines
+
+
+def test_demo_job_with_launcher_placed_engines_on_both_hosts(
+    netns_cluster: NetnsCluster, ssh_keys: SshKeys, tmp_path: Path
+) -> None:
+    """hosts.example.toml's demo with its engines as a launcher pool SPREAD over h1 and h2 (the trainer pushes
+    weights to both hosts' engines, the rollout generates through the router on h1): the reward must rise."""
+    from test_netns_demo import ITERATIONS, ROW
+
+    config, _ = demo_with_engine_pool(tmp_path, netns_cluster, ssh_keys)
     result = subprocess.run(
         [*netns_cluster.exec_argv(), PYTHON, "-m", "launcher.cli", str(config), "--no-logs"],
         capture_output=True, text=True, timeout=300, env=subprocess_env(MILES_SHM="0"),
@@ -141,4 +158,42 @@ def test_demo_job_with_launcher_placed_engines_on_both_hosts(
     assert [int(m.group(1)) for m in rows] == list(range(1, ITERATIONS + 1)), result.stdout
     rewards = [float(m.group(3)) for m in rows]
     assert sum(rewards[-2:]) / 2 > sum(rewards[:2]) / 2 + 0.02, f"reward did not rise: {rewards}"
+    netns_cluster.assert_no_strays()
+
+
+def test_demo_over_refs_with_launcher_placed_engine_actors_across_hosts(
+    netns_cluster: NetnsCluster, ssh_keys: SshKeys, tmp_path: Path
+) -> None:
+    """The demo with ``weight_sync = "refs"``: its engines a launcher pool of CPUEngineActor SPREAD over h1 and h2
+    (engine_pool(..., as_actor=True)), so trainer rank 0 on h1 and the engines form a gloo group across the
+    bridge and every update is pulled over it. The engine on h2 is then SIGKILLed: the launcher restarts it on h2,
+    the controller finds the new actor by its worker id, and the next update forms the group again with it. The
+    engines must equal the trainer's checkpoint after the loop and after that update."""
+    from test_netns_demo import ITERATIONS, ROW
+
+    def refs_job(data: dict[str, Any], model: dict[str, Any]) -> None:
+        data["job"] = {"entrypoint": "launch_inference_jobs:refs_demo",
+                      "args": {**data["job"]["args"], "weight_sync": "refs", "check_model": model}}  # fmt: skip
+
+    config, engines = demo_with_engine_pool(tmp_path, netns_cluster, ssh_keys, as_actor=True, edit=refs_job)
+    assert engines["worker"]["kind"] == "serve" and "--port" in engines["worker"]["kwargs"]["argv"]
+    result = subprocess.run(
+        [*netns_cluster.exec_argv(), PYTHON, "-m", "launcher.cli", str(config), "--no-logs"],
+        capture_output=True, text=True, timeout=360, env=subprocess_env(MILES_SHM="0"),
+    )  # fmt: skip
+    output = result.stdout + result.stderr
+    assert result.returncode in (0, 1), output[-6000:]  # 1: the reward did not rise (asserted by the tests above)
+    assert "initial weights pushed to the engines over collective refs" in result.stdout, output[-6000:]
+    rows = [m for m in (ROW.match(line) for line in result.stdout.splitlines()) if m]
+    assert [int(m.group(1)) for m in rows] == list(range(1, ITERATIONS + 1)), result.stdout
+    report = json.loads(result.stdout.split("REFS ", 1)[1].splitlines()[0])
+    (_, _, h1_address), (_, _, h2_address) = netns_cluster.hosts
+    hosts = {url.split("//")[1].split(":")[0] for url in report["after_loop"]}
+    assert hosts == {h1_address, h2_address}, report
+    assert all(report["after_loop"].values()) and len(report["after_loop"]) == 2, report
+    replaced = report["replaced"]
+    assert replaced["pid"] != report["victim"]["pid"] and replaced["url"].startswith(f"http://{h2_address}:"), report
+    assert report["group_after_restart"] == "demo-weights-0", report  # a new WeightSync formed its own group
+    assert all(report["after_restart"].values()) and len(report["after_restart"]) == 2, report
+    assert report["versions"] == ["after-restart", "after-restart"], report
     netns_cluster.assert_no_strays()
