@@ -198,7 +198,8 @@ class AgentLink:
                 return
             silent = time.monotonic() - self._last_heard
             if self._heartbeat_timeout_s > 0 and silent > self._heartbeat_timeout_s and not self._closing:
-                self._mark_lost(f"no heartbeat from the host agent for {silent:.0f}s (network partition?)")
+                self._mark_lost(f"no heartbeat from the host agent for {silent:.0f}s: the host is down, its agent "
+                                "was stopped or the network between us is cut")  # fmt: skip
                 with contextlib.suppress(Exception):
                     self._close_transport()
                 return
