@@ -9,8 +9,10 @@ placement-group bundle (:mod:`runtime.ray_compat.placement`); ``runtime_env`` en
 
 from __future__ import annotations
 
+import concurrent.futures
 import contextlib
 import inspect
+import threading
 from typing import Any
 
 from runtime import naming
@@ -20,7 +22,7 @@ from runtime.metadata import method as native_method
 from runtime.ray_compat import options as opts
 from runtime.ray_compat import placement, state
 from runtime.ray_compat.actor_classes import bind_arguments, keyword_class, original_class
-from runtime.ray_compat.calls import RetryingCall, refs_for, resolve_args, retry_on
+from runtime.ray_compat.calls import RetryingCall, arguments_ready, refs_for, resolve_args, retry_on
 from runtime.ray_compat.refs import ObjectRefGenerator
 from runtime.spawn import spawn
 from transport.type_registry import register_type
@@ -110,6 +112,8 @@ class ActorHandle:
             with contextlib.suppress(Exception):
                 inner.info = class_info(keyword_class(self._cls))
         self._max_task_retries = max_task_retries
+        self._order = threading.Lock()
+        self._last_sent: concurrent.futures.Future[None] | None = None  # the last call made, until it is sent
         self._held: tuple[Any, dict[str, float], list[str]] | None = None
 
     @property
@@ -169,14 +173,17 @@ class ActorMethod:
         what = f"{self._handle._inner.actor_name}.{self._name}"
         options = self._options
         num_returns = opts.num_returns(options.get("num_returns", "streaming" if self._generator else 1), what)
-        args, kwargs = resolve_args(args, kwargs)
         ref = self._handle._inner.method(self._name)
         if "concurrency_group" in options:
             ref = ref.options(concurrency_group=options["concurrency_group"], stream=num_returns == "streaming" or None)
         if num_returns == "streaming":
             if not self._generator:
                 ref = ref.options(stream=True)
-            return ObjectRefGenerator(ref(*args, **kwargs))
+            with self._handle._order:  # sent now, so after the calls before it
+                if (previous := self._handle._last_sent) is not None:
+                    previous.result()
+                args, kwargs = resolve_args(args, kwargs)
+                return ObjectRefGenerator(ref(*args, **kwargs))
         if self._generator:
             raise NotImplementedError(
                 f"{what} is a generator method: num_returns={num_returns!r} would collect it; iterate it as a "
@@ -185,7 +192,10 @@ class ActorMethod:
         retries = int(options.get("max_task_retries", self._handle._max_task_retries))
         retryable, inner = retry_on(options.get("retry_exceptions", False), what), self._handle._inner
         should_retry = lambda exc: inner.dead is None and retryable(exc)  # noqa: E731 - never once it is dead for good
-        call = RetryingCall(lambda: ref(*args, **kwargs), retries, should_retry)
+        with self._handle._order:  # the caller's calls to this actor are sent in the order they were made
+            ready = arguments_ready(args, kwargs, after=self._handle._last_sent)
+            call = RetryingCall(lambda a, k: ref(*a, **k), retries, should_retry, ready or (args, kwargs))
+            self._handle._last_sent = None if call.submitted.done() else call.submitted
         return refs_for(call, num_returns, what)
 
 

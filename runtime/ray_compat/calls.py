@@ -1,9 +1,11 @@
 """What ``.remote()`` does around a call: arguments resolved as Ray resolves them, retries, ``num_returns``.
 
 Ray resolves an ObjectRef passed as a top-level argument (positional or keyword) to its value before the task
-runs, and passes nested ones (inside a list, a dict) as refs. Here the caller waits for a top-level ref's value
-before sending the call (Ray sends at once and lets the worker wait); nested refs cross as refs
-(:mod:`runtime.ray_compat.refs`).
+runs, and passes nested ones (inside a list, a dict) as refs. Here ``.remote()`` returns at once as in Ray: a call
+with a top-level ref still pending is sent once every such ref has its value (:func:`arguments_ready`; a
+resolver thread takes the values and sends it), and one whose ref failed fails with that error without being
+sent. Calls to one actor keep their order: a call waits until the caller's previous call to that actor was sent
+(``after``). Nested refs cross as refs (:mod:`runtime.ray_compat.refs`).
 """
 
 from __future__ import annotations
@@ -21,13 +23,53 @@ from runtime.ray_compat.refs import ObjectRef
 SYSTEM_FAILURES = (errors.ActorDied, errors.ActorRestarted, errors.NotDelivered)
 
 
-def resolve_args(args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[tuple[Any, ...], dict[str, Any]]:
+Arguments = tuple[tuple[Any, ...], dict[str, Any]]
+_resolver = concurrent.futures.ThreadPoolExecutor(max_workers=8, thread_name_prefix="ray-compat-args")
+
+
+def _top_level_refs(args: tuple[Any, ...], kwargs: dict[str, Any]) -> list[ObjectRef]:
+    return [a for a in (*args, *kwargs.values()) if isinstance(a, ObjectRef)]
+
+
+def resolve_args(args: tuple[Any, ...], kwargs: dict[str, Any]) -> Arguments:
     """Top-level refs become their values (waiting for them); anything nested is left as it is."""
-    if not any(isinstance(a, ObjectRef) for a in args) and not any(isinstance(v, ObjectRef) for v in kwargs.values()):
+    if not _top_level_refs(args, kwargs):
         return args, kwargs
     args = tuple(a.result(None) if isinstance(a, ObjectRef) else a for a in args)
     kwargs = {k: v.result(None) if isinstance(v, ObjectRef) else v for k, v in kwargs.items()}
     return args, kwargs
+
+
+def arguments_ready(
+    args: tuple[Any, ...], kwargs: dict[str, Any], *, after: concurrent.futures.Future[None] | None = None
+) -> concurrent.futures.Future[Arguments] | None:
+    """None when the call can go now (no top-level ref, ``after`` done); else a future of the resolved arguments,
+    set (on a resolver thread: a stored ref's value may be fetched) once every top-level ref is done and ``after``
+    too, or failed with the first ref's error."""
+    waits = [ref.future for ref in _top_level_refs(args, kwargs)]
+    if after is not None and not after.done():
+        waits.append(after)
+    if not waits:
+        return None
+    ready: concurrent.futures.Future[Arguments] = concurrent.futures.Future()
+    left, lock = [len(waits)], threading.Lock()
+
+    def resolve() -> None:
+        try:
+            ready.set_result(resolve_args(args, kwargs))
+        except BaseException as exc:  # a ref's own error, as Ray raises it in the dependent call
+            ready.set_exception(exc)
+
+    def one_done(_: concurrent.futures.Future[Any]) -> None:
+        with lock:
+            left[0] -= 1
+            last = left[0] == 0
+        if last:
+            _resolver.submit(resolve)
+
+    for wait in waits:
+        wait.add_done_callback(one_done)
+    return ready
 
 
 def retry_on(retry_exceptions: Any, what: str) -> Callable[[BaseException], bool]:
@@ -49,24 +91,52 @@ def retry_on(retry_exceptions: Any, what: str) -> Callable[[BaseException], bool
 
 
 class RetryingCall:
-    """One logical call, resubmitted (``submit()``) up to ``retries`` times (-1: no limit) on the failures
-    ``should_retry`` accepts; ``future`` settles with the last outcome."""
+    """One logical call, resubmitted (``submit(args, kwargs)``) up to ``retries`` times (-1: no limit) on the
+    failures ``should_retry`` accepts; ``future`` settles with the last outcome. ``ready``: the arguments, when
+    they are not there yet (:func:`arguments_ready`); ``submitted`` is done once the call was first sent (or
+    settled without being sent)."""
 
-    def __init__(self, submit: Callable[[], Any], retries: int, should_retry: Callable[[BaseException], bool]) -> None:
+    def __init__(
+        self,
+        submit: Callable[[tuple[Any, ...], dict[str, Any]], Any],
+        retries: int,
+        should_retry: Callable[[BaseException], bool],
+        arguments: Arguments | concurrent.futures.Future[Arguments],
+    ) -> None:
         self.future: concurrent.futures.Future[Any] = concurrent.futures.Future()
+        self.submitted: concurrent.futures.Future[None] = concurrent.futures.Future()
         self._submit, self._left, self._should_retry = submit, retries, should_retry
         self._lock = threading.Lock()
         self._call: Any = None
+        self._starting = False  # its arguments are there: it is being sent
+        self._arguments: Arguments = ((), {})
+        if isinstance(arguments, concurrent.futures.Future):
+            arguments.add_done_callback(self._when_ready)
+        else:
+            self._arguments = arguments
+            self._start()
+
+    def _when_ready(self, ready: concurrent.futures.Future[Arguments]) -> None:
+        with self._lock:
+            if self.future.done():  # cancelled while it waited
+                return
+            self._starting = True
+        try:
+            self._arguments = ready.result()
+        except BaseException as exc:
+            self._settle(None, exc)
+            return
         self._start()
 
     def _start(self) -> None:
         try:
-            call = self._submit()
+            call = self._submit(*self._arguments)
         except BaseException as exc:
             self._settle(None, exc)
             return
         with self._lock:
             self._call = call
+        _set(self.submitted)
         call.future.add_done_callback(self._done)
 
     def _done(self, future: concurrent.futures.Future[Any]) -> None:
@@ -89,15 +159,27 @@ class RetryingCall:
                 self.future.set_exception(error)
             else:
                 self.future.set_result(value)
+        _set(self.submitted)
 
     def cancel(self) -> bool:
         self._left = 0
+        cancelled_error = errors.CallCancelled("the call was cancelled (ray.cancel)")
         with self._lock:
             call = self._call
+            if call is None and not self._starting:  # still waiting for its arguments: it is never sent
+                if self.future.done():
+                    return False
+                self._settle(None, cancelled_error)
+                return True
         cancelled = call.cancel() if call is not None else False
         if cancelled:
-            self._settle(None, errors.CallCancelled("the call was cancelled (ray.cancel)"))
+            self._settle(None, cancelled_error)
         return cancelled
+
+
+def _set(future: concurrent.futures.Future[None]) -> None:
+    with contextlib.suppress(concurrent.futures.InvalidStateError):
+        future.set_result(None)
 
 
 def refs_for(call: RetryingCall, num_returns: int, what: str) -> Any:

@@ -22,7 +22,7 @@ from runtime.errors import ActorDied
 from runtime.handle import ActorHandle as NativeHandle
 from runtime.ray_compat import options as opts
 from runtime.ray_compat import placement, state
-from runtime.ray_compat.calls import RetryingCall, refs_for, resolve_args, retry_on
+from runtime.ray_compat.calls import RetryingCall, arguments_ready, refs_for, resolve_args, retry_on
 from runtime.ray_compat.refs import ObjectRefGenerator
 from runtime.ray_compat.task_worker import TaskWorker, mac_of
 from runtime.spawn import spawn
@@ -134,14 +134,14 @@ class RemoteFunction:
         if self._pickled is None:
             self._pickled = cloudpickle.dumps(self._function)
         function = self._pickled
-        args, kwargs = resolve_args(args, kwargs)
         if num_returns == "streaming":
             if not self._generator:
                 raise ValueError(f"{what}: num_returns='streaming' needs a generator function")
-            return ObjectRefGenerator(pool.submit("stream", function, args, kwargs))
+            return ObjectRefGenerator(pool.submit("stream", function, *resolve_args(args, kwargs)))
         if self._generator:
             raise NotImplementedError(f"{what}: a generator task streams (num_returns='streaming', the default)")
         retries = int(options.get("max_retries", DEFAULT_MAX_RETRIES))
         should_retry = retry_on(options.get("retry_exceptions", False), what)
-        call = RetryingCall(lambda: pool.submit("run", function, args, kwargs), retries, should_retry)
+        submit = lambda a, k: pool.submit("run", function, a, k)  # noqa: E731
+        call = RetryingCall(submit, retries, should_retry, arguments_ready(args, kwargs) or (args, kwargs))
         return refs_for(call, num_returns, what)

@@ -16,3 +16,15 @@ def counter(no_leaks: None) -> Iterator[ActorHandle]:
         yield handle
     finally:
         handle.kill()
+
+
+@pytest.fixture(scope="module")
+def ray_session_2cpu() -> Iterator[None]:
+    """A runtime.ray_compat session of two CPUs, shared by a module's tests (``pytestmark``)."""
+    import runtime.ray_compat as ray
+
+    ray.init(num_cpus=2)
+    try:
+        yield
+    finally:
+        ray.shutdown()

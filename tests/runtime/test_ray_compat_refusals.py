@@ -11,7 +11,6 @@ import json
 import os
 import subprocess
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -20,14 +19,7 @@ import runtime.ray_compat as ray
 from runtime import ActorDefinitionError
 from runtime.ray_compat.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
-
-@pytest.fixture(scope="module", autouse=True)
-def session() -> Iterator[None]:
-    ray.init(num_cpus=2)
-    try:
-        yield
-    finally:
-        ray.shutdown()
+pytestmark = pytest.mark.usefixtures("ray_session_2cpu")
 
 
 class Plain:
