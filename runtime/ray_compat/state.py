@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from runtime.ray_compat.resources import Ledger, make_ledger
+from runtime.ray_compat.task_slots import TaskSlots
 
 log = logging.getLogger(__name__)
 
@@ -26,6 +27,10 @@ class Session:
     actors: list[Any] = field(default_factory=list)  # ray_compat ActorHandles started here (killed at shutdown)
     pools: dict[Any, Any] = field(default_factory=dict)  # task worker pools, by their env
     groups: list[Any] = field(default_factory=list)  # placement groups
+    slots: TaskSlots = field(init=False)  # the CPUs running tasks hold
+
+    def __post_init__(self) -> None:
+        self.slots = TaskSlots(self.ledger.total.get("CPU", 1.0))
 
 
 _lock = threading.Lock()

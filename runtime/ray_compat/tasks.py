@@ -3,9 +3,10 @@
 Ray sources read: python/ray/remote_function.py (``.remote``, ``.options``, ``num_returns``, ``max_retries``
 (default 3, system failures), ``retry_exceptions``, generator functions streaming). A pool has as many worker
 processes as the session has CPUs (``ray.init(num_cpus=)``), started as tasks need them; each runs one task at a
-time, and a task goes to the least busy worker. A worker that dies is replaced; its task is retried
-(``max_retries``). Task workers hold no GPUs: a task asking ``num_gpus`` is refused (use an actor, which gets
-its GPUs). One pool per distinct ``runtime_env``.
+time, and a task goes to the least busy worker once the CPUs it asks for are free (``num_cpus``, default 1, held
+while it runs: :mod:`runtime.ray_compat.task_slots`; a streaming task takes none). A worker that dies is
+replaced; its task is retried (``max_retries``). Task workers hold no GPUs: a task asking ``num_gpus`` is refused
+(use an actor, which gets its GPUs). One pool per distinct ``runtime_env``.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from runtime.ray_compat import options as opts
 from runtime.ray_compat import placement, state
 from runtime.ray_compat.calls import RetryingCall, arguments_ready, refs_for, resolve_args, retry_on
 from runtime.ray_compat.refs import ObjectRefGenerator
+from runtime.ray_compat.task_slots import CpuHold
 from runtime.ray_compat.task_worker import TaskWorker, mac_of
 from runtime.spawn import spawn
 
@@ -105,7 +107,8 @@ class RemoteFunction:
     def bind(self, *args: Any, **kwargs: Any) -> Any:
         raise NotImplementedError("Ray DAGs (.bind) are not supported by runtime.ray_compat; call .remote()")
 
-    def _pool(self) -> TaskPool:
+    def _pool(self) -> tuple[TaskPool, float]:
+        """The worker pool for this function's environment, and the CPUs a call holds while it runs."""
         options, what = self._options, self._what
         session = state.current()
         wants = opts.resources_of(options, 1.0, what)
@@ -123,14 +126,15 @@ class RemoteFunction:
         env, cwd = opts.runtime_env(options.get("runtime_env"), what)
         env = {**session.env, **env}
         key = (tuple(sorted(env.items())), cwd)
+        cpus = wants.get("CPU", 1.0)
         with contextlib.suppress(KeyError):
-            return session.pools[key]
-        return session.pools.setdefault(key, TaskPool(int(session.ledger.total.get("CPU", 1)), env, cwd))
+            return session.pools[key], cpus
+        return session.pools.setdefault(key, TaskPool(int(session.ledger.total.get("CPU", 1)), env, cwd)), cpus
 
     def remote(self, *args: Any, **kwargs: Any) -> Any:
         options, what = self._options, self._what
         num_returns = opts.num_returns(options.get("num_returns", "streaming" if self._generator else 1), what)
-        pool = self._pool()
+        pool, cpus = self._pool()
         if self._pickled is None:
             self._pickled = cloudpickle.dumps(self._function)
         function = self._pickled
@@ -143,5 +147,8 @@ class RemoteFunction:
         retries = int(options.get("max_retries", DEFAULT_MAX_RETRIES))
         should_retry = retry_on(options.get("retry_exceptions", False), what)
         submit = lambda a, k: pool.submit("run", function, a, k)  # noqa: E731
-        call = RetryingCall(submit, retries, should_retry, arguments_ready(args, kwargs) or (args, kwargs))
+        hold = CpuHold(state.current().slots, cpus)
+        arguments = hold.when_granted(arguments_ready(args, kwargs) or (args, kwargs))
+        call = RetryingCall(submit, retries, should_retry, arguments)
+        call.future.add_done_callback(hold.settled)
         return refs_for(call, num_returns, what)
