@@ -7,10 +7,12 @@ actor process; the driver itself never forks. The first spawn starts it and wait
 off the event loop); later spawns take a few milliseconds each.
 
 Supervision is as for a Popen child: the fork server double-forks, so the actor process is re-parented to this
-process, which becomes a child subreaper for that (:func:`runtime.fork_client.become_subreaper`; orphans among
-its descendants are then re-parented to it rather than to init, and :mod:`runtime.orphan_reaper` reaps those) and
-waits for its exit; the actor's own ``--parent-pid``/``--watch-pid`` make it die with this process (or, detached,
-with the one it lives no longer than), as a Popen child does. Where the fork server cannot serve
+process, which is a child subreaper for that while a spawn is under way and only then
+(:func:`runtime.fork_client.become_subreaper`, :func:`subreaper_while_forking`), and waits for its exit. Outside
+those milliseconds, what is orphaned below its actors (an engine and router a controller started, a daemonised
+helper) goes to init as below a Popen child, not to it; what comes in a spawn's window and exits is reaped by
+:mod:`runtime.orphan_reaper`. The actor's own ``--parent-pid``/``--watch-pid`` make it die with this process (or,
+detached, with the one it lives no longer than), as a Popen child does. Where the fork server cannot serve
 (``MILES_SPAWN_FORK_SERVER=0``, another environment than the one it imported with, it cannot start or it died:
 restarted once, then off), the actor process starts with ``Popen`` as before and the reason is logged.
 """
@@ -18,10 +20,12 @@ restarted once, then off), the actor process starts with ``Popen`` as before and
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import os
 import sys
 import threading
+from collections.abc import Iterator
 from pathlib import Path
 
 from runtime.fork_client import ForkClient, ForkedWorker, become_subreaper
@@ -34,6 +38,8 @@ ENABLE_ENV = "MILES_SPAWN_FORK_SERVER"
 _lock = threading.Lock()
 _client: ForkClient | None = None
 _owner_pid = 0  # the process _client belongs to: a child forked from us must start its own
+_window_lock = threading.Lock()
+_forking = 0  # spawns under way (this process is a child subreaper while there is one)
 
 
 def child_environment(extra: dict[str, str] | None) -> dict[str, str]:
@@ -57,7 +63,8 @@ def client() -> ForkClient | None:
             if not become_subreaper():
                 log.info("cannot become a child subreaper here; actor processes start with Popen")
                 return None
-            OrphanReaper().start()  # what is orphaned below our actors now comes to us: reap it
+            become_subreaper(False)  # it can: from now on only while a spawn is under way
+            OrphanReaper().start()  # what is orphaned below our actors in such a window comes to us
             _client = ForkClient(os.getpid(), death_signal=False, env=child_environment(None))
             _client.start()
         return _client if _client is not None and _client.enabled else None
@@ -83,4 +90,23 @@ def fork_worker(argv: list[str], env: dict[str, str], cwd: str | None) -> Forked
     forks = client()
     if forks is None:
         return None
-    return forks.spawn(argv, env, Path(cwd or os.getcwd()), stdin=True, merge_stderr=True, text=True)
+    with subreaper_while_forking():
+        return forks.spawn(argv, env, Path(cwd or os.getcwd()), stdin=True, merge_stderr=True, text=True)
+
+
+@contextlib.contextmanager
+def subreaper_while_forking() -> Iterator[None]:
+    """This process is a child subreaper while any thread is inside (the fork server's double-forked worker is
+    re-parented to it before the spawn returns)."""
+    global _forking
+    with _window_lock:
+        _forking += 1
+        if _forking == 1:
+            become_subreaper(True)
+    try:
+        yield
+    finally:
+        with _window_lock:
+            _forking -= 1
+            if _forking == 0:
+                become_subreaper(False)

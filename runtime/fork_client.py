@@ -38,12 +38,13 @@ PR_SET_CHILD_SUBREAPER = 36
 _REPLY_MAX = 64 * 1024
 
 
-def become_subreaper() -> bool:
-    """Make this process a child subreaper (Linux): orphans among its descendants are re-parented to it."""
+def become_subreaper(on: bool = True) -> bool:
+    """Make this process a child subreaper (Linux): orphans among its descendants are re-parented to it; ``on=False``
+    makes it an ordinary parent again (orphans go to the nearest subreaper above it, or init)."""
     if not sys.platform.startswith("linux"):
         return False
     try:
-        return ctypes.CDLL(None, use_errno=True).prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) == 0
+        return ctypes.CDLL(None, use_errno=True).prctl(PR_SET_CHILD_SUBREAPER, int(on), 0, 0, 0) == 0
     except (OSError, AttributeError):
         return False
 

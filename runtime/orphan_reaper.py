@@ -1,12 +1,12 @@
 """Reap the orphans a spawning process inherits as a child subreaper, and only those.
 
-A process that spawns through its fork server is a child subreaper (:mod:`runtime.driver_fork`): besides its
-actors, every process orphaned below an actor (a daemonised helper of the actor's, a child that outlived a killed
-actor) is re-parented to it, and when such a process exits nobody waits for it: it stays a zombie until the driver
-exits. ``OrphanReaper`` looks at this process's children every ``interval_s`` and reaps each zombie that this
-process cannot have started itself: one in another session than ours that does not lead it. A process cannot join
-an existing session, so a direct child is either in our session or the leader of its own (an actor, a Popen child
-with ``start_new_session``); those are left to whoever waits for them (ForkedWorker, ``subprocess``).
+A process that spawns through its fork server is a child subreaper while a spawn is under way
+(:mod:`runtime.driver_fork`): a process orphaned below one of its actors in that window (a helper of the actor's
+whose parent exits then) is re-parented to it, and when it exits nobody waits for it. ``OrphanReaper`` looks at this
+process's children every ``interval_s`` and reaps each zombie that this process cannot have started itself: one in
+another session than ours that does not lead it. A process cannot join an existing session, so a direct child is
+either in our session or the leader of its own (an actor, a Popen child with ``start_new_session``); those are left
+to whoever waits for them (ForkedWorker, ``subprocess``).
 """
 
 from __future__ import annotations

@@ -26,10 +26,11 @@ class Probe:
     def get_pid(self) -> int:
         return os.getpid()
 
-    def orphan(self, count: int, sleep_s: float) -> list[int]:
-        """Leave ``count`` background ``sleep`` processes whose parent shell has exited: orphans, re-parented to
-        the nearest subreaper (the spawning process); returns their pids."""
-        script = f"sleep {sleep_s} </dev/null >/dev/null 2>&1 & echo $!"
+    def orphan(self, count: int, sleep_s: float, own_session: bool = False) -> list[int]:
+        """Leave ``count`` background ``sleep`` processes (``own_session``: each leading a session of its own)
+        whose parent shell has exited: orphans, re-parented to the nearest subreaper; returns their pids."""
+        sleep = f"exec setsid sleep {sleep_s}" if own_session else f"exec sleep {sleep_s}"
+        script = f"sh -c '{sleep}' </dev/null >/dev/null 2>&1 & echo $!"
         return [int(subprocess.run(["sh", "-c", script], capture_output=True, text=True, check=True).stdout)
                 for _ in range(count)]  # fmt: skip
 

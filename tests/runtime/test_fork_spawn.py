@@ -3,6 +3,7 @@ spawn_many. Real actor processes throughout; behaviour only (how fast is bench/a
 
 from __future__ import annotations
 
+import ctypes
 import logging
 import os
 import subprocess
@@ -12,7 +13,7 @@ import psutil
 import pytest
 
 from runtime import ActorGroup, driver_fork, spawn, spawn_many
-from runtime.fork_client import ForkedWorker
+from runtime.fork_client import ForkedWorker, become_subreaper
 from runtime.orphan_reaper import reap_orphans, zombie_children
 
 
@@ -108,6 +109,9 @@ def test_spawn_many_starts_every_actor_and_names_the_one_that_failed(no_leaks: N
         spawn_many("fork_actors:Probe", -1)
 
 
+PR_GET_CHILD_SUBREAPER = 37
+
+
 def _our_zombies() -> set[int]:
     return {pid for pid, _session in zombie_children(os.getpid())}
 
@@ -122,19 +126,43 @@ def _reaped(pids: list[int], within_s: float) -> bool:
     return False
 
 
-def test_orphans_below_an_actor_are_reaped_not_left_as_zombies(no_leaks: None) -> None:
-    # We are a child subreaper (the fork server's actors are re-parented to us), so whatever is orphaned below an
-    # actor comes to us too; runtime/orphan_reaper.py must reap it, or it stays a zombie until this process exits.
+def _is_subreaper() -> bool:
+    flag = ctypes.c_int(-1)
+    assert ctypes.CDLL(None).prctl(PR_GET_CHILD_SUBREAPER, ctypes.byref(flag), 0, 0, 0) == 0
+    return flag.value == 1
+
+
+def test_orphans_below_an_actor_go_to_init_not_to_the_spawner(no_leaks: None) -> None:
+    # The spawner is a child subreaper only while a spawn is under way (the fork server's double-forked worker
+    # must come to it), so what is orphaned below its actors later, session leaders too (an engine or a router a
+    # controller started), is not re-parented to it and never becomes its zombie.
     probe = spawn("fork_actors:Probe")
     try:
-        assert isinstance(probe.process.popen, ForkedWorker)
-        short = probe.orphan(3, 0.2).result(30)
-        assert _reaped(short, 5), f"orphans {short} left as zombies of ours: {_our_zombies()}"
+        assert isinstance(probe.process.popen, ForkedWorker) and not _is_subreaper()
+        short = probe.orphan(3, 0.2).result(30) + probe.orphan(2, 0.2, own_session=True).result(30)
         long = probe.orphan(2, 60).result(30)
-        assert all(psutil.Process(pid).ppid() == os.getpid() for pid in long), "orphans come to the subreaper"
-        probe.kill()  # its process group goes with it, and their zombies are ours
-        assert _reaped(long, 5), f"a killed actor's orphans {long} left as zombies of ours: {_our_zombies()}"
+        assert not {psutil.Process(pid).ppid() for pid in long} & {os.getpid()}, "orphans must not come to us"
+        assert _reaped(short, 5), f"orphans {short} left as zombies of ours: {_our_zombies()}"
+        probe.kill()  # its process group goes with it
+        assert _reaped(long, 5), f"a killed actor's orphans {long} are still there: {_our_zombies()}"
         assert probe.process.wait_exited(10) == -9, "the actor itself is still reaped by its own waiter"
+    finally:
+        probe.kill()
+
+
+def test_an_orphan_that_comes_while_we_are_a_subreaper_is_reaped(no_leaks: None) -> None:
+    probe = spawn("fork_actors:Probe")
+    try:
+        assert become_subreaper(True)  # as during a spawn's window
+        try:
+            (orphan,) = probe.orphan(1, 0.1).result(30)
+            deadline = time.monotonic() + 10
+            while orphan not in _our_zombies():
+                assert time.monotonic() < deadline, "the orphan did not come to us while we were a subreaper"
+                time.sleep(0.02)
+        finally:
+            become_subreaper(False)
+        assert _reaped([orphan], 5), "the orphan reaper must reap it (a zombie in the actor's session)"
     finally:
         probe.kill()
 
