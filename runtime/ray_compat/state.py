@@ -72,6 +72,7 @@ def stop() -> None:
     for actor in reversed(session.actors):
         with contextlib.suppress(Exception):
             actor._kill_quietly()
+    session.slots.close(RuntimeError("ray.shutdown() was called while this task waited for CPUs; it never ran"))
     for pool in session.pools.values():
         with contextlib.suppress(Exception):
             pool.stop()

@@ -50,6 +50,13 @@ class TaskSlots:
             ready = self._grant()
         _set_all(ready)
 
+    def close(self, error: BaseException) -> None:
+        """Fail every call still waiting for CPUs with ``error`` (``ray.shutdown``): none is left hanging."""
+        with self._lock:
+            waiting, self._waiting = list(self._waiting), collections.deque()
+        for _, granted in waiting:
+            granted.set_exception(error)
+
     def _grant(self) -> list[concurrent.futures.Future[None]]:
         ready = []
         while self._waiting and self._waiting[0][0] <= self.free:
@@ -81,7 +88,7 @@ class CpuHold:
         ready: Future[Arguments] = Future()
 
         def ask(values: Arguments) -> None:
-            self.slots.reserve(self.cpus).add_done_callback(lambda _: self._granted(ready, values))
+            self.slots.reserve(self.cpus).add_done_callback(lambda grant: self._granted(ready, values, grant))
 
         def arrived(future: Future[Arguments]) -> None:
             if future.exception() is not None:
@@ -95,7 +102,10 @@ class CpuHold:
             ask(arguments)
         return ready
 
-    def _granted(self, ready: Future[Arguments], values: Arguments) -> None:
+    def _granted(self, ready: Future[Arguments], values: Arguments, grant: Future[None]) -> None:
+        if grant.exception() is not None:  # the session ended first: nothing was taken
+            ready.set_exception(grant.exception())  # type: ignore[arg-type]
+            return
         with self._lock:
             abandoned = self._state == "abandoned"
             self._state = "released" if abandoned else "held"

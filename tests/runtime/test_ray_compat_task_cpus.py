@@ -8,6 +8,7 @@ each task reports when it ran (``time.perf_counter``: CLOCK_MONOTONIC, the same 
 
 from __future__ import annotations
 
+import concurrent.futures
 import time
 
 import pytest
@@ -83,3 +84,21 @@ def test_a_failed_task_gives_its_cpus_back() -> None:
         ray.get(boom.remote(), timeout=30)
     assert_all_cpus_free()
     assert ray.get(heavy.remote(0.0), timeout=30)
+
+
+def test_shutdown_fails_calls_still_waiting_for_cpus() -> None:
+    # the mechanism alone (a session's slots and one call's hold), without ending the module's session
+    from runtime.ray_compat.task_slots import CpuHold, TaskSlots
+
+    slots = TaskSlots(2.0)
+    first = CpuHold(slots, 2.0)
+    assert first.when_granted(((1,), {})) == ((1,), {}) and slots.free == 0
+    waiting = CpuHold(slots, 1.0).when_granted(((2,), {}))
+    assert not waiting.done()  # type: ignore[union-attr]
+    slots.close(RuntimeError("shut down"))
+    with pytest.raises(RuntimeError, match="shut down"):
+        waiting.result(timeout=5)  # type: ignore[union-attr]
+    done: concurrent.futures.Future[None] = concurrent.futures.Future()
+    done.set_result(None)
+    first.settled(done)
+    assert slots.free == 2.0
