@@ -1,0 +1,167 @@
+"""Same-host round-trip floors (issue 30's sync p99): where a synchronous call's time goes below the runtime.
+
+One run, interleaved, idle and then with a busy/idle process on every core (``--load``): a round trip of a
+100-byte message over
+
+- ``zmq``: a DEALER/ROUTER pair on an abstract ipc socket, what a same-host call rides today (each side's
+  ZeroMQ I/O thread carries every message: six thread wake-ups per round trip),
+- ``unix``: a plain Unix stream socket, the caller blocked in ``recv`` (two wake-ups: the server, the caller),
+- ``runtime``: a synchronous actor call (``echo.noop(i).result()``), over the first.
+
+The gap between ``zmq`` and ``unix`` is what a same-host path that bypasses ZeroMQ's I/O threads could win.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import multiprocessing as mp
+import os
+import socket
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import zmq
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from bench_common import percentile
+
+_PAYLOAD = b"x" * 100
+_STOP = b"stop"
+
+
+def _zmq_echo(name: str) -> None:
+    context = zmq.Context()
+    server = context.socket(zmq.ROUTER)
+    server.bind(f"ipc://@{name}")
+    while (frames := server.recv_multipart())[1] != _STOP:
+        server.send_multipart(frames)
+    context.destroy(linger=0)
+
+
+def _unix_echo(name: str) -> None:
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    listener.bind("\0" + name)
+    listener.listen()
+    peer, _ = listener.accept()
+    while (data := peer.recv(65536)) and not data.endswith(_STOP):
+        peer.sendall(data)
+
+
+def _busy(stop: mp.synchronize.Event) -> None:
+    """2 ms busy, 1 ms asleep: a core shared with work that yields now and then."""
+    while not stop.is_set():
+        until = time.perf_counter() + 0.002
+        while time.perf_counter() < until:
+            pass
+        time.sleep(0.001)
+
+
+def _zmq_round_trips(name: str, calls: int) -> list[float]:
+    context = zmq.Context()
+    client = context.socket(zmq.DEALER)
+    client.connect(f"ipc://@{name}")
+    samples = []
+    for _ in range(calls):
+        started = time.perf_counter()
+        client.send(_PAYLOAD)
+        client.recv()
+        samples.append(time.perf_counter() - started)
+    client.send(_STOP)
+    time.sleep(0.05)
+    context.destroy(linger=0)
+    return samples
+
+
+def _unix_round_trips(name: str, calls: int) -> list[float]:
+    client = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    deadline = time.monotonic() + 5
+    while True:
+        try:
+            client.connect("\0" + name)
+            break
+        except OSError:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.01)
+    samples = []
+    for _ in range(calls):
+        started = time.perf_counter()
+        client.sendall(_PAYLOAD)
+        client.recv(65536)
+        samples.append(time.perf_counter() - started)
+    client.sendall(_STOP)
+    client.close()
+    return samples
+
+
+def _runtime_round_trips(echo: object, calls: int) -> list[float]:
+    samples = []
+    for i in range(calls):
+        started = time.perf_counter()
+        echo.noop(i).result(timeout=10)  # type: ignore[attr-defined]
+        samples.append(time.perf_counter() - started)
+    return samples
+
+
+def _measure(kind: str, calls: int, echo: object) -> list[float]:
+    name = f"miles-floor-{os.getpid()}-{kind}-{time.monotonic_ns()}"
+    if kind == "runtime":
+        _runtime_round_trips(echo, 200)
+        return _runtime_round_trips(echo, calls)
+    server = mp.Process(target=_zmq_echo if kind == "zmq" else _unix_echo, args=(name,), daemon=True)
+    server.start()
+    time.sleep(0.2)
+    measure: Callable[[str, int], list[float]] = _zmq_round_trips if kind == "zmq" else _unix_round_trips
+    try:
+        return measure(name, calls + 200)[200:]
+    finally:
+        server.join(5)
+        if server.is_alive():
+            server.kill()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--calls", type=int, default=5000)
+    parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument("--json", action="store_true")
+    args = parser.parse_args()
+
+    from runtime import spawn
+
+    echo = spawn("bench_actors:Echo")
+    results: dict[str, float] = {}
+    try:
+        for load in (False, True):
+            stop = mp.Event()
+            busy = [mp.Process(target=_busy, args=(stop,), daemon=True) for _ in range(os.cpu_count() or 1)]
+            for process in busy if load else []:
+                process.start()
+            try:
+                samples: dict[str, list[float]] = {"zmq": [], "unix": [], "runtime": []}
+                for _ in range(args.rounds):
+                    for kind in samples:
+                        samples[kind] += _measure(kind, args.calls, echo)
+            finally:
+                stop.set()
+                for process in busy if load else []:
+                    process.join(5)
+            tag = "load" if load else "idle"
+            for kind, values in samples.items():
+                p50, p99 = percentile(values, 50) * 1e6, percentile(values, 99) * 1e6
+                results[f"{kind}_{tag}_p50_us"], results[f"{kind}_{tag}_p99_us"] = p50, p99
+                line = f"{tag:4}  {kind:7}  p50 {p50:7.1f} µs   p99 {p99:7.1f} µs   p99/p50 {p99 / p50:4.2f}"
+                print(line, flush=True)
+    finally:
+        echo.kill()  # type: ignore[attr-defined]
+    if args.json:
+        print(json.dumps(results))
+
+
+if __name__ == "__main__":
+    main()
