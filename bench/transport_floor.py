@@ -61,24 +61,38 @@ def _busy(stop: mp.synchronize.Event) -> None:
         time.sleep(0.001)
 
 
-def _zmq_round_trips(name: str, calls: int) -> list[float]:
-    context = zmq.Context()
-    client = context.socket(zmq.DEALER)
-    client.connect(f"ipc://@{name}")
+_WARM_UP = 200
+_REPLY_TIMEOUT_S = 10.0  # a round trip that takes longer means the echo server died: fail, never hang
+
+
+def _timed(round_trip: Callable[[], object], calls: int) -> list[float]:
+    """Seconds per ``round_trip()`` over ``calls`` calls, after ``_WARM_UP`` untimed ones."""
+    for _ in range(_WARM_UP):
+        round_trip()
     samples = []
     for _ in range(calls):
         started = time.perf_counter()
-        client.send(_PAYLOAD)
-        client.recv()
+        round_trip()
         samples.append(time.perf_counter() - started)
-    client.send(_STOP)
-    time.sleep(0.05)
-    context.destroy(linger=0)
     return samples
+
+
+def _zmq_round_trips(name: str, calls: int) -> list[float]:
+    context = zmq.Context()
+    client = context.socket(zmq.DEALER)
+    client.setsockopt(zmq.RCVTIMEO, int(_REPLY_TIMEOUT_S * 1000))
+    client.connect(f"ipc://@{name}")
+    try:
+        return _timed(lambda: (client.send(_PAYLOAD), client.recv()), calls)
+    finally:
+        client.send(_STOP)
+        time.sleep(0.05)
+        context.destroy(linger=0)
 
 
 def _unix_round_trips(name: str, calls: int) -> list[float]:
     client = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    client.settimeout(_REPLY_TIMEOUT_S)
     deadline = time.monotonic() + 5
     while True:
         try:
@@ -88,37 +102,26 @@ def _unix_round_trips(name: str, calls: int) -> list[float]:
             if time.monotonic() > deadline:
                 raise
             time.sleep(0.01)
-    samples = []
-    for _ in range(calls):
-        started = time.perf_counter()
-        client.sendall(_PAYLOAD)
-        client.recv(65536)
-        samples.append(time.perf_counter() - started)
-    client.sendall(_STOP)
-    client.close()
-    return samples
+    try:
+        return _timed(lambda: (client.sendall(_PAYLOAD), client.recv(65536)), calls)
+    finally:
+        client.sendall(_STOP)
+        client.close()
 
 
-def _runtime_round_trips(echo: object, calls: int) -> list[float]:
-    samples = []
-    for i in range(calls):
-        started = time.perf_counter()
-        echo.noop(i).result(timeout=10)  # type: ignore[attr-defined]
-        samples.append(time.perf_counter() - started)
-    return samples
+_ECHOES = {"zmq": (_zmq_echo, _zmq_round_trips), "unix": (_unix_echo, _unix_round_trips)}
 
 
 def _measure(kind: str, calls: int, echo: object) -> list[float]:
-    name = f"miles-floor-{os.getpid()}-{kind}-{time.monotonic_ns()}"
     if kind == "runtime":
-        _runtime_round_trips(echo, 200)
-        return _runtime_round_trips(echo, calls)
-    server = mp.Process(target=_zmq_echo if kind == "zmq" else _unix_echo, args=(name,), daemon=True)
+        return _timed(lambda: echo.noop(0).result(timeout=_REPLY_TIMEOUT_S), calls)  # type: ignore[attr-defined]
+    serve, measure = _ECHOES[kind]
+    name = f"miles-floor-{os.getpid()}-{kind}-{time.monotonic_ns()}"
+    server = mp.Process(target=serve, args=(name,), daemon=True)
     server.start()
     time.sleep(0.2)
-    measure: Callable[[str, int], list[float]] = _zmq_round_trips if kind == "zmq" else _unix_round_trips
     try:
-        return measure(name, calls + 200)[200:]
+        return measure(name, calls)
     finally:
         server.join(5)
         if server.is_alive():
