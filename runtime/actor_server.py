@@ -284,7 +284,9 @@ class ActorServer:
 
     def _on_frames(self, frames: list[Any]) -> None:
         """Handle one message, on the loop or on an idle lane thread (the endpoint runs one at a time)."""
-        peer = frames[0].bytes
+        peer = frames[0]
+        if type(peer) is not bytes:  # a ZeroMQ frame (direct links give bytes)
+            peer = peer.bytes
         try:
             message = wire.unpack(frames[1:], max_header_bytes=DEFAULT_MAX_HEADER_BYTES)
             self._handlers[message.kind](peer, message)

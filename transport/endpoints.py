@@ -13,6 +13,8 @@ the hand-off to the loop thread and back, the largest cost of a synchronous call
 A thread that waits for a reply may read the socket itself (``receive_here``): the loop then leaves the socket
 to it, so the reply wakes that thread directly (who reads is a small state machine: :mod:`transport.reader_handoff`).
 A DEALER reports handshake failures and link changes through its socket monitor (:mod:`transport.endpoint_monitor`).
+Beside the socket, same-host direct links may carry the messages (:mod:`transport.direct_links`); readers then
+watch one epoll set of both.
 """
 
 from __future__ import annotations
@@ -20,27 +22,23 @@ from __future__ import annotations
 import asyncio
 import collections
 import logging
-import math
-import os
+import select
 import threading
-import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import zmq
 
 from transport.codec import Buffer
+from transport.direct_links import DirectLinks
 from transport.endpoint_monitor import EndpointMonitor
 from transport.link_watch import LinkChange, LinkWatch
 from transport.peer_queues import PeerQueues
 from transport.protocol import OUT_OF_BAND_THRESHOLD
-from transport.reader_handoff import Reader, ReaderHandoff
-from transport.waker import Waker
+from transport.reader_handoff import DRAIN_BATCH, Reader, ReaderHandoff
 
 log = logging.getLogger(__name__)
-_sched_yield = getattr(os, "sched_yield", lambda: time.sleep(0))
 
-_DRAIN_BATCH = 512
 # Plain ints: pyzmq's enum wrappers cost microseconds per message on the call path.
 _EVENTS = int(zmq.EVENTS)
 _POLLIN = int(zmq.POLLIN)
@@ -91,17 +89,26 @@ class ZmqEndpoint(ReaderHandoff):
         on_link: Callable[[LinkChange, str], None] | None = None,
         link_watch: LinkWatch | None = None,
         max_queued_per_peer: int | None = None,
+        direct: DirectLinks | None = None,
     ) -> None:
         """``max_queued_per_peer``: for a ROUTER (every message starts with the peer's routing id), the bound of
         each peer's own queue (:class:`~transport.peer_queues.PeerQueues`); None for other sockets, which have one
-        queue."""
+        queue. ``direct``: the same-host direct links that carry messages beside the socket while they are up
+        (:mod:`transport.direct_links`); readers then watch both."""
         self.socket = socket
         self._on_close = on_close
         self._connection_counts = connection_counts
         self.name = name
         self.address = address  # what the socket is bound or connected to
         self.stats = EndpointStats()
-        self._fd = socket.FD
+        self._fd = self._zmq_fd = socket.FD
+        self._direct = direct
+        self._sources: select.epoll | None = None  # the socket's and the direct links' descriptors, as one
+        if direct is not None:
+            self._sources = select.epoll()
+            self._sources.register(self._zmq_fd, select.EPOLLIN)
+            self._sources.register(self._direct.fd, select.EPOLLIN)
+            self._fd = self._sources.fileno()
         self._on_frames = on_frames
         self._loop: asyncio.AbstractEventLoop | None = None
         self._loop_thread = 0
@@ -115,7 +122,7 @@ class ZmqEndpoint(ReaderHandoff):
         self._peer_retry_scheduled = False
         if max_queued_per_peer is not None:
             self._peers = PeerQueues(max_queued_per_peer, self._try_send, self.stats)
-            self._put = self._peers.put  # type: ignore[method-assign]
+            self._queue_put = self._peers.put  # type: ignore[method-assign]
         self._outbox: collections.deque[list[Buffer]] = collections.deque()  # waiting for the loop
         self._flush_requested = False  # a flush of the outbox is scheduled on the loop
         ReaderHandoff.__init__(self)
@@ -128,6 +135,8 @@ class ZmqEndpoint(ReaderHandoff):
         """Begin reading; must be called on the loop that will own the socket."""
         self._loop = asyncio.get_running_loop()
         self._loop_thread = threading.get_ident()
+        if self._direct is not None:
+            self._direct.start(self._loop, self._on_loop, self._lock, self.stats)
         self._resume_reading()
         self._monitor.start(self._loop)
 
@@ -162,7 +171,14 @@ class ZmqEndpoint(ReaderHandoff):
         self._after_sending(watch_writable, readable)
 
     def _put(self, frames: list[Buffer]) -> bool:
-        """Send or queue one message (lock held); True if the queue just started, so writability matters."""
+        """Send or queue one message (lock held), over a direct link when one carries it; True if the socket's
+        queue just started, so writability matters."""
+        direct = self._direct
+        if direct is not None and direct.route(frames):
+            return False
+        return self._queue_put(frames)
+
+    def _queue_put(self, frames: list[Buffer]) -> bool:
         if self._pending or not self._try_send(frames):
             self._pending.append(frames)
             return len(self._pending) == 1
@@ -233,7 +249,7 @@ class ZmqEndpoint(ReaderHandoff):
                     self._peer_retry_s = _PEER_RETRY_MIN_S
                     self._loop.call_later(self._peer_retry_s, self._retry_blocked)
             elif self._pending:
-                self._loop.add_writer(self._fd, self._flush)
+                self._loop.add_writer(self._zmq_fd, self._flush)
 
     def _retry_blocked(self) -> None:
         """Send what waits for peers whose pipes were full; those still full are retried later, less often."""
@@ -256,7 +272,7 @@ class ZmqEndpoint(ReaderHandoff):
                 if not self._try_send(self._pending[0]):
                     return
                 self._pending.popleft()
-            self._loop.remove_writer(self._fd)
+            self._loop.remove_writer(self._zmq_fd)
         self._nudge()
 
     # ---- receiving -------------------------------------------------------------------------------------------
@@ -267,28 +283,36 @@ class ZmqEndpoint(ReaderHandoff):
         elif not self._loop.is_closed():
             self._loop.call_soon_threadsafe(fn)
 
-    def _nudge(self) -> None:
-        """Input may be waiting that no reader was woken for: wake a waiting thread, or else the loop."""
-        waiter = next(iter(self._waiters), None)
-        if waiter is not None:
-            waiter.wake()
-        elif not self._read_requested:
-            self._read_requested = True
-            self._on_loop(self._resume_reading)
-
     def _drain(self) -> None:
         self._drain_scheduled = False
         with self._lock:
             waiting = bool(self._waiters)
             if waiting and (self._reader is _LOOP or self._reader is _PAUSE_ASKED):
                 self._leave_to_threads()
-        if not waiting and self._receive_batch() == _DRAIN_BATCH:
+        if not waiting and self._receive_batch() >= DRAIN_BATCH:
             self._schedule_drain()  # more may be waiting: yield to other tasks first
 
     def _receive_batch(self) -> int:
-        """Hand up to ``_DRAIN_BATCH`` received messages to ``on_frames``; returns how many."""
+        """Hand up to ``DRAIN_BATCH`` received messages to ``on_frames`` (the socket's, then the direct links');
+        returns how many."""
+        count = self._receive_socket()
+        if self._direct is not None and count < DRAIN_BATCH:
+            with self._receive_lock:  # what one read of the links brought is handled before anyone reads on
+                with self._lock:
+                    batch = [] if self._reader is _CLOSED else self._direct.receive(DRAIN_BATCH - count)
+                for frames in batch:
+                    self._hand_up(frames)
+            count += len(batch)
+        return count
+
+    def _has_input(self) -> bool:
+        """Whether a message (or part of one) waits (lock held)."""
+        direct = self._direct
+        return bool(self.socket.getsockopt(_EVENTS) & _POLLIN) or (direct is not None and direct.has_input())
+
+    def _receive_socket(self) -> int:
         socket = self.socket
-        for count in range(_DRAIN_BATCH):
+        for count in range(DRAIN_BATCH):
             with self._receive_lock:  # receive and handle as one step: messages are handled in arrival order
                 with self._lock:
                     if self._reader is _CLOSED or not socket.getsockopt(_EVENTS) & _POLLIN:
@@ -298,66 +322,17 @@ class ZmqEndpoint(ReaderHandoff):
                     while frame.more:  # cheaper than recv_multipart's RCVMORE lookups; the parts are all there
                         frame = socket.recv(_NOBLOCK, copy=False)
                         frames.append(frame)
-                self.stats.messages_in += 1
-                self.stats.bytes_in += sum(map(len, frames))
-                try:
-                    self._on_frames(frames)
-                except Exception:  # a handler bug must not stop the socket
-                    log.exception("%s: message handler failed", self.name)
-                    self.stats.drop("handler_error")
-        return _DRAIN_BATCH
+                self._hand_up(frames)
+        return DRAIN_BATCH
 
-    def receive_here(self, timeout_s: float, waker: Waker, *, spin_s: float = 0.0) -> None:
-        """Receive on the calling thread: handle what has arrived, or else wait up to ``timeout_s`` for input
-        (or for ``waker``) and handle that. ``on_frames`` then runs on this thread.
-
-        A thread that blocks on a reply takes it straight off the socket: the reply wakes that thread, not
-        the loop thread, which would then have to wake it (two thread switches, not one). ``spin_s``: first
-        poll the socket for this long without sleeping (only the first waiting thread does): a reply that comes
-        within it is taken with no wake-up at all, which on a virtual machine saves tens of microseconds.
-        """
-        with self._lock:
-            if self._reader is _CLOSED:
-                return
-            self._waiters.append(waker)
-            self._waited_since_recheck = True
-            first = len(self._waiters) == 1
-            ask_loop_to_pause = self._reader is _LOOP
-            if ask_loop_to_pause:
-                self._move(_PAUSE_ASKED)
-        if ask_loop_to_pause:  # else it would race this thread for the reply (once: it stays paused while we wait)
-            self._loop.call_soon_threadsafe(self._pause_if_waited)
-        received = 0
+    def _hand_up(self, frames: list[Buffer]) -> None:
+        self.stats.messages_in += 1
+        self.stats.bytes_in += sum(map(len, frames))
         try:
-            if first and spin_s > 0:
-                self._spin(spin_s)  # returns as soon as input is there
-            received = self._receive_batch()
-            if received == 0:
-                for fd, _ in waker.poller(self._fd).poll(max(0, math.ceil(timeout_s * 1000))):
-                    if fd == waker.fd:
-                        waker.clear()
-                received = self._receive_batch()
-        finally:
-            with self._lock:
-                self._waiters.remove(waker)
-                wake_loop = self._reader is _IDLE_WATCH and not self._waiters
-                if wake_loop:
-                    self._move(_THREADS)
-            if wake_loop:
-                self._on_loop(self._end_idle_watch)
-        if received == _DRAIN_BATCH:
-            self._nudge()  # this thread stops here with input left: someone else must read it
-
-    def _spin(self, spin_s: float) -> None:
-        """Poll the socket for up to ``spin_s`` or until input came, yielding the CPU between polls: on a busy
-        machine the threads that bring the reply (ZeroMQ's I/O threads, the actor's) may be queued on this core,
-        and a spin that holds it until preempted delays the very reply it waits for (the slowest 1% of calls)."""
-        until = time.perf_counter() + spin_s
-        while time.perf_counter() < until:
-            with self._lock:
-                if self._reader is _CLOSED or self.socket.getsockopt(_EVENTS) & _POLLIN:
-                    return
-            _sched_yield()  # releases the GIL too
+            self._on_frames(frames)
+        except Exception:  # a handler bug must not stop the socket
+            log.exception("%s: message handler failed", self.name)
+            self.stats.drop("handler_error")
 
     def close(self) -> None:
         """Stop reading and close the socket at once (pending sends are discarded). Call it on the loop."""
@@ -371,12 +346,15 @@ class ZmqEndpoint(ReaderHandoff):
                 if loop_reads:
                     self._loop.remove_reader(self._fd)
                 if self._pending:
-                    self._loop.remove_writer(self._fd)
+                    self._loop.remove_writer(self._zmq_fd)
             self._pending.clear()
             if self._peers is not None:
                 self._peers.clear()
             self._outbox.clear()
             self._monitor.close(self._loop)
+            if self._direct is not None:
+                self._direct.close()
+                self._sources.close()
             self.socket.close(linger=0)
         if self._on_close is not None:
             self._on_close()

@@ -7,6 +7,9 @@ namespace and vanish with their process, so no file is ever left behind and a ca
 "host" on one machine) never sees them: it finds no twin and uses TCP. A caller uses a twin only when TCP would
 reach the same listener: the twin of exactly the address it was given, or, for an address of this host, the twin
 of a wildcard bind on that port. ``MILES_SAME_HOST_IPC=0`` turns twins off on both sides.
+
+A twin's owner also listens for direct links (``@miles-direct-HOST:PORT``, :mod:`transport.direct_links`) unless
+``MILES_DIRECT_IPC=0`` (or twins are off).
 """
 
 from __future__ import annotations
@@ -17,12 +20,24 @@ import socket
 import sys
 
 ENV = "MILES_SAME_HOST_IPC"
+DIRECT_ENV = "MILES_DIRECT_IPC"
+_TWIN_PREFIX = "ipc://@miles-tcp-"
 _WILDCARDS = ("0.0.0.0", "[::]", "*")
 
 
 def enabled() -> bool:
     """Whether same-host twins are used (Linux only: abstract Unix sockets are a Linux feature)."""
     return sys.platform.startswith("linux") and os.environ.get(ENV, "1") != "0"
+
+
+def direct_enabled() -> bool:
+    """Whether same-host direct links are used beside twins."""
+    return enabled() and os.environ.get(DIRECT_ENV, "1") != "0"
+
+
+def direct_name(twin: str) -> str | None:
+    """The abstract name (without its leading NUL) on which the owner of ``twin`` takes direct links, or None."""
+    return "miles-direct-" + twin[len(_TWIN_PREFIX) :] if twin.startswith(_TWIN_PREFIX) else None
 
 
 def _split(address: str) -> tuple[str, str] | None:
@@ -33,7 +48,7 @@ def _split(address: str) -> tuple[str, str] | None:
 
 
 def _name(host: str, port: str) -> str:
-    return f"ipc://@miles-tcp-{'*' if host in _WILDCARDS else host}:{port}"
+    return f"{_TWIN_PREFIX}{'*' if host in _WILDCARDS else host}:{port}"
 
 
 def name_for(bound: str) -> str | None:

@@ -1,7 +1,8 @@
 """Opening the ZeroMQ sockets behind the endpoints: a bound ROUTER (an actor) and a connected DEALER (a caller).
 
 Both take an optional :class:`~transport.security.CurveConfig`: the ROUTER then admits only the cluster's
-clients, the DEALER proves it is one. Same-host calls skip TCP (see :mod:`transport.local_twin`).
+clients, the DEALER proves it is one. Same-host calls skip TCP (see :mod:`transport.local_twin`) and, without
+CURVE, ZeroMQ's I/O threads too (direct links, :mod:`transport.direct_links`).
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ import zmq
 
 from transport import local_twin, security
 from transport.codec import Buffer
+from transport.direct_links import DirectConnector, DirectListener
 from transport.endpoints import ZmqEndpoint
 from transport.link_watch import LinkChange, LinkWatch
 from transport.peer_queues import DEFAULT_MAX_QUEUED_PER_PEER
@@ -57,6 +59,7 @@ def router(
     socket.setsockopt(zmq.ROUTER_HANDOVER, 1)  # a reconnecting client keeps its routing id
     socket.setsockopt(zmq.ROUTER_MANDATORY, 1)  # sends to a vanished peer fail visibly instead of silently
     gate, domain = ZapGate.of(context), None
+    limit = max_connections or default_max_connections()
     try:
         if curve is not None:
             if server_keys is None:
@@ -64,7 +67,7 @@ def router(
             security.secure_server(socket, server_keys)
         domain = gate.guard(
             socket,
-            max_connections=max_connections or default_max_connections(),
+            max_connections=limit,
             curve_keys=curve.authorized_clients if curve is not None else None,
         )
         socket.bind(address)
@@ -81,6 +84,8 @@ def router(
         except zmq.ZMQError as exc:  # e.g. a dying predecessor still holds it: same-host callers use TCP
             log.warning("%s: same-host socket %s not bound (%s); local callers use TCP", bound, twin, exc)
             twin = None
+    has_room = lambda: gate.counts(domain)["open"] < limit  # noqa: E731
+    direct = _listen_direct(twin, max_message_bytes, limit, has_room) if twin and curve is None else None
     name = f"router {bound}" + (f" + {twin}" if twin else "")
     endpoint = ZmqEndpoint(
         socket,
@@ -90,8 +95,27 @@ def router(
         on_close=lambda: gate.release(domain),
         connection_counts=lambda: gate.counts(domain),
         max_queued_per_peer=DEFAULT_MAX_QUEUED_PER_PEER,
+        direct=direct,
     )
     return endpoint, bound
+
+
+def _listen_direct(
+    twin: str, max_message_bytes: int, max_connections: int, has_room: Callable[[], bool]
+) -> DirectListener | None:
+    """Bind the direct-link listener beside ``twin`` (None where direct links are off or the name is taken); a
+    link is taken only while the ZAP gate admits connections (``has_room``), so the limit holds for both."""
+    name = local_twin.direct_name(twin)
+    if name is None or not local_twin.direct_enabled():
+        return None
+    try:
+        return DirectListener.bind(
+            name, max_links=max_connections, has_room=has_room, max_message_bytes=max_message_bytes,
+            max_queued=_HIGH_WATER_MARK + DEFAULT_MAX_QUEUED_PER_PEER,  # what ZeroMQ would hold for one peer
+        )  # fmt: skip
+    except OSError as exc:
+        log.warning("%s: direct-link socket @%s not bound (%s); local callers use ZeroMQ", twin, name, exc)
+        return None
 
 
 def dealer(
@@ -129,6 +153,8 @@ def dealer(
             raise ValueError(f"a CURVE connection to {address} needs the actor's public key (server_key)")
         security.secure_client(socket, curve, server_key)
     target = (local_twin.find(address) if local_twin.enabled() else None) or address
+    direct_name = local_twin.direct_name(target) if curve is None and local_twin.direct_enabled() else None
+    direct = DirectConnector(direct_name, routing_id, max_message_bytes=None, max_queued=None) if direct_name else None
     endpoint = ZmqEndpoint(
         socket,
         on_frames,
@@ -138,6 +164,7 @@ def dealer(
         curve=curve is not None,
         on_link=on_link,
         link_watch=LinkWatch(known_up=peer_known_up) if on_link is not None else None,
+        direct=direct,
     )
     socket.connect(target)
     return endpoint

@@ -43,10 +43,11 @@ class Pair:
             time.sleep(0.005)
 
 
-@pytest.fixture(params=["twin", "tcp"])
+@pytest.fixture(params=["direct", "twin", "tcp"])
 def pair(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> Iterator[Pair]:
-    """Over the same-host twin socket, and over loopback TCP."""
-    monkeypatch.setenv(local_twin.ENV, "1" if request.param == "twin" else "0")
+    """Over a same-host direct link (beside the twin), over the same-host twin socket, and over loopback TCP."""
+    monkeypatch.setenv(local_twin.ENV, "0" if request.param == "tcp" else "1")
+    monkeypatch.setenv(local_twin.DIRECT_ENV, "1" if request.param == "direct" else "0")
     loop = asyncio.new_event_loop()
     thread = threading.Thread(target=loop.run_forever, name="test-loop", daemon=True)
     thread.start()
@@ -54,11 +55,11 @@ def pair(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> Ite
     context = zmq.Context.instance()
 
     def on_server(frames: list[zmq.Frame]) -> None:
-        pair.served.append(frames[1].bytes)
-        pair.server.send([frames[0], frames[1].bytes])
+        pair.served.append(bytes(frames[1]))  # a ZeroMQ frame, or bytes off a direct link
+        pair.server.send([bytes(frames[0]), bytes(frames[1])])
 
     def on_client(frames: list[zmq.Frame]) -> None:
-        pair.replies.append((frames[0].bytes, threading.get_ident()))
+        pair.replies.append((bytes(frames[0]), threading.get_ident()))
 
     def start() -> None:
         pair.server, address = router(context, "tcp://127.0.0.1:0", on_server, max_message_bytes=1 << 20)
@@ -84,6 +85,8 @@ def test_the_dealer_is_connected_over_the_transport_asked_for(pair: Pair) -> Non
     pair.client.send([b"hello"])
     pair.wait_for(lambda: len(pair.replies) == 1)
     assert pair.replies[0][0] == b"hello"
+    assert (pair.client._direct is not None) == local_twin.direct_enabled()
+    assert (pair.server._direct is not None) == local_twin.direct_enabled()
 
 
 def test_sends_from_many_threads_all_arrive_in_each_threads_order(pair: Pair) -> None:
@@ -97,6 +100,7 @@ def test_sends_from_many_threads_all_arrive_in_each_threads_order(pair: Pair) ->
     for thread in threads:
         thread.join(30)
     pair.wait_for(lambda: len(pair.replies) == 2000)
+    assert not pair.server.stats.dropped and not pair.client.stats.dropped
     for tag in range(4):
         seqs = [int(m.split(b":")[1]) for m in pair.served if m.startswith(f"{tag}:".encode())]
         assert seqs == list(range(500)), f"thread {tag}'s messages arrived out of order or incomplete"

@@ -54,10 +54,10 @@ def test_router_dealer_exchange_many_messages() -> None:
         server = None
 
         def on_server(frames: list[zmq.Frame]) -> None:
-            server.send([frames[0], b"re:" + frames[1].bytes])
+            server.send([frames[0], b"re:" + bytes(frames[1])])
 
         def on_client(frames: list[zmq.Frame]) -> None:
-            got.append(frames[0].bytes)
+            got.append(bytes(frames[0]))
             if len(got) == 2000 and not done.done():
                 done.set_result(None)
 
