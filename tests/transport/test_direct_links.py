@@ -66,6 +66,25 @@ class Echo:
         on_loop(self.loop, self.endpoint.close)
 
 
+def rebind(loop: asyncio.AbstractEventLoop, address: str, timeout_s: float = 10.0) -> Echo:
+    """A new Echo at ``address`` with its direct listener.
+
+    ZeroMQ closes a socket on its I/O thread, so the port or the same-host twin may be held a moment longer (a
+    restarted actor is a new process and finds them free)."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            server = Echo(loop, address)
+            if server.endpoint._direct is not None:
+                return server
+            server.close()  # the twin was still held: no listener this time
+        except OSError as exc:  # transport.sockets.router: "cannot bind ...: Address already in use"
+            if "in use" not in str(exc):
+                raise
+        assert time.monotonic() < deadline, f"{address} or its twin still bound after {timeout_s} s"
+        time.sleep(0.02)
+
+
 def on_loop(loop: asyncio.AbstractEventLoop, fn: Callable[[], Any]) -> Any:
     async def call() -> Any:
         return fn()
@@ -193,7 +212,7 @@ def test_the_actor_restarting_at_the_same_address_gets_a_new_link(
     address = echo.address
     echo.close()
     wait_for(lambda: not caller.linked)  # the caller sees its link end
-    again = Echo(loop, address)
+    again = rebind(loop, address)
     try:
         caller.send_all([b"after"])
         assert caller.replies == [b"before", b"after"]
