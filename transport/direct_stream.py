@@ -58,7 +58,7 @@ class DirectStream:
         because ``max_queued`` messages wait already; bytes in the message). Raises OSError on a broken link."""
         views = [flat(frame) for frame in frames]
         parts = [memoryview(head(views)), *views]
-        size = sum(part.nbytes for part in parts)
+        size = sum(map(len, parts))  # flat views: len is nbytes
         if self._out:
             if self._max_queued is not None and self._queued >= self._max_queued:
                 return None, size

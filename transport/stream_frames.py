@@ -36,7 +36,7 @@ def flat(frame: Buffer) -> memoryview:
 
 def head(views: list[memoryview]) -> bytes:
     """The count-and-sizes head of a message made of ``views``."""
-    return struct.pack(f"<I{len(views)}Q", len(views), *(view.nbytes for view in views))
+    return struct.pack(f"<I{len(views)}Q", len(views), *map(len, views))  # flat views: len is nbytes
 
 
 class StreamReader:
@@ -66,16 +66,19 @@ class StreamReader:
         a message that breaks the layout."""
         messages: list[list[Buffer]] = []
         while True:
-            self._parse(messages)
+            if self._end > self._start or self._big is not None:  # else nothing is buffered to parse
+                self._parse(messages)
             if len(messages) >= limit:
                 return messages, True
             try:
                 if self._big is not None:
-                    got = sock.recv_into(memoryview(self._big)[self._big_at :])
+                    room = memoryview(self._big)[self._big_at :]
+                    got = sock.recv_into(room)
                     self._big_at += got
                 else:
                     self._make_room()
-                    got = sock.recv_into(self._view[self._end :])
+                    room = self._view[self._end :]
+                    got = sock.recv_into(room)
                     self._end += got
             except (BlockingIOError, InterruptedError):
                 return messages, True
@@ -83,6 +86,9 @@ class StreamReader:
                 return messages, False
             if got == 0:
                 return messages, False
+            if got < len(room):  # the socket had no more: what comes later it announces (saves a failing recv)
+                self._parse(messages)
+                return messages, True
 
     def _make_room(self) -> None:
         if self._start == self._end:

@@ -110,6 +110,26 @@ def test_many_messages_in_one_read_are_all_returned_in_order(ends: tuple[socket.
     assert [bytes(m[0]) for m in first] + [m[0] for m in rest] == [b"%d" % i for i in range(1000)]
 
 
+class CountingSocket:
+    """A socket whose reads are counted."""
+
+    def __init__(self, sock: socket.socket) -> None:
+        self.sock, self.reads = sock, 0
+
+    def recv_into(self, buffer: memoryview) -> int:
+        self.reads += 1
+        return self.sock.recv_into(buffer)
+
+
+def test_a_read_that_empties_the_socket_asks_it_once(ends: tuple[socket.socket, socket.socket]) -> None:
+    a, b = ends
+    a.sendall(encode([b"one", b"two"]) + encode([b"three"]))
+    counting = CountingSocket(b)
+    messages, still_open = reader().read(counting, 64)  # type: ignore[arg-type]
+    assert [[bytes(frame) for frame in message] for message in messages] == [[b"one", b"two"], [b"three"]]
+    assert still_open and counting.reads == 1  # a short read: the socket had no more, a second recv would fail
+
+
 @pytest.mark.parametrize(
     "wire, complaint",
     [
