@@ -293,13 +293,14 @@ class ZmqEndpoint(ReaderHandoff):
             self._schedule_drain()  # more may be waiting: yield to other tasks first
 
     def _receive_batch(self) -> int:
-        """Hand up to ``DRAIN_BATCH`` received messages to ``on_frames`` (the socket's, then the direct links');
-        returns how many."""
+        """Hand up to ``DRAIN_BATCH`` messages from the socket, then as many from the direct links, to
+        ``on_frames``; returns how many. Each gets its own share, so a flood on one never starves the other (a
+        batch reaches ``DRAIN_BATCH`` when one of them may have more)."""
         count = self._receive_socket()
-        if self._direct is not None and count < DRAIN_BATCH:
+        if self._direct is not None:
             with self._receive_lock:  # what one read of the links brought is handled before anyone reads on
                 with self._lock:
-                    batch = [] if self._reader is _CLOSED else self._direct.receive(DRAIN_BATCH - count)
+                    batch = [] if self._reader is _CLOSED else self._direct.receive(DRAIN_BATCH)
                 for frames in batch:
                     self._hand_up(frames)
             count += len(batch)

@@ -317,3 +317,33 @@ def test_another_users_connect_is_refused(echo: Echo, caller: Caller) -> None:
     assert echo.handed == []
     caller.send_all([b"still served"])
     assert caller.linked
+
+
+def test_a_flood_over_zeromq_does_not_hold_back_a_link(loop: asyncio.AbstractEventLoop, echo: Echo) -> None:
+    """The reader gives the socket and the links each their share of a batch: a message on a link is handed up
+    within the first batch however many wait on the socket (the flood that stalled a linked caller's calls in
+    tests/faults/test_never_hang.py)."""
+    from transport.reader_handoff import DRAIN_BATCH
+
+    flood = zmq.Context.instance().socket(zmq.DEALER)  # plain ZeroMQ: no link
+    flood.setsockopt(zmq.LINGER, 0)
+    flood.connect(echo.address)
+    released = threading.Event()
+    with raw_link(echo) as sock:
+        try:
+            flood.send(b"hi")
+            sock.sendall(encode([HELLO, b"linked"]) + encode([b"hi"]))
+            wait_for(lambda: len(echo.handed) == 2)
+            loop.call_soon_threadsafe(lambda: released.wait(10))  # the reader is held while both fill up
+            for n in range(8 * DRAIN_BATCH):
+                flood.send(b"z%d" % n)
+            time.sleep(0.3)  # ZeroMQ's I/O thread moves them into the ROUTER's pipe
+            sock.sendall(encode([b"link"]))
+            released.set()
+            wait_for(lambda: b"link" in echo.payloads()[2:])
+            position = echo.payloads()[2:].index(b"link")
+            assert position <= DRAIN_BATCH, f"the link's message came after {position} socket messages"
+            wait_for(lambda: len(echo.handed) == 3 + 8 * DRAIN_BATCH)
+        finally:
+            released.set()
+            flood.close(linger=0)
