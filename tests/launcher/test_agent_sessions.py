@@ -52,7 +52,11 @@ def test_agent_sessions_example_trains_on_session_records_through_a_session_serv
     assert report["iterations"] == 2 and report["weight_version"] == "v2"
     assert report["samples_lost"] == 0 and report["leaves"] >= 2 * samples
     assert report["samples_retried"] >= 1  # the killed server's sessions started again on the other one
-    assert report["max_staleness_seen"] == 1  # iteration 2 began on v0 while the trainer trained and pushed v1
+    # Iteration 2 began on v0 while the trainer trained and pushed v1, so its batch is at most one version behind.
+    # Exactly one only when some turn of it finished on v0 before the push: on a loaded machine the push may cut
+    # every first turn in flight (sent again on v1; one fresh-clone CI run read 0), so that part is timing, not
+    # behaviour (tests/actors/test_async_rollout.py pins the staleness bookkeeping itself).
+    assert report["max_staleness_seen"] in (0, 1)
     assert report["turns"] > report["leaves"] // 2 and report["tool_calls"] > 0  # multi-turn, tool output fed back
 
 
