@@ -21,6 +21,7 @@ import zmq
 from transport import local_twin
 from transport.direct_links import HELLO
 from transport.endpoints import ZmqEndpoint
+from transport.reader_handoff import DRAIN_BATCH
 from transport.sockets import dealer, router
 from transport.stream_frames import StreamReader, head
 
@@ -323,8 +324,6 @@ def test_a_flood_over_zeromq_does_not_hold_back_a_link(loop: asyncio.AbstractEve
     """The reader gives the socket and the links each their share of a batch: a message on a link is handed up
     within the first batch however many wait on the socket (the flood that stalled a linked caller's calls in
     tests/faults/test_never_hang.py)."""
-    from transport.reader_handoff import DRAIN_BATCH
-
     flood = zmq.Context.instance().socket(zmq.DEALER)  # plain ZeroMQ: no link
     flood.setsockopt(zmq.LINGER, 0)
     flood.connect(echo.address)
