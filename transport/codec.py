@@ -156,11 +156,13 @@ class _Encoder:
     def sealed(self, obj: Any, problem: str) -> msgpack.ExtType:
         """``obj`` as a sealed pickle (:mod:`transport.sealed_pickle`); ``problem`` says why it has no wire type."""
         try:
-            mac, stream, buffers = sealed_pickle.seal(obj, self.threshold)
+            stream, buffers = sealed_pickle.pickled(obj, self.threshold)
         except UnsupportedTypeError as exc:
             raise UnsupportedTypeError(f"{problem}; nor can it travel pickled: {exc}") from exc
-        refs = [self.data(buffer, buffer.nbytes) for buffer in buffers]
-        return msgpack.ExtType(EXT_PICKLE, self.pack([mac, self.data(stream, stream.nbytes), refs]))
+        parts = [stream, *buffers]
+        refs = [self.data(part, part.nbytes) for part in parts]  # placed first: the MAC binds a segment by name
+        mac = sealed_pickle.seal(parts, [ref[0] if type(ref) is list else None for ref in refs])
+        return msgpack.ExtType(EXT_PICKLE, self.pack([mac, refs[0], refs[1:]]))
 
     @staticmethod
     def _unsupported(kind: type) -> str:

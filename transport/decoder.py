@@ -285,11 +285,12 @@ class _Decoder:
         """A sealed pickle: sizes bounded before anything is mapped, MAC checked before a byte is unpickled."""
         if type(state) is not list or len(state) != 3 or type(state[2]) is not list:
             raise sealed_pickle.refuse_malformed(f"its state must be [mac, stream, [buffers]], got {_brief(state)}")
-        given, stream, refs = state
+        given, refs = state[0], [state[1], *state[2]]
+        names = [ref[0] if type(ref) is list and len(ref) == 2 and type(ref[0]) is str else None for ref in refs]
         if sealed_pickle.unavailable() is None:  # else open_sealed refuses it with the reason, having read nothing
-            sealed_pickle.check_size(sum(map(self.size_of, [stream, *refs])))
-            stream, refs = self.data(stream, None), [self.data(ref, None) for ref in refs]
-        return sealed_pickle.open_sealed(given, stream, refs)
+            sealed_pickle.check_size(sum(map(self.size_of, refs)))
+            refs = [self.data(ref, None) for ref in refs]
+        return sealed_pickle.open_sealed(given, refs, names)
 
 
 _BUILDERS: dict[int, Callable[[_Decoder, Any], Any]] = {

@@ -141,15 +141,25 @@ def _digest(piece: memoryview) -> bytes:
     return hashlib.sha256(piece).digest()
 
 
-def mac(secret: bytes, parts: list[Buffer]) -> bytes:
-    """The seal of a pickle stream and its buffers (``parts``: the stream first)."""
+def mac(secret: bytes, parts: list[Buffer], names: list[str | None]) -> bytes:
+    """The seal of a pickle stream and its buffers (``parts``: the stream first).
+
+    A part that travels through shared memory (``names[i]``: its segment's name, else None) is bound by its name
+    and length, not its bytes: a segment is only ever honoured in this user's private directory under a fresh
+    128-bit name, valid once (transport.shared_memory), so only a process of this user on this host could have
+    written it, and those are trusted alike (README: trust model). Hashing it would cost ~50 ms per 64 MiB at
+    each end for no protection.
+    """
     views = [memoryview(part).cast("B") for part in parts]
     seal = hmac.new(secret, _DOMAIN + len(views).to_bytes(4, "little"), hashlib.sha256)
-    for view in views:
+    for view, name in zip(views, names, strict=True):
         seal.update(view.nbytes.to_bytes(8, "little"))
-    pieces = [view[at : at + _CHUNK] for view in views if view.nbytes > _CHUNK for at in range(0, view.nbytes, _CHUNK)]
+        tag = name.encode() if name is not None else b""
+        seal.update((b"S" if name is not None else b"B") + len(tag).to_bytes(2, "little") + tag)
+    hashed = [view for view, name in zip(views, names, strict=True) if name is None]
+    pieces = [view[at : at + _CHUNK] for view in hashed if view.nbytes > _CHUNK for at in range(0, view.nbytes, _CHUNK)]
     digests = iter(_executor().map(_digest, pieces) if len(pieces) > 1 else map(_digest, pieces))
-    for view in views:
+    for view in hashed:
         if view.nbytes <= _CHUNK:
             seal.update(view)
         else:  # the lengths above fix how each part was cut
@@ -157,9 +167,9 @@ def mac(secret: bytes, parts: list[Buffer]) -> bytes:
     return seal.digest()
 
 
-def seal(obj: Any, threshold: int) -> tuple[bytes, memoryview, list[memoryview]]:
-    """``(mac, stream, buffers)`` for ``obj``; UnsupportedTypeError (saying why) when it cannot or must not travel
-    pickled."""
+def pickled(obj: Any, threshold: int) -> tuple[memoryview, list[memoryview]]:
+    """The stream and out-of-band buffers of ``obj``, to be sealed by :func:`seal` once the codec has placed
+    them; UnsupportedTypeError (saying why) when it cannot or must not travel pickled."""
     why = unavailable()
     if why is not None:
         raise UnsupportedTypeError(why)
@@ -174,7 +184,12 @@ def seal(obj: Any, threshold: int) -> tuple[bytes, memoryview, list[memoryview]]
             f"receivers accept ({MAX_BYTES_ENV}; raise it for every process of the job, or send the large parts "
             "as numpy arrays or tensors in dicts, which travel without pickling)"
         )
-    return mac(session_secret.current() or b"", [stream, *buffers]), stream, buffers
+    return stream, buffers
+
+
+def seal(parts: list[Buffer], names: list[str | None]) -> bytes:
+    """The MAC of a pickled value's parts (stream first) with this process's secret (see :func:`mac`)."""
+    return mac(session_secret.current() or b"", parts, names)
 
 
 def _refuse(reason: str, message: str) -> PickleRefused:
@@ -199,14 +214,14 @@ def refuse_malformed(message: str) -> PickleRefused:
     return _refuse("malformed", f"a malformed pickled value: {message}")
 
 
-def open_sealed(given: Any, stream: Buffer, buffers: list[Buffer]) -> Any:
-    """The value of a sealed pickle, unpickled only once its MAC is this process's secret's."""
+def open_sealed(given: Any, parts: list[Buffer], names: list[str | None]) -> Any:
+    """The value of a sealed pickle (``parts``: its stream, then its buffers; ``names``: the shared-memory segment
+    each came in, or None), unpickled only once its MAC is this process's secret's."""
     why = unavailable()
     if why is not None:
         raise _refuse("disabled" if not session_secret.enabled() else "no_secret", f"not unpickled: {why}")
-    parts = [stream, *buffers]
     check_size(sum(memoryview(part).nbytes for part in parts))
-    expected = mac(session_secret.current() or b"", parts)
+    expected = mac(session_secret.current() or b"", parts, names)
     if type(given) is not bytes or not hmac.compare_digest(given, expected):
         raise _refuse(
             "forged",
@@ -214,7 +229,7 @@ def open_sealed(given: Any, stream: Buffer, buffers: list[Buffer]) -> Any:
             "forged or altered on the way): never unpickled",
         )
     try:
-        return pickle.loads(stream, buffers=buffers)
+        return pickle.loads(parts[0], buffers=parts[1:])
     except Exception as exc:  # an authentic pickle that does not load here (a module missing on this host...)
         problem = f"{type(exc).__name__}: {exc}"
         raise DecodeError(f"an authenticated pickled value does not load in this process: {problem}") from exc

@@ -21,8 +21,8 @@ import pytest
 from raw_client import RawClient
 
 from runtime import ActorHandle
-from transport import sealed_pickle, session_secret
-from transport.codec import encode
+from transport import sealed_pickle, session_secret, shared_memory
+from transport.codec import encode, encode_shared
 from transport.codec_types import EXT_PICKLE, DecodeError
 from transport.decoder import decode
 from transport.sealed_pickle import PickleRefused
@@ -102,6 +102,22 @@ def test_a_truncated_or_altered_pickle_is_refused(marker: Path) -> None:
     with pytest.raises(DecodeError):  # the body itself cut short: msgpack refuses it
         decode(body[:-3], buffers)
     assert not marker.exists()
+
+
+def test_a_shared_memory_part_swapped_for_a_frame_of_the_same_bytes_is_refused(marker: Path) -> None:
+    """The MAC binds a segment by name (the OS vouches for its bytes); a frame in its place must carry the MAC of
+    its bytes, which only the secret's holders can make."""
+    ballast = np.ones(4 << 20, np.uint8)
+    (body, buffers), names = encode_shared(WritesFile(marker, ballast))
+    mac, stream, refs = _sealed_state(body)
+    assert buffers == [] and len(names) == 1 and refs == [[names[0], ballast.nbytes]]
+    try:
+        _refused("forged", _body([mac, stream, [0]]), [ballast.tobytes()], "never unpickled")
+        assert not marker.exists()
+        decode(body, buffers)  # the segment itself, as sent
+        assert marker.read_text() == f"unpickled {ballast.nbytes}"
+    finally:
+        shared_memory.unlink(names)
 
 
 def test_a_pickle_replayed_to_another_launch_is_refused(marker: Path, monkeypatch: pytest.MonkeyPatch) -> None:
