@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import traceback
 from collections.abc import Callable
 from typing import Any
@@ -9,21 +10,54 @@ from typing import Any
 from runtime.call_store import CallRecord
 from runtime.errors import ERROR_CODES, ActorError, CallSite, RemoteError, remote_error
 from transport import frames as wire
-from transport import shared_memory
-from transport.codec import Buffer, decode, encode, encode_shared
+from transport import sealed_pickle, shared_memory
+from transport.codec import Buffer, DecodeError, decode, encode, encode_shared
 from transport.protocol import Kind
+
+log = logging.getLogger(__name__)
+
+_MAX_EXCEPTION_BYTES = 1 << 20  # an exception carrying more travels as its description only
 
 
 def error_state(code: str, exc: BaseException | None = None, message: str = "") -> dict[str, Any]:
     """The wire form of an error: a code from ERROR_CODES, the exception type, message and traceback."""
     if exc is None:
         return {"code": code, "type": "", "message": message, "traceback": ""}
-    return {
+    state = {
         "code": code,
         "type": f"{type(exc).__module__}.{type(exc).__qualname__}",
         "message": message or str(exc),
         "traceback": "".join(traceback.format_exception(exc)) if code == "remote" else "",
     }
+    if code == "remote":
+        sealed = _sealed_exception(exc)
+        if sealed is not None:
+            state["exception"] = sealed
+    return state
+
+
+def _sealed_exception(exc: BaseException) -> bytes | None:
+    """The exception itself as an encoded sealed pickle (kept as bytes, so that a caller that cannot load it still
+    reads the rest of the state), or None when it cannot travel so: pickles off or no secret, unpicklable, large."""
+    if sealed_pickle.unavailable() is not None:
+        return None
+    try:
+        body, buffers = encode(exc, threshold=_MAX_EXCEPTION_BYTES)
+    except Exception:
+        return None
+    return body if not buffers and len(body) <= _MAX_EXCEPTION_BYTES else None
+
+
+def _cause(sealed: Any) -> Any:
+    """The remote exception from its sealed bytes, or None when it does not load here (its class's module missing,
+    another session's secret...): the error is then built from its description alone, as without it."""
+    if type(sealed) is not bytes:
+        return None
+    try:
+        return decode(sealed)
+    except DecodeError as exc:
+        log.debug("the remote exception did not load here (%s); raising it from its description", exc)
+        return None
 
 
 def result_frames(record: CallRecord, boot_id: str, value: Any) -> list[Buffer]:
@@ -66,7 +100,8 @@ def _encode_error(state: dict[str, Any]) -> tuple[bytes, list[Buffer]]:
     try:
         return encode(state)
     except Exception:  # text msgpack cannot carry (lone surrogates): send what it can
-        safe = {key: value.encode("utf-8", "replace").decode("utf-8") for key, value in state.items()}
+        text = {key: value for key, value in state.items() if key != "exception"}
+        safe = {key: value.encode("utf-8", "replace").decode("utf-8") for key, value in text.items()}
         return encode(safe)
 
 
@@ -94,6 +129,7 @@ def to_exception(state: Any, site: CallSite) -> ActorError:
             site=site,
             remote_type=str(state.get("type", "")),
             remote_traceback=str(state.get("traceback", "")),
+            cause=_cause(state.get("exception")),
         )
     return cls(message, site=site)
 

@@ -16,6 +16,22 @@ from runtime import method
 from transport import register_type
 
 
+class HttpError(Exception):
+    """An exception with attributes of its own, rebuilt from its args when unpickled (as Ray users write them)."""
+
+    def __init__(self, status: int, body: str) -> None:
+        super().__init__(status, body)
+        self.status, self.body = status, body
+
+
+class NeedsTwoArguments(Exception):
+    """An exception pickle cannot rebuild (its args are not its constructor's parameters)."""
+
+    def __init__(self, message: str, retry_after: float) -> None:
+        super().__init__(message)
+        self.retry_after = retry_after
+
+
 class Color(enum.Enum):
     RED = "red"
     BLUE = "blue"
@@ -119,6 +135,12 @@ class Counter:
 
     def fail(self, message: str) -> None:
         raise ValueError(message)
+
+    def http_fail(self, status: int) -> None:
+        raise HttpError(status, "quota exceeded")
+
+    def unloadable_fail(self) -> None:
+        raise NeedsTwoArguments("slow down", 2.5)
 
     def nbytes(self, data: np.ndarray) -> int:
         return int(data.nbytes)

@@ -9,7 +9,7 @@ import threading
 from pathlib import Path
 
 import pytest
-from sample_actors import BrokenConstructor, Positional
+from sample_actors import BrokenConstructor, HttpError, NeedsTwoArguments, Positional
 
 from runtime import ActorDefinitionError, ActorHandle, CallRejected, RemoteError, spawn
 
@@ -40,6 +40,24 @@ def test_wrong_argument_type_names_the_argument(counter: ActorHandle) -> None:
         counter.add("1")
     with pytest.raises(CallRejected, match="missing a required argument: 'n'"):
         counter.add()
+
+
+def test_a_remote_exception_keeps_its_attributes(counter: ActorHandle) -> None:
+    """The exception itself travels sealed (runtime.outcome): ``except HttpError`` sees ``status``, as with Ray."""
+    with pytest.raises(HttpError) as info:
+        counter.http_fail(429).result(10)
+    error = info.value
+    assert isinstance(error, RemoteError) and error.status == 429 and error.body == "quota exceeded"
+    assert isinstance(error.cause, HttpError) and error.cause.args == (429, "quota exceeded")
+    assert "counter" in str(error) and "HttpError" in error.remote_traceback  # still says where
+
+
+def test_an_exception_that_does_not_unpickle_falls_back_to_its_description(counter: ActorHandle) -> None:
+    with pytest.raises(NeedsTwoArguments, match="slow down") as info:
+        counter.unloadable_fail().result(10)
+    assert info.value.cause is None and not hasattr(info.value, "retry_after")
+    assert info.value.remote_type == "sample_actors.NeedsTwoArguments"
+    assert counter.add(0).result(10) == 10  # the actor keeps serving
 
 
 def test_unsupported_argument_names_the_argument(counter: ActorHandle) -> None:
