@@ -22,14 +22,13 @@ import argparse
 import dataclasses
 import json
 import os
-import statistics
 import sys
-import time
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch
+from shm_bench import median_gbps
 
 MIB = 1 << 20
 SIZE = 64 * MIB
@@ -119,22 +118,12 @@ def _register() -> None:
 _register()
 
 
-def median_gbps(call: Any) -> float:
-    call()  # warm-up
-    times = []
-    for _ in range(REPEATS):
-        started = time.perf_counter()
-        call()
-        times.append(time.perf_counter() - started)
-    return SIZE / statistics.median(times) / 1e9
-
-
 def mac_gbps() -> float:
     from transport import sealed_pickle
 
     data = np.full(SIZE, 3, np.uint8)
     key = os.urandom(32)
-    return median_gbps(lambda: sealed_pickle.mac(key, [b"", data], [None, None]))
+    return median_gbps(SIZE, REPEATS, lambda: sealed_pickle.mac(key, [b"", data], [None, None]))
 
 
 def _measure(results: dict[str, float], path: str) -> None:
@@ -145,8 +134,9 @@ def _measure(results: dict[str, float], path: str) -> None:
         for kind in KINDS:
             value = payload(kind)
             assert actor.nbytes(value).result(timeout=60) == _nbytes(value) >= SIZE - MIB
-            results[f"{path}_{kind}_arg_gbps"] = median_gbps(lambda v=value: actor.nbytes(v).result(timeout=60))
-            results[f"{path}_{kind}_ret_gbps"] = median_gbps(lambda k=kind: actor.make(k).result(timeout=60))
+            send, fetch = (lambda v=value: actor.nbytes(v).result(60)), (lambda k=kind: actor.make(k).result(60))
+            results[f"{path}_{kind}_arg_gbps"] = median_gbps(SIZE, REPEATS, send)
+            results[f"{path}_{kind}_ret_gbps"] = median_gbps(SIZE, REPEATS, fetch)
     finally:
         actor.kill()
 

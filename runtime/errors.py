@@ -17,6 +17,9 @@ deriving from both (Ray's dual-class approach, ``RayTaskError.as_instanceof_caus
 a remote ValueError, which still carries ``remote_traceback``, ``remote_type`` and ``site``. Only classes already
 loaded here are used (a name from the network never makes this process import anything); runtime errors of a
 nested call (a remote ActorDied) stay plain RemoteErrors, so they are never taken for this call's own fate.
+When the exception itself travelled (a sealed pickle within one launch or driver tree: its MAC proves a process of
+this session made it, so loading it may import its class's module), the error is of its class, keeps it as
+``cause`` and takes its attributes.
 """
 
 from __future__ import annotations
