@@ -23,6 +23,7 @@ import io
 import logging
 import os
 import pickle
+import socket
 import sys
 import threading
 import warnings
@@ -196,7 +197,7 @@ def _refuse(reason: str, message: str) -> PickleRefused:
     REFUSED[reason] += 1
     if sum(REFUSED.values()) <= _LOGGED_REFUSALS:
         log.warning("refused a pickled value: %s", message)
-    return PickleRefused(message)
+    return PickleRefused(f"a pickled value refused by process {os.getpid()} on {socket.gethostname()}: {message}")
 
 
 def check_size(size: int) -> None:
