@@ -142,8 +142,9 @@ def _digest(piece: memoryview) -> bytes:
     return hashlib.sha256(piece).digest()
 
 
-def mac(secret: bytes, parts: list[Buffer], names: list[str | None]) -> bytes:
-    """The seal of a pickle stream and its buffers (``parts``: the stream first).
+def mac(secret: bytes, parts: list[Buffer], names: list[str | None], bind: bytes = b"") -> bytes:
+    """The seal of a pickle stream and its buffers (``parts``: the stream first), bound to ``bind`` (the runtime
+    binds a call's arguments and its result to the call's id and direction: runtime.outcome).
 
     A part that travels through shared memory (``names[i]``: its segment's name, else None) is bound by its name
     and length, not its bytes: a segment is only ever honoured in this user's private directory under a fresh
@@ -152,7 +153,8 @@ def mac(secret: bytes, parts: list[Buffer], names: list[str | None]) -> bytes:
     each end for no protection.
     """
     views = [memoryview(part).cast("B") for part in parts]
-    seal = hmac.new(secret, _DOMAIN + len(views).to_bytes(4, "little"), hashlib.sha256)
+    seal = hmac.new(secret, _DOMAIN + len(bind).to_bytes(4, "little") + bind, hashlib.sha256)
+    seal.update(len(views).to_bytes(4, "little"))
     for view, name in zip(views, names, strict=True):
         seal.update(view.nbytes.to_bytes(8, "little"))
         tag = name.encode() if name is not None else b""
@@ -188,9 +190,9 @@ def pickled(obj: Any, threshold: int) -> tuple[memoryview, list[memoryview]]:
     return stream, buffers
 
 
-def seal(parts: list[Buffer], names: list[str | None]) -> bytes:
+def seal(parts: list[Buffer], names: list[str | None], bind: bytes = b"") -> bytes:
     """The MAC of a pickled value's parts (stream first) with this process's secret (see :func:`mac`)."""
-    return mac(session_secret.current() or b"", parts, names)
+    return mac(session_secret.current() or b"", parts, names, bind)
 
 
 def _refuse(reason: str, message: str) -> PickleRefused:
@@ -215,19 +217,19 @@ def refuse_malformed(message: str) -> PickleRefused:
     return _refuse("malformed", f"a malformed pickled value: {message}")
 
 
-def open_sealed(given: Any, parts: list[Buffer], names: list[str | None]) -> Any:
+def open_sealed(given: Any, parts: list[Buffer], names: list[str | None], bind: bytes = b"") -> Any:
     """The value of a sealed pickle (``parts``: its stream, then its buffers; ``names``: the shared-memory segment
     each came in, or None), unpickled only once its MAC is this process's secret's."""
     why = unavailable()
     if why is not None:
         raise _refuse("disabled" if not session_secret.enabled() else "no_secret", f"not unpickled: {why}")
     check_size(sum(memoryview(part).nbytes for part in parts))
-    expected = mac(session_secret.current() or b"", parts, names)
+    expected = mac(session_secret.current() or b"", parts, names, bind)
     if type(given) is not bytes or not hmac.compare_digest(given, expected):
         raise _refuse(
             "forged",
-            "its MAC is not this session's (it comes from a process of another launch or driver tree, or was "
-            "forged or altered on the way): never unpickled",
+            "its MAC is not this session's for this call (it comes from a process of another launch or driver "
+            "tree, was replayed from another call, or was forged or altered on the way): never unpickled",
         )
     try:
         return pickle.loads(parts[0], buffers=parts[1:])

@@ -21,12 +21,15 @@ import pytest
 from raw_client import RawClient
 
 from runtime import ActorHandle
+from runtime.call_ids import new_call_id
+from runtime.outcome import arguments_bind, result_bind
 from transport import sealed_pickle, session_secret, shared_memory
 from transport.codec import encode, encode_shared
 from transport.codec_types import EXT_PICKLE, DecodeError
 from transport.decoder import decode
 from transport.sealed_pickle import PickleRefused
 from transport.session_secret import SECRET_ENV
+from transport.submit_header import SubmitHeader
 
 
 class WritesFile:
@@ -120,6 +123,20 @@ def test_a_shared_memory_part_swapped_for_a_frame_of_the_same_bytes_is_refused(m
         shared_memory.unlink(names)
 
 
+def test_a_pickle_bound_to_one_call_is_refused_for_another_or_as_its_result(marker: Path) -> None:
+    """runtime.handle binds a call's arguments to its id and direction (runtime.outcome.arguments_bind)."""
+    first, second = new_call_id(), new_call_id()
+    body, buffers = encode(WritesFile(marker), bind=arguments_bind(first))
+    _refused("forged", body, buffers, "replayed from another call")  # unbound
+    with pytest.raises(PickleRefused):
+        decode(body, buffers, bind=arguments_bind(second))
+    with pytest.raises(PickleRefused):
+        decode(body, buffers, bind=result_bind(first))
+    assert not marker.exists()
+    decode(body, buffers, bind=arguments_bind(first))
+    assert marker.exists()
+
+
 def test_a_pickle_replayed_to_another_launch_is_refused(marker: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     body, buffers = encode(WritesFile(marker))
     monkeypatch.setenv(SECRET_ENV, secrets.token_hex(32))  # a process of another launch or driver tree
@@ -178,5 +195,11 @@ def test_a_live_actor_refuses_a_pickle_sealed_by_another_launch(
         assert raw.call("keep", WritesFile(marker)) == "int"
         assert marker.read_text() == "unpickled"
         assert target.method("__stats__")().result(10)["pickles_refused"]["forged"] == 1
+        marker.unlink()
+        sealed_for, replayed_as = new_call_id(), new_call_id()  # the arguments of one call, resent as another's
+        payload = encode([[WritesFile(marker)], {}], bind=arguments_bind(sealed_for))
+        raw.send(SubmitHeader.pack(replayed_as, "keep", None, None, None, [], False, payload))
+        ok, error = raw.result(raw.recv())
+        assert not ok and "replayed from another call" in error["message"] and not marker.exists()
     finally:
         raw.close()
