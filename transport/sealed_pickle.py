@@ -3,16 +3,17 @@
 A value the codec cannot carry as itself (an ``argparse.Namespace``, a function, a numpy object array, a
 ``TensorDict``...) travels as a pickle stream plus its out-of-band buffers (pickle protocol 5: numpy arrays and
 dense CPU tensors are not copied into the stream; the codec sends the buffers as frames or through shared memory
-like any array), sealed with ``HMAC-SHA256(session secret, domain | lengths | stream | buffers)``
-(:mod:`transport.session_secret`). A receiver checks, before it reads a byte of the stream: that it accepts
-pickles at all (``MILES_PICKLE`` is not ``0``) and holds a secret, that the sizes are within
-``MILES_PICKLE_MAX_BYTES``, and that the MAC is the one its own secret gives. A pickle from a peer without the
-secret (forged), from another launch (another secret), truncated or grown is refused, counted in
-:data:`REFUSED` (reason -> count) and never unpickled.
+like any array), sealed with ``HMAC-SHA256(session secret, domain | binding | lengths | stream | buffers)``
+(:mod:`transport.session_secret`; the binding is what the runtime ties it to: a call's id and direction). A
+receiver checks, before it reads a byte of the stream: that it accepts pickles at all (``MILES_PICKLE`` is not
+``0``) and holds a secret, that the declared sizes are within ``MILES_PICKLE_MAX_BYTES``, and that the MAC is the
+one its own secret gives for the binding it expects. A pickle from a peer without the secret (forged), from
+another launch (another secret), from another call, truncated or grown is refused, counted in :data:`REFUSED`
+(reason -> count) and never unpickled.
 
-Buffers longer than ``_CHUNK`` are digested in pieces on a few threads (hashlib releases the GIL), and the MAC
-covers the digests: one SHA-256 stream runs at about 1.3 GB/s, which alone would cost ~50 ms per 64 MiB at
-each end.
+One SHA-256 stream runs at about 1.3 GB/s, ~50 ms per 64 MiB at each end: buffers longer than ``_CHUNK`` are
+digested in pieces on a few threads (hashlib releases the GIL) and the MAC covers the digests, and a buffer in
+shared memory is bound by its segment's name instead (see :func:`mac`).
 """
 
 from __future__ import annotations
@@ -98,6 +99,7 @@ def _dense(tensor: Any) -> bool:
         and tensor.storage_offset() == 0
         and tensor.untyped_storage().nbytes() == tensor.numel() * tensor.element_size()
         and not (tensor.is_conj() or tensor.is_neg() or tensor.is_quantized)
+        and (tensor.is_leaf or not tensor.requires_grad)  # a graph's tensors: torch's own reduction decides
     )
 
 

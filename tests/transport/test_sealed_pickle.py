@@ -81,6 +81,8 @@ def test_tensors_that_are_views_keep_torchs_own_reduction() -> None:
     out = decode(*encode(value))
     assert torch.equal(out.view, base[10:]) and torch.equal(out.transposed, value.transposed)
     assert out.grad.requires_grad
+    loss = torch.ones(3).requires_grad_() * 2  # not a leaf: torch's own reduction, as with Ray
+    assert torch.equal(decode(*encode(argparse.Namespace(loss=loss))).loss, loss.detach())
 
 
 def test_a_pickle_through_shared_memory() -> None:
