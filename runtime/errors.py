@@ -17,15 +17,11 @@ deriving from both (Ray's dual-class approach, ``RayTaskError.as_instanceof_caus
 a remote ValueError, which still carries ``remote_traceback``, ``remote_type`` and ``site``. Only classes already
 loaded here are used (a name from the network never makes this process import anything); runtime errors of a
 nested call (a remote ActorDied) stay plain RemoteErrors, so they are never taken for this call's own fate.
-When the exception itself travelled (a sealed pickle within one launch or driver tree: its MAC proves a process of
-this session made it, so loading it may import its class's module), the error is of its class, keeps it as
-``cause`` and takes its attributes.
 """
 
 from __future__ import annotations
 
 import concurrent.futures
-import contextlib
 import functools
 import sys
 from dataclasses import dataclass
@@ -54,8 +50,7 @@ class ActorError(Exception):
 
 
 class RemoteError(ActorError):
-    """The remote method raised. ``remote_type`` and ``remote_traceback`` describe the original exception;
-    ``cause`` is that exception itself when it travelled (pickled and sealed, within one launch), else None."""
+    """The remote method raised. ``remote_type`` and ``remote_traceback`` describe the original exception."""
 
     def __init__(
         self, message: str, *, site: CallSite | None = None, remote_type: str = "", remote_traceback: str = ""
@@ -63,7 +58,6 @@ class RemoteError(ActorError):
         self.remote_type = remote_type
         self.remote_traceback = remote_traceback
         self.remote_message = message
-        self.cause: BaseException | None = None  # the remote exception itself, when it could travel (sealed)
         super().__init__(f"raised {remote_type}: {message}", site=site)
 
     def __str__(self) -> str:
@@ -127,33 +121,19 @@ _MAX_TYPE_NAME = 300
 _NEVER_DUAL = (ActorError, StopIteration, StopAsyncIteration)
 
 
-def remote_error(
-    message: str, *, site: CallSite | None, remote_type: str, remote_traceback: str, cause: object = None
-) -> RemoteError:
+def remote_error(message: str, *, site: CallSite | None, remote_type: str, remote_traceback: str) -> RemoteError:
     """The RemoteError for a remote exception: of a class deriving from RemoteError and the remote exception's own
-    class when that class is loaded in this process (see the module doc), else a plain RemoteError.
-
-    ``cause``: the remote exception itself, when it came along (a sealed pickle, see runtime.outcome): the error
-    then keeps it as ``.cause`` and takes its attributes (``err.code``, ``err.response``...), as Ray's do."""
-    original = cause if isinstance(cause, Exception) and not isinstance(cause, _NEVER_DUAL) else None
-    kind = type(original) if original is not None else loaded_exception_type(remote_type)
-    cls = dual_class(kind) if kind is not None else None
-    error = None
+    class when that class is loaded in this process (see the module doc), else a plain RemoteError."""
+    cause = loaded_exception_type(remote_type)
+    cls = dual_class(cause) if cause is not None else None
     if cls is not None:
         try:
             error = cls.__new__(cls, message)
             RemoteError.__init__(error, message, site=site, remote_type=remote_type, remote_traceback=remote_traceback)
+            return error
         except Exception:  # an exotic __new__: the plain class still says everything
-            error = None
-    if error is None:
-        error = RemoteError(message, site=site, remote_type=remote_type, remote_traceback=remote_traceback)
-    if original is not None:
-        own = dict(vars(error))
-        with contextlib.suppress(Exception):  # a __dict__ that will not copy: .cause still has it all
-            vars(error).update(vars(original))
-        vars(error).update(own)  # the runtime's fields win (site, remote_type...)
-        error.cause = original
-    return error
+            pass
+    return RemoteError(message, site=site, remote_type=remote_type, remote_traceback=remote_traceback)
 
 
 def loaded_exception_type(name: str) -> type[Exception] | None:

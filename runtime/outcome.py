@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import logging
 import traceback
 from collections.abc import Callable
 from typing import Any
@@ -10,13 +9,9 @@ from typing import Any
 from runtime.call_store import CallRecord
 from runtime.errors import ERROR_CODES, ActorError, CallSite, RemoteError, remote_error
 from transport import frames as wire
-from transport import sealed_pickle, shared_memory
-from transport.codec import Buffer, DecodeError, decode, encode, encode_shared
+from transport import shared_memory
+from transport.codec import Buffer, decode, encode, encode_shared
 from transport.protocol import Kind
-
-log = logging.getLogger(__name__)
-
-_MAX_EXCEPTION_BYTES = 1 << 20  # an exception carrying more travels as its description only
 
 
 def arguments_bind(call_id: bytes) -> bytes:
@@ -26,7 +21,8 @@ def arguments_bind(call_id: bytes) -> bytes:
 
 
 def result_bind(call_id: bytes) -> bytes:
-    """What a sealed pickle in a call's result is bound to (see :func:`arguments_bind`)."""
+    """What a sealed pickle in a call's value is bound to (see :func:`arguments_bind`); an error state's (the
+    exception's attributes) is bound to the session only."""
     return b"result\0" + call_id
 
 
@@ -40,35 +36,10 @@ def error_state(code: str, exc: BaseException | None = None, message: str = "") 
         "message": message or str(exc),
         "traceback": "".join(traceback.format_exception(exc)) if code == "remote" else "",
     }
-    if code == "remote":
-        sealed = _sealed_exception(exc)
-        if sealed is not None:
-            state["exception"] = sealed
+    attributes = {k: v for k, v in vars(exc).items() if isinstance(k, str) and not k.startswith("__")}
+    if code == "remote" and attributes:  # the exception's own fields (e.code): dropped if they cannot travel
+        state["attributes"] = attributes
     return state
-
-
-def _sealed_exception(exc: BaseException) -> bytes | None:
-    """The exception itself as an encoded sealed pickle (kept as bytes, so that a caller that cannot load it still
-    reads the rest of the state), or None when it cannot travel so: pickles off or no secret, unpicklable, large."""
-    if sealed_pickle.unavailable() is not None:
-        return None
-    try:
-        body, buffers = encode(exc, threshold=_MAX_EXCEPTION_BYTES)
-    except Exception:
-        return None
-    return body if not buffers and len(body) <= _MAX_EXCEPTION_BYTES else None
-
-
-def _cause(sealed: Any) -> Any:
-    """The remote exception from its sealed bytes, or None when it does not load here (its class's module missing,
-    another session's secret...): the error is then built from its description alone, as without it."""
-    if type(sealed) is not bytes:
-        return None
-    try:
-        return decode(sealed)
-    except DecodeError as exc:
-        log.debug("the remote exception did not load here (%s); raising it from its description", exc)
-        return None
 
 
 def result_frames(record: CallRecord, boot_id: str, value: Any) -> list[Buffer]:
@@ -110,9 +81,8 @@ def error_frames(
 def _encode_error(state: dict[str, Any]) -> tuple[bytes, list[Buffer]]:
     try:
         return encode(state)
-    except Exception:  # text msgpack cannot carry (lone surrogates): send what it can
-        text = {key: value for key, value in state.items() if key != "exception"}
-        safe = {key: value.encode("utf-8", "replace").decode("utf-8") for key, value in text.items()}
+    except Exception:  # attributes that cannot travel, text msgpack cannot carry (lone surrogates): what it can
+        safe = {k: v.encode("utf-8", "replace").decode("utf-8") for k, v in state.items() if isinstance(v, str)}
         return encode(safe)
 
 
@@ -135,13 +105,16 @@ def to_exception(state: Any, site: CallSite) -> ActorError:
     cls = ERROR_CODES.get(state.get("code", ""), RemoteError)
     message = str(state.get("message", ""))
     if cls is RemoteError:
-        return remote_error(
+        error = remote_error(
             message,
             site=site,
             remote_type=str(state.get("type", "")),
             remote_traceback=str(state.get("traceback", "")),
-            cause=_cause(state.get("exception")),
         )
+        attributes = state.get("attributes")
+        if isinstance(attributes, dict):  # the remote exception's fields, where they do not hide the error's own
+            vars(error).update({k: v for k, v in attributes.items() if isinstance(k, str) and k not in vars(error)})
+        return error
     return cls(message, site=site)
 
 
@@ -150,5 +123,6 @@ def decode_result(
 ) -> tuple[bool, Any]:
     """(True, value) or (False, exception) for a RESULT's payload of call ``call_id``; ``site()`` names the call in
     an exception (made only then: most results are values)."""
-    value = decode(body, buffers, bind=result_bind(call_id)) if body is not None else None
+    bind = result_bind(call_id) if ok else b""
+    value = decode(body, buffers, bind=bind) if body is not None else None
     return (True, value) if ok else (False, to_exception(value, site()))

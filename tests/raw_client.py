@@ -45,7 +45,8 @@ class RawClient:
 
     def result(self, message: wire.Message) -> Any:
         assert message.kind is Kind.RESULT, message
-        return message.meta[1], decode(message.body, message.buffers, bind=result_bind(bytes(message.meta[0])))
+        ok = message.meta[1]  # a value is bound to its call (as runtime.outcome.decode_result reads it), an error not
+        return ok, decode(message.body, message.buffers, bind=result_bind(bytes(message.meta[0])) if ok else b"")
 
     def call(self, method: str, *args: Any, **kwargs: Any) -> Any:
         call_id, frames = self.submit_frames(method, *args, **kwargs)

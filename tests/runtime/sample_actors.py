@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import dataclasses
 import enum
@@ -22,14 +23,15 @@ class HttpError(Exception):
     def __init__(self, status: int, body: str) -> None:
         super().__init__(status, body)
         self.status, self.body = status, body
+        self.request = argparse.Namespace(url="/v1/generate", attempt=2)  # no wire type: a sealed pickle
 
 
-class NeedsTwoArguments(Exception):
-    """An exception pickle cannot rebuild (its args are not its constructor's parameters)."""
+class UnsendableFieldError(Exception):
+    """An exception with an attribute that cannot travel at all (a lock)."""
 
-    def __init__(self, message: str, retry_after: float) -> None:
+    def __init__(self, message: str) -> None:
         super().__init__(message)
-        self.retry_after = retry_after
+        self.lock = threading.Lock()
 
 
 class Color(enum.Enum):
@@ -139,8 +141,8 @@ class Counter:
     def http_fail(self, status: int) -> None:
         raise HttpError(status, "quota exceeded")
 
-    def unloadable_fail(self) -> None:
-        raise NeedsTwoArguments("slow down", 2.5)
+    def unsendable_fail(self) -> None:
+        raise UnsendableFieldError("slow down")
 
     def nbytes(self, data: np.ndarray) -> int:
         return int(data.nbytes)
