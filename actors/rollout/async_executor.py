@@ -25,11 +25,11 @@ from typing import Any
 
 from actors.rollout.advantages import balanced_ranges, group_advantages
 from actors.rollout.busy_clock import BusyClock
-from actors.rollout.executor import RolloutExecutor
+from actors.rollout.executor import RolloutExecutor, training_fields
 from actors.rollout.partial_rollout import generate_sample
 from actors.rollout.router_client import Completion
 from actors.rollout.samples import GroupRecord, SampleBuffer
-from actors.rollout.staleness import OnStale, StalenessBound
+from actors.rollout.staleness import OnStale, StalenessBound, version_number
 from actors.rollout.tasks import make_prompts
 from runtime import method, put
 
@@ -252,8 +252,11 @@ class AsyncRolloutExecutor(RolloutExecutor):
         for rank, rows in enumerate(balanced_ranges(len(samples), self.dp_size)):
             shard = self._shard(rows, n, prompt_ids, completions, rewards, advantages)
             shard["token_weight_versions"] = [samples[i].token_versions for i in rows]
+            shard["version_lags"] = [[current_version - version_number(v) for v in samples[i].token_versions]
+                                     for i in rows]  # fmt: skip
             shard["group_ids"] = [groups[i // n].group_id for i in rows]
-            shards.append(put({**shard, "dp_rank": rank, "dp_size": self.dp_size, "stats": stats}))
+            shards.append(put({**shard, **training_fields(self.sampling_params), "dp_rank": rank,
+                               "dp_size": self.dp_size, "stats": stats}))  # fmt: skip
         self._last_stats = stats
         return {"shards": shards, "stats": stats}
 

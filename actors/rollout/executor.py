@@ -37,6 +37,18 @@ from runtime import ActorHandle, get_actor, method, metrics, put
 logger = logging.getLogger(__name__)
 
 
+def logprob_temperature(params: dict[str, Any]) -> float:
+    """The temperature the engines' logprobs are at: the sampling temperature; 1 for greedy requests (SGLang
+    reports a greedy request's logprobs at temperature 1)."""
+    temperature = float(params.get("temperature", 1.0))
+    return 1.0 if temperature <= 1e-6 or params.get("top_k") == 1 else temperature
+
+
+def training_fields(params: dict[str, Any]) -> dict[str, Any]:
+    """What every shard tells the trainer about sampling: the logprobs' temperature and the parameters."""
+    return {"temperature": logprob_temperature(params), "sampling_params": dict(params)}
+
+
 def load_function(path: str) -> Callable[..., Any]:
     """The function at ``"package.module:function"``."""
     module_name, _, name = path.partition(":")
@@ -113,7 +125,8 @@ class RolloutExecutor:
     ) -> dict[str, Any]:
         """Sample ``n_samples_per_prompt`` completions per prompt, score them, and return
         ``{"shards": [ObjectRef per DP rank], "stats": {...}}``; each shard is a dict of per-sample lists
-        (tokens, loss_mask, advantages, rewards, prompt_index, sample_index, rollout_logprobs, ...) plus stats.
+        (tokens, loss_mask, advantages, rewards, prompt_index, sample_index, rollout_logprobs, ...) plus stats and,
+        for the trainer, the logprobs' ``temperature`` and the ``sampling_params``.
         ``step``: the training step the dashboard files these samples under (default: this call's number, from 1)."""
         if not prompts or n_samples_per_prompt < 1:
             raise ValueError(f"need prompts and n_samples_per_prompt >= 1, got {len(prompts)}, {n_samples_per_prompt}")
@@ -172,7 +185,8 @@ class RolloutExecutor:
         shards = []
         for rank, rows in enumerate(balanced_ranges(total, self.dp_size)):
             shard = self._shard(rows, n_samples_per_prompt, prompt_ids, completions, rewards, advantages)
-            shards.append(put({**shard, "dp_rank": rank, "dp_size": self.dp_size, "stats": stats, "step": self._step}))
+            shards.append(put({**shard, **training_fields(params), "dp_rank": rank, "dp_size": self.dp_size,
+                               "stats": stats, "step": self._step}))  # fmt: skip
         self._last_stats = stats
         record_rollout(self._recorder, step=self._step, prompts=prompts, prompt_ids=prompt_ids,
                        completions=completions, rewards=rewards, advantages=advantages, latencies=latencies,

@@ -12,7 +12,8 @@ Public surface::
         .weights_digest() / .optimizer_digest() / .optimizer_kind / .health() / .close()
     TrainerActor: the same, as an actor (health and layout on the control lane)
     TrainerGroup.spawn(world_size=, config=): N ranks as actors; train_step shards the batch over DP ranks
-    TrainerConfig (model_path: a Hugging Face directory to train), ParallelConfig, OptimizerConfig
+    TrainerConfig (model_path: a Hugging Face directory to train), ParallelConfig, OptimizerConfig,
+    ObjectiveConfig (the RL objective: actors/trainer/objectives.py)
     init_distributed(...), teardown_parallel(), dp_shard_bounds(count, dp_rank=, dp_size=)
     errors: TrainerError, BatchRejected, TrainerFailed, CheckpointError, WeightPushError
 """
@@ -24,6 +25,7 @@ from typing import TYPE_CHECKING
 from actors.lazy_exports import lazy_getattr
 from actors.trainer.config import OptimizerConfig, ParallelConfig, TrainerConfig
 from actors.trainer.errors import BatchRejected, CheckpointError, TrainerError, TrainerFailed, WeightPushError
+from actors.trainer.objective_config import ObjectiveConfig
 
 if TYPE_CHECKING:
     from actors.trainer.actor import TrainerActor
@@ -49,6 +51,7 @@ __getattr__ = lazy_getattr(__name__, _LAZY)
 __all__ = [
     "BatchRejected",
     "CheckpointError",
+    "ObjectiveConfig",
     "OptimizerConfig",
     "ParallelConfig",
     "Trainer",
