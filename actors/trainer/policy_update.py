@@ -38,9 +38,8 @@ class RolloutExtras:
     temperature: float = 1.0
 
 
-def attach_extras(packed: PackedBatch, extras: RolloutExtras | None, objective: ObjectiveConfig) -> PackedBatch:
+def attach_extras(packed: PackedBatch, extras: RolloutExtras, objective: ObjectiveConfig) -> PackedBatch:
     """``packed`` with the rollout's per-token values aligned to its mask; raises ValueError naming what is wrong."""
-    extras = extras or RolloutExtras()
     if not extras.temperature > 0:
         raise ValueError(f"temperature must be positive, got {extras.temperature}")
     tensors: dict[str, Tensor] = {}

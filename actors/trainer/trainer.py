@@ -136,7 +136,8 @@ class Trainer:
                 vocab_size=model.vocab_size,
                 max_length=model.max_position_embeddings,
             )
-            packed = attach_extras(packed, extras, self._config.objective)
+            if extras is not None:  # a training batch (not a forward pass)
+                packed = attach_extras(packed, extras, self._config.objective)
         except (ValueError, TypeError) as exc:
             packed = None
             error = str(exc)
