@@ -29,7 +29,7 @@ import aiohttp
 
 from actors.dashboard.recorder import DashboardRecorder
 from actors.dashboard.rollout_records import record_rollout
-from actors.rollout.advantages import balanced_ranges, group_advantages
+from actors.rollout.advantages import ESTIMATORS, Estimator, balanced_ranges, compute_advantages
 from actors.rollout.router_client import Completion, generate_once
 from actors.tokenizer import tokenizer_for
 from runtime import ActorHandle, get_actor, method, metrics, put
@@ -85,13 +85,18 @@ class RolloutExecutor:
         normalize_std: bool = True,
         model_path: str | None = None,
         dashboard_name: str | None = None,
+        advantage_estimator: Estimator | None = None,
+        whiten_advantages: bool = False,
     ) -> None:
         """``router_url``, ``controller`` (an InferenceController handle, asked for its router URL) or
         ``controller_name`` (its actor name, looked up with runtime.get_actor on first use: for hosts.toml).
         ``seed``: sample ``i`` of a call gets ``sampling_seed = seed + i`` (reproducible sampling).
         ``retry_deadline_s``: how long one sample is retried on transient failures. ``model_path``: the
         Hugging Face directory whose tokenizer encodes text prompts (default: the byte tokenizer).
-        ``dashboard_name``: the dashboard collector's actor name (default: ``MILES_DASHBOARD``; none: no recording)."""
+        ``dashboard_name``: the dashboard collector's actor name (default: ``MILES_DASHBOARD``; none: no recording).
+        ``advantage_estimator``: grpo, dr_grpo, rloo, reinforce_plus_plus or reinforce_plus_plus_baseline
+        (actors/rollout/advantages.py; default: grpo, or dr_grpo with ``normalize_std=False``);
+        ``whiten_advantages``: whiten them over the whole batch's tokens (every data-parallel rank's)."""
         if sum(x is not None for x in (router_url, controller, controller_name)) != 1:
             raise ValueError("give exactly one of router_url, controller or controller_name")
         if dp_size < 1 or max_concurrency < 1:
@@ -108,6 +113,10 @@ class RolloutExecutor:
         self.retry_deadline_s = retry_deadline_s
         self.seed = seed
         self.normalize_std = normalize_std
+        self.estimator: Estimator = advantage_estimator or ("grpo" if normalize_std else "dr_grpo")
+        if self.estimator not in ESTIMATORS:
+            raise ValueError(f"advantage_estimator {self.estimator!r} is not one of {list(ESTIMATORS)}")
+        self.whiten_advantages = whiten_advantages
         self.model_path = model_path
         self.tokenizer = tokenizer_for(model_path)
         self._session: aiohttp.ClientSession | None = None
@@ -170,7 +179,7 @@ class RolloutExecutor:
             await self._score(prompt_ids[i // n_samples_per_prompt], c.output_ids, prompts[i // n_samples_per_prompt])
             for i, c in enumerate(completions)
         ]
-        advantages = group_advantages(rewards, n_samples_per_prompt, normalize_std=self.normalize_std)
+        advantages = self._advantages(rewards, n_samples_per_prompt, [len(c.output_ids) for c in completions])
         generated = sum(len(c.output_ids) for c in completions)
         stats = {
             "prompts": len(prompts),
@@ -212,6 +221,10 @@ class RolloutExecutor:
             self._session = None
 
     # ---- internals --------------------------------------------------------------------------------------
+
+    def _advantages(self, rewards: list[float], group: int, lengths: list[int]) -> list[float]:
+        return compute_advantages(rewards, group, estimator=self.estimator, response_lengths=lengths,
+                                  whiten=self.whiten_advantages)  # fmt: skip
 
     def _client(self) -> aiohttp.ClientSession:
         if self._session is None or self._session.closed:
