@@ -210,6 +210,11 @@ class RolloutExecutor:
         return {"shards": shards, "stats": stats}
 
     @method(control_plane=True)
+    def sampling_settings(self) -> dict[str, Any]:
+        """The sampling parameters every request uses (the job checks them against the trainer's objective)."""
+        return dict(self.sampling_params)
+
+    @method(control_plane=True)
     def last_stats(self) -> dict[str, Any]:
         """Summary of the latest generate() call."""
         return dict(self._last_stats)

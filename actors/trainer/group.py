@@ -14,6 +14,7 @@ from typing import Any
 
 from actors.processes import free_port
 from actors.trainer.config import TrainerConfig
+from actors.trainer.objective_config import ObjectiveConfig
 from runtime import ActorError, ActorGroup, ActorHandle, spawn_many
 
 TRAINER_CLASS = "actors.trainer.actor:TrainerActor"
@@ -126,6 +127,10 @@ class TrainerGroup:
 
     def export_hf_weights(self) -> list[tuple[str, Any]]:
         return self.broadcast("export_hf_weights")[0]
+
+    def objective(self) -> ObjectiveConfig:
+        """The objective the ranks train with (rank 0's; every rank has the same config)."""
+        return ObjectiveConfig.model_validate(self.handles[0].objective().result(timeout=30))
 
     def health(self) -> list[dict[str, Any]]:
         return self.ranks.health().result(timeout=10)
