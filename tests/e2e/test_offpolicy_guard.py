@@ -26,7 +26,7 @@ def test_uncorrected_async_run_is_refused_at_start(tmp_path: Path) -> None:
                             cwd=ROOT, env=env)  # fmt: skip
     output = result.stdout + result.stderr
     assert result.returncode != 0, output[-4000:]
-    refusal = next((line for line in output.splitlines() if "OffPolicyRefused" in line), "")
+    refusal = next((line for line in output.splitlines() if "OffPolicyRefused: " in line), "")
     assert "max_staleness = 1" in refusal and "objective.use_tis = true" in refusal, output[-4000:]
     assert "allow_uncorrected_off_policy = true" in refusal, refusal
     assert "starting the router and the engines" not in output  # refused before anything was generated
