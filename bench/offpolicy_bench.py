@@ -19,7 +19,6 @@ import json
 import multiprocessing
 import re
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -28,6 +27,8 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+
+from bench_common import launch_demo  # noqa: E402
 
 OBJECTIVES: dict[str, dict[str, Any]] = {
     "uncorrected": {"policy_loss": "reinforce", "allow_uncorrected_off_policy": True},
@@ -143,27 +144,15 @@ def offpolicy_table(staleness: list[int], iterations: int, seed: int, jobs: int)
     return [summarise(run) for runs in per_staleness for run in runs]
 
 
-ROW = re.compile(r"^\s+(\d+)/\d+\s+([0-9.]+)\s+(-?[0-9.]+)\s+\d+\s+([0-9.]+)s\s+([0-9.]+)s\s+([0-9.]+)s")
+ROW = re.compile(r"^\s+(\d+)/\d+\s+([0-9.]+)\s")
 
 
 def launch(kind: str, iterations: int, work: Path) -> dict[str, Any]:
-    """One demo launch: per-iteration reward and the loop's cumulative time, from its console rows."""
+    """One demo launch: per-iteration reward from its console rows, and its RESULT figures."""
     source = ROOT / ("hosts.example.toml" if kind == "sync" else "examples/async-demo.toml")
-    text = re.sub(r"(?m)^iterations = \d+", f"iterations = {iterations}", source.read_text())
-    dirs = iter(range(100))
-    text = re.sub(r'(?m)^workdir = "[^"]+"', lambda _: f'workdir = "{work / kind / str(next(dirs))}"', text)
-    text = re.sub(r'(?m)^python = "[^"]+"', f'python = "{sys.executable}"', text)
-    text = re.sub(r'(?m)^plot_path = "[^"]+"', f'plot_path = "{work / "reward.png"}"', text)
-    config = work / f"{kind}.toml"
-    config.write_text(text)
-    done = subprocess.run([sys.executable, "-m", "launcher.cli", str(config), "--no-logs"], capture_output=True,
-                          text=True, timeout=1200, cwd=ROOT)  # fmt: skip
-    rows = [m for m in map(ROW.match, done.stdout.splitlines()) if m]
-    result = [line for line in done.stdout.splitlines() if line.startswith("RESULT ")]
-    if not rows or not result:
-        raise RuntimeError(f"{kind}: no rows or RESULT (exit {done.returncode}): {(done.stdout + done.stderr)[-2000:]}")
-    figures = json.loads(result[-1].removeprefix("RESULT "))
-    return {"rewards": [float(m.group(2)) for m in rows], "wall_s": figures["wall_s"], "result": figures}
+    stdout, figures = launch_demo(source, kind, iterations, work)
+    rewards = [float(m.group(2)) for m in map(ROW.match, stdout.splitlines()) if m]
+    return {"rewards": rewards, "wall_s": figures["wall_s"], "result": figures}
 
 
 def time_to(rewards: list[float], wall_s: float, target: float, window: int = 3) -> float | None:
