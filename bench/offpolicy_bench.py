@@ -9,7 +9,7 @@ token's logprob recorded as the engine's would be. So the behaviour policy is ex
 difference between the rows is the objective (actors/trainer/objectives.py). Engines, router and transport are
 left out on purpose: part 2 measures those.
 
-    python bench/offpolicy_bench.py [--iterations 30] [--staleness 0 2 4] [--throughput] [--json]
+    python bench/offpolicy_bench.py [--iterations 24] [--staleness 0 2 4] [--throughput] [--json]
 """
 
 from __future__ import annotations
@@ -174,18 +174,8 @@ def throughput(iterations: int) -> dict[str, Any]:
             "wall_s": {k: r["wall_s"] for k, r in runs.items()}, "speedup_at_equal_reward": speedup}  # fmt: skip
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--iterations", type=int, default=30)
-    parser.add_argument("--staleness", type=int, nargs="+", default=[0, 2, 4])
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--jobs", type=int, default=2, help="configurations run at once (one process each)")
-    parser.add_argument("--throughput", action="store_true", help="also launch the sync and the async demo")
-    parser.add_argument("--throughput-iterations", type=int, default=12)
-    parser.add_argument("--json", action="store_true")
-    args = parser.parse_args()
-    table = offpolicy_table(args.staleness, args.iterations, args.seed, args.jobs)
-    print(f"copy task, {PROMPTS}x{SAMPLES} samples per iteration, {args.iterations} iterations; partial rollouts "
+def print_table(table: list[dict[str, Any]], iterations: int) -> None:
+    print(f"copy task, {PROMPTS}x{SAMPLES} samples per iteration, {iterations} iterations; partial rollouts "
           "(token versions spread from the oldest to the trainer's); means over the run")  # fmt: skip
     header = f"{'stale':>5} {'objective':<12} {'reward 1-5':>10} {'last 5':>8} {'|dlogp|':>8} {'k3 KL':>8} "
     print(header + f"{'ESS':>6} {'clip':>6}")
@@ -193,7 +183,22 @@ def main() -> None:
         print(f"{row['staleness']:>5} {row['objective']:<12} {row['reward_first5']:10.3f} {row['reward_last5']:8.3f} "
               f"{row['train_rollout_logprob_abs_diff']:8.4f} {row['mismatch_k3_kl']:8.4f} {row['ess_ratio']:6.3f} "
               f"{row['clipfrac']:6.3f}")  # fmt: skip
-    summary: dict[str, Any] = {"offpolicy": table}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--iterations", type=int, default=24)
+    parser.add_argument("--staleness", type=int, nargs="*", default=[0, 2, 4], help="none: skip part 1")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--jobs", type=int, default=3, help="configurations run at once (one process each)")
+    parser.add_argument("--throughput", action="store_true", help="also launch the sync and the async demo")
+    parser.add_argument("--throughput-iterations", type=int, default=12)
+    parser.add_argument("--json", action="store_true")
+    args = parser.parse_args()
+    summary: dict[str, Any] = {}
+    if args.staleness:
+        summary["offpolicy"] = table = offpolicy_table(args.staleness, args.iterations, args.seed, args.jobs)
+        print_table(table, args.iterations)
     if args.throughput:
         summary["throughput"] = figures = throughput(args.throughput_iterations)
         print(f"sync vs async demo, {args.throughput_iterations} iterations each: final reward "

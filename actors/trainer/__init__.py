@@ -3,7 +3,8 @@
 Public surface::
 
     Trainer(*, rank, world_size, master_addr, master_port, config)
-        .train_step(tokens, loss_mask, advantages) -> metrics       (collective)
+        .train_step(tokens, loss_mask, advantages, *, rollout_logprobs=, version_lags=, temperature=)
+            -> loss, grad_norm, tokens, step and the objective's metrics   (collective)
         .forward_logprobs(tokens) / .forward_logits(tokens)          (collective over TP)
         .export_hf_weights() -> [(hf_name, tensor)]                  (collective over TP)
         .save_hf_checkpoint(path) -> path                            (collective; an HF directory)
