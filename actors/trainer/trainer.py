@@ -36,7 +36,8 @@ from actors.trainer.distributed import (
 from actors.trainer.errors import BatchRejected, CheckpointError, TrainerError, WeightPushError
 from actors.trainer.hf_export import export_hf
 from actors.trainer.optimizer import OptimizerKind, build_optimizer, choose_optimizer, state_pairs
-from actors.trainer.policy_update import PolicyUpdate, RolloutExtras, attach_extras
+from actors.trainer.policy_update import PolicyUpdate
+from actors.trainer.rollout_extras import RolloutExtras, attach_extras
 from actors.trainer.run_guard import RunGuard
 from actors.trainer.weights_push import push_over_group, push_to_engines
 

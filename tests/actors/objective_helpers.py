@@ -23,7 +23,8 @@ from actors.trainer import ObjectiveConfig, OptimizerConfig, ParallelConfig, Tra
 from actors.trainer import model as gpt_model
 from actors.trainer.batch import pack_batch
 from actors.trainer.digest import digest_named_tensors
-from actors.trainer.policy_update import PolicyUpdate, RolloutExtras, attach_extras
+from actors.trainer.policy_update import PolicyUpdate
+from actors.trainer.rollout_extras import RolloutExtras, attach_extras
 
 PROMPT = 3
 OBJECTIVE = ObjectiveConfig(policy_loss="ppo_clip", use_tis=True, kl_loss_coef=0.05, entropy_coef=0.001,

@@ -313,3 +313,30 @@ def test_off_policy_guard() -> None:
     assert off_policy_problems(tis, max_staleness=2, partial_rollout=True, sampling_params={"top_k": -1}) == []
     (problem,) = off_policy_problems(tis, max_staleness=1, partial_rollout=False, sampling_params={"top_p": 0.9})
     assert "top_p" in problem
+
+
+def test_rollout_values_align_with_the_response_and_are_checked() -> None:
+    from actors.trainer.batch import pack_batch
+    from actors.trainer.rollout_extras import RolloutExtras, attach_extras
+
+    tokens = [[5, 6, 7, 8, 9], [5, 6, 7]]
+    mask = [[0, 0, 1, 1, 1], [0, 1, 1]]  # responses: the last 3 and the last 2 tokens
+    packed = pack_batch(tokens, mask, [1.0, -1.0], vocab_size=16, max_length=8)
+    extras = RolloutExtras(rollout_logprobs=[[-0.1, -0.2, -0.3], [-0.4, -0.5]], version_lags=[[2, 1, 0], [0, 0]])
+    out = attach_extras(packed, extras, ObjectiveConfig(use_tis=True))
+    # targets are tokens[:, 1:]: the response's logprobs sit where the mask is 1
+    expected = torch.tensor([[0, -0.1, -0.2, -0.3], [-0.4, -0.5, 0, 0]])
+    assert torch.allclose(out.extras["rollout_logprobs"], expected)
+    assert out.extras["version_lags"].tolist() == [[0, 2, 1, 0], [0, 0, 0, 0]]
+    with pytest.raises(ValueError, match=r"rollout_logprobs\[1\] has 1 values for a response of 2 trained tokens"):
+        attach_extras(
+            packed, RolloutExtras(rollout_logprobs=[[-0.1, -0.2, -0.3], [-0.4]]), ObjectiveConfig(use_tis=True)
+        )
+    with pytest.raises(ValueError, match="has no rollout_logprobs"):
+        attach_extras(packed, RolloutExtras(), ObjectiveConfig(use_tis=True))
+    # without a correction, malformed rollout logprobs cost only the metrics
+    plain = attach_extras(packed, RolloutExtras(rollout_logprobs=[[-0.1], [-0.4]]), ObjectiveConfig())
+    assert "rollout_logprobs" not in plain.extras
+    with pytest.raises(ValueError, match="per-token weight versions"):
+        attach_extras(packed, RolloutExtras(rollout_logprobs=extras.rollout_logprobs),
+                      ObjectiveConfig(policy_loss="ppo_clip", decoupled=True, proximal="interpolate"))  # fmt: skip
