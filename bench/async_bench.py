@@ -11,12 +11,11 @@ from __future__ import annotations
 
 import argparse
 import json
-import re
 import statistics
-import subprocess
-import sys
 import tempfile
 from pathlib import Path
+
+from bench_common import launch_demo
 
 ROOT = Path(__file__).resolve().parents[1]
 CONFIGS = {"sync": ROOT / "hosts.example.toml", "async": ROOT / "examples" / "async-demo.toml"}
@@ -24,20 +23,7 @@ FIELDS = ("wall_s", "tokens_per_s", "engine_busy_fraction", "request_busy_fracti
 
 
 def run(kind: str, iterations: int, in_flight: str, work: Path) -> dict:
-    text = re.sub(r"(?m)^iterations = \d+", f"iterations = {iterations}", CONFIGS[kind].read_text())
-    text = re.sub(r'(?m)^in_flight = "\w+"', f'in_flight = "{in_flight}"', text)
-    dirs = iter(range(100))
-    text = re.sub(r'(?m)^workdir = "[^"]+"', lambda _: f'workdir = "{work / kind / str(next(dirs))}"', text)
-    text = re.sub(r'(?m)^python = "[^"]+"', f'python = "{sys.executable}"', text)
-    text = re.sub(r'(?m)^plot_path = "[^"]+"', f'plot_path = "{work / "reward.png"}"', text)
-    config = work / f"{kind}.toml"
-    config.write_text(text)
-    done = subprocess.run([sys.executable, "-m", "launcher.cli", str(config), "--no-logs"], capture_output=True,
-                          text=True, timeout=900, cwd=ROOT)  # fmt: skip
-    lines = [line for line in done.stdout.splitlines() if line.startswith("RESULT ")]
-    if not lines:
-        raise RuntimeError(f"{kind}: no RESULT line (exit {done.returncode}): {(done.stdout + done.stderr)[-2000:]}")
-    return json.loads(lines[-1].removeprefix("RESULT "))
+    return launch_demo(CONFIGS[kind], kind, iterations, work, in_flight=f'"{in_flight}"')[1]
 
 
 def main() -> None:

@@ -5,9 +5,11 @@ from __future__ import annotations
 import collections
 import json
 import os
+import re
 import signal
 import socket
 import subprocess
+import sys
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -59,3 +61,24 @@ def run_ranks(commands: Sequence[list[str]], outputs: Sequence[Path], *, cwd: Pa
                 os.kill(proc.pid, signal.SIGKILL)
                 proc.wait(timeout=10)
     return [json.loads(out.read_text()) for out in outputs]
+
+
+def launch_demo(source: Path, name: str, iterations: int, work: Path, **args: str) -> tuple[str, dict[str, Any]]:
+    """``miles-launch`` a copy of the demo config ``source`` with ``iterations`` (and each ``[job.args]`` line
+    ``key = value`` of ``args`` replaced), its workdirs under ``work/name``; returns its stdout and RESULT figures."""
+    text = re.sub(r"(?m)^iterations = \d+", f"iterations = {iterations}", source.read_text())
+    for key, value in args.items():
+        text = re.sub(rf"(?m)^{key} = .*$", f"{key} = {value}", text)
+    dirs = iter(range(100))
+    text = re.sub(r'(?m)^workdir = "[^"]+"', lambda _: f'workdir = "{work / name / str(next(dirs))}"', text)
+    text = re.sub(r'(?m)^python = "[^"]+"', f'python = "{sys.executable}"', text)
+    text = re.sub(r'(?m)^plot_path = "[^"]+"', f'plot_path = "{work / "reward.png"}"', text)
+    config = work / f"{name}.toml"
+    config.write_text(text)
+    root = Path(__file__).resolve().parents[1]
+    done = subprocess.run([sys.executable, "-m", "launcher.cli", str(config), "--no-logs"], capture_output=True,
+                          text=True, timeout=1200, cwd=root)  # fmt: skip
+    lines = [line for line in done.stdout.splitlines() if line.startswith("RESULT ")]
+    if not lines:
+        raise RuntimeError(f"{name}: no RESULT line (exit {done.returncode}): {(done.stdout + done.stderr)[-2000:]}")
+    return done.stdout, json.loads(lines[-1].removeprefix("RESULT "))

@@ -123,7 +123,30 @@ class RunStore:
             "train_s": max((_number(r.get("train_s")) or 0.0 for r in trainers), default=None),
             "tokens_per_s": _number(rollout.get("tokens_per_s")),
             "cpu_percent_by_host": hosts,
+            **drift_summary(trainers),
         }
+
+
+# The trainer's step metrics (actors/trainer/objectives.py) the page charts: how far the engines' samples drift
+# from the trainer's policy, and what the objective did about it.
+DRIFT_KEYS = ("train_rollout_logprob_abs_diff", "mismatch_k3_kl", "ess_ratio", "pg_clipfrac", "tis_clipfrac",
+              "entropy", "ref_kl", "grad_norm")  # fmt: skip
+
+
+def drift_summary(trainers: list[dict[str, Any]]) -> dict[str, float | None]:
+    """Each DRIFT_KEYS metric, the mean over the step's trainer records (ranks report the same global value),
+    and ``version_lags``: token fraction per weight-version lag (``version_lag_{k}_frac``)."""
+    summary: dict[str, Any] = {}
+    for key in DRIFT_KEYS:
+        values = [float(r[key]) for r in trainers if _is_number(r.get(key))]
+        summary[key] = sum(values) / len(values) if values else None
+    lags = trainers[0] if trainers else {}
+    summary["version_lags"] = {
+        key.removeprefix("version_lag_").removesuffix("_frac"): float(value)
+        for key, value in lags.items()
+        if key.startswith("version_lag_") and _is_number(value)
+    }
+    return summary
 
 
 def _is_number(value: Any) -> bool:

@@ -27,6 +27,7 @@ from actors.demo.run_state import RunCheckpoints, RunPoint
 from actors.job_args import job_settings
 from actors.job_roles import rl_roles
 from actors.trainer.group import TrainerGroup, TrainerGroupError
+from actors.trainer.objective_config import off_policy_problems
 from runtime import ActorHandle
 
 IN_FLIGHT = ("partial", "restart", "finish", "continue")
@@ -41,7 +42,9 @@ class AsyncDemoSettings(DemoSettings):
     """DemoSettings plus the async knobs (``[job.args]`` in examples/async-demo.toml)."""
 
     max_staleness: int = 1  # versions; 0: the synchronous loop
-    on_stale: str = "drop"  # or "wait": never start a sample that would be past the bound
+    on_stale: str = "wait"  # never start a sample that would be past the bound; "drop": drop those past it
+    dynamic_sampling: bool = False  # drop groups whose rewards are all equal, generate others in their place
+    mask_offpolicy_in_partial_rollout: bool = False  # train only the tokens of each sample's newest version
     in_flight: str = "partial"  # what a weight push does to running requests (module docstring)
     max_buffered_groups: int | None = None
     checkpoint_dir: str | None = None  # trainer checkpoints and the loop's position (actors/demo/run_state.py)
@@ -101,7 +104,8 @@ def run_async_loop(
         data_seed=settings.seed, max_staleness=settings.max_staleness, on_stale=settings.on_stale,
         partial_rollout=settings.in_flight == "partial", max_buffered_groups=settings.max_buffered_groups,
         next_group=point.next_group if point else 0, version=first - 1,
-        skip_groups=list(point.skip_groups) if point else None,
+        skip_groups=list(point.skip_groups) if point else None, dynamic_sampling=settings.dynamic_sampling,
+        mask_offpolicy_in_partial_rollout=settings.mask_offpolicy_in_partial_rollout,
     ).result(timeout=60)  # fmt: skip
     print(f"[async] producer started: max_staleness={settings.max_staleness} ({settings.on_stale}), "
           f"in-flight requests at a push: {settings.in_flight} (pause_mode {pause_mode})", flush=True)  # fmt: skip
@@ -131,6 +135,7 @@ def run_async_loop(
         board.add(IterationRecord(
             iteration=iteration, reward=float(stats["mean_reward"]), loss=float(metrics["loss"]),
             tokens_per_s=stats["tokens_generated"] / elapsed, rollout_s=waited, train_s=trained, sync_s=pushed,
+            metrics=dict(metrics),
         ))  # fmt: skip
         if stats["samples_lost"] > lost:
             lost = stats["samples_lost"]
@@ -161,16 +166,36 @@ def finish_async(board: ProgressBoard, final: dict[str, Any]) -> int:
     print(f"[async] samples: {final['samples_retried']} retried ({final['samples_resumed']} resumed as partial "
           f"rollouts), {final['samples_dropped_stale']} dropped as stale, {final['samples_lost']} lost; "
           f"max staleness {final['max_staleness_seen']}", flush=True)  # fmt: skip
-    keys = ("max_staleness_seen", "samples_dropped_stale", "samples_retried", "samples_resumed", "samples_lost")
+    keys = ("max_staleness_seen", "samples_dropped_stale", "samples_retried", "samples_resumed", "samples_lost",
+            "groups_filtered")  # fmt: skip
     print(result_line(board, mode="async", engine_busy_fraction=board.engine_busy, busy_s=float(final["busy_s"]),
                       wall_s=board.wall_s, **{k: final[k] for k in keys}), flush=True)  # fmt: skip
     return 1 if final["samples_lost"] or last <= first else 0
+
+
+def refuse_uncorrected(settings: AsyncDemoSettings, trainer: TrainerGroup, rollout: ActorHandle) -> str:
+    """Raise OffPolicyRefused when this run would train on stale or partial rollouts without a behaviour
+    correction (or correct inexactly); returns a one-line description of the objective otherwise."""
+    objective = trainer.objective()
+    sampling = rollout.sampling_settings().result(timeout=30)
+    partial = settings.in_flight in ("partial", "continue")  # a sample's tokens come from several versions
+    problems = off_policy_problems(objective, max_staleness=settings.max_staleness, partial_rollout=partial,
+                                   sampling_params=sampling)  # fmt: skip
+    if problems:
+        raise OffPolicyRefused("; ".join(problems) + " (the trainer pool's [pools.worker.kwargs.config.objective])")
+    corrections = [name for name in ("use_tis", "decoupled", "use_rollout_logprobs") if getattr(objective, name)]
+    return f"objective {objective.policy_loss}" + (f" with {', '.join(corrections)}" if corrections else "")
+
+
+class OffPolicyRefused(ValueError):
+    """The run would train on a biased gradient: the message names the objective's options that correct it."""
 
 
 def main(ctx: Any) -> int:
     """Entrypoint for ``[job] entrypoint = "actors.demo.async_loop:main"``; ``ctx`` is a launcher.JobContext."""
     settings = job_settings(AsyncDemoSettings, ctx.args, "async demo settings")
     trainer, controller, rollout = rl_roles(ctx)
+    print(f"[async] {refuse_uncorrected(settings, trainer, rollout)}", flush=True)
     print("[async] starting the router and the engines ...", flush=True)
     controller.start().result(timeout=300)
     try:

@@ -128,7 +128,7 @@ def run_loop(
         board.add(IterationRecord(
             iteration=iteration, reward=float(stats["mean_reward"]),
             loss=float(metrics["loss"]), tokens_per_s=float(stats.get("tokens_per_s", 0.0)),
-            rollout_s=rollout_s, train_s=train_s, sync_s=sync_s,
+            rollout_s=rollout_s, train_s=train_s, sync_s=sync_s, metrics=dict(metrics),
         ))  # fmt: skip
         board.wall_s = time.perf_counter() - loop_started
     generated = generating_seconds(controller.engine_urls().result(timeout=30))

@@ -7,6 +7,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TextIO
 
+# The trainer's drift metrics (actors/trainer/objectives.py) a person watches: the engines' logprobs against the
+# trainer's, the effective sample size of the importance weights, and how often a clip or truncation fired.
+DRIFT_COLUMNS = (("|dlogp|", "train_rollout_logprob_abs_diff", 8, ".4f"), ("ess", "ess_ratio", 5, ".3f"),
+                 ("clip", "clipfrac", 5, ".3f"))  # fmt: skip
+
+
+def clip_fraction(metrics: dict[str, float]) -> float | None:
+    """The fraction of tokens a clip changed: TIS truncation when the objective uses it, else the PPO clip."""
+    return metrics.get("tis_clipfrac", metrics.get("pg_clipfrac"))
+
 
 @dataclass
 class IterationRecord:
@@ -17,6 +27,10 @@ class IterationRecord:
     rollout_s: float
     train_s: float
     sync_s: float
+    metrics: dict[str, float] = field(default_factory=dict)  # the trainer's step metrics (objectives.py)
+
+    def drift(self, key: str) -> float | None:
+        return clip_fraction(self.metrics) if key == "clipfrac" else self.metrics.get(key)
 
 
 @dataclass
@@ -32,9 +46,10 @@ class ProgressBoard:
     engine_busy: float = 0.0  # the engines' generating time over wall_s (actors/demo/engine_busy.py)
 
     def header(self) -> None:
+        drift = " ".join(f"{name:>{width}}" for name, _, width, _ in DRIFT_COLUMNS)
         print(
             f"{'iter':>9} {'reward':>7} {'loss':>8} {'gen tok/s':>10} "
-            f"{'rollout':>8} {'train':>7} {'w-sync':>7}",
+            f"{'rollout':>8} {'train':>7} {'w-sync':>7} {drift}",
             file=self.stream, flush=True,
         )  # fmt: skip
 
@@ -46,8 +61,8 @@ class ProgressBoard:
             trend = f"  ({'+' if delta >= 0 else ''}{delta:.3f} since start)"
         print(
             f"{record.iteration:>4}/{self.total:<4} {record.reward:7.3f} {record.loss:8.4f} "
-            f"{record.tokens_per_s:10.0f} {record.rollout_s:7.2f}s {record.train_s:6.2f}s {record.sync_s:6.2f}s"
-            f"{trend}",
+            f"{record.tokens_per_s:10.0f} {record.rollout_s:7.2f}s {record.train_s:6.2f}s {record.sync_s:6.2f}s "
+            + " ".join(_cell(record.drift(key), width, spec) for _, key, width, spec in DRIFT_COLUMNS) + trend,
             file=self.stream, flush=True,
         )  # fmt: skip
 
@@ -74,3 +89,7 @@ class ProgressBoard:
         figure.savefig(path, dpi=100)
         plt.close(figure)
         return path
+
+
+def _cell(value: float | None, width: int, spec: str) -> str:
+    return f"{'-':>{width}}" if value is None else f"{value:{width}{spec}}"

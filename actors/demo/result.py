@@ -11,7 +11,11 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from actors.demo.progress import ProgressBoard
+from actors.demo.progress import ProgressBoard, clip_fraction
+
+# The trainer's metrics the RESULT line carries, each the mean over the run's iterations (when the trainer gave it).
+DRIFT_KEYS = ("train_rollout_logprob_abs_diff", "mismatch_k3_kl", "ess_ratio", "pg_clipfrac", "tis_clipfrac",
+              "entropy", "ref_kl", "grad_norm")  # fmt: skip
 
 
 def mean_rewards(board: ProgressBoard) -> tuple[float, float]:
@@ -25,7 +29,8 @@ def mean_rewards(board: ProgressBoard) -> tuple[float, float]:
 def result_line(
     board: ProgressBoard, *, mode: str, engine_busy_fraction: float, busy_s: float, wall_s: float, **counts: Any
 ) -> str:
-    """``RESULT {...}`` with iterations, rewards, engine_busy_fraction and the sample counts (0 unless given)."""
+    """``RESULT {...}`` with iterations, rewards, engine_busy_fraction, the trainer's drift metrics (run means)
+    and the sample counts (0 unless given)."""
     first, last = mean_rewards(board)
     figures: dict[str, Any] = {
         "mode": mode,
@@ -40,6 +45,20 @@ def result_line(
         "samples_dropped_stale": 0,
         "samples_retried": 0,
         "samples_lost": 0,
+        **drift_means(board),
         **counts,
     }
     return "RESULT " + json.dumps(figures, sort_keys=False)
+
+
+def drift_means(board: ProgressBoard) -> dict[str, float]:
+    """The mean of each of DRIFT_KEYS over the iterations that reported it."""
+    means: dict[str, float] = {}
+    for key in DRIFT_KEYS:
+        values = [r.metrics[key] for r in board.history if key in r.metrics]
+        if values:
+            means[key] = round(sum(values) / len(values), 6)
+    clipped = [c for c in (clip_fraction(r.metrics) for r in board.history) if c is not None]
+    if clipped:
+        means["clipfrac"] = round(sum(clipped) / len(clipped), 6)
+    return means

@@ -23,13 +23,13 @@ import logging
 import time
 from typing import Any
 
-from actors.rollout.advantages import balanced_ranges, group_advantages
+from actors.rollout.advantages import balanced_ranges, informative_groups
 from actors.rollout.busy_clock import BusyClock
-from actors.rollout.executor import RolloutExecutor
+from actors.rollout.executor import RolloutExecutor, training_fields
 from actors.rollout.partial_rollout import generate_sample
 from actors.rollout.router_client import Completion
 from actors.rollout.samples import GroupRecord, SampleBuffer
-from actors.rollout.staleness import OnStale, StalenessBound
+from actors.rollout.staleness import OnStale, StalenessBound, version_number
 from actors.rollout.tasks import make_prompts
 from runtime import method, put
 
@@ -54,7 +54,10 @@ class AsyncRolloutExecutor(RolloutExecutor):
         self._version = 0
         self._taken_groups = 0
         self._position, self._taken_ids = 0, set[int]()  # the data position (data_position())
-        self._counts = {"samples_retried": 0, "samples_resumed": 0, "samples_lost": 0, "groups_generated": 0}
+        self._counts = {"samples_retried": 0, "samples_resumed": 0, "samples_lost": 0, "groups_generated": 0,
+                        "groups_filtered": 0}  # fmt: skip
+        self.dynamic_sampling = False
+        self.mask_offpolicy_in_partial_rollout = False
         self._lost_errors: list[str] = []
         self._started_at = 0.0
 
@@ -62,9 +65,10 @@ class AsyncRolloutExecutor(RolloutExecutor):
 
     async def start_producer(
         self, groups_per_batch: int, samples_per_prompt: int, target_len: int = 4, data_seed: int = 0,
-        max_staleness: int = 1, on_stale: OnStale = "drop", partial_rollout: bool = True,
+        max_staleness: int = 1, on_stale: OnStale = "wait", partial_rollout: bool = True,
         max_buffered_groups: int | None = None, next_group: int = 0, version: int = 0,
-        skip_groups: list[int] | None = None,
+        skip_groups: list[int] | None = None, dynamic_sampling: bool = False,
+        mask_offpolicy_in_partial_rollout: bool = False,
     ) -> dict[str, Any]:  # fmt: skip
         """Start generating groups ``next_group, next_group + 1, ...`` but ``skip_groups`` (the data position, as
         ``async_stats()["data_position"]`` gives it) with the engines at
@@ -80,6 +84,8 @@ class AsyncRolloutExecutor(RolloutExecutor):
                              f"{groups_per_batch}, {samples_per_prompt}")  # fmt: skip
         self.bound = self.buffer.bound = StalenessBound(max_staleness, on_stale)
         self.partial_rollout = partial_rollout
+        self.dynamic_sampling = dynamic_sampling
+        self.mask_offpolicy_in_partial_rollout = mask_offpolicy_in_partial_rollout
         self.groups_per_batch, self.samples_per_prompt = groups_per_batch, samples_per_prompt
         self.target_len, self.data_seed = target_len, data_seed
         self._next_group, self._version, self._taken_groups = next_group, version, version * groups_per_batch
@@ -104,12 +110,16 @@ class AsyncRolloutExecutor(RolloutExecutor):
             self._batch_wake.clear()
             await _wait(self._batch_wake, min(1.0, deadline - time.monotonic()))
         self._taken_groups += len(groups)
-        self._taken_ids.update(g.group_id for g in groups)
+        self._consumed([g.group_id for g in groups])
+        self._poke()
+        return self._batch(groups, current_version)
+
+    def _consumed(self, group_ids: list[int]) -> None:
+        """These groups are done with (trained, or filtered out): the data position moves past them."""
+        self._taken_ids.update(group_ids)
         while self._position in self._taken_ids:
             self._taken_ids.discard(self._position)
             self._position += 1
-        self._poke()
-        return self._batch(groups, current_version)
 
     @method(control_plane=True)
     def updating_weights(self) -> None:
@@ -228,6 +238,10 @@ class AsyncRolloutExecutor(RolloutExecutor):
         self._counts["samples_retried"] += sum(1 for s in samples if s.resent)
         self._counts["samples_resumed"] += sum(1 for s in samples if s.resumed)
         self._counts["groups_generated"] += 1
+        if self.dynamic_sampling and not informative_groups(rewards, n)[0]:
+            self._counts["groups_filtered"] += 1  # the producer starts another group in its place
+            self._consumed([group_id])
+            return
         self.buffer.put(GroupRecord(group_id, prompt_ids, samples, rewards))
 
     def _batch(self, groups: list[GroupRecord], current_version: int) -> dict[str, Any]:
@@ -236,7 +250,7 @@ class AsyncRolloutExecutor(RolloutExecutor):
         rewards = [r for g in groups for r in g.rewards]
         completions = [Completion(s.output_ids, s.logprobs, s.finish_reason, s.token_versions[-1] if s.token_versions
                                   else None, s.requests) for s in samples]  # fmt: skip
-        advantages = group_advantages(rewards, n, normalize_std=self.normalize_std)
+        advantages = self._advantages(rewards, n, [len(s.output_ids) for s in samples])
         prompt_ids = [g.prompt_ids for g in groups]
         stats = {
             **self.async_stats(),
@@ -251,11 +265,25 @@ class AsyncRolloutExecutor(RolloutExecutor):
         shards = []
         for rank, rows in enumerate(balanced_ranges(len(samples), self.dp_size)):
             shard = self._shard(rows, n, prompt_ids, completions, rewards, advantages)
+            if self.mask_offpolicy_in_partial_rollout:
+                shard["loss_mask"] = [newest_version_mask(mask, samples[i].token_versions)
+                                      for mask, i in zip(shard["loss_mask"], rows, strict=True)]  # fmt: skip
             shard["token_weight_versions"] = [samples[i].token_versions for i in rows]
+            shard["version_lags"] = [[current_version - version_number(v) for v in samples[i].token_versions]
+                                     for i in rows]  # fmt: skip
             shard["group_ids"] = [groups[i // n].group_id for i in rows]
-            shards.append(put({**shard, "dp_rank": rank, "dp_size": self.dp_size, "stats": stats}))
+            shards.append(put({**shard, **training_fields(self.sampling_params), "dp_rank": rank,
+                               "dp_size": self.dp_size, "stats": stats}))  # fmt: skip
         self._last_stats = stats
         return {"shards": shards, "stats": stats}
+
+
+def newest_version_mask(loss_mask: list[int], versions: list[str]) -> list[int]:
+    """``loss_mask`` with 0 on the response tokens (the last ``len(versions)``) not made by the newest version."""
+    if not versions:
+        return loss_mask
+    start = len(loss_mask) - len(versions)
+    return loss_mask[:start] + [m if v == versions[-1] else 0 for m, v in zip(loss_mask[start:], versions, strict=True)]
 
 
 async def _wait(event: asyncio.Event, timeout_s: float) -> None:

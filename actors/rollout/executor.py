@@ -29,12 +29,24 @@ import aiohttp
 
 from actors.dashboard.recorder import DashboardRecorder
 from actors.dashboard.rollout_records import record_rollout
-from actors.rollout.advantages import balanced_ranges, group_advantages
+from actors.rollout.advantages import ESTIMATORS, Estimator, balanced_ranges, compute_advantages
 from actors.rollout.router_client import Completion, generate_once
 from actors.tokenizer import tokenizer_for
 from runtime import ActorHandle, get_actor, method, metrics, put
 
 logger = logging.getLogger(__name__)
+
+
+def logprob_temperature(params: dict[str, Any]) -> float:
+    """The temperature the engines' logprobs are at: the sampling temperature; 1 for greedy requests (SGLang
+    reports a greedy request's logprobs at temperature 1)."""
+    temperature = float(params.get("temperature", 1.0))
+    return 1.0 if temperature <= 1e-6 or params.get("top_k") == 1 else temperature
+
+
+def training_fields(params: dict[str, Any]) -> dict[str, Any]:
+    """What every shard tells the trainer about sampling: the logprobs' temperature and the parameters."""
+    return {"temperature": logprob_temperature(params), "sampling_params": dict(params)}
 
 
 def load_function(path: str) -> Callable[..., Any]:
@@ -73,13 +85,18 @@ class RolloutExecutor:
         normalize_std: bool = True,
         model_path: str | None = None,
         dashboard_name: str | None = None,
+        advantage_estimator: Estimator | None = None,
+        whiten_advantages: bool = False,
     ) -> None:
         """``router_url``, ``controller`` (an InferenceController handle, asked for its router URL) or
         ``controller_name`` (its actor name, looked up with runtime.get_actor on first use: for hosts.toml).
         ``seed``: sample ``i`` of a call gets ``sampling_seed = seed + i`` (reproducible sampling).
         ``retry_deadline_s``: how long one sample is retried on transient failures. ``model_path``: the
         Hugging Face directory whose tokenizer encodes text prompts (default: the byte tokenizer).
-        ``dashboard_name``: the dashboard collector's actor name (default: ``MILES_DASHBOARD``; none: no recording)."""
+        ``dashboard_name``: the dashboard collector's actor name (default: ``MILES_DASHBOARD``; none: no recording).
+        ``advantage_estimator``: grpo, dr_grpo, rloo, reinforce_plus_plus or reinforce_plus_plus_baseline
+        (actors/rollout/advantages.py; default: grpo, or dr_grpo with ``normalize_std=False``);
+        ``whiten_advantages``: whiten them over the whole batch's tokens (every data-parallel rank's)."""
         if sum(x is not None for x in (router_url, controller, controller_name)) != 1:
             raise ValueError("give exactly one of router_url, controller or controller_name")
         if dp_size < 1 or max_concurrency < 1:
@@ -96,6 +113,10 @@ class RolloutExecutor:
         self.retry_deadline_s = retry_deadline_s
         self.seed = seed
         self.normalize_std = normalize_std
+        self.estimator: Estimator = advantage_estimator or ("grpo" if normalize_std else "dr_grpo")
+        if self.estimator not in ESTIMATORS:
+            raise ValueError(f"advantage_estimator {self.estimator!r} is not one of {list(ESTIMATORS)}")
+        self.whiten_advantages = whiten_advantages
         self.model_path = model_path
         self.tokenizer = tokenizer_for(model_path)
         self._session: aiohttp.ClientSession | None = None
@@ -113,7 +134,8 @@ class RolloutExecutor:
     ) -> dict[str, Any]:
         """Sample ``n_samples_per_prompt`` completions per prompt, score them, and return
         ``{"shards": [ObjectRef per DP rank], "stats": {...}}``; each shard is a dict of per-sample lists
-        (tokens, loss_mask, advantages, rewards, prompt_index, sample_index, rollout_logprobs, ...) plus stats.
+        (tokens, loss_mask, advantages, rewards, prompt_index, sample_index, rollout_logprobs, ...) plus stats and,
+        for the trainer, the logprobs' ``temperature`` and the ``sampling_params``.
         ``step``: the training step the dashboard files these samples under (default: this call's number, from 1)."""
         if not prompts or n_samples_per_prompt < 1:
             raise ValueError(f"need prompts and n_samples_per_prompt >= 1, got {len(prompts)}, {n_samples_per_prompt}")
@@ -157,7 +179,7 @@ class RolloutExecutor:
             await self._score(prompt_ids[i // n_samples_per_prompt], c.output_ids, prompts[i // n_samples_per_prompt])
             for i, c in enumerate(completions)
         ]
-        advantages = group_advantages(rewards, n_samples_per_prompt, normalize_std=self.normalize_std)
+        advantages = self._advantages(rewards, n_samples_per_prompt, [len(c.output_ids) for c in completions])
         generated = sum(len(c.output_ids) for c in completions)
         stats = {
             "prompts": len(prompts),
@@ -172,7 +194,8 @@ class RolloutExecutor:
         shards = []
         for rank, rows in enumerate(balanced_ranges(total, self.dp_size)):
             shard = self._shard(rows, n_samples_per_prompt, prompt_ids, completions, rewards, advantages)
-            shards.append(put({**shard, "dp_rank": rank, "dp_size": self.dp_size, "stats": stats, "step": self._step}))
+            shards.append(put({**shard, **training_fields(params), "dp_rank": rank, "dp_size": self.dp_size,
+                               "stats": stats, "step": self._step}))  # fmt: skip
         self._last_stats = stats
         record_rollout(self._recorder, step=self._step, prompts=prompts, prompt_ids=prompt_ids,
                        completions=completions, rewards=rewards, advantages=advantages, latencies=latencies,
@@ -187,6 +210,11 @@ class RolloutExecutor:
         return {"shards": shards, "stats": stats}
 
     @method(control_plane=True)
+    def sampling_settings(self) -> dict[str, Any]:
+        """The sampling parameters every request uses (the job checks them against the trainer's objective)."""
+        return dict(self.sampling_params)
+
+    @method(control_plane=True)
     def last_stats(self) -> dict[str, Any]:
         """Summary of the latest generate() call."""
         return dict(self._last_stats)
@@ -198,6 +226,10 @@ class RolloutExecutor:
             self._session = None
 
     # ---- internals --------------------------------------------------------------------------------------
+
+    def _advantages(self, rewards: list[float], group: int, lengths: list[int]) -> list[float]:
+        return compute_advantages(rewards, group, estimator=self.estimator, response_lengths=lengths,
+                                  whiten=self.whiten_advantages)  # fmt: skip
 
     def _client(self) -> aiohttp.ClientSession:
         if self._session is None or self._session.closed:

@@ -3,7 +3,8 @@
 Public surface::
 
     Trainer(*, rank, world_size, master_addr, master_port, config)
-        .train_step(tokens, loss_mask, advantages) -> metrics       (collective)
+        .train_step(tokens, loss_mask, advantages, *, rollout_logprobs=, version_lags=, temperature=)
+            -> loss, grad_norm, tokens, step and the objective's metrics   (collective)
         .forward_logprobs(tokens) / .forward_logits(tokens)          (collective over TP)
         .export_hf_weights() -> [(hf_name, tensor)]                  (collective over TP)
         .save_hf_checkpoint(path) -> path                            (collective; an HF directory)
@@ -12,7 +13,8 @@ Public surface::
         .weights_digest() / .optimizer_digest() / .optimizer_kind / .health() / .close()
     TrainerActor: the same, as an actor (health and layout on the control lane)
     TrainerGroup.spawn(world_size=, config=): N ranks as actors; train_step shards the batch over DP ranks
-    TrainerConfig (model_path: a Hugging Face directory to train), ParallelConfig, OptimizerConfig
+    TrainerConfig (model_path: a Hugging Face directory to train), ParallelConfig, OptimizerConfig,
+    ObjectiveConfig (the RL objective: actors/trainer/objectives.py)
     init_distributed(...), teardown_parallel(), dp_shard_bounds(count, dp_rank=, dp_size=)
     errors: TrainerError, BatchRejected, TrainerFailed, CheckpointError, WeightPushError
 """
@@ -24,6 +26,7 @@ from typing import TYPE_CHECKING
 from actors.lazy_exports import lazy_getattr
 from actors.trainer.config import OptimizerConfig, ParallelConfig, TrainerConfig
 from actors.trainer.errors import BatchRejected, CheckpointError, TrainerError, TrainerFailed, WeightPushError
+from actors.trainer.objective_config import ObjectiveConfig
 
 if TYPE_CHECKING:
     from actors.trainer.actor import TrainerActor
@@ -49,6 +52,7 @@ __getattr__ = lazy_getattr(__name__, _LAZY)
 __all__ = [
     "BatchRejected",
     "CheckpointError",
+    "ObjectiveConfig",
     "OptimizerConfig",
     "ParallelConfig",
     "Trainer",

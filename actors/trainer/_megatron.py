@@ -23,6 +23,7 @@ with warnings.catch_warnings():
     from megatron.core.optimizer import OptimizerConfig as MegatronOptimizerConfig
     from megatron.core.tensor_parallel import param_is_not_tensor_parallel_duplicate
     from megatron.core.tensor_parallel import random as mcore_random
+    from megatron.core.tensor_parallel.mappings import reduce_from_tensor_model_parallel_region
     from megatron.core.transformer.dot_product_attention import DotProductAttention
     from megatron.core.transformer.spec_utils import ModuleSpec
     from megatron.core.transformer.transformer_config import TransformerConfig
@@ -43,4 +44,5 @@ __all__ = [
     "mcore_random",
     "parallel_state",
     "param_is_not_tensor_parallel_duplicate",
+    "reduce_from_tensor_model_parallel_region",
 ]

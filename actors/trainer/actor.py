@@ -16,7 +16,8 @@ from torch import Tensor
 from actors.dashboard.host_usage import host_usage
 from actors.dashboard.recorder import DashboardRecorder
 from actors.trainer.config import TrainerConfig
-from actors.trainer.errors import WeightPushError
+from actors.trainer.errors import BatchRejected, WeightPushError
+from actors.trainer.objective_config import off_policy_problems
 from actors.trainer.trainer import HealthValue, Trainer
 from actors.trainer.weights_collective import push_over_refs
 from runtime import ActorHandle, ObjectRef, method, metrics
@@ -44,19 +45,35 @@ class TrainerActor(Trainer):
         self._recorder = DashboardRecorder(dashboard_name, source=f"trainer-{rank}")
 
     def train_shard(self, shard: ObjectRef) -> dict[str, float]:
-        """``train_step`` on a rollout shard fetched from its owner (a dict with tokens, loss_mask, advantages)."""
+        """``train_step`` on a rollout shard fetched from its owner: a dict with tokens, loss_mask, advantages and,
+        from the rollout executors, rollout_logprobs, version_lags, temperature and sampling_params."""
         started = time.perf_counter()
         data = shard.get(timeout=self._config.collective_timeout_s)
-        result = self.train_step(data["tokens"], data["loss_mask"], data["advantages"])
+        sampling = data.get("sampling_params") or {}
+        problems = off_policy_problems(self._config.objective, max_staleness=0, partial_rollout=False,
+                                       sampling_params=sampling)  # fmt: skip
+        if problems:  # every rank sees the same parameters: all refuse before any collective
+            raise BatchRejected(f"rank {self.layout.rank}: {problems[0]}")
+        steps_before = self.step
+        result = self.train_step(
+            data["tokens"], data["loss_mask"], data["advantages"], rollout_logprobs=data.get("rollout_logprobs"),
+            version_lags=data.get("version_lags"), temperature=float(data.get("temperature", 1.0)),
+        )  # fmt: skip
         _LOSS.set(result["loss"])
-        _STEPS.inc()
+        _STEPS.inc(self.step - steps_before)
         _TOKENS.inc(result["tokens"])
+        extra = {k: v for k, v in result.items() if k not in ("loss", "tokens", "step", "step_time_s")}
         self._recorder.record("steps", {
             "step": data.get("step", self.step), "source": "trainer", "rank": self.layout.rank,
             "dp_rank": self.layout.dp_rank, "train_step": self.step, "loss": result["loss"],
-            "tokens": result["tokens"], "train_s": time.perf_counter() - started, "cpu": host_usage(),
+            "tokens": result["tokens"], "train_s": time.perf_counter() - started, "cpu": host_usage(), **extra,
         })  # fmt: skip
         return result
+
+    @method(control_plane=True)
+    def objective(self) -> dict[str, Any]:
+        """The trainer's objective settings (ObjectiveConfig as a dict), for the job's start-up checks."""
+        return self._config.objective.model_dump()
 
     def push_weights_over_refs(
         self,

@@ -6,6 +6,8 @@ Conventions (same for lists and tensors):
 - ``loss_mask``: per token, aligned with ``tokens``; 1 where the token was produced by the policy and
   should be trained on. The first token is never predicted, so its entry is ignored. ``None``: all.
 - ``advantages``: one float per sequence, or one per token (aligned with ``tokens`` like the mask).
+- per-token values of the response (the engines' logprobs, weight-version lags): aligned with the *last* tokens of
+  each sequence (:func:`pack_tail_values`), kept in ``PackedBatch.extras``.
 
 Targets are ``tokens[:, 1:]``, so the packed mask and advantages have ``s - 1`` columns.
 """
@@ -14,7 +16,7 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 
 import torch
 from torch import Tensor
@@ -31,6 +33,7 @@ class PackedBatch:
     tokens: Tensor  # [b, s] int64
     mask: Tensor  # [b, s - 1] float32, for targets tokens[:, 1:]
     advantages: Tensor  # [b, s - 1] float32
+    extras: dict[str, Tensor] = field(default_factory=dict)  # [b, s - 1] each, aligned with mask
 
     @property
     def size(self) -> int:
@@ -45,9 +48,18 @@ class PackedBatch:
         mask = self.mask[start:stop]
         used = (mask != 0).any(dim=0).nonzero()
         width = int(used[-1]) + 2 if used.numel() else 2
+        extras = {name: value[start:stop, : width - 1] for name, value in self.extras.items()}
         return PackedBatch(
-            self.tokens[start:stop, :width], mask[:, : width - 1], self.advantages[start:stop, : width - 1]
+            self.tokens[start:stop, :width], mask[:, : width - 1], self.advantages[start:stop, : width - 1], extras
         )
+
+    def with_extras(self, **extras: Tensor) -> PackedBatch:
+        return replace(self, extras={**self.extras, **extras})
+
+    def parts(self, count: int) -> list[PackedBatch]:
+        """``count`` consecutive row ranges of near-equal size: the mini-batches of one rollout batch."""
+        bounds = [dp_shard_bounds(self.size, dp_rank=index, dp_size=count) for index in range(count)]
+        return [self.rows(start, stop) for start, stop in bounds]
 
     def micro_batches(self, size: int | None) -> list[PackedBatch]:
         """Consecutive groups of ``size`` rows (all rows when None) that have masked tokens; TP peers hold
@@ -136,6 +148,30 @@ def _aligned(name: str, value: FloatRows, lengths: list[int]) -> list[Tensor]:
         if len(row) < n or (exact and len(row) != n):
             raise ValueError(f"{name}[{index}] has {len(row)} values for a sequence of {n} tokens")
     return [row[:n] for row, n in zip(rows, lengths, strict=True)]
+
+
+def pack_tail_values(name: str, rows: Sequence[Sequence[float]], packed: PackedBatch) -> Tensor:
+    """Per-token values of each response as a [b, s - 1] tensor aligned with ``packed.mask``: row ``i``'s values
+    belong to the tokens of sequence ``i`` that end at its last trained one, and must cover all its trained ones."""
+    if len(rows) != packed.size:
+        raise ValueError(f"{name} has {len(rows)} rows for {packed.size} sequences")
+    out = torch.zeros_like(packed.mask)
+    for index, row in enumerate(rows):
+        values = torch.as_tensor(list(row), dtype=torch.float32)
+        trained = packed.mask[index].nonzero()
+        if not trained.numel():
+            continue
+        end = int(trained[-1]) + 1
+        start = end - values.numel()
+        if start < 0 or int(trained[0]) < start:
+            raise ValueError(
+                f"{name}[{index}] has {values.numel()} values for a response of {end - int(trained[0])} trained "
+                "tokens: one per generated token is needed"
+            )
+        out[index, start:end] = values
+    if not torch.isfinite(out).all():
+        raise ValueError(f"{name} contains NaN or infinity")
+    return out
 
 
 def dp_shard_bounds(count: int, *, dp_rank: int, dp_size: int) -> tuple[int, int]:

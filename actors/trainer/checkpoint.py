@@ -3,7 +3,8 @@
 Layout of a checkpoint directory (must be on a filesystem every rank can reach)::
 
     metadata.json        format, step, TP size, optimizer kind, the ModelConfig; present once every file is written
-    tp000.pt, tp001.pt   {"step", "model": {megatron name: tensor}, "optimizer": its state (None when per DP rank)}
+    tp000.pt, tp001.pt   {"step", "model": {megatron name: tensor}, "optimizer": its state (None when per DP rank),
+                          "reference": the reference model's weights (actors/trainer/reference.py), when kept}
     tp000_dp001.optim.pt with Megatron's distributed optimizer only: each rank's own optimizer shard
 
 DP replicas hold identical weights, so only DP rank 0 of each TP rank writes them, and a checkpoint loads
@@ -30,6 +31,7 @@ from actors.model_config import ModelConfig
 from actors.trainer.distributed import ParallelLayout, all_ok
 from actors.trainer.errors import CheckpointError
 from actors.trainer.optimizer import TrainerOptimizer
+from actors.trainer.reference import ReferenceWeights
 
 logger = logging.getLogger(__name__)
 
@@ -60,6 +62,7 @@ def save(
     params: dict[str, torch.Tensor],
     optimizer: TrainerOptimizer,
     step: int,
+    reference: ReferenceWeights | None = None,
 ) -> None:
     """Write this rank's share of a checkpoint; returns once the whole checkpoint is complete."""
     error = ""
@@ -83,6 +86,8 @@ def save(
                 "model": {name: p.detach().cpu().clone() for name, p in params.items()},
                 "optimizer": None if optimizer.dp_sharded else optimizer_state,
             }
+            if reference is not None:
+                state["reference"] = reference.tensors
             _atomic_save(state, target)
     except OSError as exc:
         error = f"cannot write {target}: {exc}"
@@ -112,8 +117,10 @@ def load(
     model_config: ModelConfig,
     params: dict[str, torch.Tensor],
     optimizer: TrainerOptimizer,
+    reference: ReferenceWeights | None = None,
 ) -> int:
-    """Restore weights and optimizer state in place; returns the checkpoint's step."""
+    """Restore weights, optimizer state and the reference model (when both keep one) in place; returns the step.
+    A checkpoint without a reference model leaves ``reference`` at the initial weights it was built from."""
     error = ""
     state: dict[str, Any] = {}
     try:
@@ -125,6 +132,8 @@ def load(
         for name, param in params.items():
             param.copy_(state["model"][name].to(param.device))
     optimizer.load_state_dict(state["optimizer"])
+    if reference is not None and state.get("reference") is not None:
+        reference.load(state["reference"])
     logger.info("rank %d loaded checkpoint step %d from %s", layout.rank, state["step"], directory)
     return int(state["step"])
 

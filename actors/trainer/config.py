@@ -10,6 +10,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from actors.model_config import ModelConfig
+from actors.trainer.objective_config import ObjectiveConfig
 
 Backend = Literal["auto", "gloo", "nccl"]
 
@@ -102,6 +103,11 @@ class TrainerConfig(BaseModel):
     )
     cpu_threads: int | None = Field(
         default=None, gt=0, description="torch.set_num_threads for this rank's process; None leaves it."
+    )
+    objective: ObjectiveConfig = Field(
+        default=ObjectiveConfig(),
+        description="The RL objective (actors/trainer/objective_config.py): policy loss, off-policy correction, "
+        "aggregation, KL to the reference model, entropy, steps per rollout batch.",
     )
 
     @model_validator(mode="before")

@@ -14,6 +14,7 @@ from typing import Any
 
 from actors.processes import free_port
 from actors.trainer.config import TrainerConfig
+from actors.trainer.objective_config import ObjectiveConfig
 from runtime import ActorError, ActorGroup, ActorHandle, spawn_many
 
 TRAINER_CLASS = "actors.trainer.actor:TrainerActor"
@@ -93,12 +94,18 @@ class TrainerGroup:
         loss_mask: Sequence[Sequence[float]] | None,
         advantages: Sequence[float] | Sequence[Sequence[float]],
         *,
+        rollout_logprobs: Sequence[Sequence[float]] | None = None,
+        version_lags: Sequence[Sequence[int]] | None = None,
+        temperature: float = 1.0,
         timeout_s: float = 600.0,
     ) -> dict[str, float]:
-        """One optimizer step on the whole batch; returns rank 0's metrics (the loss is global)."""
+        """Train on the whole rollout batch (Trainer.train_step on each rank's shard); returns rank 0's metrics
+        (they are global)."""
         per_rank = [
             {"tokens": self._shard(tokens, lay["dp_rank"]), "loss_mask": self._shard(loss_mask, lay["dp_rank"]),
-             "advantages": self._shard(advantages, lay["dp_rank"])}
+             "advantages": self._shard(advantages, lay["dp_rank"]),
+             "rollout_logprobs": self._shard(rollout_logprobs, lay["dp_rank"]),
+             "version_lags": self._shard(version_lags, lay["dp_rank"]), "temperature": temperature}
             for lay in self.layouts
         ]  # fmt: skip
         return self._collect("train_step", per_rank, timeout_s)[0]
@@ -126,6 +133,10 @@ class TrainerGroup:
 
     def export_hf_weights(self) -> list[tuple[str, Any]]:
         return self.broadcast("export_hf_weights")[0]
+
+    def objective(self) -> ObjectiveConfig:
+        """The objective the ranks train with (rank 0's; every rank has the same config)."""
+        return ObjectiveConfig.model_validate(self.handles[0].objective().result(timeout=30))
 
     def health(self) -> list[dict[str, Any]]:
         return self.ranks.health().result(timeout=10)

@@ -18,6 +18,7 @@ from __future__ import annotations
 import dataclasses
 
 import torch
+import torch.distributed as dist
 import torch.nn.functional as F
 from torch import Tensor
 
@@ -30,6 +31,7 @@ from actors.trainer._megatron import (
     RotaryEmbedding,
     TransformerConfig,
     get_gpt_layer_local_spec,
+    reduce_from_tensor_model_parallel_region,
 )
 
 
@@ -160,3 +162,45 @@ def token_logprobs(gpt: GPTModel, tokens: Tensor) -> Tensor:
     inputs = tokens[:, :-1]
     losses = gpt(inputs, position_ids(inputs), None, labels=tokens[:, 1:])
     return -losses
+
+
+def logprobs_and_entropy(
+    gpt: GPTModel,
+    tokens: Tensor,
+    *,
+    temperature: float = 1.0,
+    with_entropy: bool = False,
+    tp_group: dist.ProcessGroup | None = None,
+    tp_rank: int = 0,
+    tp_size: int = 1,
+) -> tuple[Tensor, Tensor | None]:
+    """log p(tokens[:, t] | tokens[:, :t]) at ``temperature`` (the engines' sampling temperature), and with
+    ``with_entropy`` the entropy of each position's distribution; [b, s - 1] each, differentiable, TP-aware.
+
+    At temperature 1 without entropy this is :func:`token_logprobs`; otherwise the vocab-parallel log-softmax
+    is computed here from the local logits (max, sum of exponentials and the target's logit reduced over TP).
+    """
+    if temperature == 1.0 and not with_entropy:
+        return token_logprobs(gpt, tokens), None
+    inputs, targets = tokens[:, :-1], tokens[:, 1:]
+    logits = gpt(inputs, position_ids(inputs), None).float() / temperature  # [b, s - 1, vocab / tp]
+
+    def tp_sum(value: Tensor) -> Tensor:  # all-reduce forward, identity backward (every TP rank has the same loss)
+        return value if tp_size == 1 else reduce_from_tensor_model_parallel_region(value, group=tp_group)
+
+    peak = logits.detach().max(dim=-1, keepdim=True).values
+    if tp_size > 1:
+        dist.all_reduce(peak, op=dist.ReduceOp.MAX, group=tp_group)
+    shifted = logits - peak
+    exp = shifted.exp()
+    sum_exp = tp_sum(exp.sum(dim=-1, keepdim=True))
+    local_vocab = logits.shape[-1]
+    local_targets = targets - tp_rank * local_vocab
+    inside = (local_targets >= 0) & (local_targets < local_vocab)
+    picked = shifted.gather(-1, local_targets.clamp(0, local_vocab - 1).unsqueeze(-1)).squeeze(-1) * inside
+    log_z = sum_exp.log().squeeze(-1)
+    logprobs = tp_sum(picked) - log_z
+    if not with_entropy:
+        return logprobs, None
+    expected_logit = tp_sum((exp / sum_exp * shifted).sum(dim=-1))
+    return logprobs, log_z - expected_logit

@@ -35,8 +35,9 @@ from actors.trainer.distributed import (
 )
 from actors.trainer.errors import BatchRejected, CheckpointError, TrainerError, WeightPushError
 from actors.trainer.hf_export import export_hf
-from actors.trainer.loss import policy_gradient_loss_sum
 from actors.trainer.optimizer import OptimizerKind, build_optimizer, choose_optimizer, state_pairs
+from actors.trainer.policy_update import PolicyUpdate
+from actors.trainer.rollout_extras import RolloutExtras, attach_extras
 from actors.trainer.run_guard import RunGuard
 from actors.trainer.weights_push import push_over_group, push_to_engines
 
@@ -89,6 +90,10 @@ class Trainer:
                 self._hf_dtypes = hf_checkpoint.load(config.model_path, self._named, config.model, self._layout)
             # After loading: Megatron's DDP moves the parameters into its buffers, keeping their values.
             self._optimizer = build_optimizer(kind, self._model, config.optimizer, self._layout)
+            self._update = PolicyUpdate(  # after loading: the reference model is the initial weights
+                objective=config.objective, layout=self._layout, optimizer=self._optimizer, model=self._model,
+                named=self._named, micro_batch_size=config.micro_batch_size,
+            )  # fmt: skip
         except BaseException:
             teardown_parallel()
             raise
@@ -113,7 +118,13 @@ class Trainer:
         """Optimizer steps taken (restored by :meth:`load_checkpoint`)."""
         return self._step
 
-    def _pack(self, tokens: TokenRows, loss_mask: FloatRows | None, advantages: Advantages) -> PackedBatch:
+    def _pack(
+        self,
+        tokens: TokenRows,
+        loss_mask: FloatRows | None,
+        advantages: Advantages,
+        extras: RolloutExtras | None = None,
+    ) -> PackedBatch:
         """Pack this rank's shard and agree with every rank that all shards are usable (collective)."""
         layout, model = self._layout, self._config.model
         packed: PackedBatch | None = None
@@ -126,7 +137,10 @@ class Trainer:
                 vocab_size=model.vocab_size,
                 max_length=model.max_position_embeddings,
             )
+            if extras is not None:  # a training batch (not a forward pass)
+                packed = attach_extras(packed, extras, self._config.objective)
         except (ValueError, TypeError) as exc:
+            packed = None
             error = str(exc)
         mismatch = 0
         if layout.tp_size > 1:  # TP peers must see the very same shard
@@ -143,46 +157,36 @@ class Trainer:
         assert packed is not None
         return packed
 
-    def train_step(self, tokens: TokenRows, loss_mask: FloatRows | None, advantages: Advantages) -> dict[str, float]:
-        """One optimizer step on this rank's shard (collective; every DP rank passes its own shard, TP
-        peers the same one). Loss: ``-advantage * log pi(token)``, mean over the masked tokens of all DP
-        ranks. Returns ``loss`` (before the update), ``grad_norm`` (before clipping), ``tokens`` (global
-        masked tokens), ``step_time_s`` and ``step`` (after). See :mod:`actors.trainer.batch` for shapes.
+    def train_step(
+        self,
+        tokens: TokenRows,
+        loss_mask: FloatRows | None,
+        advantages: Advantages,
+        *,
+        rollout_logprobs: FloatRows | None = None,
+        version_lags: FloatRows | None = None,
+        temperature: float = 1.0,
+    ) -> dict[str, float]:
+        """Train on this rank's shard of one rollout batch (collective; every DP rank passes its own shard, TP
+        peers the same one): ``config.objective.num_steps_per_rollout`` optimizer steps with the objective of
+        :mod:`actors.trainer.objectives`, logprobs at the engines' sampling ``temperature``. ``rollout_logprobs``
+        (the engines' logprobs) and ``version_lags`` (weight versions behind this trainer) hold one value per
+        generated token of each sample. Returns ``loss`` (before the update), ``grad_norm`` (before clipping),
+        ``tokens`` (global masked tokens), ``step_time_s``, ``step`` (after) and the objective's metrics
+        (``train_rollout_logprob_abs_diff``, ``ess_ratio``, ``pg_clipfrac``, ``entropy``, ...). See
+        :mod:`actors.trainer.batch` for shapes.
         """
         with self._guard.running("train_step"):
             started = time.perf_counter()
-            layout = self._layout
-            packed = self._pack(tokens, loss_mask, advantages)
-            counts = torch.tensor([packed.masked_tokens], dtype=torch.float64, device=layout.device)
-            dist.all_reduce(counts, group=layout.dp_group)
-            global_tokens = float(counts.item())
-            self._optimizer.zero_grad()
-            local_loss = torch.zeros(1, dtype=torch.float64, device=layout.device)
-            micros = packed.micro_batches(self._config.micro_batch_size)
-            for index, micro in enumerate(micros):
-                with self._optimizer.micro_batch(last=index == len(micros) - 1):
-                    loss_sum = self._micro_loss_sum(micro)
-                    (loss_sum / max(global_tokens, 1.0)).backward()
-                local_loss += loss_sum.detach().double()
-            total_loss = self._optimizer.finish_gradients(local_loss)
-            grad_norm = 0.0
-            if global_tokens > 0:
-                grad_norm = self._optimizer.step()
-                self._step += 1
+            extras = RolloutExtras(rollout_logprobs, version_lags, temperature)  # type: ignore[arg-type]
+            packed = self._pack(tokens, loss_mask, advantages, extras)
+            counts = torch.tensor([packed.masked_tokens], dtype=torch.float64, device=self._layout.device)
+            dist.all_reduce(counts, group=self._layout.dp_group)
+            metrics, steps = self._update.step(packed, temperature)
+            self._step += steps
             elapsed = time.perf_counter() - started
             self._last_step_s = elapsed
-            return {
-                "loss": float(total_loss.item()) / max(global_tokens, 1.0),
-                "grad_norm": grad_norm,
-                "tokens": global_tokens,
-                "step_time_s": elapsed,
-                "step": float(self._step),
-            }
-
-    def _micro_loss_sum(self, micro: PackedBatch) -> Tensor:
-        device = self._layout.device
-        logprobs = gpt_model.token_logprobs(self._optimizer.model, micro.tokens.to(device))  # DDP on CUDA
-        return policy_gradient_loss_sum(logprobs, micro.advantages.to(device), micro.mask.to(device))
+            return {**metrics, "tokens": float(counts.item()), "step_time_s": elapsed, "step": float(self._step)}
 
     def forward_logprobs(self, tokens: TokenRows) -> list[Tensor]:
         """log p(token_t | tokens_<t) for t >= 1 of each sequence (collective over TP); CPU tensors."""
@@ -261,6 +265,7 @@ class Trainer:
                 params=self._named,
                 optimizer=self._optimizer,
                 step=self._step,
+                reference=self._update.reference,
             )
             return str(directory)
 
@@ -273,6 +278,7 @@ class Trainer:
                 model_config=self._config.model,
                 params=self._named,
                 optimizer=self._optimizer,
+                reference=self._update.reference,
             )
             return self._step
 

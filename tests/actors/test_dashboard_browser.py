@@ -88,6 +88,9 @@ def test_step_sample_and_token_views_show_the_recorded_run(
         assert shows(texts(browser, "#steps tr.step-row td.loss")[row], sum(losses) / len(losses), 4)
     assert browser.evaluate("document.querySelectorAll('#reward-chart circle.point').length") == ITERATIONS
     assert browser.evaluate("document.querySelectorAll('#loss-chart circle.point').length") == ITERATIONS
+    # the trainer's drift metrics (actors/trainer/objectives.py), one point per step
+    for key in ("train_rollout_logprob_abs_diff", "ess_ratio", "entropy"):
+        assert browser.evaluate(f"document.querySelectorAll('#{key}-chart circle.point').length") == ITERATIONS, key
     browser.screenshot(tmp_path / "steps.png")
 
     browser.evaluate("document.querySelector('#steps tr.step-row[data-step=\"2\"]').click()")

@@ -13,7 +13,10 @@ from tests.e2e.test_demo_job import LAUNCH, ROOT, ROW, left_behind, marked_env
 
 EXAMPLE = ROOT / "examples" / "async-demo.toml"
 KEYS = {"iterations", "reward_first", "reward_last", "engine_busy_fraction", "max_staleness_seen",
-        "samples_dropped_stale", "samples_retried", "samples_lost"}  # fmt: skip
+        "samples_dropped_stale", "samples_retried", "samples_lost",
+        # the trainer's drift metrics (actors/trainer/objectives.py), run means
+        "train_rollout_logprob_abs_diff", "mismatch_k3_kl", "ess_ratio", "tis_clipfrac", "entropy",
+        "grad_norm"}  # fmt: skip
 
 
 def result_of(stdout: str) -> dict:
@@ -38,5 +41,8 @@ def test_async_demo_runs_and_ends_with_its_result_line(tmp_path: Path) -> None:
     assert KEYS <= set(figures) and figures["mode"] == "async" and figures["iterations"] == 4
     assert figures["samples_lost"] == 0 and 0 < figures["engine_busy_fraction"] <= 1
     assert figures["max_staleness_seen"] <= 1  # the example's max_staleness
+    # the engines sample with the trainer's weights, one version behind at most: close, not identical
+    assert 0 <= figures["train_rollout_logprob_abs_diff"] < 1.0 and 0 < figures["ess_ratio"] <= 1.0 + 1e-6
+    assert "[async] objective ppo_clip with use_tis" in result.stdout
     assert "teardown complete" in result.stderr + result.stdout
     assert not left_behind(marker), "processes left behind"

@@ -24,6 +24,9 @@ def config_for(tmp_path: Path, *, resume: bool) -> Path:
     text = re.sub(r"(?m)^iterations = \d+", f"iterations = {ITERATIONS}", EXAMPLE.read_text())
     extra = f'checkpoint_dir = "{tmp_path / "ckpt"}"\ncheckpoint_every = 1\nresume = {str(resume).lower()}\n'
     text = text.replace('in_flight = "finish"\n', 'in_flight = "finish"\n' + extra)
+    # the KL to the reference model as a metric: the reference goes into the checkpoints and comes back on resume
+    text = text.replace("tis_clip = 2.0 }", "tis_clip = 2.0, log_ref_kl = true }")
+    assert "log_ref_kl = true" in text
     text = text.replace('workdir = "../runs/async-demo"', f'workdir = "{tmp_path / "launch"}"')
     text = text.replace('workdir = "../runs/hosts/async-demo"', f'workdir = "{tmp_path / "host"}"')
     text = text.replace('python = "../.venv/bin/python"', f'python = "{sys.executable}"')
@@ -76,5 +79,8 @@ def test_a_dead_trainer_rank_stops_the_run_and_resume_continues_from_its_checkpo
     assert f"trainer step {done} (optimizer state restored)" in resumed.stdout  # one step per iteration
     rows = [int(m.group(1)) for m in map(ROW.match, resumed.stdout.splitlines()) if m]
     assert rows == list(range(done + 1, ITERATIONS + 1)), resumed.stdout
-    assert result_of(resumed.stdout)["samples_lost"] == 0
+    figures = result_of(resumed.stdout)
+    assert figures["samples_lost"] == 0
+    # the resumed run reports the drift metrics, and its weights are `done` steps away from the initial reference
+    assert figures["ref_kl"] > 0 and figures["train_rollout_logprob_abs_diff"] >= 0 and figures["ess_ratio"] > 0
     assert not left_behind(marker), "processes left behind"

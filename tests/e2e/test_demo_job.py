@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import re
 import signal
@@ -87,6 +88,10 @@ def test_demo_reward_rises_and_nothing_is_left(tmp_path: Path) -> None:
     assert (tmp_path / "reward.png").stat().st_size > 10_000
     last = [line for line in result.stdout.splitlines() if line.strip() and not line.startswith("[miles-launch")][-1]
     assert last.startswith("RESULT {") and '"mode": "sync"' in last and '"engine_busy_fraction"' in last, last
+    figures = json.loads(last.removeprefix("RESULT "))
+    # the CPU engines sample with the trainer's own weights at temperature 1: their logprobs are the trainer's
+    # (actors/trainer/objectives.py mismatch metrics), within float error
+    assert figures["train_rollout_logprob_abs_diff"] < 1e-4 and figures["ess_ratio"] == pytest.approx(1.0), figures
     assert "teardown complete" in output
     assert not left_behind(marker), "processes left behind"
 

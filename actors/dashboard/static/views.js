@@ -20,13 +20,32 @@ function cpuText(byHost) {
   return Object.entries(byHost || {}).map(([host, cpu]) => `${host} ${fmt(cpu, 0)}%`).join(", ") || "—";
 }
 
+// The trainer's drift metrics (actors/trainer/objectives.py): charted once a step reports them.
+const DRIFT_CHARTS = [
+  ["train_rollout_logprob_abs_diff", "|logp train - logp rollout| (mismatch)", "#9467bd"],
+  ["mismatch_k3_kl", "k3 KL(rollout || train)", "#8c564b"],
+  ["ess_ratio", "effective sample size ratio", "#2ca02c"],
+  ["tis_clipfrac", "TIS clip fraction", "#ff7f0e"],
+  ["pg_clipfrac", "PPO clip fraction", "#e377c2"],
+  ["entropy", "entropy", "#17becf"],
+  ["ref_kl", "KL to the reference model", "#7f7f7f"],
+  ["grad_norm", "grad norm", "#bcbd22"],
+];
+
+function driftCharts(steps, points) {
+  return DRIFT_CHARTS.filter(([key]) => steps.some((s) => typeof s[key] === "number"))
+    .map(([key, title, color]) => lineChart(title, points(key).filter((p) => typeof p.y === "number"),
+      { color, id: `${key}-chart` }));
+}
+
 function stepsView(steps) {
   const points = (key) => steps.map((s) => ({ x: s.step, y: s[key] }));
   const band = steps.filter((s) => s.reward_min !== null).map((s) => ({ x: s.step, low: s.reward_min,
     high: s.reward_max }));
   const charts = el("div", { class: "charts" },
     lineChart("mean reward (band: min..max)", points("reward_mean"), { band, id: "reward-chart" }),
-    lineChart("policy-gradient loss", points("loss"), { color: "#d62728", id: "loss-chart" }));
+    lineChart("policy-gradient loss", points("loss"), { color: "#d62728", id: "loss-chart" }),
+    ...driftCharts(steps, points));
   const head = el("tr", {}, ...["step", "samples", "reward mean", "reward std", "loss", "rollout s", "train s",
     "gen tok/s", "CPU per host"].map((h) => el("th", {}, h)));
   const rows = steps.map((s) => el("tr", { class: "link step-row", "data-step": s.step,
