@@ -26,6 +26,10 @@ GROUP_SEPARATOR = "@"
 #: Tasks of async methods allowed at once per actor unless the group says otherwise (as in Ray).
 DEFAULT_ASYNC_CONCURRENCY = 1000
 _MAX_WRAPPERS = 8  # how many decorators deep @method options are looked for
+#: A class attribute: True when the class is called through another API's handles that reach every method by
+#: name (runtime.ray_compat's, as Ray's do): its ``_private`` methods are actor methods too (Ray code calls them:
+#: verl's ``_query_dispatch_info``), and names this runtime's handles keep for themselves are not refused.
+CALLED_BY_NAME = "__actor_called_by_name__"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -248,11 +252,14 @@ def class_info(cls: type, groups: tuple[tuple[str, int], ...] = ()) -> ActorClas
     if cls.__init__ is not object.__init__:
         _hints(cls.__init__, cls)  # registers the types of constructor arguments for the wire
     methods: dict[str, MethodInfo] = {}
+    by_name = getattr(cls, CALLED_BY_NAME, False) is True
     for name, function in inspect.getmembers(cls, inspect.isfunction):
-        if name.startswith("_") or isinstance(inspect.getattr_static(cls, name), (staticmethod, classmethod)):
+        private, kind = name.startswith("_"), inspect.getattr_static(cls, name)
+        if (private and (not by_name or name.startswith("__"))) or isinstance(kind, (staticmethod, classmethod)):
             continue  # static and class methods are not actor methods: they have no instance to run on
-        where = f"{class_path(cls)}.{name}"
-        signature = inspect.signature(function)
+        where, signature = f"{class_path(cls)}.{name}", inspect.signature(function)
+        if private and not _takes_self(signature):
+            continue  # a private helper without `self` (called through the class): no actor method
         _check_receiver(where, signature)
         options = _method_options(where, function)
         if options.concurrency_group not in declared:
@@ -271,16 +278,20 @@ def class_info(cls: type, groups: tuple[tuple[str, int], ...] = ()) -> ActorClas
     return ActorClassInfo(cls, class_path(cls), methods, declared)
 
 
+def _takes_self(signature: inspect.Signature) -> bool:
+    first = next(iter(signature.parameters.values()), None)
+    kind = first.kind if first is not None else None
+    named_self = first is not None and first.name == "self" and kind is not inspect.Parameter.KEYWORD_ONLY
+    return kind is inspect.Parameter.VAR_POSITIONAL or named_self
+
+
 def _check_receiver(where: str, signature: inspect.Signature) -> None:
     """Refuse a public function on the class that takes no ``self``: called on the instance, it would get the
     instance as its first argument (or fail on every call)."""
+    if _takes_self(signature):
+        return
     params = list(signature.parameters.values())
     first = params[0] if params else None
-    if first is not None and (
-        first.kind is inspect.Parameter.VAR_POSITIONAL
-        or (first.name == "self" and first.kind is not inspect.Parameter.KEYWORD_ONLY)
-    ):
-        return
     took = f"its first parameter is {first.name!r}" if first is not None else "it takes no parameters"
     name, params = where.rpartition(".")[2], ", ".join(signature.parameters)
     raise ActorDefinitionError(
@@ -376,6 +387,7 @@ def _register_hinted_types(hint: Any) -> None:
 
 
 __all__ = [
+    "CALLED_BY_NAME",
     "DEFAULT_GROUP",
     "GROUP_SEPARATOR",
     "ActorClassInfo",

@@ -12,6 +12,7 @@ over hosts is what hosts.toml pools do. Removing a group kills its actors and gi
 from __future__ import annotations
 
 import contextlib
+import operator
 import os
 from dataclasses import dataclass, field
 from typing import Any
@@ -21,6 +22,13 @@ from runtime.ray_compat.refs import ObjectRef, _done
 from runtime.ray_compat.resources import Ledger, node_id
 
 STRATEGIES = ("PACK", "SPREAD", "STRICT_PACK", "STRICT_SPREAD")
+
+
+class GroupID(str):
+    """A group's id; ``.hex()`` as Ray's PlacementGroupID."""
+
+    def hex(self) -> str:  # type: ignore[override]
+        return str(self)
 
 
 @dataclass(eq=False)
@@ -40,6 +48,9 @@ class PlacementGroup:
     def bundle_count(self) -> int:
         return len(self.bundle_specs)
 
+    def __deepcopy__(self, memo: dict[int, Any]) -> PlacementGroup:
+        return self  # a handle to one reservation (copying verl's worker groups keeps the group they hold)
+
     def ready(self) -> ObjectRef:
         return ObjectRef(future=_done(self), what=f"placement group {self.name or self.id}")
 
@@ -49,9 +60,24 @@ class PlacementGroup:
     def bundle(self, index: int, what: str) -> Ledger:
         if self.removed:
             raise ValueError(f"{what}: placement group {self.name or self.id} was removed")
-        if not isinstance(index, int) or not -1 <= index < self.bundle_count:
+        try:
+            index = operator.index(index)  # a numpy integer too, as Ray takes it
+        except TypeError:
+            index = None
+        if index is None or not -1 <= index < self.bundle_count:
             raise ValueError(f"{what}: placement_group_bundle_index={index!r} is not in -1..{self.bundle_count - 1}")
         return self.bundles[index]
+
+    def table(self) -> dict[str, Any]:
+        """This group as ``ray.util.placement_group_table(pg)`` shows it."""
+        return {
+            "placement_group_id": self.id,
+            "name": self.name,
+            "bundles": {i: dict(spec) for i, spec in enumerate(self.bundle_specs)},
+            "bundles_to_node_id": dict.fromkeys(range(self.bundle_count), node_id()),
+            "strategy": self.strategy,
+            "state": "REMOVED" if self.removed else "CREATED",
+        }
 
 
 def placement_group(
@@ -89,7 +115,7 @@ def placement_group(
             "runtime.ray_compat places on this machine only: spread over hosts with a hosts.toml pool (SPREAD)"
         )
     session = state.current()
-    group = PlacementGroup(os.urandom(9).hex(), [dict(b) for b in bundles], strategy, name)
+    group = PlacementGroup(GroupID(os.urandom(9).hex()), [dict(b) for b in bundles], strategy, name)
     what = f"placement group {name or group.id}"
     try:
         for spec in group.bundle_specs:
@@ -109,9 +135,9 @@ def remove_placement_group(group: PlacementGroup) -> None:
     if group.removed:
         return
     group.removed = True
-    for actor in group.actors:
+    for lease in group.actors:
         with contextlib.suppress(Exception):
-            actor._kill_quietly()
+            lease.end()
     session = state.running()
     if session is not None:
         for held, gpu_ids in group._held:
@@ -126,6 +152,24 @@ def get_placement_group(name: str) -> PlacementGroup:
         if group.name == name:
             return group
     raise ValueError(f"no placement group named {name!r} in this session")
+
+
+def placement_group_table(group: PlacementGroup | str | None = None) -> dict[str, Any]:
+    """One group's record (given the group, or its id as Ray's internal state API takes it), or every group of
+    the session by id (Ray's ``placement_group_table``)."""
+    groups = {g.id: g for g in state.current().groups}
+    if group is None:
+        return {key: g.table() for key, g in groups.items()}
+    if isinstance(group, PlacementGroup):
+        return group.table()
+    if group not in groups:
+        raise ValueError(f"placement_group_table: no placement group with id {group!r} in this session")
+    return groups[group].table()
+
+
+def get_current_placement_group() -> PlacementGroup | None:
+    """The placement group the caller runs in: None here (a group is not handed to the actors it holds)."""
+    return None
 
 
 @dataclass

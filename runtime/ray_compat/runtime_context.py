@@ -42,7 +42,7 @@ class RuntimeContext:
 
     @property
     def current_actor(self) -> Any:
-        from runtime.ray_compat.actors import ActorHandle
+        from runtime.ray_compat.handles import ActorHandle
 
         found = self._actor
         if found is None:
