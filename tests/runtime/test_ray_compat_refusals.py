@@ -16,7 +16,6 @@ from pathlib import Path
 import pytest
 
 import runtime.ray_compat as ray
-from runtime import ActorDefinitionError
 from runtime.ray_compat.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 pytestmark = pytest.mark.usefixtures("ray_session_2cpu")

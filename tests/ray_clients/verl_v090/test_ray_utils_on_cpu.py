@@ -14,7 +14,6 @@
 
 import pytest
 import ray
-
 from verl.utils.ray_utils import parallel_put
 
 
