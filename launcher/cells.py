@@ -19,7 +19,7 @@ class WorkerInfo:
     kind: str  # "serve" | "command"
     address: str  # host address other hosts use
     ports: dict[str, int]
-    env: dict[str, str]
+    env: dict[str, str] = field(repr=False)  # holds the launch's session secret: never printed
     state: WorkerState = WorkerState.PENDING  # changed only by move_to and fail (launcher.worker_state)
     pid: int | None = None
     create_time: float | None = None

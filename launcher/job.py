@@ -24,7 +24,9 @@ from launcher.provider_base import BaseWorkerProvider
 from launcher.provider_service import ProviderClient
 from runtime.name_service import NAME_SERVICE_ENV
 from runtime.parent_death import die_with_parent_preexec
+from transport import session_secret
 from transport.security import CURVE_DIR_ENV
+from transport.session_secret import SECRET_ENV
 
 #: Environment of a command job: the Prometheus HTTP service discovery URL (empty when off).
 METRICS_SD_ENV = "MILES_METRICS_SD_URL"
@@ -125,6 +127,7 @@ def run_job(job: JobConfig, ctx: JobContext, *, state_path: Path | None = None) 
         "MILES_LAUNCH_POOLS": json.dumps({pid: ctx.addresses(pid) for pid in ctx.pool_ids}),
         "MILES_LAUNCH_ARGS": json.dumps(job.args),
         CURVE_DIR_ENV: ctx.curve_dir or "",
+        SECRET_ENV: session_secret.ensure(),  # the launch's, as its workers got it (launcher.worker_command)
         METRICS_SD_ENV: ctx.metrics_sd_url or "",
         NAME_SERVICE_ENV: ctx.provider.name_service_env(None),  # get_actor and named spawns use the launch's names
         provider_service.PROVIDER_API_ENV: json.dumps(provider_service.address_for(ctx.provider.services, None)),

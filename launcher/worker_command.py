@@ -10,7 +10,9 @@ from launcher.hosts_config import HostConfig
 from launcher.placement import WorkerPlacement
 from launcher.specs import CommandWorkerSpec, PortScope, ServeWorkerSpec
 from runtime.name_service import NAME_SERVICE_ENV
+from transport import session_secret
 from transport.security import CURVE_DIR_ENV
+from transport.session_secret import SECRET_ENV
 
 
 def plan_env(
@@ -71,6 +73,7 @@ def build_spawn(
         **plan_env(host, placement, master_addr=master_addr, master_port=master_port),
         CURVE_DIR_ENV: curve_dir or "",  # the launcher's keys win over any env: both sides must agree
         NAME_SERVICE_ENV: name_service,
+        SECRET_ENV: session_secret.ensure(),  # the launch's (the launcher's): pickled values travel within it
     }
     if isinstance(spec, ServeWorkerSpec):
         argv = [host.python, "-m", "runtime.worker", "--bind", f"tcp://{bind_address(host)}:{ports['port']}"]

@@ -27,6 +27,7 @@ from runtime.object_store import store as objects
 from runtime.server_lanes import COLLECTIVE_LANE, CONSTRUCT_LANE
 from runtime.stream_table import StreamTable, stream_close, stream_next
 from runtime.tensor_store import store as tensors
+from transport import sealed_pickle
 from transport.endpoints import ZmqEndpoint
 from transport.security import CurveConfig, ServerKeys
 
@@ -161,6 +162,7 @@ def _stats(server: BuiltinHost) -> dict[str, Any]:
         "dropped": dict(endpoint.dropped),
         "lane_failures": server.lane_failures(),
         "connections": server.endpoint.connections(),
+        "pickles_refused": dict(sealed_pickle.REFUSED),
     }
 
 

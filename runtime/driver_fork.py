@@ -30,6 +30,7 @@ from pathlib import Path
 
 from runtime.fork_client import ForkClient, ForkedWorker, become_subreaper
 from runtime.orphan_reaper import OrphanReaper
+from transport import session_secret
 
 log = logging.getLogger(__name__)
 
@@ -43,7 +44,11 @@ _forking = 0  # spawns under way (this process is a child subreaper while there 
 
 
 def child_environment(extra: dict[str, str] | None) -> dict[str, str]:
-    """Our environment plus our import path (so classes importable here are importable there) and ``extra``."""
+    """Our environment plus our import path (so classes importable here are importable there) and ``extra``.
+
+    It carries our session secret (drawn now if we had none), so a driver's tree shares one: pickled values
+    travel within it (:mod:`transport.sealed_pickle`)."""
+    session_secret.ensure()
     env = dict(os.environ)
     paths = [p for p in [os.getcwd(), *sys.path] if p and os.path.isdir(p)]
     env["PYTHONPATH"] = os.pathsep.join(dict.fromkeys(paths))

@@ -11,6 +11,7 @@
 | miles_actor_bytes_received/sent_total    | counter   | (on the actor's socket; shared memory not counted) |
 | miles_actor_messages_received/sent_total | counter   |                               |
 | miles_actor_dropped_messages_total       | counter   | reason                        |
+| miles_actor_pickles_refused_total        | counter   | reason (forged, oversized, no_secret, disabled, malformed) |
 | miles_actor_call_store_bytes / _records / _tombstones | gauge |                       |
 | miles_actor_object_refs                  | gauge     | (values held for ObjectRefs)  |
 | miles_actor_restarts                     | gauge     | (restarts before this incarnation) |
@@ -34,6 +35,7 @@ from prometheus_client.utils import floatToGoString
 
 from runtime import metrics, object_store
 from runtime.call_store import CallState
+from transport import sealed_pickle
 
 if TYPE_CHECKING:
     from runtime.actor_server import ActorServer
@@ -188,6 +190,12 @@ class ActorServerCollector(Collector):
         for reason, count in sorted(dict(stats.dropped).items()):
             dropped.add_metric([reason], count)
         yield dropped
+        refused = CounterMetricFamily(
+            "miles_actor_pickles_refused", "Pickled values refused unread (transport.sealed_pickle)", labels=["reason"]
+        )
+        for reason, count in sorted(sealed_pickle.REFUSED.items()):
+            refused.add_metric([reason], count)
+        yield refused
 
     def _store(self) -> Iterator[Any]:
         store = self.server.store

@@ -21,11 +21,12 @@ from typing import Any
 import msgpack
 import numpy as np
 
-from transport import shared_memory
+from transport import sealed_pickle, shared_memory
 from transport.codec_types import (
     EXT_BUFFER,
     EXT_NDARRAY,
     EXT_OBJECT,
+    EXT_PICKLE,
     EXT_TENSOR,
     EXT_TUPLE,
     NUMPY_KINDS,
@@ -129,7 +130,10 @@ class _Encoder:
         if kind is _LargeBytes:
             return msgpack.ExtType(EXT_BUFFER, self.pack(self.data(obj.view, obj.view.nbytes)))
         if isinstance(obj, np.ndarray):
-            return msgpack.ExtType(EXT_NDARRAY, self.pack(self.array_state(obj)))
+            problem = _array_problem(obj)
+            if problem is None:
+                return msgpack.ExtType(EXT_NDARRAY, self.pack(self.array_state(obj)))
+            return self.sealed(obj, problem)
         if isinstance(obj, np.generic):
             return obj.item()
         name = registered_name(kind)
@@ -137,32 +141,36 @@ class _Encoder:
             return msgpack.ExtType(EXT_OBJECT, self.pack([name, to_fields(obj)]))
         torch = sys.modules.get("torch")
         if torch is not None and isinstance(obj, torch.Tensor):
-            return msgpack.ExtType(EXT_TENSOR, self.pack(self.tensor_state(obj)))
-        if isinstance(obj, enum.Enum) or kind in (str, int, float, bool, list, dict):
-            raise UnsupportedTypeError(self._unsupported(kind, registrable=isinstance(obj, enum.Enum)))
-        for base in (str, int, float, list, dict):
-            if isinstance(obj, base):  # subclasses such as StrEnum members or defaultdict
-                return base(obj)
-        raise UnsupportedTypeError(self._unsupported(kind, registrable=False))
+            problem = _tensor_problem(obj)
+            if problem is None:
+                return msgpack.ExtType(EXT_TENSOR, self.pack(self.tensor_state(obj)))
+            return self.sealed(obj, problem)
+        if kind in (str, int, float, bool, list, dict):
+            raise UnsupportedTypeError(self._unsupported(kind))
+        if not isinstance(obj, enum.Enum):
+            for base in (str, int, float, list, dict):
+                if isinstance(obj, base):  # subclasses such as StrEnum members or defaultdict
+                    return base(obj)
+        return self.sealed(obj, self._unsupported(kind))
+
+    def sealed(self, obj: Any, problem: str) -> msgpack.ExtType:
+        """``obj`` as a sealed pickle (:mod:`transport.sealed_pickle`); ``problem`` says why it has no wire type."""
+        try:
+            mac, stream, buffers = sealed_pickle.seal(obj, self.threshold)
+        except UnsupportedTypeError as exc:
+            raise UnsupportedTypeError(f"{problem}; nor can it travel pickled: {exc}") from exc
+        refs = [self.data(buffer, buffer.nbytes) for buffer in buffers]
+        return msgpack.ExtType(EXT_PICKLE, self.pack([mac, self.data(stream, stream.nbytes), refs]))
 
     @staticmethod
-    def _unsupported(kind: type, *, registrable: bool) -> str:
-        hint = (
-            "register it with transport.register_type (dataclasses, pydantic models and enums)"
-            if registrable
-            else "send None, bool, int, float, str, bytes, list, tuple, dict, numpy arrays, torch CPU tensors, "
-            "or a dataclass/pydantic model/enum registered with transport.register_type"
+    def _unsupported(kind: type) -> str:
+        return (
+            f"cannot send an object of type {kind.__module__}.{kind.__qualname__} as itself: the wire carries None, "
+            "bool, int, float, str, bytes, list, tuple, dict, numpy arrays, torch CPU tensors, and dataclasses, "
+            "pydantic models and enums registered with transport.register_type"
         )
-        return f"cannot send an object of type {kind.__module__}.{kind.__qualname__}: {hint}"
 
     def array_state(self, array: np.ndarray) -> list[Any]:
-        if array.dtype.hasobject:
-            raise UnsupportedTypeError("cannot send a numpy array of dtype=object: convert it to a list")
-        if array.dtype.kind not in NUMPY_KINDS or array.dtype.fields is not None or array.ndim > MAX_RANK:
-            raise UnsupportedTypeError(
-                f"cannot send a numpy array of dtype {array.dtype} with {array.ndim} dimensions: arrays cross the wire "
-                f"with bool, integer, float or complex dtypes and at most {MAX_RANK} dimensions"
-            )
         shape, perm = list(array.shape), None
         if not array.flags.c_contiguous:
             perm = _dense_permutation(array.strides)
@@ -174,17 +182,7 @@ class _Encoder:
         return [array.dtype.str, shape, perm, self.data(raw, array.nbytes)]
 
     def tensor_state(self, tensor: Any) -> list[Any]:
-        if tensor.device.type != "cpu":
-            raise UnsupportedTypeError(
-                f"cannot send a {tensor.device.type} tensor: CUDA tensors never ride the actor transport; "
-                "move it to CPU with .cpu() or push weights over torch.distributed"
-            )
         dtype = str(tensor.dtype).removeprefix("torch.")
-        if dtype not in TORCH_DTYPES or tensor.dim() > MAX_RANK:
-            raise UnsupportedTypeError(
-                f"cannot send a tensor of dtype {dtype} with {tensor.dim()} dimensions: tensors cross the wire with "
-                f"dtypes {', '.join(sorted(TORCH_DTYPES))} and at most {MAX_RANK} dimensions"
-            )
         tensor = tensor.detach()
         shape, perm = list(tensor.shape), None
         if not tensor.is_contiguous():
@@ -196,6 +194,32 @@ class _Encoder:
         nbytes = tensor.numel() * tensor.element_size()
         raw = tensor.reshape(-1).view(_torch().uint8).numpy().data if nbytes else b""
         return [dtype, shape, perm, self.data(raw, nbytes)]
+
+
+def _array_problem(array: np.ndarray) -> str | None:
+    """Why an array has no wire form of its own (it then travels pickled), or None."""
+    if array.dtype.kind not in NUMPY_KINDS or array.dtype.fields is not None or array.ndim > MAX_RANK:
+        return (
+            f"cannot send a numpy array of dtype {array.dtype} with {array.ndim} dimensions as itself: arrays cross "
+            f"the wire with bool, integer, float or complex dtypes and at most {MAX_RANK} dimensions"
+        )
+    return None
+
+
+def _tensor_problem(tensor: Any) -> str | None:
+    """Why a tensor has no wire form of its own (it then travels pickled), or None; CUDA tensors never travel."""
+    if tensor.device.type != "cpu":
+        raise UnsupportedTypeError(
+            f"cannot send a {tensor.device.type} tensor: CUDA tensors never ride the actor transport; "
+            "move it to CPU with .cpu() or push weights over torch.distributed"
+        )
+    dtype = str(tensor.dtype).removeprefix("torch.")
+    if dtype not in TORCH_DTYPES or tensor.dim() > MAX_RANK:
+        return (
+            f"cannot send a tensor of dtype {dtype} with {tensor.dim()} dimensions as itself: tensors cross the "
+            f"wire with dtypes {', '.join(sorted(TORCH_DTYPES))} and at most {MAX_RANK} dimensions"
+        )
+    return None
 
 
 def _torch() -> Any:

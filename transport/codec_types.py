@@ -13,6 +13,7 @@ EXT_NDARRAY = 2
 EXT_TENSOR = 3
 EXT_OBJECT = 4
 EXT_TUPLE = 5
+EXT_PICKLE = 6  # a sealed pickle (transport.sealed_pickle): [mac, stream, [buffers]]
 
 Buffer = Any  # anything with the buffer protocol: bytes, memoryview, zmq.Frame
 

@@ -25,11 +25,12 @@ from typing import Any
 import msgpack
 import numpy as np
 
-from transport import shared_memory
+from transport import sealed_pickle, shared_memory
 from transport.codec_types import (
     EXT_BUFFER,
     EXT_NDARRAY,
     EXT_OBJECT,
+    EXT_PICKLE,
     EXT_TENSOR,
     EXT_TUPLE,
     NUMPY_KINDS,
@@ -268,6 +269,28 @@ class _Decoder:
             self.keep.append(obj)
         return obj
 
+    def size_of(self, ref: Any) -> int:
+        """How many bytes ``ref`` names, from what it declares: nothing is mapped or read."""
+        kind = type(ref)
+        if kind is bytes:
+            return len(ref)
+        if kind is list and len(ref) == 2 and type(ref[1]) is int:
+            return ref[1]
+        if kind is int and 0 <= ref < len(self.buffers):
+            buffer = self.buffers[ref]
+            return memoryview(getattr(buffer, "buffer", buffer)).nbytes
+        return 0  # refused by data() below
+
+    def sealed(self, state: Any) -> Any:
+        """A sealed pickle: sizes bounded before anything is mapped, MAC checked before a byte is unpickled."""
+        if type(state) is not list or len(state) != 3 or type(state[2]) is not list:
+            raise sealed_pickle.refuse_malformed(f"its state must be [mac, stream, [buffers]], got {_brief(state)}")
+        given, stream, refs = state
+        if sealed_pickle.unavailable() is None:  # else open_sealed refuses it with the reason, having read nothing
+            sealed_pickle.check_size(sum(map(self.size_of, [stream, *refs])))
+            stream, refs = self.data(stream, None), [self.data(ref, None) for ref in refs]
+        return sealed_pickle.open_sealed(given, stream, refs)
+
 
 _BUILDERS: dict[int, Callable[[_Decoder, Any], Any]] = {
     EXT_BUFFER: _Decoder.as_bytes,
@@ -275,6 +298,7 @@ _BUILDERS: dict[int, Callable[[_Decoder, Any], Any]] = {
     EXT_TENSOR: _Decoder.tensor,
     EXT_OBJECT: _Decoder.registered,
     EXT_TUPLE: _Decoder.as_tuple,
+    EXT_PICKLE: _Decoder.sealed,
 }
 
 

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from launcher import agent_protocol as proto
 from launcher.hosts_config import HostConfig
 from launcher.placement import plan_placement
@@ -118,3 +120,18 @@ def test_the_name_service_is_named_for_every_worker_and_wins_over_any_env() -> N
         name_service=service,
     )  # fmt: skip
     assert spawn["env"]["MILES_NAME_SERVICE"] == service
+
+
+def test_every_worker_gets_the_launchers_session_secret_which_no_repr_prints(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Pickled values travel between the processes of one launch (transport.sealed_pickle): its workers share the
+    launcher's secret, even over a host's or a pool's env, and a WorkerInfo printed in a log does not show it."""
+    from launcher.cells import WorkerInfo
+    from transport.session_secret import SECRET_ENV
+
+    monkeypatch.setenv(SECRET_ENV, "ab" * 32)
+    spec = ServeWorkerSpec(actor_class="m:C", env={SECRET_ENV: "cd" * 32})
+    host, placement = _setup(spec)
+    spawn = build_spawn(host, spec, placement, ports={"port": 1}, master_addr="x", master_port=2, stream_logs="none")
+    assert spawn["env"][SECRET_ENV] == "ab" * 32
+    info = WorkerInfo(placement=placement, kind="serve", address="10.0.0.5", ports={"port": 1}, env=spawn["env"])
+    assert "ab" * 32 not in repr(info)

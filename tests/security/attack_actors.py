@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import collections
 import time
+from typing import Any
 
 
 class Target:
@@ -29,3 +30,6 @@ class Target:
 
     def count(self, items: list) -> int:
         return len(items)
+
+    def keep(self, value: Any) -> str:
+        return type(value).__name__

@@ -15,6 +15,7 @@ import torch
 from transport import DecodeError, UnsupportedTypeError, decode, encode, register_type, shared_memory
 from transport.codec import encode_shared
 from transport.protocol import MAX_DEPTH
+from transport.session_secret import SECRET_ENV
 
 
 @register_type
@@ -102,7 +103,10 @@ def test_registered_dataclass_pydantic_and_enum() -> None:
     assert out[2] is Mode.EVAL
 
 
-def test_unregistered_and_unsupported_types_give_clear_errors() -> None:
+def test_unregistered_and_unsupported_types_give_clear_errors(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Without a session secret nothing travels pickled (tests/transport/test_sealed_pickle.py: with one)."""
+    monkeypatch.delenv(SECRET_ENV, raising=False)
+
     @dataclasses.dataclass
     class Unregistered:
         x: int
@@ -111,7 +115,7 @@ def test_unregistered_and_unsupported_types_give_clear_errors() -> None:
         encode(Unregistered(1))
     with pytest.raises(UnsupportedTypeError, match=r"_thread\.lock"):
         encode({"lock": threading.Lock()})
-    with pytest.raises(UnsupportedTypeError, match="dtype=object"):
+    with pytest.raises(UnsupportedTypeError, match=r"dtype object.*no session secret"):
         encode(np.array([object()]))
 
 

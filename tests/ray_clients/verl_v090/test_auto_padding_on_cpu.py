@@ -15,6 +15,7 @@
 import numpy as np
 import ray
 import torch
+
 from verl import DataProto
 from verl.protocol import DataProtoConfig
 from verl.single_controller.base import Worker

@@ -19,6 +19,7 @@ import pytest
 import ray
 import torch
 from tensordict import TensorDict
+
 from verl.protocol import DataProto, DataProtoFuture
 from verl.single_controller.base.decorator import Dispatch, make_nd_compute_dataproto_dispatch_fn, register
 from verl.single_controller.base.worker import Worker

@@ -13,6 +13,7 @@
 # limitations under the License.
 
 import ray
+
 from verl.single_controller.base import Worker
 from verl.single_controller.base.decorator import Dispatch, register
 from verl.single_controller.ray.base import (

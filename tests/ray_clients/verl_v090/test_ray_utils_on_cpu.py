@@ -14,6 +14,7 @@
 
 import pytest
 import ray
+
 from verl.utils.ray_utils import parallel_put
 
 
