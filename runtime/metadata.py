@@ -13,6 +13,7 @@ import typing
 from collections.abc import Callable
 from typing import Any, TypeVar
 
+from runtime.called_by_name import by_name
 from runtime.errors import ActorDefinitionError, CallRejected
 from runtime.stream_hints import STREAM_MARK, is_generator_function, stream_variant, yield_hint
 from runtime.type_checks import DeepCheck, deep_check, hint_name, is_checked_result, matches, short
@@ -26,10 +27,6 @@ GROUP_SEPARATOR = "@"
 #: Tasks of async methods allowed at once per actor unless the group says otherwise (as in Ray).
 DEFAULT_ASYNC_CONCURRENCY = 1000
 _MAX_WRAPPERS = 8  # how many decorators deep @method options are looked for
-#: A class attribute: True when the class is called through another API's handles that reach every method by
-#: name (runtime.ray_compat's, as Ray's do): its ``_private`` methods are actor methods too (Ray code calls them:
-#: verl's ``_query_dispatch_info``), and names this runtime's handles keep for themselves are not refused.
-CALLED_BY_NAME = "__actor_called_by_name__"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -252,10 +249,9 @@ def class_info(cls: type, groups: tuple[tuple[str, int], ...] = ()) -> ActorClas
     if cls.__init__ is not object.__init__:
         _hints(cls.__init__, cls)  # registers the types of constructor arguments for the wire
     methods: dict[str, MethodInfo] = {}
-    by_name = getattr(cls, CALLED_BY_NAME, False) is True
     for name, function in inspect.getmembers(cls, inspect.isfunction):
         private, kind = name.startswith("_"), inspect.getattr_static(cls, name)
-        if (private and (not by_name or name.startswith("__"))) or isinstance(kind, (staticmethod, classmethod)):
+        if (private and (not by_name(cls) or name.startswith("__"))) or isinstance(kind, (staticmethod, classmethod)):
             continue  # static and class methods are not actor methods: they have no instance to run on
         where, signature = f"{class_path(cls)}.{name}", inspect.signature(function)
         if private and not _takes_self(signature):
@@ -370,6 +366,8 @@ def _is_model(hint: Any) -> bool:
 
 
 def _hints(function: Callable[..., Any], cls: type) -> dict[str, Any]:
+    if by_name(cls):  # as Ray: no type checks, values travel as they are (typed or pickled)
+        return {}
     try:
         hints = typing.get_type_hints(function, include_extras=True)  # keeps constraints in Annotated[...]
     except Exception:  # unresolvable forward references: skip validation rather than refuse the class
@@ -387,7 +385,6 @@ def _register_hinted_types(hint: Any) -> None:
 
 
 __all__ = [
-    "CALLED_BY_NAME",
     "DEFAULT_GROUP",
     "GROUP_SEPARATOR",
     "ActorClassInfo",
