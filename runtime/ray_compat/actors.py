@@ -26,16 +26,17 @@ from runtime.ray_compat import placement, state
 from runtime.ray_compat.actor_classes import bind_arguments, keyword_class
 from runtime.ray_compat.calls import Arguments, resolve_args
 from runtime.ray_compat.handles import RAY_METHOD, ActorHandle, ActorMethod, Lease, failed
+from runtime.ray_compat.runtime_context import RAY_GPU_IDS
 from runtime.spawn import spawn_async
 from runtime.spawn_names import live_holder, taken
 from transport.security import FROM_ENV
 
 #: How long an actor's constructor may run (Ray has no limit; verl's workers load models in theirs).
 CONSTRUCT_DEADLINE_S = float(os.environ.get("MILES_RAY_COMPAT_CONSTRUCT_S", "3600"))
-#: Set (to anything but 0) as Ray's RAY_EXPERIMENTAL_NOSET_CUDA_VISIBLE_DEVICES: GPU actors keep the parent's
-#: CUDA_VISIBLE_DEVICES and find their GPU ids in ``ray.get_gpu_ids()`` (RAY_COMPAT_GPU_IDS) instead.
+#: Set (to anything but 0) in the driver's or the actor's environment, as Ray's: a GPU actor keeps the
+#: CUDA_VISIBLE_DEVICES it inherits; ``ray.get_gpu_ids()`` still names its GPUs (from GPU_IDS_ENV).
 NOSET_CUDA = "RAY_EXPERIMENTAL_NOSET_CUDA_VISIBLE_DEVICES"
-GPU_IDS_ENV = "RAY_COMPAT_GPU_IDS"
+GPU_IDS_ENV = RAY_GPU_IDS
 
 __all__ = ["ActorClass", "ActorHandle", "ActorMethod", "make_actor_class", "method"]
 
@@ -126,8 +127,9 @@ class ActorClass:
         held, gpu_ids = ledger.reserve(wants, what)
         env = {**session.env, **env}
         if wants.get("GPU"):
-            key = GPU_IDS_ENV if os.environ.get(NOSET_CUDA, "0") not in ("", "0") else "CUDA_VISIBLE_DEVICES"
-            env[key] = ",".join(gpu_ids)
+            env[GPU_IDS_ENV] = ",".join(gpu_ids)
+            if {**os.environ, **env}.get(NOSET_CUDA, "0") in ("", "0"):
+                env["CUDA_VISIBLE_DEVICES"] = ",".join(gpu_ids)
         spawning = _spawn(cls, (args, kwargs), options, namespace, env, cwd)
         keep = bool(name) or options.get("lifetime") == "detached"
         lease = Lease(spawning, name or cls.__name__, owner=True, keep=keep)

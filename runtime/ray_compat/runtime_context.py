@@ -14,6 +14,9 @@ from runtime import object_owner
 from runtime.ray_compat import state
 from runtime.ray_compat.resources import node_id
 
+#: The GPU ids an actor was given (``num_gpus``), set in its environment by ray_compat.
+RAY_GPU_IDS = "MILES_RAY_GPU_IDS"
+
 
 class RuntimeContext:
     @property
@@ -59,7 +62,9 @@ class RuntimeContext:
         return found is not None and found[1].restarts > 0
 
     def get_accelerator_ids(self) -> dict[str, list[str]]:
-        visible = os.environ.get("CUDA_VISIBLE_DEVICES", "")
+        """The GPUs ray_compat gave this actor (also under RAY_EXPERIMENTAL_NOSET_CUDA_VISIBLE_DEVICES), else
+        those in CUDA_VISIBLE_DEVICES (an actor the launcher started)."""
+        visible = os.environ.get(RAY_GPU_IDS, os.environ.get("CUDA_VISIBLE_DEVICES", ""))
         return {"GPU": [g for g in visible.split(",") if g.strip()]}
 
     def get_assigned_resources(self) -> dict[str, float]:
