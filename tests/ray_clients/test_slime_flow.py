@@ -92,7 +92,7 @@ def _args() -> Namespace:
 def test_slime_places_trains_and_locks(four_gpus: None) -> None:
     args = _args()
     pgs = create_placement_groups(args)
-    pg, bundles, gpu_ids = pgs["actor"]
+    _, bundles, gpu_ids = pgs["actor"]
     assert (bundles, gpu_ids) == ([0, 1, 2, 3], [0, 1, 2, 3])  # InfoActor per bundle: this node, its own GPU
     assert pgs["rollout"][1:] == ([2, 3], [2, 3])  # the rollout engines get the bundles after the actor's
     assert ray.available_resources()["GPU"] == 0  # the group holds them (the InfoActors were killed)
