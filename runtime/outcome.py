@@ -18,12 +18,16 @@ def error_state(code: str, exc: BaseException | None = None, message: str = "") 
     """The wire form of an error: a code from ERROR_CODES, the exception type, message and traceback."""
     if exc is None:
         return {"code": code, "type": "", "message": message, "traceback": ""}
-    return {
+    state = {
         "code": code,
         "type": f"{type(exc).__module__}.{type(exc).__qualname__}",
         "message": message or str(exc),
         "traceback": "".join(traceback.format_exception(exc)) if code == "remote" else "",
     }
+    attributes = {k: v for k, v in vars(exc).items() if isinstance(k, str) and not k.startswith("__")}
+    if code == "remote" and attributes:  # the exception's own fields (e.code): dropped if they cannot travel
+        state["attributes"] = attributes
+    return state
 
 
 def result_frames(record: CallRecord, boot_id: str, value: Any) -> list[Buffer]:
@@ -65,8 +69,8 @@ def error_frames(
 def _encode_error(state: dict[str, Any]) -> tuple[bytes, list[Buffer]]:
     try:
         return encode(state)
-    except Exception:  # text msgpack cannot carry (lone surrogates): send what it can
-        safe = {key: value.encode("utf-8", "replace").decode("utf-8") for key, value in state.items()}
+    except Exception:  # attributes that cannot travel, text msgpack cannot carry (lone surrogates): what it can
+        safe = {k: v.encode("utf-8", "replace").decode("utf-8") for k, v in state.items() if isinstance(v, str)}
         return encode(safe)
 
 
@@ -89,12 +93,16 @@ def to_exception(state: Any, site: CallSite) -> ActorError:
     cls = ERROR_CODES.get(state.get("code", ""), RemoteError)
     message = str(state.get("message", ""))
     if cls is RemoteError:
-        return remote_error(
+        error = remote_error(
             message,
             site=site,
             remote_type=str(state.get("type", "")),
             remote_traceback=str(state.get("traceback", "")),
         )
+        attributes = state.get("attributes")
+        if isinstance(attributes, dict):  # the remote exception's fields, where they do not hide the error's own
+            vars(error).update({k: v for k, v in attributes.items() if isinstance(k, str) and k not in vars(error)})
+        return error
     return cls(message, site=site)
 
 

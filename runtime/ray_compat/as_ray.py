@@ -77,3 +77,7 @@ def install_as_ray() -> ModuleType:
 
 def _shim_file() -> str:
     return str(Path(SHIM_DIR, "ray", "__init__.py"))
+
+
+if __name__ == "__main__":  # `PYTHONPATH=$(python -m runtime.ray_compat.as_ray)`: processes started by hand
+    print(SHIM_DIR)

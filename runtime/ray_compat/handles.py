@@ -14,6 +14,7 @@ import inspect
 import os
 import threading
 import weakref
+from collections.abc import Callable
 from typing import Any
 
 from runtime.handle import ActorHandle as NativeHandle
@@ -43,12 +44,16 @@ class Lease:
         self.id = os.urandom(8).hex()  # until the actor is constructed: then its name and boot id
         self.held: tuple[Any, dict[str, float], list[str]] | None = None
         self.pending: set[concurrent.futures.Future[Any]] = set()
+        self.info: ActorClassInfo | None = None  # the class's metadata, given to the native handle
         self._lock = threading.Lock()
 
     def native(self) -> NativeHandle:
         """The constructed actor's handle (waiting for it); ActorDiedError naming the cause if construction failed."""
         try:
-            return self.spawning.result()
+            inner = self.spawning.result()
+            if inner.info is None:
+                inner.info = self.info
+            return inner
         except BaseException as exc:
             error = ActorDiedError(f"The actor {self.label} died because of an error raised in its creation task: {exc}")  # noqa: E501
             error.__cause__ = as_ray_error(exc)
@@ -128,6 +133,7 @@ class ActorHandle:
         if self._info is None and self._cls is not None:
             with contextlib.suppress(Exception):
                 self._info = class_info(keyword_class(self._cls))
+        lease.info = lease.info or self._info
         self._max_task_retries = max_task_retries
         self._order = threading.Lock()
         #: The last call made, until it is sent; first the construction (calls queue behind it).
@@ -138,10 +144,7 @@ class ActorHandle:
     def native(self) -> NativeHandle:
         """This runtime's own handle of the actor (waiting for its construction)."""
         if self._inner is None:
-            inner = self._lease.native()
-            if inner.info is None:
-                inner.info = self._info
-            self._inner = inner
+            self._inner = self._lease.native()
         return self._inner
 
     def __getattr__(self, name: str) -> Any:
@@ -246,20 +249,26 @@ class ActorMethod:
     def bind(self, *args: Any, **kwargs: Any) -> Any:
         raise NotImplementedError("Ray DAGs (.bind) are not supported by runtime.ray_compat; call .remote()")
 
-    def _target(self, streaming: bool) -> Any:
-        """The native method to call (once the actor is constructed)."""
-        ref = self._handle.native.method(self._name)
+    def _target(self, streaming: bool) -> Callable[[], Any]:
+        """A function giving the native method to call once the actor is constructed; it holds the lease, not the
+        handle (a call in flight must not keep the handle alive: Ray ends an actor once its handles are gone)."""
+        lease, name, generator = self._handle._lease, self._name, self._generator
         group = self._options.get("concurrency_group")
-        if group is not None:
-            return ref.options(concurrency_group=group, stream=streaming or None)
-        return ref.options(stream=True) if streaming and not self._generator else ref
+
+        def target() -> Any:
+            ref = lease.native().method(name)
+            if group is not None:
+                return ref.options(concurrency_group=group, stream=streaming or None)
+            return ref.options(stream=True) if streaming and not generator else ref
+
+        return target
 
     def remote(self, *args: Any, **kwargs: Any) -> Any:
         handle, what = self._handle, f"{self._handle._label()}.{self._name}"
         options = self._options
         num_returns = opts.num_returns(options.get("num_returns", "streaming" if self._generator else 1), what)
         if num_returns == "streaming":
-            target = self._target(True)
+            target = self._target(True)()
             with handle._order:  # sent now, so after the calls before it
                 if (previous := handle._last_sent) is not None:
                     concurrent.futures.wait([previous])
@@ -272,8 +281,9 @@ class ActorMethod:
             )
         retries = int(options.get("max_task_retries", handle._max_task_retries))
         retryable = retry_on(options.get("retry_exceptions", False), what)
-        should_retry = lambda exc: handle.native.dead is None and retryable(exc)  # noqa: E731 - never once dead for good
-        submit = lambda a, k: self._target(False)(*a, **k)  # noqa: E731 - resolved once the actor is constructed
+        lease, target = handle._lease, self._target(False)
+        should_retry = lambda exc: lease.native().dead is None and retryable(exc)  # noqa: E731 - never once dead for good
+        submit = lambda a, k: target()(*a, **k)  # noqa: E731 - resolved once the actor is constructed
         with handle._order:  # the caller's calls to this actor are sent in the order they were made
             ready = arguments_ready(args, kwargs, after=handle._last_sent)
             call = RetryingCall(submit, retries, should_retry, ready or (args, kwargs))

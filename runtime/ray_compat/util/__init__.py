@@ -3,9 +3,13 @@ address, the named actors, ``ray.util.collective`` (:mod:`.collective`)."""
 
 from __future__ import annotations
 
+import importlib
+
 from runtime import naming
 from runtime.ray_compat import state
-from runtime.ray_compat.placement import (
+from runtime.ray_compat.resources import get_node_ip_address
+from runtime.ray_compat.util import scheduling_strategies
+from runtime.ray_compat.util.placement_group import (  # the submodule first, then its names over it, as Ray
     PlacementGroup,
     get_current_placement_group,
     get_placement_group,
@@ -13,8 +17,6 @@ from runtime.ray_compat.placement import (
     placement_group_table,
     remove_placement_group,
 )
-from runtime.ray_compat.resources import get_node_ip_address
-from runtime.ray_compat.util import scheduling_strategies
 
 __all__ = [
     "PlacementGroup",
@@ -43,10 +45,8 @@ def list_named_actors(all_namespaces: bool = False) -> list[str] | list[dict[str
 
 def __getattr__(name: str) -> object:
     """A Ray API this module does not provide: an AttributeError naming it and what there is instead."""
-    if name == "collective":  # imported on first use: it pulls in torch.distributed
-        from runtime.ray_compat.util import collective
-
-        return collective
+    if name == "collective":  # imported on first use (``from ... import`` would come back here)
+        return importlib.import_module("runtime.ray_compat.util.collective")
     raise AttributeError(
         f"ray.util.{name} is not provided by runtime.ray_compat (README 'Coming from Ray' lists what is); "
         f"available: {', '.join(sorted([*__all__, 'collective']))}"
