@@ -21,6 +21,7 @@ from runtime import naming
 from runtime.client import ClientRuntime
 from runtime.handle_names import checked_class_info
 from runtime.metadata import method as native_method
+from runtime.name_registry import check_name
 from runtime.ray_compat import options as opts
 from runtime.ray_compat import placement, state
 from runtime.ray_compat.actor_classes import bind_arguments, keyword_class
@@ -109,9 +110,14 @@ class ActorClass:
         checked here raises here: the class, the options, the arguments, the resources, a name already taken."""
         options, cls = self._ray_options, self._ray_cls
         name = options.get("name")
-        what = f"actor {name or cls.__qualname__}"
+        what = f"actor {name if isinstance(name, str) else cls.__qualname__}"
         session = state.current()
         namespace = options.get("namespace") or session.namespace or naming.DEFAULT_NAMESPACE
+        for option, value in (("name", name), ("namespace", namespace)):
+            if value is not None and not isinstance(value, str):
+                raise TypeError(f"{what}: {option} must be None or a string, got {type(value).__name__}")
+            if value:
+                check_name(option, value)
         wrapper = keyword_class(cls)
         checked_class_info(wrapper, options.get("concurrency_groups"))
         bind_arguments(cls, args, kwargs)  # a bad call raises here; bound again once top-level refs have values
