@@ -1,4 +1,4 @@
-"""slime's placement groups, train group and Lock (slime_624b824a/slime_flow.py: slime's own code, unchanged) on
+"""slime's placement groups, train group and Lock (tests/ray_clients/slime_624b824a: slime's own code, unchanged) on
 runtime.ray_compat, with a CPU stand-in for its Megatron train actor and virtual GPUs (``ray.init(num_gpus=4)``).
 
 The flow of slime's train.py: ``create_placement_groups(args)`` (one PACK group, an InfoActor per bundle reporting
@@ -25,7 +25,9 @@ import torch
 import torch.distributed as dist
 
 sys.path.insert(0, str(Path(__file__).with_name("slime_624b824a")))
-from slime_flow import Lock, RayActor, RayTrainGroup, add_default_ray_env_vars, create_placement_groups
+from slime_actor_group import RayTrainGroup
+from slime_placement_group import create_placement_groups
+from slime_ray_utils import Lock, RayActor, add_default_ray_env_vars
 
 
 class CpuTrainActor(RayActor):

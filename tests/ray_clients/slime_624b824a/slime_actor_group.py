@@ -1,122 +1,22 @@
-"""slime's placement-group, train-group and Lock flow, kept as test data (never imported by the product).
+"""slime's RayTrainGroup (slime/ray/actor_group.py), kept as test data (never imported by the product).
 
 Verbatim from https://github.com/THUDM/slime at commit 624b824a898ab0ec1fcb4d373004c7f3852bf515 (2026-08-21), Apache
-License 2.0 (http://www.apache.org/licenses/LICENSE-2.0), Copyright the slime authors. Each block below names its
-file; only the import lines were gathered here (slime's modules import its GPU stack: httpx, accelerator, megatron),
-and `get_current_node_ip`/`get_free_port`/`is_port_available` are the functions of slime/utils/misc.py and
-http_utils.py that `RayActor` calls. No line of a function or class was changed.
+License 2.0 (http://www.apache.org/licenses/LICENSE-2.0), Copyright the slime authors. Each block names its file;
+only the import lines were gathered (slime's own modules import its GPU stack: httpx, accelerator, megatron). No line
+of a function or class was changed.
 """
 # ruff: noqa
 
-import logging
 import os
 import shutil
-import socket
 import time
 from pathlib import Path
 
 import ray
-from ray.util.placement_group import PlacementGroup, placement_group
+from ray.util.placement_group import PlacementGroup
 from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
-logger = logging.getLogger(__name__)
-
-
-# --- slime/utils/http_utils.py
-def is_port_available(port):
-    """Return whether a port is available."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        try:
-            s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-            s.bind(("", port))
-            s.listen(1)
-            return True
-        except OSError:
-            return False
-        except OverflowError:
-            return False
-
-
-# --- slime/utils/misc.py
-def get_current_node_ip():
-    # Lazy import so CPU-only code paths (rm_hub scoring, plugin contracts,
-    # etc.) can use other helpers in this module without requiring ray.
-    import ray
-
-    address = ray._private.services.get_node_ip_address()
-    # strip ipv6 address
-    address = address.strip("[]")
-    return address
-
-
-def get_free_port(start_port=10000, consecutive=1):
-    # find the port where port, port + 1, port + 2, ... port + consecutive - 1 are all available
-    port = start_port
-    while not all(is_port_available(port + i) for i in range(consecutive)):
-        port += 1
-    return port
-
-
-# --- slime/ray/ray_actor.py
-class RayActor:
-    @staticmethod
-    def _get_current_node_ip_and_free_port(start_port=10000, consecutive=1):
-        return get_current_node_ip(), get_free_port(start_port=start_port, consecutive=consecutive)
-
-    def get_master_addr_and_port(self):
-        return self.master_addr, self.master_port
-
-
-# --- slime/ray/utils.py
-NOSET_VISIBLE_DEVICES_ENV_VARS_LIST = [
-    "RAY_EXPERIMENTAL_NOSET_CUDA_VISIBLE_DEVICES",
-    "RAY_EXPERIMENTAL_NOSET_MUSA_VISIBLE_DEVICES",
-    "RAY_EXPERIMENTAL_NOSET_ROCR_VISIBLE_DEVICES",
-    "RAY_EXPERIMENTAL_NOSET_ASCEND_RT_VISIBLE_DEVICES",
-    "RAY_EXPERIMENTAL_NOSET_HABANA_VISIBLE_MODULES",
-    "RAY_EXPERIMENTAL_NOSET_NEURON_RT_VISIBLE_CORES",
-    "RAY_EXPERIMENTAL_NOSET_TPU_VISIBLE_CHIPS",
-    "RAY_EXPERIMENTAL_NOSET_ONEAPI_DEVICE_SELECTOR",
-]
-
-RAY_DEFAULT_ENV_VARS = {
-    # Ray's uvloop integration has caused intermittent async actor issues.
-    "RAY_USE_UVLOOP": "0",
-    # Let sglang's JIT loader (load_jit) find slime-hosted custom kernel .cuh
-    # sources (e.g. glm5_router_gemm) and try-cache compile them, so they need
-    # not be patched into the sglang source tree.
-    "SGLANG_JIT_KERNEL_EXTRA_PATH": os.path.join(
-        os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
-        "backends",
-        "sglang_utils",
-        "jit_kernels",
-    ),
-}
-
-
-def add_default_ray_env_vars(env_vars: dict[str, str] | None = None) -> dict[str, str]:
-    return RAY_DEFAULT_ENV_VARS | (env_vars or {})
-
-
-@ray.remote
-class Lock(RayActor):
-    def __init__(self):
-        self._locked = False  # False: unlocked, True: locked
-
-    def acquire(self):
-        """
-        Try to acquire the lock. Returns True if acquired, False otherwise.
-        Caller should retry until it returns True.
-        """
-        if not self._locked:
-            self._locked = True
-            return True
-        return False
-
-    def release(self):
-        """Release the lock, allowing others to acquire."""
-        assert self._locked, "Lock is not acquired, cannot release."
-        self._locked = False
+from slime_ray_utils import NOSET_VISIBLE_DEVICES_ENV_VARS_LIST, add_default_ray_env_vars
 
 
 # --- slime/ray/actor_group.py
@@ -377,129 +277,3 @@ class RayTrainGroup:
         if not self.args.update_weight_disk_keep_files:
             shutil.rmtree(disk_weight_dir, ignore_errors=True)
         ray.get([engine.continue_generation.remote() for engine in engines])
-
-
-# --- slime/ray/placement_group.py
-@ray.remote(num_gpus=1)
-class InfoActor:
-    def get_ip_and_gpu_id(self):
-        return ray.util.get_node_ip_address(), ray.get_gpu_ids()[0]
-
-
-def sort_key(x):
-    index, node_identifier, gpu_id = x
-    # Sort by node IP number and then by GPU ID
-    try:
-        # try to parse it as an IP address.
-        ip_address = node_identifier
-        node_ip_parts = list(map(int, ip_address.split(".")))
-    except ValueError:
-        # Try to resolve the hostname to an IP address.
-        try:
-            ip_address = socket.gethostbyname(node_identifier)
-            node_ip_parts = list(map(int, ip_address.split(".")))
-        except (socket.gaierror, TypeError):
-            # Instead, we convert each character of the original identifier string
-            # to its ASCII value. This provides a stable and consistent numerical
-            # representation that allows for sorting.
-            node_ip_parts = [ord(c) for c in node_identifier]
-
-    return (node_ip_parts, int(gpu_id))
-
-
-def _create_placement_group(num_gpus):
-    """Create a placement group with the specified number of GPUs."""
-    if num_gpus == 0:
-        return None, [], []
-
-    bundles = [{"GPU": 1, "CPU": 1} for _ in range(num_gpus)]
-    pg = placement_group(bundles, strategy="PACK")
-    num_bundles = len(bundles)
-
-    # Wait for the placement group to be scheduled. Poll rather than a bare
-    # ray.get(pg.ready()) so the wait is observable: when it can't be placed yet
-    # (a node's GPUs haven't registered with the GCS, or an autoscaler is still
-    # bringing nodes up) log the GPU counts periodically instead of hanging with no
-    # output. The wait stays unbounded, so autoscaling clusters — where a pending
-    # placement group is what drives scale-up — are unaffected.
-    ready_ref = pg.ready()
-    elapsed = 0
-    log_interval = 30
-    while not ray.wait([ready_ref], timeout=log_interval)[0]:
-        elapsed += log_interval
-        total = ray.cluster_resources().get("GPU", 0)
-        available = ray.available_resources().get("GPU", 0)
-        logger.info(
-            f"Waiting for placement group of {num_gpus} GPUs (elapsed {elapsed}s): "
-            f"{total:g} GPUs registered with Ray, {available:g} available."
-        )
-
-    # use info actor to get the GPU id
-    info_actors = []
-    for i in range(num_bundles):
-        info_actors.append(
-            InfoActor.options(
-                scheduling_strategy=PlacementGroupSchedulingStrategy(
-                    placement_group=pg,
-                    placement_group_bundle_index=i,
-                ),
-            ).remote()
-        )
-    gpu_ids = ray.get([actor.get_ip_and_gpu_id.remote() for actor in info_actors])
-    for actor in info_actors:
-        ray.kill(actor)
-
-    bundle_infos = [(i, gpu_ids[i][0], gpu_ids[i][1]) for i in range(num_bundles)]
-    sorted_bundle_infos = sorted(bundle_infos, key=sort_key)
-    pg_reordered_bundle_indices = [info[0] for info in sorted_bundle_infos]
-    # Map from logical index -> physical GPU ID
-    pg_reordered_gpu_ids = [gpu_ids[info[0]][1] for info in sorted_bundle_infos]
-
-    for i in range(num_bundles):
-        actual_bundle_index = pg_reordered_bundle_indices[i]
-        logger.info(
-            f"  bundle {i:4}, actual_bundle_index: {actual_bundle_index:4}, "
-            f"node: {gpu_ids[actual_bundle_index][0]}, gpu: {gpu_ids[actual_bundle_index][1]}"
-        )
-
-    return pg, pg_reordered_bundle_indices, pg_reordered_gpu_ids
-
-
-def _get_placement_group_layout(args) -> tuple[int, int]:
-    actor_num_gpus = args.actor_num_nodes * args.actor_num_gpus_per_node
-
-    if args.debug_train_only:
-        return actor_num_gpus, 0
-
-    if args.rollout_external:
-        if args.debug_rollout_only:
-            return actor_num_gpus, 0
-        return actor_num_gpus, actor_num_gpus
-
-    if args.debug_rollout_only:
-        return args.rollout_num_gpus, 0
-
-    if args.colocate:
-        return max(actor_num_gpus, args.rollout_num_gpus), 0
-
-    return actor_num_gpus + args.rollout_num_gpus, actor_num_gpus
-
-
-def create_placement_groups(args):
-    """Create placement groups for actor, critic, and rollout engines."""
-
-    num_gpus, rollout_offset = _get_placement_group_layout(args)
-
-    logger.info(f"Creating placement group with {num_gpus} GPUs...")
-    pg, actor_pg_reordered_bundle_indices, actor_pg_reordered_gpu_ids = _create_placement_group(num_gpus)
-    rollout_pg_reordered_bundle_indices = actor_pg_reordered_bundle_indices[rollout_offset:]
-    rollout_pg_reordered_gpu_ids = actor_pg_reordered_gpu_ids[rollout_offset:]
-
-    result = {
-        "actor": (pg, actor_pg_reordered_bundle_indices, actor_pg_reordered_gpu_ids),
-        "rollout": (pg, rollout_pg_reordered_bundle_indices, rollout_pg_reordered_gpu_ids),
-    }
-
-    result["critic"] = result["actor"] if args.use_critic else None
-
-    return result
