@@ -131,7 +131,7 @@ class ActorClass:
         env, cwd = opts.runtime_env(options.get("runtime_env"), what)
         ledger, group = placement.where(options.get("scheduling_strategy"), what)
         held, gpu_ids = ledger.reserve(wants, what)
-        env = {**session.env, **env}
+        env = {**session.env, **env, **placement.captured_env(options.get("scheduling_strategy"))}
         if wants.get("GPU"):
             env[GPU_IDS_ENV] = ",".join(gpu_ids)
             if {**os.environ, **env}.get(NOSET_CUDA, "0") in ("", "0"):

@@ -7,11 +7,16 @@ session's ledger (:mod:`runtime.ray_compat.resources`); an actor scheduled into 
 from that bundle, so actors of one group share the GPUs the group holds, as in Ray. All bundles are on this
 machine: STRICT_SPREAD with more than one bundle cannot be met and raises (Ray would leave it pending); spreading
 over hosts is what hosts.toml pools do. Removing a group kills its actors and gives its resources back.
+A group handed to an actor (as an argument), or captured by it (``placement_group_capture_child_tasks=True``: its
+own actors go there by default), is that actor's to fill: it gets the bundles as reserved and places into its
+copy of them, while the reservation stays with the driver's session (two processes filling one bundle are not
+checked against each other).
 """
 
 from __future__ import annotations
 
 import contextlib
+import json
 import operator
 import os
 from dataclasses import dataclass, field
@@ -22,6 +27,9 @@ from runtime.ray_compat.refs import ObjectRef, _done
 from runtime.ray_compat.resources import Ledger, node_id
 
 STRATEGIES = ("PACK", "SPREAD", "STRICT_PACK", "STRICT_SPREAD")
+#: The group an actor placed with placement_group_capture_child_tasks=True finds itself in (its environment).
+CAPTURED_ENV = "MILES_RAY_CAPTURED_GROUP"
+_captured: PlacementGroup | None = None
 
 
 class GroupID(str):
@@ -50,6 +58,19 @@ class PlacementGroup:
 
     def __deepcopy__(self, memo: dict[int, Any]) -> PlacementGroup:
         return self  # a handle to one reservation (copying verl's worker groups keeps the group they hold)
+
+    def __getstate__(self) -> dict[str, Any]:
+        """What another process gets (a group handed to an actor, or captured by it): the bundles as reserved,
+        for that process to fill; the reservation itself stays with this session."""
+        bundles = [[dict(b.total), list(b.gpu_ids)] for b in self.bundles]
+        return {"id": str(self.id), "specs": self.bundle_specs, "strategy": self.strategy, "name": self.name,
+                "bundles": bundles}  # fmt: skip
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__init__(  # type: ignore[misc]
+            GroupID(state["id"]), [dict(s) for s in state["specs"]], str(state["strategy"]), str(state["name"]),
+            [Ledger(dict(total), [str(g) for g in gpus]) for total, gpus in state["bundles"]],
+        )  # fmt: skip
 
     def ready(self) -> ObjectRef:
         return ObjectRef(future=_done(self), what=f"placement group {self.name or self.id}")
@@ -168,8 +189,23 @@ def placement_group_table(group: PlacementGroup | str | None = None) -> dict[str
 
 
 def get_current_placement_group() -> PlacementGroup | None:
-    """The placement group the caller runs in: None here (a group is not handed to the actors it holds)."""
-    return None
+    """The placement group this actor was placed in with ``placement_group_capture_child_tasks=True`` (its own
+    actors and tasks go there by default, as in Ray), else None."""
+    global _captured
+    if _captured is None:
+        text = os.environ.get(CAPTURED_ENV)
+        if text:
+            group = PlacementGroup.__new__(PlacementGroup)
+            group.__setstate__(json.loads(text))
+            _captured = group
+    return _captured
+
+
+def captured_env(strategy: Any) -> dict[str, str]:
+    """The environment an actor placed with ``strategy`` gets: its group, when it captures child tasks."""
+    if isinstance(strategy, PlacementGroupSchedulingStrategy) and strategy.placement_group_capture_child_tasks:
+        return {CAPTURED_ENV: json.dumps(strategy.placement_group.__getstate__())}
+    return {}
 
 
 @dataclass
@@ -190,14 +226,12 @@ class NodeAffinitySchedulingStrategy:
 def where(strategy: Any, what: str) -> tuple[Ledger, PlacementGroup | None]:
     """The ledger an actor or task with ``scheduling_strategy=strategy`` takes its resources from."""
     session = state.current()
-    if strategy is None or strategy in ("DEFAULT", "SPREAD"):
+    if strategy is None or strategy == "DEFAULT":
+        captured = get_current_placement_group()
+        return (session.ledger, None) if captured is None else (_any_bundle(captured), captured)
+    if strategy == "SPREAD":
         return session.ledger, None
     if isinstance(strategy, PlacementGroupSchedulingStrategy):
-        if strategy.placement_group_capture_child_tasks:
-            raise NotImplementedError(
-                f"{what}: placement_group_capture_child_tasks=True is not supported; pass the strategy to the "
-                "child actors explicitly"
-            )
         group = strategy.placement_group
         index = strategy.placement_group_bundle_index
         if index == -1:

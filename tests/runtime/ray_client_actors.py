@@ -106,3 +106,24 @@ class Reducer:
     def leave(self, group: str) -> bool:
         ray.util.collective.destroy_collective_group(group)
         return ray.util.collective.is_group_initialized(group)
+
+
+class Placer:
+    """Places actors of its own into a placement group it was handed or placed in (slime's RolloutManager gets
+    its group as an argument and starts its engines in it)."""
+
+    def start_in(self, group, index: int) -> list:
+        from runtime.ray_compat.util.scheduling_strategies import PlacementGroupSchedulingStrategy
+
+        strategy = PlacementGroupSchedulingStrategy(group, placement_group_bundle_index=index)
+        engine = ray.remote(GpuReporter).options(num_gpus=1, scheduling_strategy=strategy).remote()
+        return ray.get(engine.gpus.remote())
+
+    def start_captured(self) -> tuple:
+        engine = ray.remote(GpuReporter).options(num_gpus=1).remote()  # no strategy: the captured group's
+        return ray.util.get_current_placement_group().id, ray.get(engine.gpus.remote())
+
+
+class GpuReporter:
+    def gpus(self) -> list:
+        return ray.get_gpu_ids()

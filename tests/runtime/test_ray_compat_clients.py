@@ -20,7 +20,7 @@ from pathlib import Path
 import numpy as np
 import psutil
 import pytest
-from ray_client_actors import BrokenInit, CodedError, Reducer, Rendezvous, Slow, Worker
+from ray_client_actors import BrokenInit, CodedError, Placer, Reducer, Rendezvous, Slow, Worker
 
 import runtime.ray_compat as ray
 from runtime.ray_compat.as_ray import SHIM_DIR, install_as_ray
@@ -200,3 +200,19 @@ def test_util_collective_from_the_driver_and_inside_the_actors(session: None) ->
     ray.util.collective.create_collective_group(members, 2, [1, 0], backend="gloo", group_name="driver")
     assert ray.get([m.broadcast_from_zero.remote(r + 5.0, "driver") for r, m in enumerate(members)]) == [6.0, 6.0]
     assert ray.get([m.leave.remote("inside") for m in members]) == [False, False]
+
+
+def test_a_placement_group_handed_to_an_actor_or_captured_by_it(session: None) -> None:
+    """slime hands its group to the rollout manager, which starts engines in given bundles; Ray's
+    placement_group_capture_child_tasks puts an actor's own actors in its group by default."""
+    group = ray.util.placement_group([{"CPU": 1, "GPU": 1}] * 2, name="handed")
+    try:
+        placer = ray.remote(Placer).remote()
+        assert ray.get(placer.start_in.remote(group, 1), timeout=60) == [1]  # bundle 1's GPU
+        captured = ray.remote(Placer).options(
+            scheduling_strategy=PlacementGroupSchedulingStrategy(group, 0, placement_group_capture_child_tasks=True)
+        ).remote()
+        group_id, gpus = ray.get(captured.start_captured.remote(), timeout=60)
+        assert group_id == group.id and gpus in ([0], [1])
+    finally:
+        ray.util.remove_placement_group(group)
