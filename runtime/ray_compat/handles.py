@@ -40,7 +40,7 @@ class Lease:
         self, spawning: concurrent.futures.Future[NativeHandle], label: str, *, owner: bool, keep: bool = True
     ) -> None:
         self.spawning, self.label, self.owner, self.keep = spawning, label, owner, keep
-        self.shared = False
+        self.shared = self.ended = False
         self.id = os.urandom(8).hex()  # until the actor is constructed: then its name and boot id
         self.held: tuple[Any, dict[str, float], list[str]] | None = None
         self.pending: set[concurrent.futures.Future[Any]] = set()
@@ -87,11 +87,12 @@ class Lease:
             return list(self.pending)
 
     def end(self) -> None:
-        """Kill the actor (once constructed) and give its resources back; a no-op the second time."""
+        """Kill the actor and give its resources back, without waiting for a constructor still running (the
+        actor is killed once it is constructed); a no-op the second time."""
         with self._lock:
-            held, self.held = self.held, None
-        with contextlib.suppress(BaseException):
-            self.spawning.result().kill(no_restart=True)
+            held, self.held, ended, self.ended = self.held, None, self.ended, True
+        if not ended:
+            self.spawning.add_done_callback(_kill)
         if held is not None:
             ledger, amounts, gpu_ids = held
             ledger.release(amounts, gpu_ids)
@@ -110,6 +111,12 @@ class Lease:
 
 def failed(future: concurrent.futures.Future[Any]) -> bool:
     return future.cancelled() or future.exception() is not None
+
+
+def _kill(spawning: concurrent.futures.Future[NativeHandle]) -> None:
+    if not failed(spawning):
+        with contextlib.suppress(Exception):
+            spawning.result().kill(no_restart=True)
 
 
 class ActorHandle:
