@@ -1,12 +1,14 @@
 """Ray's own tests of what runtime.ray_compat claims, ported: each test names its source test. What stays out
 (and why) is listed in README "Coming from Ray".
 
-Sources read: ray-project/ray python/ray/tests/test_actor.py (00257fb2), test_get_or_create_actor.py (08ff3113).
+Sources read: ray-project/ray python/ray/tests/test_actor.py (00257fb2), test_get_or_create_actor.py (08ff3113),
+test_wait.py (01624ad4).
 Ray defines the classes inside each test; here they live in ray_own_actors.py or the test, and go by value alike.
 """
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
 
 import pytest
@@ -198,3 +200,50 @@ def test_get_or_create_actor_with_placement_group_validation() -> None:
             scheduling_strategy=PlacementGroupSchedulingStrategy(placement_group=pg), name="actor", get_if_exists=True
         ).remote()
     ray.util.remove_placement_group(pg)
+
+
+def test_wait() -> None:
+    """test_wait.py::test_wait."""
+
+    @ray.remote
+    def f(delay):
+        time.sleep(delay)
+
+    object_refs = [f.remote(0), f.remote(0), f.remote(0), f.remote(0)]
+    ready_ids, remaining_ids = ray.wait(object_refs)
+    assert len(ready_ids) == 1
+    assert len(remaining_ids) == 3
+    ready_ids, remaining_ids = ray.wait(object_refs, num_returns=4)
+    assert set(ready_ids) == set(object_refs)
+    assert remaining_ids == []
+    object_refs = [f.remote(0), f.remote(5)]
+    ready_ids, remaining_ids = ray.wait(object_refs, timeout=2, num_returns=2)  # Ray: 0.5 s; task start here
+    assert len(ready_ids) == 1
+    assert len(remaining_ids) == 1
+    x = ray.put(1)
+    with pytest.raises(Exception):  # noqa: B017 - duplicate refs, as Ray's test: any error
+        ray.wait([x, x])
+    assert ray.wait([]) == ([], [])
+    obj_refs = [ray.put(i) for i in range(10)]
+    found, rest = ray.wait(obj_refs, num_returns=2)
+    assert (len(found), len(rest)) == (2, 8)
+    with pytest.raises(TypeError):
+        ray.wait(x)
+    with pytest.raises(TypeError):
+        ray.wait(1)
+    with pytest.raises(TypeError):
+        ray.wait([1])
+
+
+def test_wait_timing() -> None:
+    """test_wait.py::test_wait_timing."""
+
+    @ray.remote
+    def f():
+        time.sleep(1)
+
+    future = f.remote()
+    start = time.time()
+    ready, not_ready = ray.wait([future], timeout=0.2)
+    assert 0.2 < time.time() - start < 0.3
+    assert (len(ready), len(not_ready)) == (0, 1)
