@@ -57,9 +57,10 @@ class RuntimeContext:
         session = state.running()
         return session.namespace if session is not None else ""
 
+    @property
     def was_current_actor_reconstructed(self) -> bool:
-        found = self._actor
-        return found is not None and found[1].restarts > 0
+        """Whether this actor was restarted (a property, as Ray's)."""
+        return object_owner.restarts() > 0  # also in the constructor, as Ray's
 
     def get_accelerator_ids(self) -> dict[str, list[str]]:
         """The GPUs ray_compat gave this actor (also under RAY_EXPERIMENTAL_NOSET_CUDA_VISIBLE_DEVICES), else

@@ -2,12 +2,14 @@
 (and why) is listed in README "Coming from Ray".
 
 Sources read: ray-project/ray python/ray/tests/test_actor.py (00257fb2), test_get_or_create_actor.py (08ff3113),
-test_wait.py (01624ad4).
+test_wait.py (01624ad4), test_runtime_context.py (004a3906).
 Ray defines the classes inside each test; here they live in ray_own_actors.py or the test, and go by value alike.
 """
 
 from __future__ import annotations
 
+import os
+import signal
 import time
 from collections.abc import Iterator
 
@@ -247,3 +249,49 @@ def test_wait_timing() -> None:
     ready, not_ready = ray.wait([future], timeout=0.2)
     assert 0.2 < time.time() - start < 0.3
     assert (len(ready), len(not_ready)) == (0, 1)
+
+
+def test_was_current_actor_reconstructed() -> None:
+    """test_runtime_context.py::test_was_current_actor_reconstructed (its actor part)."""
+
+    @ray.remote(max_restarts=10)
+    class A:
+        def __init__(self):
+            self._was_reconstructed = ray.get_runtime_context().was_current_actor_reconstructed
+
+        def get_was_reconstructed(self):
+            return self._was_reconstructed
+
+        def update_was_reconstructed(self):
+            return ray.get_runtime_context().was_current_actor_reconstructed
+
+        def get_pid(self):
+            return os.getpid()
+
+        def current_actor_id(self):
+            return ray.get_runtime_context().get_actor_id()
+
+    a = A.remote()
+    assert ray.get(a.get_was_reconstructed.remote()) is False
+    assert ray.get(a.update_was_reconstructed.remote()) is False
+    os.kill(ray.get(a.get_pid.remote()), signal.SIGKILL)
+    time.sleep(2)
+    assert ray.get(a.get_was_reconstructed.remote()) is True
+    assert ray.get(a.update_was_reconstructed.remote()) is True
+    assert ray.get(a.current_actor_id.remote()) is not None
+
+
+def test_current_actor() -> None:
+    """test_runtime_context.py::test_current_actor."""
+
+    @ray.remote
+    class Echo:
+        def echo(self, s):
+            self_actor = ray.get_runtime_context().current_actor
+            return self_actor.echo2.remote(s)
+
+        def echo2(self, s):
+            return s
+
+    e = Echo.remote()
+    assert ray.get(ray.get(e.echo.remote("hello"))) == "hello"
