@@ -8,27 +8,11 @@ import importlib
 from runtime import naming
 from runtime.ray_compat import state
 from runtime.ray_compat.resources import get_node_ip_address
+from runtime.ray_compat.util import placement_group as _placement_group
 from runtime.ray_compat.util import scheduling_strategies
-from runtime.ray_compat.util.placement_group import (  # the submodule first, then its names over it, as Ray
-    PlacementGroup,
-    get_current_placement_group,
-    get_placement_group,
-    placement_group,
-    placement_group_table,
-    remove_placement_group,
-)
+from runtime.ray_compat.util.placement_group import *  # noqa: F403 - the submodule first, then its names over it, as Ray
 
-__all__ = [
-    "PlacementGroup",
-    "get_current_placement_group",
-    "get_node_ip_address",
-    "get_placement_group",
-    "list_named_actors",
-    "placement_group",
-    "placement_group_table",
-    "remove_placement_group",
-    "scheduling_strategies",
-]
+__all__ = [*_placement_group.__all__, "get_node_ip_address", "list_named_actors", "scheduling_strategies"]
 
 
 def list_named_actors(all_namespaces: bool = False) -> list[str] | list[dict[str, str]]:
