@@ -145,7 +145,7 @@ class ActorHandle:
         self._order = threading.Lock()
         #: The last call made, until it is sent; first the construction (calls queue behind it).
         self._last_sent: concurrent.futures.Future[Any] | None = None if inner is not None else lease.spawning
-        weakref.finalize(self, lease.collected)
+        weakref.finalize(self, lease.collected).atexit = False  # at exit the session's shutdown ends them all
 
     @property
     def native(self) -> NativeHandle:
