@@ -18,7 +18,7 @@ from runtime.builtin_methods import Builtin, BuiltinHost
 from runtime.call_store import CallRecord
 from runtime.errors import CallRejected
 from runtime.metadata import MethodInfo
-from runtime.outcome import error_frames, result_frames
+from runtime.outcome import arguments_bind, error_frames, result_frames
 from runtime.server_phase import LEAVING_PHASES, ServerPhase
 from transport.codec import Buffer, decode
 
@@ -59,7 +59,7 @@ class CallRunner:
         try:
             if record.cancelled:
                 raise _cancelled()
-            args, kwargs = self._prepare(info, deadline, body, buffers)
+            args, kwargs = self._prepare(record, info, deadline, body, buffers)
             if builtin is not None:
                 extra = (record.peer,) if builtin.takes_peer else ()
                 value = builtin.function(server, *extra, *args, **kwargs)
@@ -91,7 +91,7 @@ class CallRunner:
             async with slots if slots is not None else contextlib.nullcontext():
                 if record.cancelled:
                     raise _cancelled()
-                args, kwargs = self._prepare(info, deadline, body, buffers)
+                args, kwargs = self._prepare(record, info, deadline, body, buffers)
                 value = await getattr(self._server.instance, info.name)(*args, **kwargs)
                 info.check_result(value, actor=self._server.name)
         except _Refused as refused:
@@ -113,7 +113,7 @@ class CallRunner:
         try:
             if record.cancelled:
                 raise _cancelled()
-            args, kwargs = self._prepare(None, deadline, body, buffers)
+            args, kwargs = self._prepare(record, None, deadline, body, buffers)
             extra = (record.peer,) if builtin.takes_peer else ()
             value = await builtin.function(self._server, *extra, *args, **kwargs)
         except BaseException as exc:
@@ -130,7 +130,7 @@ class CallRunner:
         """The checked arguments of a call about to run (raising a refusal when it must not run)."""
         if record.cancelled:
             raise _cancelled()
-        return self._prepare(info, deadline, body, buffers)
+        return self._prepare(record, info, deadline, body, buffers)
 
     def failure_frames(self, record: CallRecord, exc: BaseException, started: float) -> list[Buffer]:
         """The RESULT frames of a call that raised ``exc``, as :meth:`run_async` answers it."""
@@ -159,6 +159,7 @@ class CallRunner:
 
     def _prepare(
         self,
+        record: CallRecord,
         info: MethodInfo | None,
         deadline: float | None,
         body: Buffer,
@@ -166,7 +167,7 @@ class CallRunner:
     ) -> tuple[list[Any], dict[str, Any]]:
         if deadline is not None and time.time() > deadline:
             raise _Refused("deadline", "the deadline passed before the call started; it was not run")
-        args, kwargs = decode(body, buffers)
+        args, kwargs = decode(body, buffers, bind=arguments_bind(record.call_id))
         if info is not None:  # never trust the caller's own check: it is another process
             try:
                 info.bind(tuple(args), kwargs, actor=self._server.name)

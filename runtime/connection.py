@@ -266,7 +266,8 @@ class Connection:
             good, value = False, refused_reply(call, boot_id, self.site(call.method))
         else:
             try:
-                good, value = decode_result(ok, message.body, message.buffers, partial(self.site, call.method))
+                site = partial(self.site, call.method)
+                good, value = decode_result(ok, message.body, message.buffers, site, call_id)
             except Exception as exc:  # e.g. a type this process has not registered
                 good, value = False, exc
         self._check_boot(boot_id)

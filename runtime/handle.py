@@ -28,6 +28,7 @@ from runtime.client import ClientRuntime
 from runtime.connection import DEFAULT_LIVENESS_TIMEOUT_S, Connection
 from runtime.errors import CallRejected, DeadlineExceeded
 from runtime.metadata import GROUP_SEPARATOR, ActorClassInfo
+from runtime.outcome import arguments_bind
 from runtime.stream_call import DEFAULT_WINDOW, StreamingCall
 from runtime.stream_hints import STREAM_MARK
 from transport import security, shared_memory
@@ -262,15 +263,15 @@ class ActorHandle:
             self.info.method(method, actor=self.actor_name).bind(args, kwargs, actor=self.actor_name)
         conn = self._conn
         shared: list[str] = []
+        call_id = new_call_id()
         try:
             if conn.same_machine:
-                payload, shared = encode_shared([list(args), kwargs])
+                payload, shared = encode_shared([list(args), kwargs], bind=arguments_bind(call_id))
             else:
-                payload = encode([list(args), kwargs])
+                payload = encode([list(args), kwargs], bind=arguments_bind(call_id))
         except UNSENDABLE as exc:
             raise argument_error(self.actor_name, method, args, kwargs, exc, self._parameter_names(method)) from None
         deadline = time.time() + deadline_s if deadline_s is not None else None
-        call_id = new_call_id()
         proof = None
         if method in control_auth.CONTROL_METHODS:
             proof = self._control_proof(call_id, method, payload, shared)

@@ -14,6 +14,18 @@ from transport.codec import Buffer, decode, encode, encode_shared
 from transport.protocol import Kind
 
 
+def arguments_bind(call_id: bytes) -> bytes:
+    """What a sealed pickle among a call's arguments is bound to: that call, that direction (transport.sealed_pickle
+    ``mac``), so it is refused as another call's argument or as a result."""
+    return b"arguments\0" + call_id
+
+
+def result_bind(call_id: bytes) -> bytes:
+    """What a sealed pickle in a call's value is bound to (see :func:`arguments_bind`); an error state's (the
+    exception's attributes) is bound to the session only."""
+    return b"result\0" + call_id
+
+
 def error_state(code: str, exc: BaseException | None = None, message: str = "") -> dict[str, Any]:
     """The wire form of an error: a code from ERROR_CODES, the exception type, message and traceback."""
     if exc is None:
@@ -38,9 +50,9 @@ def result_frames(record: CallRecord, boot_id: str, value: Any) -> list[Buffer]:
     """
     try:
         if record.shm_ok:
-            payload, record.shared = encode_shared(value)
+            payload, record.shared = encode_shared(value, bind=result_bind(record.call_id))
         else:
-            payload = encode(value)
+            payload = encode(value, bind=result_bind(record.call_id))
         return wire.pack(Kind.RESULT, [record.call_id, True, boot_id], payload)
     except Exception as exc:
         if record.shared:
@@ -107,9 +119,10 @@ def to_exception(state: Any, site: CallSite) -> ActorError:
 
 
 def decode_result(
-    ok: bool, body: Buffer | None, buffers: list[Buffer], site: Callable[[], CallSite]
+    ok: bool, body: Buffer | None, buffers: list[Buffer], site: Callable[[], CallSite], call_id: bytes
 ) -> tuple[bool, Any]:
-    """(True, value) or (False, exception) for a RESULT's payload; ``site()`` names the call in an exception (made
-    only then: most results are values)."""
-    value = decode(body, buffers) if body is not None else None
+    """(True, value) or (False, exception) for a RESULT's payload of call ``call_id``; ``site()`` names the call in
+    an exception (made only then: most results are values)."""
+    bind = result_bind(call_id) if ok else b""
+    value = decode(body, buffers, bind=bind) if body is not None else None
     return (True, value) if ok else (False, to_exception(value, site()))

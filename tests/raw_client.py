@@ -8,6 +8,7 @@ from typing import Any
 import zmq
 
 from runtime.call_ids import new_call_id
+from runtime.outcome import arguments_bind, result_bind
 from transport import frames as wire
 from transport.codec import decode, encode
 from transport.protocol import Kind
@@ -26,9 +27,8 @@ class RawClient:
         self, method: str, *args: Any, call_id: bytes | None = None, acks: list[bytes] | None = None, **kwargs: Any
     ) -> tuple[bytes, list[Any]]:
         call_id = call_id or new_call_id()  # ids carry the time they were made: actors refuse others
-        return call_id, SubmitHeader.pack(
-            call_id, method, None, None, None, acks or [], False, encode([list(args), kwargs])
-        )
+        payload = encode([list(args), kwargs], bind=arguments_bind(call_id))  # as runtime.handle seals pickles
+        return call_id, SubmitHeader.pack(call_id, method, None, None, None, acks or [], False, payload)
 
     @staticmethod
     def pack_submit(meta: list[Any], *args: Any, **kwargs: Any) -> list[Any]:
@@ -45,7 +45,8 @@ class RawClient:
 
     def result(self, message: wire.Message) -> Any:
         assert message.kind is Kind.RESULT, message
-        return message.meta[1], decode(message.body, message.buffers)
+        ok = message.meta[1]  # a value is bound to its call (as runtime.outcome.decode_result reads it), an error not
+        return ok, decode(message.body, message.buffers, bind=result_bind(bytes(message.meta[0])) if ok else b"")
 
     def call(self, method: str, *args: Any, **kwargs: Any) -> Any:
         call_id, frames = self.submit_frames(method, *args, **kwargs)

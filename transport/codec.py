@@ -64,8 +64,9 @@ class _LargeBytes:
 class _Encoder:
     """One encoding pass: collects out-of-band buffers while msgpack walks the object."""
 
-    def __init__(self, threshold: int, use_shared_memory: bool) -> None:
+    def __init__(self, threshold: int, use_shared_memory: bool, bind: bytes = b"") -> None:
         self.buffers: list[Buffer] = []
+        self.bind = bind  # what a sealed pickle's MAC binds it to (transport.sealed_pickle.mac)
         self.threshold = threshold
         self.use_shared_memory = use_shared_memory
         self.shared: list[str] = []  # names of shared-memory files written
@@ -156,11 +157,13 @@ class _Encoder:
     def sealed(self, obj: Any, problem: str) -> msgpack.ExtType:
         """``obj`` as a sealed pickle (:mod:`transport.sealed_pickle`); ``problem`` says why it has no wire type."""
         try:
-            mac, stream, buffers = sealed_pickle.seal(obj, self.threshold)
+            stream, buffers = sealed_pickle.pickled(obj, self.threshold)
         except UnsupportedTypeError as exc:
             raise UnsupportedTypeError(f"{problem}; nor can it travel pickled: {exc}") from exc
-        refs = [self.data(buffer, buffer.nbytes) for buffer in buffers]
-        return msgpack.ExtType(EXT_PICKLE, self.pack([mac, self.data(stream, stream.nbytes), refs]))
+        parts = [stream, *buffers]
+        refs = [self.data(part, part.nbytes) for part in parts]  # placed first: the MAC binds a segment by name
+        mac = sealed_pickle.seal(parts, [ref[0] if type(ref) is list else None for ref in refs], self.bind)
+        return msgpack.ExtType(EXT_PICKLE, self.pack([mac, refs[0], refs[1:]]))
 
     @staticmethod
     def _unsupported(kind: type) -> str:
@@ -265,17 +268,20 @@ def _check_depth(obj: Any) -> None:
         )
 
 
-def encode(obj: Any, *, threshold: int = OUT_OF_BAND_THRESHOLD) -> tuple[bytes, list[Buffer]]:
-    """Encode ``obj`` into a msgpack body and out-of-band buffers; raises UnsupportedTypeError."""
+def encode(obj: Any, *, threshold: int = OUT_OF_BAND_THRESHOLD, bind: bytes = b"") -> tuple[bytes, list[Buffer]]:
+    """Encode ``obj`` into a msgpack body and out-of-band buffers; raises UnsupportedTypeError.
+
+    ``bind``: what the MAC of any sealed pickle in it is bound to (e.g. a call's id and direction); :func:`decode`
+    must be given the same."""
     if _plain(obj, threshold):
         return _pack_plain(obj), []
     _check_depth(obj)
-    encoder = _Encoder(threshold, use_shared_memory=False)
+    encoder = _Encoder(threshold, use_shared_memory=False, bind=bind)
     body = encoder.pack(obj)
     return body, encoder.buffers
 
 
-def encode_shared(obj: Any) -> tuple[tuple[bytes, list[Buffer]], list[str]]:
+def encode_shared(obj: Any, *, bind: bytes = b"") -> tuple[tuple[bytes, list[Buffer]], list[str]]:
     """Like :func:`encode`, but buffers of ``SHM_THRESHOLD`` bytes or more go through shared memory.
 
     Only for a receiver on this machine. Returns the payload and the names of the segments published; the caller
@@ -285,7 +291,7 @@ def encode_shared(obj: Any) -> tuple[tuple[bytes, list[Buffer]], list[str]]:
     if _plain(obj, OUT_OF_BAND_THRESHOLD):
         return (_pack_plain(obj), []), []
     _check_depth(obj)
-    encoder = _Encoder(OUT_OF_BAND_THRESHOLD, use_shared_memory=True)
+    encoder = _Encoder(OUT_OF_BAND_THRESHOLD, use_shared_memory=True, bind=bind)
     try:
         body = encoder.pack(obj)
     except BaseException:

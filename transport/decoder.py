@@ -147,10 +147,11 @@ def _dense_shape(shape: Any, perm: Any, itemsize: int) -> tuple[list[int], int]:
 class _Decoder:
     """One decoding pass over a body and the buffers it references."""
 
-    __slots__ = ("buffers", "exact", "ext_depth", "keep", "opaque", "used")
+    __slots__ = ("bind", "buffers", "exact", "ext_depth", "keep", "opaque", "used")
 
-    def __init__(self, buffers: Sequence[Buffer], exact: bool) -> None:
+    def __init__(self, buffers: Sequence[Buffer], exact: bool, bind: bytes) -> None:
         self.buffers = buffers
+        self.bind = bind  # what a sealed pickle must be bound to (transport.sealed_pickle.mac)
         self.used: set[int] | None = None  # buffer indexes referenced so far: each at most once
         self.ext_depth = 0
         self.exact = exact  # measure nesting by walking values (False: a scan of the body's bytes bounded it)
@@ -285,11 +286,12 @@ class _Decoder:
         """A sealed pickle: sizes bounded before anything is mapped, MAC checked before a byte is unpickled."""
         if type(state) is not list or len(state) != 3 or type(state[2]) is not list:
             raise sealed_pickle.refuse_malformed(f"its state must be [mac, stream, [buffers]], got {_brief(state)}")
-        given, stream, refs = state
+        given, refs = state[0], [state[1], *state[2]]
+        names = [ref[0] if type(ref) is list and len(ref) == 2 and type(ref[0]) is str else None for ref in refs]
         if sealed_pickle.unavailable() is None:  # else open_sealed refuses it with the reason, having read nothing
-            sealed_pickle.check_size(sum(map(self.size_of, [stream, *refs])))
-            stream, refs = self.data(stream, None), [self.data(ref, None) for ref in refs]
-        return sealed_pickle.open_sealed(given, stream, refs)
+            sealed_pickle.check_size(sum(map(self.size_of, refs)))
+            refs = [self.data(ref, None) for ref in refs]
+        return sealed_pickle.open_sealed(given, refs, names, self.bind)
 
 
 _BUILDERS: dict[int, Callable[[_Decoder, Any], Any]] = {
@@ -302,15 +304,16 @@ _BUILDERS: dict[int, Callable[[_Decoder, Any], Any]] = {
 }
 
 
-def decode(body: Buffer, buffers: Sequence[Buffer] = ()) -> Any:
-    """Decode a body produced by :func:`encode`; raises DecodeError on anything else, whatever the bytes."""
+def decode(body: Buffer, buffers: Sequence[Buffer] = (), *, bind: bytes = b"") -> Any:
+    """Decode a body produced by :func:`encode` (with the same ``bind``); raises DecodeError on anything else,
+    whatever the bytes."""
     try:
         size = len(body) if type(body) is bytes else memoryview(body).nbytes
         if size <= MAX_DEPTH and _EXTENSION_HEADER.search(body) is None:
             # The common small call: too short to nest too deep, and no byte that could start an extension, so
             # there is nothing to build or check; msgpack bounds every length by the body's own (its default).
             return msgpack.unpackb(body, raw=False, strict_map_key=False)
-        decoder = _Decoder(buffers, not _surely_shallow(body, size))
+        decoder = _Decoder(buffers, not _surely_shallow(body, size), bind)
         value = decoder.unpack(body, size)
         if decoder.exact and nesting_depth(value, MAX_DEPTH, decoder.opaque) > MAX_DEPTH:
             raise DecodeError(f"the message nests more than {MAX_DEPTH} deep")

@@ -3,16 +3,17 @@
 A value the codec cannot carry as itself (an ``argparse.Namespace``, a function, a numpy object array, a
 ``TensorDict``...) travels as a pickle stream plus its out-of-band buffers (pickle protocol 5: numpy arrays and
 dense CPU tensors are not copied into the stream; the codec sends the buffers as frames or through shared memory
-like any array), sealed with ``HMAC-SHA256(session secret, domain | lengths | stream | buffers)``
-(:mod:`transport.session_secret`). A receiver checks, before it reads a byte of the stream: that it accepts
-pickles at all (``MILES_PICKLE`` is not ``0``) and holds a secret, that the sizes are within
-``MILES_PICKLE_MAX_BYTES``, and that the MAC is the one its own secret gives. A pickle from a peer without the
-secret (forged), from another launch (another secret), truncated or grown is refused, counted in
-:data:`REFUSED` (reason -> count) and never unpickled.
+like any array), sealed with ``HMAC-SHA256(session secret, domain | binding | lengths | stream | buffers)``
+(:mod:`transport.session_secret`; the binding is what the runtime ties it to: a call's id and direction). A
+receiver checks, before it reads a byte of the stream: that it accepts pickles at all (``MILES_PICKLE`` is not
+``0``) and holds a secret, that the declared sizes are within ``MILES_PICKLE_MAX_BYTES``, and that the MAC is the
+one its own secret gives for the binding it expects. A pickle from a peer without the secret (forged), from
+another launch (another secret), from another call, truncated or grown is refused, counted in :data:`REFUSED`
+(reason -> count) and never unpickled.
 
-Buffers longer than ``_CHUNK`` are digested in pieces on a few threads (hashlib releases the GIL), and the MAC
-covers the digests: one SHA-256 stream runs at about 1.3 GB/s, which alone would cost ~50 ms per 64 MiB at
-each end.
+One SHA-256 stream runs at about 1.3 GB/s, ~50 ms per 64 MiB at each end: buffers longer than ``_CHUNK`` are
+digested in pieces on a few threads (hashlib releases the GIL) and the MAC covers the digests, and a buffer in
+shared memory is bound by its segment's name instead (see :func:`mac`).
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ import io
 import logging
 import os
 import pickle
+import socket
 import sys
 import threading
 import warnings
@@ -97,6 +99,7 @@ def _dense(tensor: Any) -> bool:
         and tensor.storage_offset() == 0
         and tensor.untyped_storage().nbytes() == tensor.numel() * tensor.element_size()
         and not (tensor.is_conj() or tensor.is_neg() or tensor.is_quantized)
+        and (tensor.is_leaf or not tensor.requires_grad)  # a graph's tensors: torch's own reduction decides
     )
 
 
@@ -141,15 +144,27 @@ def _digest(piece: memoryview) -> bytes:
     return hashlib.sha256(piece).digest()
 
 
-def mac(secret: bytes, parts: list[Buffer]) -> bytes:
-    """The seal of a pickle stream and its buffers (``parts``: the stream first)."""
+def mac(secret: bytes, parts: list[Buffer], names: list[str | None], bind: bytes = b"") -> bytes:
+    """The seal of a pickle stream and its buffers (``parts``: the stream first), bound to ``bind`` (the runtime
+    binds a call's arguments and its result to the call's id and direction: runtime.outcome).
+
+    A part that travels through shared memory (``names[i]``: its segment's name, else None) is bound by its name
+    and length, not its bytes: a segment is only ever honoured in this user's private directory under a fresh
+    128-bit name, valid once (transport.shared_memory), so only a process of this user on this host could have
+    written it, and those are trusted alike (README: trust model). Hashing it would cost ~50 ms per 64 MiB at
+    each end for no protection.
+    """
     views = [memoryview(part).cast("B") for part in parts]
-    seal = hmac.new(secret, _DOMAIN + len(views).to_bytes(4, "little"), hashlib.sha256)
-    for view in views:
+    seal = hmac.new(secret, _DOMAIN + len(bind).to_bytes(4, "little") + bind, hashlib.sha256)
+    seal.update(len(views).to_bytes(4, "little"))
+    for view, name in zip(views, names, strict=True):
         seal.update(view.nbytes.to_bytes(8, "little"))
-    pieces = [view[at : at + _CHUNK] for view in views if view.nbytes > _CHUNK for at in range(0, view.nbytes, _CHUNK)]
+        tag = name.encode() if name is not None else b""
+        seal.update((b"S" if name is not None else b"B") + len(tag).to_bytes(2, "little") + tag)
+    hashed = [view for view, name in zip(views, names, strict=True) if name is None]
+    pieces = [view[at : at + _CHUNK] for view in hashed if view.nbytes > _CHUNK for at in range(0, view.nbytes, _CHUNK)]
     digests = iter(_executor().map(_digest, pieces) if len(pieces) > 1 else map(_digest, pieces))
-    for view in views:
+    for view in hashed:
         if view.nbytes <= _CHUNK:
             seal.update(view)
         else:  # the lengths above fix how each part was cut
@@ -157,9 +172,9 @@ def mac(secret: bytes, parts: list[Buffer]) -> bytes:
     return seal.digest()
 
 
-def seal(obj: Any, threshold: int) -> tuple[bytes, memoryview, list[memoryview]]:
-    """``(mac, stream, buffers)`` for ``obj``; UnsupportedTypeError (saying why) when it cannot or must not travel
-    pickled."""
+def pickled(obj: Any, threshold: int) -> tuple[memoryview, list[memoryview]]:
+    """The stream and out-of-band buffers of ``obj``, to be sealed by :func:`seal` once the codec has placed
+    them; UnsupportedTypeError (saying why) when it cannot or must not travel pickled."""
     why = unavailable()
     if why is not None:
         raise UnsupportedTypeError(why)
@@ -174,14 +189,19 @@ def seal(obj: Any, threshold: int) -> tuple[bytes, memoryview, list[memoryview]]
             f"receivers accept ({MAX_BYTES_ENV}; raise it for every process of the job, or send the large parts "
             "as numpy arrays or tensors in dicts, which travel without pickling)"
         )
-    return mac(session_secret.current() or b"", [stream, *buffers]), stream, buffers
+    return stream, buffers
+
+
+def seal(parts: list[Buffer], names: list[str | None], bind: bytes = b"") -> bytes:
+    """The MAC of a pickled value's parts (stream first) with this process's secret (see :func:`mac`)."""
+    return mac(session_secret.current() or b"", parts, names, bind)
 
 
 def _refuse(reason: str, message: str) -> PickleRefused:
     REFUSED[reason] += 1
     if sum(REFUSED.values()) <= _LOGGED_REFUSALS:
         log.warning("refused a pickled value: %s", message)
-    return PickleRefused(message)
+    return PickleRefused(f"a pickled value refused by process {os.getpid()} on {socket.gethostname()}: {message}")
 
 
 def check_size(size: int) -> None:
@@ -199,22 +219,22 @@ def refuse_malformed(message: str) -> PickleRefused:
     return _refuse("malformed", f"a malformed pickled value: {message}")
 
 
-def open_sealed(given: Any, stream: Buffer, buffers: list[Buffer]) -> Any:
-    """The value of a sealed pickle, unpickled only once its MAC is this process's secret's."""
+def open_sealed(given: Any, parts: list[Buffer], names: list[str | None], bind: bytes = b"") -> Any:
+    """The value of a sealed pickle (``parts``: its stream, then its buffers; ``names``: the shared-memory segment
+    each came in, or None), unpickled only once its MAC is this process's secret's."""
     why = unavailable()
     if why is not None:
         raise _refuse("disabled" if not session_secret.enabled() else "no_secret", f"not unpickled: {why}")
-    parts = [stream, *buffers]
     check_size(sum(memoryview(part).nbytes for part in parts))
-    expected = mac(session_secret.current() or b"", parts)
+    expected = mac(session_secret.current() or b"", parts, names, bind)
     if type(given) is not bytes or not hmac.compare_digest(given, expected):
         raise _refuse(
             "forged",
-            "its MAC is not this session's (it comes from a process of another launch or driver tree, or was "
-            "forged or altered on the way): never unpickled",
+            "its MAC is not this session's for this call (it comes from a process of another launch or driver "
+            "tree, was replayed from another call, or was forged or altered on the way): never unpickled",
         )
     try:
-        return pickle.loads(stream, buffers=buffers)
+        return pickle.loads(parts[0], buffers=parts[1:])
     except Exception as exc:  # an authentic pickle that does not load here (a module missing on this host...)
         problem = f"{type(exc).__name__}: {exc}"
         raise DecodeError(f"an authenticated pickled value does not load in this process: {problem}") from exc

@@ -58,6 +58,13 @@ class Counter:
         """Call ``peer.add(n)`` from inside this actor (a cross-host call when the peer is elsewhere)."""
         return await peer.add(n)
 
+    async def relay(self, peer: ActorHandle, value: Any) -> list[Any]:
+        """Send ``value`` to ``peer``'s echo and return what came back, with this process's id."""
+        return [await peer.echo(value), os.getpid()]
+
+    def echo(self, value: Any) -> Any:
+        return value
+
     async def route_to(self, peer: ActorHandle) -> str:
         """Call ``peer`` once; the address this actor's socket to it is connected to (TCP or a same-host twin)."""
         await peer.add(0)

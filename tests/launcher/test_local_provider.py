@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import argparse
+import functools
 import json
 import os
 import signal
@@ -80,6 +82,18 @@ def test_serve_actors_get_plan_env_and_named_lookup(tmp_path: Path) -> None:
         assert where["pid"] == provider.worker_infos("c")[0].pid
         assert first.add_on_peer(second, 10).result(timeout=10) == 15
         assert second.add_on_named("c-0-0", 100).result(timeout=10) == 106
+
+
+def test_pickled_values_travel_between_the_processes_of_a_launch(tmp_path: Path) -> None:
+    """The launcher (this process) and its workers on two hosts share the launch's session secret: an
+    argparse.Namespace holding a function goes launcher -> worker -> worker and back (transport.sealed_pickle)."""
+    cfg = config(tmp_path, [{"id": "c", "cells": 2, "strategy": "SPREAD", "worker": COUNTER}], hosts=2)
+    with LocalProvider(cfg) as provider:
+        provider.start_all(deadline_s=60)
+        first, second = provider.handles("c")
+        value = argparse.Namespace(lr=0.5, scale=functools.partial(pow, 2))
+        echoed, relayed_by = first.relay(second, value).result(timeout=30)
+        assert echoed.lr == 0.5 and echoed.scale(10) == 1024 and relayed_by == provider.worker_infos("c")[0].pid
 
 
 def test_dying_worker_marks_cell_dead_and_is_reported(tmp_path: Path) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import dataclasses
 import enum
@@ -14,6 +15,23 @@ import numpy as np
 
 from runtime import method
 from transport import register_type
+
+
+class HttpError(Exception):
+    """An exception with attributes of its own, rebuilt from its args when unpickled (as Ray users write them)."""
+
+    def __init__(self, status: int, body: str) -> None:
+        super().__init__(status, body)
+        self.status, self.body = status, body
+        self.request = argparse.Namespace(url="/v1/generate", attempt=2)  # no wire type: a sealed pickle
+
+
+class UnsendableFieldError(Exception):
+    """An exception with an attribute that cannot travel at all (a lock)."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message)
+        self.lock = threading.Lock()
 
 
 class Color(enum.Enum):
@@ -119,6 +137,12 @@ class Counter:
 
     def fail(self, message: str) -> None:
         raise ValueError(message)
+
+    def http_fail(self, status: int) -> None:
+        raise HttpError(status, "quota exceeded")
+
+    def unsendable_fail(self) -> None:
+        raise UnsendableFieldError("slow down")
 
     def nbytes(self, data: np.ndarray) -> int:
         return int(data.nbytes)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import os
 import subprocess
 import sys
@@ -9,7 +10,7 @@ import threading
 from pathlib import Path
 
 import pytest
-from sample_actors import BrokenConstructor, Positional
+from sample_actors import BrokenConstructor, HttpError, Positional, UnsendableFieldError
 
 from runtime import ActorDefinitionError, ActorHandle, CallRejected, RemoteError, spawn
 
@@ -40,6 +41,21 @@ def test_wrong_argument_type_names_the_argument(counter: ActorHandle) -> None:
         counter.add("1")
     with pytest.raises(CallRejected, match="missing a required argument: 'n'"):
         counter.add()
+
+
+def test_a_remote_exception_keeps_attributes_that_have_no_wire_type(counter: ActorHandle) -> None:
+    """The error state carries the exception's attributes (runtime.outcome); one with no wire type of its own (an
+    argparse.Namespace) travels as a sealed pickle, and one that cannot be pickled leaves the error as it was."""
+    with pytest.raises(HttpError) as info:
+        counter.http_fail(429).result(10)
+    error = info.value
+    assert isinstance(error, RemoteError) and error.status == 429 and error.body == "quota exceeded"
+    assert error.request == argparse.Namespace(url="/v1/generate", attempt=2)
+    assert "counter" in str(error) and "HttpError" in error.remote_traceback  # still says where
+    with pytest.raises(UnsendableFieldError, match="slow down") as info:
+        counter.unsendable_fail().result(10)
+    assert not hasattr(info.value, "lock") and info.value.remote_type == "sample_actors.UnsendableFieldError"
+    assert counter.add(0).result(10) == 10  # the actor keeps serving
 
 
 def test_unsupported_argument_names_the_argument(counter: ActorHandle) -> None:

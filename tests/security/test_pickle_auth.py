@@ -21,12 +21,15 @@ import pytest
 from raw_client import RawClient
 
 from runtime import ActorHandle
-from transport import sealed_pickle, session_secret
-from transport.codec import encode
+from runtime.call_ids import new_call_id
+from runtime.outcome import arguments_bind, result_bind
+from transport import sealed_pickle, session_secret, shared_memory
+from transport.codec import encode, encode_shared
 from transport.codec_types import EXT_PICKLE, DecodeError
 from transport.decoder import decode
 from transport.sealed_pickle import PickleRefused
 from transport.session_secret import SECRET_ENV
+from transport.submit_header import SubmitHeader
 
 
 class WritesFile:
@@ -104,6 +107,36 @@ def test_a_truncated_or_altered_pickle_is_refused(marker: Path) -> None:
     assert not marker.exists()
 
 
+def test_a_shared_memory_part_swapped_for_a_frame_of_the_same_bytes_is_refused(marker: Path) -> None:
+    """The MAC binds a segment by name (the OS vouches for its bytes); a frame in its place must carry the MAC of
+    its bytes, which only the secret's holders can make."""
+    ballast = np.ones(4 << 20, np.uint8)
+    (body, buffers), names = encode_shared(WritesFile(marker, ballast))
+    mac, stream, refs = _sealed_state(body)
+    assert buffers == [] and len(names) == 1 and refs == [[names[0], ballast.nbytes]]
+    try:
+        _refused("forged", _body([mac, stream, [0]]), [ballast.tobytes()], "never unpickled")
+        assert not marker.exists()
+        decode(body, buffers)  # the segment itself, as sent
+        assert marker.read_text() == f"unpickled {ballast.nbytes}"
+    finally:
+        shared_memory.unlink(names)
+
+
+def test_a_pickle_bound_to_one_call_is_refused_for_another_or_as_its_result(marker: Path) -> None:
+    """runtime.handle binds a call's arguments to its id and direction (runtime.outcome.arguments_bind)."""
+    first, second = new_call_id(), new_call_id()
+    body, buffers = encode(WritesFile(marker), bind=arguments_bind(first))
+    _refused("forged", body, buffers, "replayed from another call")  # unbound
+    with pytest.raises(PickleRefused):
+        decode(body, buffers, bind=arguments_bind(second))
+    with pytest.raises(PickleRefused):
+        decode(body, buffers, bind=result_bind(first))
+    assert not marker.exists()
+    decode(body, buffers, bind=arguments_bind(first))
+    assert marker.exists()
+
+
 def test_a_pickle_replayed_to_another_launch_is_refused(marker: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     body, buffers = encode(WritesFile(marker))
     monkeypatch.setenv(SECRET_ENV, secrets.token_hex(32))  # a process of another launch or driver tree
@@ -148,7 +181,7 @@ def test_malformed_envelopes_are_refused(marker: Path) -> None:
     assert not marker.exists()
 
 
-def test_a_live_actor_refuses_a_pickle_sealed_by_another_launch(
+def test_a_live_actor_refuses_pickles_sealed_by_another_launch_or_for_another_call(
     target: ActorHandle, marker: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The target was spawned by this process, so it holds our secret; a pickle sealed with another never loads."""
@@ -162,5 +195,11 @@ def test_a_live_actor_refuses_a_pickle_sealed_by_another_launch(
         assert raw.call("keep", WritesFile(marker)) == "int"
         assert marker.read_text() == "unpickled"
         assert target.method("__stats__")().result(10)["pickles_refused"]["forged"] == 1
+        marker.unlink()
+        sealed_for, replayed_as = new_call_id(), new_call_id()  # the arguments of one call, resent as another's
+        payload = encode([[WritesFile(marker)], {}], bind=arguments_bind(sealed_for))
+        raw.send(SubmitHeader.pack(replayed_as, "keep", None, None, None, [], False, payload))
+        ok, error = raw.result(raw.recv())
+        assert not ok and "replayed from another call" in error["message"] and not marker.exists()
     finally:
         raw.close()

@@ -81,6 +81,8 @@ def test_tensors_that_are_views_keep_torchs_own_reduction() -> None:
     out = decode(*encode(value))
     assert torch.equal(out.view, base[10:]) and torch.equal(out.transposed, value.transposed)
     assert out.grad.requires_grad
+    loss = torch.ones(3).requires_grad_() * 2  # not a leaf: torch's own reduction, as with Ray
+    assert torch.equal(decode(*encode(argparse.Namespace(loss=loss))).loss, loss.detach())
 
 
 def test_a_pickle_through_shared_memory() -> None:
@@ -91,13 +93,23 @@ def test_a_pickle_through_shared_memory() -> None:
 
 
 def test_the_mac_covers_every_byte_of_large_buffers_cut_in_pieces() -> None:
-    key = bytes(32)
+    key, names = bytes(32), [None, None]
     data = bytearray(np.random.default_rng(0).integers(0, 255, 3 * sealed_pickle._CHUNK + 5, np.uint8).tobytes())
-    seal = sealed_pickle.mac(key, [b"stream", data])
-    assert sealed_pickle.mac(key, [b"stream", bytes(data)]) == seal
+    seal = sealed_pickle.mac(key, [b"stream", data], names)
+    assert sealed_pickle.mac(key, [b"stream", bytes(data)], names) == seal
     data[2 * sealed_pickle._CHUNK + 1] ^= 1  # one bit in the third piece
-    assert sealed_pickle.mac(key, [b"stream", data]) != seal
-    assert sealed_pickle.mac(key, [b"stream" + bytes(data[:1]), data[1:]]) != sealed_pickle.mac(key, [b"stream", data])
+    assert sealed_pickle.mac(key, [b"stream", data], names) != seal
+    moved = sealed_pickle.mac(key, [b"stream" + bytes(data[:1]), data[1:]], names)  # a byte moved between parts
+    assert moved != sealed_pickle.mac(key, [b"stream", data], names)
+
+
+def test_a_part_in_shared_memory_is_bound_by_its_segment_name_and_length() -> None:
+    key = bytes(32)
+    seal = sealed_pickle.mac(key, [b"stream", b"x" * 100], [None, "seg-a"])
+    assert sealed_pickle.mac(key, [b"stream", b"y" * 100], [None, "seg-a"]) == seal  # the OS vouches for the bytes
+    assert sealed_pickle.mac(key, [b"stream", b"x" * 100], [None, "seg-b"]) != seal
+    assert sealed_pickle.mac(key, [b"stream", b"x" * 101], [None, "seg-a"]) != seal
+    assert sealed_pickle.mac(key, [b"stream", b"x" * 100], [None, None]) != seal  # a frame is not a segment
 
 
 def test_what_cannot_be_pickled_says_so() -> None:
