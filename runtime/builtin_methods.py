@@ -193,8 +193,8 @@ def _cancel(server: BuiltinHost, peer: bytes, call_ids: list[bytes]) -> list[str
     return outcomes
 
 
-def _object_get(server: BuiltinHost, key: str) -> Any:
-    return objects.get(key)
+async def _object_get(server: BuiltinHost, key: str) -> Any:
+    return await objects.get_async(key)
 
 
 def _object_free(server: BuiltinHost, key: str) -> bool:
@@ -241,7 +241,7 @@ BUILTINS: dict[str, Builtin] = {
     "__shutdown__": Builtin(_shutdown),
     "__methods__": Builtin(_methods),
     "__cancel__": Builtin(_cancel, takes_peer=True),
-    "__object_get__": Builtin(_object_get),
+    "__object_get__": Builtin(_object_get, is_async=True),
     "__object_free__": Builtin(_object_free),
     # Collective groups and device-resident refs (runtime.collective, runtime.tensor_refs): joins and sends block,
     # so they run on the collective lane, beside whatever method runs; rendezvous keys are read on the loop.

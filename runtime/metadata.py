@@ -13,6 +13,7 @@ import typing
 from collections.abc import Callable
 from typing import Any, TypeVar
 
+from runtime.called_by_name import by_name
 from runtime.errors import ActorDefinitionError, CallRejected
 from runtime.stream_hints import STREAM_MARK, is_generator_function, stream_variant, yield_hint
 from runtime.type_checks import DeepCheck, deep_check, hint_name, is_checked_result, matches, short
@@ -249,10 +250,12 @@ def class_info(cls: type, groups: tuple[tuple[str, int], ...] = ()) -> ActorClas
         _hints(cls.__init__, cls)  # registers the types of constructor arguments for the wire
     methods: dict[str, MethodInfo] = {}
     for name, function in inspect.getmembers(cls, inspect.isfunction):
-        if name.startswith("_") or isinstance(inspect.getattr_static(cls, name), (staticmethod, classmethod)):
+        private, kind = name.startswith("_"), inspect.getattr_static(cls, name)
+        if (private and (not by_name(cls) or name.startswith("__"))) or isinstance(kind, (staticmethod, classmethod)):
             continue  # static and class methods are not actor methods: they have no instance to run on
-        where = f"{class_path(cls)}.{name}"
-        signature = inspect.signature(function)
+        where, signature = f"{class_path(cls)}.{name}", inspect.signature(function)
+        if private and not _takes_self(signature):
+            continue  # a private helper without `self` (called through the class): no actor method
         _check_receiver(where, signature)
         options = _method_options(where, function)
         if options.concurrency_group not in declared:
@@ -271,16 +274,20 @@ def class_info(cls: type, groups: tuple[tuple[str, int], ...] = ()) -> ActorClas
     return ActorClassInfo(cls, class_path(cls), methods, declared)
 
 
+def _takes_self(signature: inspect.Signature) -> bool:
+    first = next(iter(signature.parameters.values()), None)
+    kind = first.kind if first is not None else None
+    named_self = first is not None and first.name == "self" and kind is not inspect.Parameter.KEYWORD_ONLY
+    return kind is inspect.Parameter.VAR_POSITIONAL or named_self
+
+
 def _check_receiver(where: str, signature: inspect.Signature) -> None:
     """Refuse a public function on the class that takes no ``self``: called on the instance, it would get the
     instance as its first argument (or fail on every call)."""
+    if _takes_self(signature):
+        return
     params = list(signature.parameters.values())
     first = params[0] if params else None
-    if first is not None and (
-        first.kind is inspect.Parameter.VAR_POSITIONAL
-        or (first.name == "self" and first.kind is not inspect.Parameter.KEYWORD_ONLY)
-    ):
-        return
     took = f"its first parameter is {first.name!r}" if first is not None else "it takes no parameters"
     name, params = where.rpartition(".")[2], ", ".join(signature.parameters)
     raise ActorDefinitionError(
@@ -359,6 +366,8 @@ def _is_model(hint: Any) -> bool:
 
 
 def _hints(function: Callable[..., Any], cls: type) -> dict[str, Any]:
+    if by_name(cls):  # as Ray: no type checks, values travel as they are (typed or pickled)
+        return {}
     try:
         hints = typing.get_type_hints(function, include_extras=True)  # keeps constraints in Annotated[...]
     except Exception:  # unresolvable forward references: skip validation rather than refuse the class

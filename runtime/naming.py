@@ -204,3 +204,11 @@ async def get_actor_async(name: str, namespace: str = DEFAULT_NAMESPACE) -> Acto
     state = await _ask("lookup", namespace, name)
     known = await _ask("names", namespace) if state is None else []
     return _found(name, namespace, state, known)
+
+
+def list_names(namespace: str = DEFAULT_NAMESPACE) -> list[str]:
+    """The names registered in ``namespace`` (Ray's ``ray.util.list_named_actors``), sorted."""
+    if namespace:
+        check_key(namespace, "x")
+    known = _ask_now("names", namespace, what="list the actor names")
+    return sorted(set(known) | {n for ns, n in _names if ns == namespace})

@@ -9,6 +9,7 @@ as actors' open binds).
 
 from __future__ import annotations
 
+import concurrent.futures
 import os
 import threading
 from typing import Any
@@ -51,6 +52,17 @@ def put(value: Any) -> ObjectRef:
     """Keep ``value`` in this process and return a ref to it (as Ray's ``ray.put``); in a driver, the first call
     starts serving refs (a loopback socket, or every interface with CURVE and ``MILES_ADVERTISE_HOST``)."""
     return ObjectRef(owner_handle(), store.put(value))
+
+
+def put_pending(future: concurrent.futures.Future[Any]) -> ObjectRef:
+    """A ref to the value ``future`` will have, kept in this process once it comes (a holder's get waits)."""
+    return ObjectRef(owner_handle(), store.put_pending(future))
+
+
+def restarts() -> int:
+    """How often this actor was restarted before this incarnation (0 in a driver, also during construction)."""
+    server = _server
+    return server.restarts if server is not None else 0
 
 
 def owner_handle() -> ActorHandle:

@@ -7,6 +7,8 @@ built-in methods ``__object_get__`` and ``__object_free__`` serve it to any hold
 
 from __future__ import annotations
 
+import asyncio
+import concurrent.futures
 import os
 import threading
 from typing import Any
@@ -25,6 +27,18 @@ class ObjectStore:
             self._values[key] = value
         return key
 
+    def put_pending(self, future: concurrent.futures.Future[Any]) -> str:
+        """Keep the value ``future`` will have (a call still running, handed on before it finished, as Ray passes
+        the ref a method returns): :meth:`get_async` waits for it."""
+        return self.put(_Pending(future))
+
+    async def get_async(self, key: str) -> Any:
+        """The value, waiting for a pending one (its error raised, as the call raised it)."""
+        value = self.get(key)
+        if isinstance(value, _Pending):
+            return await asyncio.wrap_future(value.future)
+        return value
+
     def get(self, key: str) -> Any:
         with self._lock:
             if key not in self._values:
@@ -37,6 +51,11 @@ class ObjectStore:
 
     def __len__(self) -> int:
         return len(self._values)
+
+
+class _Pending:
+    def __init__(self, future: concurrent.futures.Future[Any]) -> None:
+        self.future = future
 
 
 store = ObjectStore()

@@ -29,6 +29,12 @@ if ! python -c "import torch" 2>/dev/null; then
 fi
 echo "[setup] installing miles-actors with test extras (train + inference: megatron-core, transformers, tokenizers, safetensors)"
 python -m pip install -q -e ".[test]"
+if ! python -c "import verl" 2>/dev/null; then
+  # verl's single controller runs on runtime.ray_compat in tests/ray_clients; its own requirements pull in real Ray
+  # (ray[default]) and a GPU stack, so it comes without them (the test extra `verl` holds what it does need).
+  echo "[setup] installing verl 0.9.1 without its dependencies (tests/ray_clients)"
+  python -m pip install -q --no-deps "verl==0.9.1"
+fi
 SGLANG_SOURCE=.venv/peers/sglang-0.5.23
 if [ ! -f "$SGLANG_SOURCE/sglang/srt/utils/weight_versions.py" ]; then
   # The conformance tests read SGLang's own source (request models, init_custom_process_group); SGLang itself

@@ -22,6 +22,8 @@ Actors are ``runtime.spawn`` actors on this machine, tasks run on a pool of work
 README "Coming from Ray"; an option that cannot be honoured raises at once, naming the alternative.
 """
 
+import cloudpickle
+
 from runtime.ray_compat import actor, exceptions, util
 from runtime.ray_compat.actors import method
 from runtime.ray_compat.api import (
@@ -48,6 +50,7 @@ __all__ = [
     "actor",
     "available_resources",
     "cancel",
+    "cloudpickle",
     "cluster_resources",
     "exceptions",
     "get",

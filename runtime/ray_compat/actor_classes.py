@@ -1,10 +1,11 @@
-"""A Ray actor class as this runtime spawns it: positional constructor parameters taken by name.
+"""A Ray actor class as this runtime spawns it: the constructor's arguments travel by name.
 
 Ray constructors take positional arguments (``Counter.remote(5)``); this runtime's are keyword-only, so the wire
 carries names only. ``.remote(*args, **kwargs)`` binds the arguments to the constructor's parameter names here,
 with ``inspect.signature``, and the class is spawned as a subclass whose constructor is keyword-only and calls the
-original one (:func:`keyword_class`). A constructor with positional-only parameters or ``*args`` cannot be bound
-by name and is refused, naming the parameter.
+original one (:func:`keyword_class`). What cannot be named (positional-only parameters, ``*args``) travels as a
+list under :data:`POSITIONAL`. The subclass is marked :data:`runtime.called_by_name.CALLED_BY_NAME`: its ``_private``
+methods are callable, and no method name is reserved by this runtime's handles, as in Ray.
 """
 
 from __future__ import annotations
@@ -14,10 +15,12 @@ import inspect
 import sys
 from typing import Any
 
-from runtime.errors import ActorDefinitionError
+from runtime.called_by_name import CALLED_BY_NAME
 
 _POSITIONAL = (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.VAR_POSITIONAL)
 _WRAPPED = "__ray_compat_class__"
+#: The constructor keyword that carries the arguments which cannot be passed by name.
+POSITIONAL = "ray_positional_args"
 
 
 def _parameters(cls: type) -> list[inspect.Parameter]:
@@ -27,20 +30,33 @@ def _parameters(cls: type) -> list[inspect.Parameter]:
     return list(inspect.signature(init).parameters.values())[1:]
 
 
+def _positional(cls: type) -> bool:
+    return any(p.kind in _POSITIONAL for p in _parameters(cls))
+
+
 @functools.cache
 def keyword_class(cls: type) -> type:
     """A subclass of ``cls`` whose constructor is keyword-only (calling the original one), sent by value: the
     module's name for ``cls`` is the ``@ray.remote`` wrapper, not the class, so it is not importable by name."""
     params = _parameters(cls)
-    for param in params:
-        if param.kind in _POSITIONAL:
-            raise ActorDefinitionError(
-                f"actor class {cls.__qualname__}: constructor parameter {param.name!r} is {param.kind.description}, "
-                "which cannot be passed by name; give the constructor named parameters"
-            )
-    namespace: dict[str, Any] = {"__module__": cls.__module__, _WRAPPED: cls, "__doc__": cls.__doc__}
-    if any(p.kind is inspect.Parameter.POSITIONAL_OR_KEYWORD for p in params):
-        original = cls.__init__
+    namespace: dict[str, Any] = {
+        "__module__": cls.__module__, _WRAPPED: cls, "__doc__": cls.__doc__, CALLED_BY_NAME: True,
+    }  # fmt: skip
+    original = cls.__init__
+    if _positional(cls):
+
+        @functools.wraps(original)
+        def __init__(self: Any, **kwargs: Any) -> None:
+            original(self, *kwargs.pop(POSITIONAL, ()), **kwargs)
+
+        keyword = [p for p in params if p.kind is inspect.Parameter.KEYWORD_ONLY]
+        rest = [p for p in params if p.kind is inspect.Parameter.VAR_KEYWORD]
+        positional = inspect.Parameter(POSITIONAL, inspect.Parameter.KEYWORD_ONLY, default=())
+        __init__.__signature__ = inspect.Signature(  # type: ignore[attr-defined]
+            [inspect.Parameter("self", inspect.Parameter.POSITIONAL_OR_KEYWORD), positional, *keyword, *rest]
+        )
+        namespace["__init__"] = __init__
+    elif any(p.kind is inspect.Parameter.POSITIONAL_OR_KEYWORD for p in params):
 
         @functools.wraps(original)
         def __init__(self: Any, **kwargs: Any) -> None:
@@ -59,7 +75,8 @@ def keyword_class(cls: type) -> type:
 
 
 def bind_arguments(cls: type, args: tuple[Any, ...], kwargs: dict[str, Any]) -> dict[str, Any]:
-    """The constructor's arguments by parameter name; TypeError as Python's for a bad call."""
+    """The constructor's arguments by parameter name (those that cannot be named under :data:`POSITIONAL`);
+    TypeError as Python's for a bad call."""
     if cls.__init__ is object.__init__:
         if args or kwargs:
             raise TypeError(f"{cls.__qualname__}() takes no arguments")
@@ -68,6 +85,8 @@ def bind_arguments(cls: type, args: tuple[Any, ...], kwargs: dict[str, Any]) -> 
         bound = inspect.signature(cls.__init__).bind(None, *args, **kwargs)
     except TypeError as exc:
         raise TypeError(f"{cls.__qualname__}.remote(): {exc}") from None
+    if _positional(cls):
+        return {POSITIONAL: list(bound.args[1:]), **bound.kwargs}
     named = dict(bound.arguments)
     named.pop(next(iter(inspect.signature(cls.__init__).parameters)), None)  # self
     for param in _parameters(cls):

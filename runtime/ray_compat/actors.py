@@ -1,33 +1,45 @@
-"""``@ray.remote`` classes: ``Cls.options(...).remote(*args)`` spawns the actor, ``handle.m.remote(x)`` calls it.
+"""``@ray.remote`` classes: ``Cls.options(...).remote(*args)`` starts the actor and returns its handle at once.
 
-Ray sources read: python/ray/actor.py (ActorClass.options/remote, ActorMethod.options/remote, ``ray.method``,
-generator methods streaming by default, ``max_task_retries``), python/ray/_private/ray_option_utils.py.
+Ray sources read: python/ray/actor.py (ActorClass.options/remote, ``_ray_from_modified_class``: the actor class
+derives from the user's class, so its attributes, static methods and ``dir()`` are the class's; ActorMethod,
+``ray.method``, generator methods streaming by default, ``max_task_retries``), python/ray/_private/ray_option_utils.py.
 The actor is a ``runtime.spawn`` actor on this machine; its resources come from the session's ledger or a
-placement-group bundle (:mod:`runtime.ray_compat.placement`); ``runtime_env`` env vars and its GPUs
-(``CUDA_VISIBLE_DEVICES``) go into its environment.
+placement-group bundle (:mod:`runtime.ray_compat.placement`), reserved at once (a request that cannot be met
+raises here); ``runtime_env`` env vars and its GPUs (``CUDA_VISIBLE_DEVICES``) go into its environment. It is
+constructed in the background, as in Ray: calls made meanwhile queue behind construction
+(:mod:`runtime.ray_compat.handles`).
 """
 
 from __future__ import annotations
 
+import asyncio
 import concurrent.futures
-import contextlib
-import inspect
-import threading
+import os
 from typing import Any
 
 from runtime import naming
-from runtime.handle import ActorHandle as NativeHandle
-from runtime.metadata import class_info
+from runtime.client import ClientRuntime
+from runtime.handle_names import checked_class_info
 from runtime.metadata import method as native_method
+from runtime.name_registry import check_name
 from runtime.ray_compat import options as opts
 from runtime.ray_compat import placement, state
-from runtime.ray_compat.actor_classes import bind_arguments, keyword_class, original_class
-from runtime.ray_compat.calls import RetryingCall, arguments_ready, refs_for, resolve_args, retry_on
-from runtime.ray_compat.refs import ObjectRefGenerator
-from runtime.spawn import spawn
-from transport.type_registry import register_type
+from runtime.ray_compat.actor_classes import bind_arguments, keyword_class
+from runtime.ray_compat.calls import Arguments, resolve_args
+from runtime.ray_compat.handles import RAY_METHOD, ActorHandle, ActorMethod, Lease, failed
+from runtime.ray_compat.runtime_context import RAY_GPU_IDS
+from runtime.spawn import spawn_async
+from runtime.spawn_names import live_holder, taken
+from transport.security import FROM_ENV
 
-_RAY_METHOD = "__ray_method_options__"
+#: How long an actor's constructor may run (Ray has no limit; verl's workers load models in theirs).
+CONSTRUCT_DEADLINE_S = float(os.environ.get("MILES_RAY_COMPAT_CONSTRUCT_S", "3600"))
+#: Set (to anything but 0) in the driver's or the actor's environment, as Ray's: a GPU actor keeps the
+#: CUDA_VISIBLE_DEVICES it inherits; ``ray.get_gpu_ids()`` still names its GPUs (from GPU_IDS_ENV).
+NOSET_CUDA = "RAY_EXPERIMENTAL_NOSET_CUDA_VISIBLE_DEVICES"
+GPU_IDS_ENV = RAY_GPU_IDS
+
+__all__ = ["ActorClass", "ActorHandle", "ActorMethod", "make_actor_class", "method"]
 
 
 def method(*args: Any, **options: Any) -> Any:
@@ -37,7 +49,7 @@ def method(*args: Any, **options: Any) -> Any:
         opts.num_returns(options["num_returns"], "ray.method")
 
     def mark(function: Any) -> Any:
-        setattr(function, _RAY_METHOD, dict(options))
+        setattr(function, RAY_METHOD, dict(options))
         if "concurrency_group" in options:
             native_method(function, concurrency_group=options["concurrency_group"])
         return function
@@ -49,165 +61,118 @@ def method(*args: Any, **options: Any) -> Any:
     return mark
 
 
+def make_actor_class(cls: type, options: dict[str, Any]) -> ActorClass:
+    """The ``@ray.remote`` object for ``cls``: as Ray's, an instance of ``ActorClass(Name)``, a class deriving
+    from :class:`ActorClass` and ``cls``, so ``getattr(Actor, "m")``, class attributes and ``dir(Actor)`` are the
+    class's (verl binds its worker-group methods by walking them); a plain ActorClass where Python cannot derive
+    one (a metaclass conflict, an ``__init_subclass__`` that refuses)."""
+    opts.check(dict(options), opts.ACTOR, f"@ray.remote class {cls.__qualname__}")
+    try:
+        name = f"ActorClass({cls.__name__})"
+        derived = type(name, (ActorClass, cls), {"__module__": cls.__module__, "__qualname__": name})
+        actor_class = object.__new__(derived)
+    except TypeError:
+        actor_class = object.__new__(ActorClass)
+    vars(actor_class).update(_ray_cls=cls, _ray_options=dict(options), __ray_actor_class__=cls)
+    vars(actor_class).update(__name__=cls.__name__, __doc__=cls.__doc__)
+    return actor_class
+
+
 class ActorClass:
     """A class under ``@ray.remote``: ``.remote(...)`` starts an actor, ``.options(...)`` overrides options."""
 
-    def __init__(self, cls: type, options: dict[str, Any]) -> None:
-        self._cls = self.__ray_actor_class__ = cls
-        self._options = opts.check(dict(options), opts.ACTOR, f"@ray.remote class {cls.__qualname__}")
-        self.__name__ = cls.__name__
-        self.__doc__ = cls.__doc__
+    _ray_cls: type
+    _ray_options: dict[str, Any]
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        raise TypeError("ActorClass is made by @ray.remote, not instantiated directly")
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         raise TypeError(
-            f"Actors cannot be instantiated directly. Instead of '{self._cls.__name__}()', use "
-            f"'{self._cls.__name__}.remote()'."
+            f"Actors cannot be instantiated directly. Instead of '{self._ray_cls.__name__}()', use "
+            f"'{self._ray_cls.__name__}.remote()'."
         )
 
+    def __repr__(self) -> str:
+        return f"ActorClass({self._ray_cls.__qualname__})"
+
+    def __deepcopy__(self, memo: dict[int, Any]) -> ActorClass:
+        return self
+
     def options(self, **options: Any) -> ActorClass:
-        return ActorClass(self._cls, {**self._options, **options})
+        return make_actor_class(self._ray_cls, {**self._ray_options, **options})
 
     def bind(self, *args: Any, **kwargs: Any) -> Any:
         raise NotImplementedError("Ray DAGs (.bind) are not supported by runtime.ray_compat; call .remote()")
 
     def remote(self, *args: Any, **kwargs: Any) -> ActorHandle:
-        options, cls = self._options, self._cls
-        what = f"actor {options.get('name') or cls.__qualname__}"
+        """Start the actor; its handle comes back at once (construction goes on in the background). What can be
+        checked here raises here: the class, the options, the arguments, the resources, a name already taken."""
+        options, cls = self._ray_options, self._ray_cls
+        name = options.get("name")
+        what = f"actor {name if isinstance(name, str) else cls.__qualname__}"
         session = state.current()
+        namespace = options.get("namespace") or session.namespace or naming.DEFAULT_NAMESPACE
+        for option, value in (("name", name), ("namespace", namespace)):
+            if value is not None and not isinstance(value, str):
+                raise TypeError(f"{what}: {option} must be None or a string, got {type(value).__name__}")
+            if value:
+                check_name(option, value)
+        wrapper = keyword_class(cls)
+        checked_class_info(wrapper, options.get("concurrency_groups"))
+        bind_arguments(cls, args, kwargs)  # a bad call raises here; bound again once top-level refs have values
+        if name is not None:
+            found = _named(session, name, namespace, cls, what)
+            if found is not None:
+                if options.get("get_if_exists"):
+                    return found
+                raise taken(name, namespace, found.native)
         wants = opts.resources_of(options, 0.0, what)
         env, cwd = opts.runtime_env(options.get("runtime_env"), what)
         ledger, group = placement.where(options.get("scheduling_strategy"), what)
         held, gpu_ids = ledger.reserve(wants, what)
-        env = {**session.env, **env}
+        env = {**session.env, **env, **placement.captured_env(options.get("scheduling_strategy"))}
         if wants.get("GPU"):
-            env["CUDA_VISIBLE_DEVICES"] = ",".join(gpu_ids)
-        try:
-            args, kwargs = resolve_args(args, kwargs)
-            inner = spawn(
-                keyword_class(cls), kwargs=bind_arguments(cls, args, kwargs), name=options.get("name"),
-                namespace=options.get("namespace") or session.namespace or naming.DEFAULT_NAMESPACE,
-                get_if_exists=bool(options.get("get_if_exists", False)), lifetime=options.get("lifetime"),
-                max_restarts=int(options.get("max_restarts", 0)), max_concurrency=options.get("max_concurrency"),
-                concurrency_groups=options.get("concurrency_groups"), env=env, cwd=cwd,
-            )  # fmt: skip
-        except BaseException:
-            ledger.release(held, gpu_ids)
-            raise
-        handle = ActorHandle(inner, cls=cls, max_task_retries=int(options.get("max_task_retries", 0)))
-        handle._held = (ledger, held, gpu_ids)
+            env[GPU_IDS_ENV] = ",".join(gpu_ids)
+            if {**os.environ, **env}.get(NOSET_CUDA, "0") in ("", "0"):
+                env["CUDA_VISIBLE_DEVICES"] = ",".join(gpu_ids)
+        spawning = _spawn(cls, (args, kwargs), options, namespace, env, cwd)
+        keep = bool(name) or options.get("lifetime") == "detached"
+        lease = Lease(spawning, name or cls.__name__, owner=True, keep=keep)
+        lease.held = (ledger, held, gpu_ids)
+        spawning.add_done_callback(lambda f: failed(f) and lease.end())
+        if name is not None:
+            session.starting[(namespace, name)] = lease
+            spawning.add_done_callback(lambda _: session.starting.pop((namespace, name), None))
         if options.get("lifetime") != "detached":
-            session.actors.append(handle)
+            session.actors.append(lease)
         if group is not None:
-            group.actors.append(handle)
-        return handle
+            group.actors.append(lease)
+        return ActorHandle(None, cls=cls, max_task_retries=int(options.get("max_task_retries", 0)), lease=lease)
 
 
-class ActorHandle:
-    """A Ray-shaped handle: ``handle.m.remote(...)``; passable to other actors and tasks."""
-
-    def __init__(self, inner: NativeHandle, *, cls: type | None = None, max_task_retries: int = 0) -> None:
-        self._inner = inner
-        self._cls = cls or original_class(inner.class_path)
-        if inner.info is None and self._cls is not None:
-            with contextlib.suppress(Exception):
-                inner.info = class_info(keyword_class(self._cls))
-        self._max_task_retries = max_task_retries
-        self._order = threading.Lock()
-        self._last_sent: concurrent.futures.Future[None] | None = None  # the last call made, until it is sent
-        self._held: tuple[Any, dict[str, float], list[str]] | None = None
-
-    @property
-    def native(self) -> NativeHandle:
-        """This runtime's own handle of the actor."""
-        return self._inner
-
-    def __getattr__(self, name: str) -> ActorMethod:
-        if name.startswith("_"):
-            raise AttributeError(name)
-        info = self._inner.info
-        if info is not None and name not in info.methods:
-            raise AttributeError(f"'ActorHandle' object has no attribute '{name}' (actor {self._inner.actor_name!r})")
-        return ActorMethod(self, name, {})
-
-    def __repr__(self) -> str:
-        return f"Actor({self._inner.class_path.partition(':')[2].split('.<locals>.')[0]}, {self._actor_id.hex()})"
-
-    @property
-    def _actor_id(self) -> _ActorID:
-        return _ActorID(f"{self._inner.actor_name}:{self._inner.boot_id or ''}")
-
-    def _kill(self, no_restart: bool) -> None:
-        self._inner.kill(no_restart=no_restart)
-        if no_restart and self._held is not None:
-            ledger, held, gpu_ids = self._held
-            self._held = None
-            ledger.release(held, gpu_ids)
-
-    def _kill_quietly(self) -> None:
-        with contextlib.suppress(Exception):
-            self._kill(True)
+def _named(session: state.Session, name: str, namespace: str, cls: type, what: str) -> ActorHandle | None:
+    """The actor holding ``name``: one this session is still starting, or a live registered one."""
+    starting = session.starting.get((namespace, name))
+    if starting is not None:
+        return ActorHandle(None, cls=cls, lease=starting)
+    holder, _ = ClientRuntime.get().run(live_holder(name, namespace, FROM_ENV), timeout_s=30, what=what)
+    return ActorHandle(holder, cls=cls) if holder is not None else None
 
 
-class _ActorID(str):
-    def hex(self) -> str:  # type: ignore[override]
-        return str(self)
+def _spawn(
+    cls: type, arguments: Arguments, options: dict[str, Any], namespace: str, env: dict[str, str], cwd: str | None
+) -> concurrent.futures.Future[Any]:
+    """Spawn on the runtime's loop, not waiting: top-level refs among the arguments are resolved first."""
 
+    async def start() -> Any:
+        args, kwargs = await asyncio.get_running_loop().run_in_executor(None, resolve_args, *arguments)
+        return await spawn_async(
+            keyword_class(cls), kwargs=bind_arguments(cls, args, kwargs), name=options.get("name"),
+            namespace=namespace, get_if_exists=bool(options.get("get_if_exists", False)),
+            lifetime=options.get("lifetime"), max_restarts=int(options.get("max_restarts", 0)),
+            max_concurrency=options.get("max_concurrency"), concurrency_groups=options.get("concurrency_groups"),
+            env=env, cwd=cwd, deadline_s=CONSTRUCT_DEADLINE_S,
+        )  # fmt: skip
 
-class ActorMethod:
-    """``handle.m``: ``.remote(...)`` calls it, ``.options(...)`` overrides its ``@ray.method`` options."""
-
-    def __init__(self, handle: ActorHandle, name: str, options: dict[str, Any]) -> None:
-        self._handle, self._name = handle, name
-        function = getattr(handle._cls, name, None) if handle._cls is not None else None
-        self._generator = inspect.isgeneratorfunction(function) or inspect.isasyncgenfunction(function)
-        self._options = {**(getattr(function, _RAY_METHOD, None) or {}), **options}
-
-    def options(self, **options: Any) -> ActorMethod:
-        opts.check(options, opts.METHOD, f"method {self._name!r}.options")
-        return ActorMethod(self._handle, self._name, {**self._options, **options})
-
-    def bind(self, *args: Any, **kwargs: Any) -> Any:
-        raise NotImplementedError("Ray DAGs (.bind) are not supported by runtime.ray_compat; call .remote()")
-
-    def remote(self, *args: Any, **kwargs: Any) -> Any:
-        what = f"{self._handle._inner.actor_name}.{self._name}"
-        options = self._options
-        num_returns = opts.num_returns(options.get("num_returns", "streaming" if self._generator else 1), what)
-        ref = self._handle._inner.method(self._name)
-        if "concurrency_group" in options:
-            ref = ref.options(concurrency_group=options["concurrency_group"], stream=num_returns == "streaming" or None)
-        if num_returns == "streaming":
-            if not self._generator:
-                ref = ref.options(stream=True)
-            with self._handle._order:  # sent now, so after the calls before it
-                if (previous := self._handle._last_sent) is not None:
-                    previous.result()
-                args, kwargs = resolve_args(args, kwargs)
-                return ObjectRefGenerator(ref(*args, **kwargs))
-        if self._generator:
-            raise NotImplementedError(
-                f"{what} is a generator method: num_returns={num_returns!r} would collect it; iterate it as a "
-                "stream (num_returns='streaming', the default) and list() the values"
-            )
-        retries = int(options.get("max_task_retries", self._handle._max_task_retries))
-        retryable, inner = retry_on(options.get("retry_exceptions", False), what), self._handle._inner
-        should_retry = lambda exc: inner.dead is None and retryable(exc)  # noqa: E731 - never once it is dead for good
-        with self._handle._order:  # the caller's calls to this actor are sent in the order they were made
-            ready = arguments_ready(args, kwargs, after=self._handle._last_sent)
-            call = RetryingCall(lambda a, k: ref(*a, **k), retries, should_retry, ready or (args, kwargs))
-            self._handle._last_sent = None if call.submitted.done() else call.submitted
-        return refs_for(call, num_returns, what)
-
-
-def _handle_state(handle: ActorHandle) -> dict[str, Any]:
-    return {"handle": handle._inner}
-
-
-def _handle_from(state: dict[str, Any]) -> ActorHandle:
-    inner = state.get("handle") if isinstance(state, dict) else None
-    if not isinstance(inner, NativeHandle):
-        raise ValueError("a ray_compat actor handle's state holds a runtime ActorHandle")
-    return ActorHandle(inner)
-
-
-register_type(ActorHandle, to_state=_handle_state, from_state=_handle_from)
+    return asyncio.run_coroutine_threadsafe(start(), ClientRuntime.get().loop)

@@ -17,8 +17,8 @@ from runtime.errors import ActorNotFound
 from runtime.naming import get_actor as native_get_actor
 from runtime.ray_compat import options as opts
 from runtime.ray_compat import state
-from runtime.ray_compat.actors import ActorHandle
 from runtime.ray_compat.exceptions import GetTimeoutError
+from runtime.ray_compat.handles import ActorHandle
 from runtime.ray_compat.refs import ObjectRef, ObjectRefGenerator
 from runtime.ray_compat.resources import nodes as _nodes
 
@@ -149,6 +149,9 @@ def get_actor(name: str, namespace: str | None = None) -> ActorHandle:
         raise ValueError("Please supply a non-empty value to get_actor")
     session = state.running()
     space = namespace or (session.namespace if session is not None else "") or naming.DEFAULT_NAMESPACE
+    starting = session.starting.get((space, name)) if session is not None else None
+    if starting is not None:  # .remote() returned, its constructor still runs: a handle queued behind it
+        return ActorHandle(None, lease=starting)
     try:
         return ActorHandle(native_get_actor(name, space))
     except ActorNotFound as exc:

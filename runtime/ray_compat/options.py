@@ -31,7 +31,7 @@ REFUSED = {
     "_metadata": "runtime.ray_compat has no option plugins",
     "placement_group": "pass scheduling_strategy=PlacementGroupSchedulingStrategy(pg, bundle_index) instead",
     "placement_group_bundle_index": "pass scheduling_strategy=PlacementGroupSchedulingStrategy(pg, i) instead",
-    "placement_group_capture_child_tasks": "pass the scheduling strategy to child actors explicitly",
+    "placement_group_capture_child_tasks": "pass PlacementGroupSchedulingStrategy(pg, i, True) instead",
     "_generator_backpressure_num_objects": "use handle.m.options(window=N) of the native API (default 16)",
     "tensor_transport": "tensors travel out of band (and through shared memory on one host) already",
     "enable_tensor_transport": "tensors travel out of band (and through shared memory on one host) already",

@@ -7,11 +7,17 @@ session's ledger (:mod:`runtime.ray_compat.resources`); an actor scheduled into 
 from that bundle, so actors of one group share the GPUs the group holds, as in Ray. All bundles are on this
 machine: STRICT_SPREAD with more than one bundle cannot be met and raises (Ray would leave it pending); spreading
 over hosts is what hosts.toml pools do. Removing a group kills its actors and gives its resources back.
+A group handed to an actor (as an argument), or captured by it (``placement_group_capture_child_tasks=True``: its
+own actors go there by default), is that actor's to fill: it gets the bundles as reserved and places into its
+copy of them, while the reservation stays with the driver's session (two processes filling one bundle are not
+checked against each other).
 """
 
 from __future__ import annotations
 
 import contextlib
+import json
+import operator
 import os
 from dataclasses import dataclass, field
 from typing import Any
@@ -21,6 +27,16 @@ from runtime.ray_compat.refs import ObjectRef, _done
 from runtime.ray_compat.resources import Ledger, node_id
 
 STRATEGIES = ("PACK", "SPREAD", "STRICT_PACK", "STRICT_SPREAD")
+#: The group an actor placed with placement_group_capture_child_tasks=True finds itself in (its environment).
+CAPTURED_ENV = "MILES_RAY_CAPTURED_GROUP"
+_captured: PlacementGroup | None = None
+
+
+class GroupID(str):
+    """A group's id; ``.hex()`` as Ray's PlacementGroupID."""
+
+    def hex(self) -> str:  # type: ignore[override]
+        return str(self)
 
 
 @dataclass(eq=False)
@@ -40,6 +56,22 @@ class PlacementGroup:
     def bundle_count(self) -> int:
         return len(self.bundle_specs)
 
+    def __deepcopy__(self, memo: dict[int, Any]) -> PlacementGroup:
+        return self  # a handle to one reservation (copying verl's worker groups keeps the group they hold)
+
+    def __getstate__(self) -> dict[str, Any]:
+        """What another process gets (a group handed to an actor, or captured by it): the bundles as reserved,
+        for that process to fill; the reservation itself stays with this session."""
+        bundles = [[dict(b.total), list(b.gpu_ids)] for b in self.bundles]
+        return {"id": str(self.id), "specs": self.bundle_specs, "strategy": self.strategy, "name": self.name,
+                "bundles": bundles}  # fmt: skip
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__init__(  # type: ignore[misc]
+            GroupID(state["id"]), [dict(s) for s in state["specs"]], str(state["strategy"]), str(state["name"]),
+            [Ledger(dict(total), [str(g) for g in gpus]) for total, gpus in state["bundles"]],
+        )  # fmt: skip
+
     def ready(self) -> ObjectRef:
         return ObjectRef(future=_done(self), what=f"placement group {self.name or self.id}")
 
@@ -49,9 +81,24 @@ class PlacementGroup:
     def bundle(self, index: int, what: str) -> Ledger:
         if self.removed:
             raise ValueError(f"{what}: placement group {self.name or self.id} was removed")
-        if not isinstance(index, int) or not -1 <= index < self.bundle_count:
+        try:
+            index = operator.index(index)  # a numpy integer too, as Ray takes it
+        except TypeError:
+            index = None
+        if index is None or not -1 <= index < self.bundle_count:
             raise ValueError(f"{what}: placement_group_bundle_index={index!r} is not in -1..{self.bundle_count - 1}")
         return self.bundles[index]
+
+    def table(self) -> dict[str, Any]:
+        """This group as ``ray.util.placement_group_table(pg)`` shows it."""
+        return {
+            "placement_group_id": self.id,
+            "name": self.name,
+            "bundles": {i: dict(spec) for i, spec in enumerate(self.bundle_specs)},
+            "bundles_to_node_id": dict.fromkeys(range(self.bundle_count), node_id()),
+            "strategy": self.strategy,
+            "state": "REMOVED" if self.removed else "CREATED",
+        }
 
 
 def placement_group(
@@ -89,7 +136,7 @@ def placement_group(
             "runtime.ray_compat places on this machine only: spread over hosts with a hosts.toml pool (SPREAD)"
         )
     session = state.current()
-    group = PlacementGroup(os.urandom(9).hex(), [dict(b) for b in bundles], strategy, name)
+    group = PlacementGroup(GroupID(os.urandom(9).hex()), [dict(b) for b in bundles], strategy, name)
     what = f"placement group {name or group.id}"
     try:
         for spec in group.bundle_specs:
@@ -109,9 +156,9 @@ def remove_placement_group(group: PlacementGroup) -> None:
     if group.removed:
         return
     group.removed = True
-    for actor in group.actors:
+    for lease in group.actors:
         with contextlib.suppress(Exception):
-            actor._kill_quietly()
+            lease.end()
     session = state.running()
     if session is not None:
         for held, gpu_ids in group._held:
@@ -126,6 +173,39 @@ def get_placement_group(name: str) -> PlacementGroup:
         if group.name == name:
             return group
     raise ValueError(f"no placement group named {name!r} in this session")
+
+
+def placement_group_table(group: PlacementGroup | str | None = None) -> dict[str, Any]:
+    """One group's record (given the group, or its id as Ray's internal state API takes it), or every group of
+    the session by id (Ray's ``placement_group_table``)."""
+    groups = {g.id: g for g in state.current().groups}
+    if group is None:
+        return {key: g.table() for key, g in groups.items()}
+    if isinstance(group, PlacementGroup):
+        return group.table()
+    if group not in groups:
+        raise ValueError(f"placement_group_table: no placement group with id {group!r} in this session")
+    return groups[group].table()
+
+
+def get_current_placement_group() -> PlacementGroup | None:
+    """The placement group this actor was placed in with ``placement_group_capture_child_tasks=True`` (its own
+    actors and tasks go there by default, as in Ray), else None."""
+    global _captured
+    if _captured is None:
+        text = os.environ.get(CAPTURED_ENV)
+        if text:
+            group = PlacementGroup.__new__(PlacementGroup)
+            group.__setstate__(json.loads(text))
+            _captured = group
+    return _captured
+
+
+def captured_env(strategy: Any) -> dict[str, str]:
+    """The environment an actor placed with ``strategy`` gets: its group, when it captures child tasks."""
+    if isinstance(strategy, PlacementGroupSchedulingStrategy) and strategy.placement_group_capture_child_tasks:
+        return {CAPTURED_ENV: json.dumps(strategy.placement_group.__getstate__())}
+    return {}
 
 
 @dataclass
@@ -146,14 +226,12 @@ class NodeAffinitySchedulingStrategy:
 def where(strategy: Any, what: str) -> tuple[Ledger, PlacementGroup | None]:
     """The ledger an actor or task with ``scheduling_strategy=strategy`` takes its resources from."""
     session = state.current()
-    if strategy is None or strategy in ("DEFAULT", "SPREAD"):
+    if strategy is None or strategy == "DEFAULT":
+        captured = get_current_placement_group()
+        return (session.ledger, None) if captured is None else (_any_bundle(captured), captured)
+    if strategy == "SPREAD":
         return session.ledger, None
     if isinstance(strategy, PlacementGroupSchedulingStrategy):
-        if strategy.placement_group_capture_child_tasks:
-            raise NotImplementedError(
-                f"{what}: placement_group_capture_child_tasks=True is not supported; pass the strategy to the "
-                "child actors explicitly"
-            )
         group = strategy.placement_group
         index = strategy.placement_group_bundle_index
         if index == -1:

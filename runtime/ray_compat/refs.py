@@ -15,6 +15,7 @@ from collections.abc import AsyncIterator, Callable, Generator, Iterator
 from typing import Any
 
 from runtime.object_owner import put as keep
+from runtime.object_owner import put_pending as keep_pending
 from runtime.object_refs import ObjectRef as StoredRef
 from runtime.ray_compat.exceptions import as_ray_error
 from runtime.stream_call import StreamingCall
@@ -89,9 +90,22 @@ class ObjectRef:
 
     def to_stored(self) -> StoredRef:
         """The ref as a :class:`runtime.ObjectRef` another process can fetch (a call's result is waited for)."""
-        if self._stored is None:
-            self._stored = keep(self.result(None))
+        if self._stored is None:  # a call still running is not waited for: its holder's get waits (as in Ray)
+            self._stored = keep(self.result(None)) if self.future.done() else keep_pending(self._settled())
         return self._stored
+
+    def _settled(self) -> concurrent.futures.Future[Any]:
+        """The call's future, with its error as the ``ray.exceptions`` one ``ray.get`` raises."""
+        settled: concurrent.futures.Future[Any] = concurrent.futures.Future()
+
+        def copy(future: concurrent.futures.Future[Any]) -> None:
+            try:
+                settled.set_result(future.result())
+            except BaseException as exc:
+                settled.set_exception(as_ray_error(exc))
+
+        self.future.add_done_callback(copy)
+        return settled
 
 
 def _from_stored(stored: StoredRef) -> ObjectRef:

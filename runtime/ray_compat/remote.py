@@ -5,13 +5,13 @@ from __future__ import annotations
 import inspect
 from typing import Any
 
-from runtime.ray_compat.actors import ActorClass
+from runtime.ray_compat.actors import ActorClass, make_actor_class
 from runtime.ray_compat.tasks import RemoteFunction
 
 
 def _make(target: Any, options: dict[str, Any]) -> ActorClass | RemoteFunction:
     if inspect.isclass(target):
-        return ActorClass(target, options)
+        return make_actor_class(target, options)
     if callable(target):
         return RemoteFunction(target, options)
     raise TypeError(f"@ray.remote decorates a class or a function, got {type(target).__name__}")

@@ -102,6 +102,12 @@ def node_ip() -> str:
     return os.environ.get("MILES_ADVERTISE_HOST") or "127.0.0.1"
 
 
+def get_node_ip_address(address: str | None = None) -> str:
+    """``ray.util.get_node_ip_address()``: the address other hosts reach this one at (``MILES_ADVERTISE_HOST``,
+    which miles-launch sets; else loopback, as every actor of a plain ``ray.init`` is on this machine)."""
+    return node_ip()
+
+
 def node_id() -> str:
     return f"{socket.gethostname()}-{node_ip()}"
 

@@ -14,6 +14,9 @@ from runtime import object_owner
 from runtime.ray_compat import state
 from runtime.ray_compat.resources import node_id
 
+#: The GPU ids an actor was given (``num_gpus``), set in its environment by ray_compat.
+RAY_GPU_IDS = "MILES_RAY_GPU_IDS"
+
 
 class RuntimeContext:
     @property
@@ -42,7 +45,7 @@ class RuntimeContext:
 
     @property
     def current_actor(self) -> Any:
-        from runtime.ray_compat.actors import ActorHandle
+        from runtime.ray_compat.handles import ActorHandle
 
         found = self._actor
         if found is None:
@@ -54,12 +57,15 @@ class RuntimeContext:
         session = state.running()
         return session.namespace if session is not None else ""
 
+    @property
     def was_current_actor_reconstructed(self) -> bool:
-        found = self._actor
-        return found is not None and found[1].restarts > 0
+        """Whether this actor was restarted (a property, as Ray's)."""
+        return object_owner.restarts() > 0  # also in the constructor, as Ray's
 
     def get_accelerator_ids(self) -> dict[str, list[str]]:
-        visible = os.environ.get("CUDA_VISIBLE_DEVICES", "")
+        """The GPUs ray_compat gave this actor (also under RAY_EXPERIMENTAL_NOSET_CUDA_VISIBLE_DEVICES), else
+        those in CUDA_VISIBLE_DEVICES (an actor the launcher started)."""
+        visible = os.environ.get(RAY_GPU_IDS, os.environ.get("CUDA_VISIBLE_DEVICES", ""))
         return {"GPU": [g for g in visible.split(",") if g.strip()]}
 
     def get_assigned_resources(self) -> dict[str, float]:

@@ -24,9 +24,11 @@ class Session:
     ledger: Ledger
     namespace: str
     env: dict[str, str]  # runtime_env env_vars of ray.init: every actor and task worker gets them
-    actors: list[Any] = field(default_factory=list)  # ray_compat ActorHandles started here (killed at shutdown)
+    actors: list[Any] = field(default_factory=list)  # the Leases of the actors started here (ended at shutdown)
     pools: dict[Any, Any] = field(default_factory=dict)  # task worker pools, by their env
     groups: list[Any] = field(default_factory=list)  # placement groups
+    #: Named actors still being constructed, by (namespace, name): get_actor finds them before they register.
+    starting: dict[tuple[str, str], Any] = field(default_factory=dict)
     slots: TaskSlots = field(init=False)  # the CPUs running tasks hold
 
     def __post_init__(self) -> None:
@@ -69,9 +71,9 @@ def stop() -> None:
         session, _session = _session, None
     if session is None:
         return
-    for actor in reversed(session.actors):
+    for lease in reversed(session.actors):
         with contextlib.suppress(Exception):
-            actor._kill_quietly()
+            lease.end()
     session.slots.close(RuntimeError("ray.shutdown() was called while this task waited for CPUs; it never ran"))
     for pool in session.pools.values():
         with contextlib.suppress(Exception):

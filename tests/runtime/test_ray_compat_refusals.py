@@ -16,7 +16,6 @@ from pathlib import Path
 import pytest
 
 import runtime.ray_compat as ray
-from runtime import ActorDefinitionError
 from runtime.ray_compat.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 pytestmark = pytest.mark.usefixtures("ray_session_2cpu")
@@ -107,12 +106,23 @@ def test_refused_task_and_call_shapes() -> None:
     with pytest.raises(ValueError, match=r"names another node.*soft=True"):
         actor.options(scheduling_strategy=NodeAffinitySchedulingStrategy("elsewhere", soft=False)).remote(1)
 
-    class Star:
-        def __init__(self, *args):
-            self.args = args
 
-    with pytest.raises(ActorDefinitionError, match=r"'args' is variadic positional.*cannot be passed by name"):
-        ray.remote(Star).remote(1)
+
+class Star:
+    def __init__(self, first, /, *args, scale=1, **extra):
+        self.got = [first, list(args), scale, extra]
+
+    def seen(self):
+        return self.got
+
+
+def test_constructors_with_star_args_and_positional_only_parameters_run_as_in_ray() -> None:
+    """Ray passes a constructor's arguments as given: ``*args``, positional-only parameters and ``**kwargs``
+    (verl's workers take ``*args, **kwargs``); they were refused before issue 41."""
+    actor = ray.remote(Star).remote(1, 2, 3, scale=4, tag="x")
+    assert ray.get(actor.seen.remote(), timeout=30) == [1, [2, 3], 4, {"tag": "x"}]
+    with pytest.raises(TypeError, match="missing a required argument: 'first'"):
+        ray.remote(Star).remote()
 
 
 def test_positional_constructor_arguments_travel_by_name() -> None:

@@ -1,0 +1,1 @@
+"""``ray.experimental``: only the state API (``ray.experimental.state.api``) that RL frameworks import."""

@@ -1,0 +1,1 @@
+"""``ray.experimental.state``: :mod:`.api`."""

@@ -1,0 +1,67 @@
+"""Actor classes of Ray's own tests (python/ray/tests/test_actor.py at 00257fb2, Apache-2.0), as module-level
+classes (they define them inside the test function; here they are sent the same way, by value, from this module)."""
+
+from __future__ import annotations
+
+import os
+
+
+class Foo:
+    def __init__(self, x):
+        self.x = x
+
+
+class Grandparent:
+    GRANDPARENT = 2
+
+    @staticmethod
+    def grandparent_static():
+        assert Grandparent.GRANDPARENT == 2
+        return 1
+
+
+class Parent1(Grandparent):
+    PARENT1 = 6
+
+    @staticmethod
+    def parent1_static():
+        assert Parent1.PARENT1 == 6
+        return 2
+
+    def parent1(self):
+        assert Parent1.PARENT1 == 6
+
+
+class Parent2:
+    PARENT2 = 7
+
+    def parent2(self):
+        assert Parent2.PARENT2 == 7
+
+
+class StaticActor(Parent1, Parent2):
+    X = 3
+
+    @staticmethod
+    def f():
+        assert StaticActor.GRANDPARENT == 2
+        assert StaticActor.PARENT1 == 6
+        assert StaticActor.PARENT2 == 7
+        assert StaticActor.X == 3
+        return 4
+
+    @classmethod
+    def c(cls):
+        return cls.X + 1
+
+    def g(self):
+        assert StaticActor.f() == 4
+        return StaticActor.X
+
+
+class Pinger:
+    def ping(self):
+        return "ok"
+
+    def pid(self):
+        return os.getpid()
