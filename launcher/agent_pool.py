@@ -18,6 +18,7 @@ from typing import Any
 from launcher import agent_protocol as proto
 from launcher import curve_keys
 from launcher.agent_link import AgentLink
+from launcher.code_shipping import CodeShipment
 from launcher.errors import AgentError, HostCheckError, LauncherError
 from launcher.hosts_config import ClusterConfig, HostConfig
 from launcher.placement import PlacementPlan
@@ -54,6 +55,7 @@ class AgentPool:
         self._links: dict[str, AgentLink] = {}
         self._keys: curve_keys.LaunchKeys | None = None
         self._host_key_dirs: dict[str, str] = {}  # host -> its copy of the keys
+        self.code = CodeShipment(config, say)  # the job's code, shipped to each host that is not local
 
     def missing(self, hosts: list[str]) -> list[str]:
         """The hosts of ``hosts`` without a live agent."""
@@ -69,6 +71,8 @@ class AgentPool:
             if stale is not None:
                 stale.close(grace_s=0, timeout_s=5)
                 self._host_key_dirs.pop(name, None)
+        if any(self.config.host(name).provider != "local" for name in names):
+            self.code.packages()  # packed once, before the hosts' threads ship it
         pool = ThreadPoolExecutor(
             max_workers=min(self.settings.max_parallel_hosts, len(names)), thread_name_prefix="connect"
         )
@@ -99,6 +103,7 @@ class AgentPool:
             self._check_host(host, link.hello or {})
             if self._keys is not None:
                 self._ship_keys(host, link, self._keys)
+            self.code.ship(host, link)
         except LauncherError:
             link.close(grace_s=0, timeout_s=5)
             raise
@@ -200,3 +205,4 @@ class AgentPool:
                     pool.submit(link.close, grace_s=grace_s, timeout_s=grace_s + 10)
         self._links.clear()
         self._host_key_dirs.clear()
+        self.code.close()

@@ -135,6 +135,24 @@ class JobConfig(BaseModel):
         default=None, description="the job's name (Prometheus label `miles_job`); default: entrypoint or command"
     )
     env: dict[str, str] = Field(default_factory=dict, description="extra environment for a command job")
+    # The job's code (launcher/code_package.py): first on sys.path of the job and every worker, shipped to hosts.
+    working_dir: Path | None = Field(default=None, description="default: hosts.toml's directory; false: none")
+    py_modules: tuple[Path, ...] = Field(default=(), description="more local packages (dirs) or modules (.py)")
+    excludes: tuple[str, ...] = Field(default=(), description=".gitignore-style patterns never shipped")
+    max_code_mib: float = Field(default=500.0, gt=0, description="refuse to ship more (Ray's limit too)")
+
+    @field_validator("working_dir", "py_modules", mode="before")
+    @classmethod
+    def _code_paths(cls, value: Any) -> Any:
+        return None if value is False else value
+
+    @field_validator("working_dir", "py_modules")
+    @classmethod
+    def _exist(cls, value: Path | tuple[Path, ...] | None) -> Path | tuple[Path, ...] | None:
+        for path in (value,) if isinstance(value, Path) else value or ():
+            if not (path.is_dir() or (path.is_file() and path.suffix == ".py")):
+                raise ValueError(f"{path} is not a directory (nor a .py module for py_modules)")
+        return value
 
     @field_validator("entrypoint")
     @classmethod
@@ -271,7 +289,8 @@ def parse_config(text: str, *, source: Path | None = None, allocation: Allocatio
         raise ConfigError(f"{label}: not valid TOML: {exc}") from None
     base = source.parent.resolve() if source else Path.cwd()
     raw = expand_cluster(raw, label=label, allocation=allocation)
-    data = add_launcher_host(expand_pools(expand_sections(_prepare(raw, base), base=base, label=label), label=label))
+    prepared = _prepare(raw, base, code_dir=source is not None)
+    data = add_launcher_host(expand_pools(expand_sections(prepared, base=base, label=label), label=label))
     try:
         config = ClusterConfig.model_validate({**data, "source": source})
     except ValidationError as exc:
@@ -315,8 +334,9 @@ def check_open_binds(config: ClusterConfig, *, text: str | None = None, curve_of
     )
 
 
-def _prepare(raw: dict[str, Any], base: Path) -> dict[str, Any]:
-    """Merge [host_defaults] into hosts and resolve relative paths against the file's directory."""
+def _prepare(raw: dict[str, Any], base: Path, *, code_dir: bool) -> dict[str, Any]:
+    """Merge [host_defaults] into hosts and resolve relative paths against the file's directory (``code_dir``: the
+    job's working_dir defaults to it)."""
     data = dict(raw)
     defaults = data.pop("host_defaults", {}) or {}
     hosts = []
@@ -341,6 +361,12 @@ def _prepare(raw: dict[str, Any], base: Path) -> dict[str, Any]:
         hosts.append(merged)
     if "hosts" in data:
         data["hosts"] = hosts
+    if isinstance(data.get("job"), dict):  # the job's code: relative to hosts.toml, which it defaults to
+        job = data["job"] = {**({"working_dir": str(base)} if code_dir else {}), **data["job"]}
+        _resolve(job, "working_dir", base)
+        modules = job.get("py_modules")
+        if isinstance(modules, list):
+            job["py_modules"] = [str(base / Path(m).expanduser()) if isinstance(m, str) else m for m in modules]
     launcher = dict(data["launcher"]) if isinstance(data.get("launcher"), dict) else {}
     launcher.setdefault("workdir", "runs/miles-launch")
     _resolve(launcher, "workdir", base)
