@@ -15,6 +15,7 @@ says so explicitly; ``check_open_binds`` runs the same check on a config changed
 from __future__ import annotations
 
 import getpass
+import os
 import re
 import sys
 from pathlib import Path
@@ -363,15 +364,19 @@ def _prepare(raw: dict[str, Any], base: Path, *, code_dir: bool) -> dict[str, An
         data["hosts"] = hosts
     if isinstance(data.get("job"), dict):  # the job's code: relative to hosts.toml, which it defaults to
         job = data["job"] = {**({"working_dir": str(base)} if code_dir else {}), **data["job"]}
-        _resolve(job, "working_dir", base)
-        modules = job.get("py_modules")
-        if isinstance(modules, list):
-            job["py_modules"] = [str(base / Path(m).expanduser()) if isinstance(m, str) else m for m in modules]
+        if isinstance(job.get("working_dir"), str):
+            job["working_dir"] = _normal(base, job["working_dir"])
+        if isinstance(job.get("py_modules"), list):
+            job["py_modules"] = [_normal(base, m) if isinstance(m, str) else m for m in job["py_modules"]]
     launcher = dict(data["launcher"]) if isinstance(data.get("launcher"), dict) else {}
     launcher.setdefault("workdir", "runs/miles-launch")
     _resolve(launcher, "workdir", base)
     data["launcher"] = launcher
     return data
+
+
+def _normal(base: Path, path: str) -> str:
+    return os.path.normpath(base / Path(path).expanduser())
 
 
 def _resolve(table: dict[str, Any], key: str, base: Path) -> None:

@@ -129,7 +129,8 @@ def check_pool(pool: PoolSpec, spec: ServeWorkerSpec, text: Source, warnings: li
         wrong = f"{short(value)} is not a {hint_name(hint)}" if not matches(value, hint) else None
         wrong = wrong or (check(value) if check is not None else None)
         if wrong:
-            problem(name, f"{where}.kwargs.{name}: {wrong} ({owner} takes {name}: {hint_name(hint)})")
+            shown = typing.get_args(hint)[0] if typing.get_origin(hint) is typing.Annotated else hint
+            problem(name, f"{where}.kwargs.{name}: {wrong} ({owner} takes {name}: {hint_name(shown)})")
     return problems
 
 

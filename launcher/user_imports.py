@@ -63,7 +63,7 @@ def user_frames(exc: BaseException, limit: int = 6) -> str:
     frames = [
         frame
         for frame in traceback.extract_tb(exc.__traceback__)
-        if not frame.filename.startswith("<frozen") and frame.filename != __file__
+        if not frame.filename.startswith("<frozen") and frame.filename not in (__file__, importlib.__file__)
     ][-limit:]
     lines = traceback.format_list(frames) + traceback.format_exception_only(type(exc), exc)
     return "\n".join("    " + line for chunk in lines for line in chunk.rstrip().splitlines())
