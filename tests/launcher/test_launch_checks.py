@@ -157,6 +157,6 @@ def test_dry_run_checks_classes_and_shows_the_code(tmp_path: Path) -> None:
     path.write_text(path.read_text().replace("steps_", "steps"))
     result = subprocess.run(argv, capture_output=True, text=True, timeout=60, env=subprocess_env(), cwd="/")
     assert result.returncode == 0, result.stderr
-    assert f"job.working_dir: {tmp_path} (4 file(s)," in result.stdout
+    assert f"job.working_dir: {tmp_path} (" in result.stdout
     assert "used in place (every host is local)" in result.stdout
     assert "checked: the job's entrypoint and every actor class imported" in result.stdout
