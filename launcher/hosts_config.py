@@ -295,7 +295,7 @@ def parse_config(text: str, *, source: Path | None = None, allocation: Allocatio
     try:
         config = ClusterConfig.model_validate({**data, "source": source})
     except ValidationError as exc:
-        raise ConfigError(describe_errors(exc, data, text, label)) from None
+        raise ConfigError(describe_errors(exc, data, text, label, ClusterConfig)) from None
     check_open_binds(config, text=text)
     return config
 
