@@ -178,7 +178,7 @@ class AgentLink:
                 return
             self._lost = reason
             self._cond.notify_all()
-        expected = self._closing or self._closed.is_set()
+        expected = self._closing or self._closed.is_set() or self.hello is None  # no hello: wait_hello says why
         if not expected:
             log.warning("host %s: %s%s", self.host, reason, self._stderr_hint())
         with contextlib.suppress(Exception):

@@ -40,6 +40,7 @@ from launcher.hosts_config import LOOPBACK_BIND, ClusterConfig, check_open_binds
 from launcher.job import JobContext, resolve_entrypoint, run_job
 from launcher.launch_checks import check_launch
 from launcher.launch_control import launch_down, launch_status, status_table
+from launcher.launch_log import library_logs_to_file
 from launcher.launch_logs import print_logs
 from launcher.launch_state import process_alive, read_state, state_path_for
 from launcher.placement import PlacementPlan
@@ -133,6 +134,7 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     if submit and config.cluster is not None:
         return _submit(config, config.cluster, _passed_on(args), printer)
+    library_logs_to_file(config.launcher.workdir, verbose=args.verbose)  # paramiko's tracebacks: not on the console
     return _run(config, plan, printer)
 
 

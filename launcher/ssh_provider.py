@@ -20,6 +20,7 @@ import paramiko
 from launcher.agent_link import AgentLink
 from launcher.agent_pool import launcher_versions
 from launcher.errors import AgentError, HostAuthError, HostCheckError, HostUnreachable
+from launcher.host_install import not_installed
 from launcher.hosts_config import ClusterConfig, HostConfig
 from launcher.local_provider import agent_shell_command, open_local_agent
 from launcher.provider_base import BaseWorkerProvider
@@ -88,7 +89,10 @@ def ssh_connect(host: HostConfig, timeout_s: float) -> paramiko.SSHClient:
         elapsed = time.monotonic() - started
         if "known_hosts" in str(exc) or "not found in known_hosts" in str(exc):
             raise HostAuthError(f"{where}: unknown host key and host_key_policy = 'reject': {exc}") from None
-        raise HostUnreachable(f"{where}: SSH handshake failed after {elapsed:.1f}s: {exc}") from None
+        raise HostUnreachable(
+            f"{where}: SSH handshake failed after {elapsed:.1f}s: {exc}; is an SSH server listening on that port? "
+            "(paramiko's traceback: [launcher] workdir/launcher.log)"
+        ) from None
     except OSError as exc:
         client.close()
         raise HostUnreachable(f"{where}: cannot connect: {exc.strerror or exc}") from None
@@ -133,10 +137,7 @@ def check_host(client: paramiko.SSHClient, host: HostConfig, timeout_s: float, *
     info = json.loads(out.strip().splitlines()[-1])
     python, package = launcher_versions()
     if info["package"] is None or not info["agent"]:
-        raise HostCheckError(
-            f"host {host.name!r}: miles-actors is not installed for {host.python} ({info['executable']}); "
-            f"install miles-actors=={package} there"
-        )
+        raise not_installed(host, info["executable"])
     if versions and info["python"].split(".")[:2] != python.split(".")[:2]:
         raise HostCheckError(
             f"host {host.name!r}: {host.python} is Python {info['python']}, the launcher runs {python}; "
