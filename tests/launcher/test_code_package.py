@@ -10,12 +10,16 @@ from __future__ import annotations
 import base64
 import hashlib
 import io
+import json
 import os
 import stat
+import subprocess
 import zipfile
 from pathlib import Path
 
 import pytest
+import toml_text
+from launch_helpers import PYTHON, local_host, subprocess_env
 
 from launcher.code_cache import CodeCache, safe_extract, with_python_path
 from launcher.code_package import code_packages, local_paths
@@ -199,3 +203,35 @@ def test_python_path_goes_first_and_keeps_what_the_environment_had() -> None:
     assert with_python_path({"PYTHONPATH": "/old"}, ["/code/a", "/code/b"])["PYTHONPATH"] == "/code/a:/code/b:/old"
     assert with_python_path({}, ["/code/a"])["PYTHONPATH"] == "/code/a"
     assert with_python_path({"PYTHONPATH": "/old"}, [])["PYTHONPATH"] == "/old"
+
+
+LOCAL_JOB = """\
+import json
+
+
+class Where:
+    def where(self) -> str:
+        return __file__
+
+
+def main(ctx) -> int:
+    print("LOCAL " + json.dumps({"job": __file__, "actor": ctx.handles("w")[0].where().result(timeout=60)}))
+    return 0
+"""
+
+
+def test_local_hosts_import_the_working_dir_in_place(tmp_path: Path) -> None:
+    """The issue's first try: myjob.py beside hosts.toml, `entrypoint = "myjob:main"`, an actor class of its own,
+    launched from another directory (before: `cannot import 'myjob'`, rc 2)."""
+    (tmp_path / "myjob.py").write_text(LOCAL_JOB)
+    host = local_host("h", tmp_path / "h")
+    pool = {"id": "w", "worker": {"kind": "serve", "actor_class": "myjob:Where"}}
+    data = {"launcher": {"workdir": str(tmp_path / "run")}, "hosts": [host], "job": {"entrypoint": "myjob:main"},
+            "pools": [pool]}  # fmt: skip
+    (tmp_path / "hosts.toml").write_text(toml_text.dump(data))
+    argv = [PYTHON, "-m", "launcher.cli", str(tmp_path / "hosts.toml")]
+    result = subprocess.run(argv, capture_output=True, text=True, timeout=120, env=subprocess_env(), cwd="/")
+    assert result.returncode == 0, result.stderr[-3000:]
+    out = json.loads(result.stdout.split("LOCAL ", 1)[1].splitlines()[0])
+    assert out == {"job": str(tmp_path / "myjob.py"), "actor": str(tmp_path / "myjob.py")}
+    assert not (tmp_path / "h" / "code").exists()  # nothing unpacked: used in place
