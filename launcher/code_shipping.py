@@ -102,6 +102,7 @@ class CodeShipment:
         with self._lock:
             for package in self._packages or []:
                 package.close()
+            self._packages = None  # packed again if the provider connects again
 
 
 def _count(packages: list[CodePackage]) -> int:

@@ -142,11 +142,6 @@ class JobConfig(BaseModel):
     excludes: tuple[str, ...] = Field(default=(), description=".gitignore-style patterns never shipped")
     max_code_mib: float = Field(default=500.0, gt=0, description="refuse to ship more (Ray's limit too)")
 
-    @field_validator("working_dir", "py_modules", mode="before")
-    @classmethod
-    def _code_paths(cls, value: Any) -> Any:
-        return None if value is False else value
-
     @field_validator("working_dir", "py_modules")
     @classmethod
     def _exist(cls, value: Path | tuple[Path, ...] | None) -> Path | tuple[Path, ...] | None:
@@ -364,7 +359,9 @@ def _prepare(raw: dict[str, Any], base: Path, *, code_dir: bool) -> dict[str, An
         data["hosts"] = hosts
     if isinstance(data.get("job"), dict):  # the job's code: relative to hosts.toml, which it defaults to
         job = data["job"] = {**({"working_dir": str(base)} if code_dir else {}), **data["job"]}
-        if isinstance(job.get("working_dir"), str):
+        if job.get("working_dir") is False:
+            job["working_dir"] = None
+        elif isinstance(job.get("working_dir"), str):
             job["working_dir"] = _normal(base, job["working_dir"])
         if isinstance(job.get("py_modules"), list):
             job["py_modules"] = [_normal(base, m) if isinstance(m, str) else m for m in job["py_modules"]]
