@@ -64,9 +64,7 @@ def check_launch(config: ClusterConfig) -> LaunchCheck:
     if config.job.entrypoint is not None:
         try:
             resolve_entrypoint(config.job.entrypoint)
-        except MissingDependency as exc:
-            result.warnings.append(f"{exc}\n  (not checked here)")
-        except ConfigError as exc:
+        except ConfigError as exc:  # a dependency missing too: the job runs here, in the launcher
             errors.append(_at(text, "job", "entrypoint", str(exc)))
     for pool in config.pools:
         if isinstance(pool.worker, ServeWorkerSpec):
@@ -94,7 +92,8 @@ def check_pool(pool: PoolSpec, spec: ServeWorkerSpec, text: Source, warnings: li
         check_keyword_only_constructor(cls)
     except ActorDefinitionError as exc:
         return [_at(text, pool.id, "actor_class", f"{where}.actor_class: {exc}")]
-    params = list(inspect.signature(cls.__init__).parameters.values())[1:]
+    own_init = cls.__init__ is not object.__init__  # object's takes nothing, whatever its signature says
+    params = list(inspect.signature(cls.__init__).parameters.values())[1:] if own_init else []
     named = {p.name: p for p in params if p.kind is inspect.Parameter.KEYWORD_ONLY}
     takes_any = any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params)
     owner = f"{cls.__qualname__}.__init__"

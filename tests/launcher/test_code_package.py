@@ -235,3 +235,16 @@ def test_local_hosts_import_the_working_dir_in_place(tmp_path: Path) -> None:
     out = json.loads(result.stdout.split("LOCAL ", 1)[1].splitlines()[0])
     assert out == {"job": str(tmp_path / "myjob.py"), "actor": str(tmp_path / "myjob.py")}
     assert not (tmp_path / "h" / "code").exists()  # nothing unpacked: used in place
+
+
+def test_a_command_job_gets_the_working_dir_first_on_its_pythonpath(tmp_path: Path) -> None:
+    (tmp_path / "myjob.py").write_text("")
+    command = [PYTHON, "-c", "import myjob, os; print('CMDJOB', myjob.__file__, os.environ['PYTHONPATH'])"]
+    data = {"launcher": {"workdir": str(tmp_path / "run")}, "hosts": [local_host("h", tmp_path / "h")],
+            "job": {"command": command}}  # fmt: skip
+    (tmp_path / "hosts.toml").write_text(toml_text.dump(data))
+    argv = [PYTHON, "-m", "launcher.cli", str(tmp_path / "hosts.toml")]
+    result = subprocess.run(argv, capture_output=True, text=True, timeout=120, env=subprocess_env(), cwd="/")
+    assert result.returncode == 0, result.stderr[-3000:]
+    module, pythonpath = result.stdout.split("CMDJOB ", 1)[1].split()[:2]
+    assert module == str(tmp_path / "myjob.py") and pythonpath.split(os.pathsep)[0] == str(tmp_path)

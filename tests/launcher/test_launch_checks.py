@@ -160,3 +160,12 @@ def test_dry_run_checks_classes_and_shows_the_code(tmp_path: Path) -> None:
     assert f"job.working_dir: {tmp_path} (" in result.stdout
     assert "used in place (every host is local)" in result.stdout
     assert "checked: the job's entrypoint and every actor class imported" in result.stdout
+
+
+def test_a_class_without_a_constructor_takes_no_kwargs_and_the_job_needs_its_imports_here(tmp_path: Path) -> None:
+    path = write(tmp_path, pool("n", "useractors:Plain", "lr = 0.1"))
+    (tmp_path / "useractors.py").write_text("class Plain:\n    pass\n")
+    (tmp_path / "userjob.py").write_text("import only_on_gpu_hosts\n\ndef main(ctx):\n    return 0\n")
+    message = problems(path)
+    assert "pool 'n' field worker.kwargs: Plain.__init__ takes no 'lr'; its parameters: none" in message
+    assert "job.entrypoint 'userjob:main': importing userjob needs 'only_on_gpu_hosts'" in message  # runs here
