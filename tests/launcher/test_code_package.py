@@ -240,8 +240,9 @@ def test_local_hosts_import_the_working_dir_in_place(tmp_path: Path) -> None:
 def test_a_command_job_gets_the_working_dir_first_on_its_pythonpath(tmp_path: Path) -> None:
     (tmp_path / "myjob.py").write_text("")
     command = [PYTHON, "-c", "import myjob, os; print('CMDJOB', myjob.__file__, os.environ['PYTHONPATH'])"]
+    idle = {"kind": "command", "command": "sleep 60", "ports": {}, "ready": {"kind": "none"}}
     data = {"launcher": {"workdir": str(tmp_path / "run")}, "hosts": [local_host("h", tmp_path / "h")],
-            "job": {"command": command}}  # fmt: skip
+            "job": {"command": command}, "pools": [{"id": "idle", "worker": idle}]}  # fmt: skip
     (tmp_path / "hosts.toml").write_text(toml_text.dump(data))
     argv = [PYTHON, "-m", "launcher.cli", str(tmp_path / "hosts.toml")]
     result = subprocess.run(argv, capture_output=True, text=True, timeout=120, env=subprocess_env(), cwd="/")
