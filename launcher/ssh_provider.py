@@ -13,6 +13,7 @@ import json
 import logging
 import shlex
 import time
+from pathlib import Path
 from typing import Any
 
 import paramiko
@@ -22,6 +23,7 @@ from launcher.agent_pool import launcher_versions
 from launcher.errors import AgentError, HostAuthError, HostCheckError, HostUnreachable
 from launcher.host_install import not_installed
 from launcher.hosts_config import ClusterConfig, HostConfig
+from launcher.launch_log import LOG_NAME
 from launcher.local_provider import agent_shell_command, open_local_agent
 from launcher.provider_base import BaseWorkerProvider
 
@@ -38,8 +40,9 @@ _PROBE = (
 )
 
 
-def ssh_connect(host: HostConfig, timeout_s: float) -> paramiko.SSHClient:
-    """Connect and authenticate; HostUnreachable / HostAuthError name the host within ``timeout_s``."""
+def ssh_connect(host: HostConfig, timeout_s: float, *, log_file: Path | None = None) -> paramiko.SSHClient:
+    """Connect and authenticate; HostUnreachable / HostAuthError name the host within ``timeout_s`` (and
+    ``log_file``, where paramiko's own traceback of a failed handshake went)."""
     ssh = host.ssh
     where = f"host {host.name!r} ({ssh.user}@{host.address}:{ssh.port})"
     if ssh.key_file is not None and not ssh.key_file.is_file():
@@ -90,8 +93,8 @@ def ssh_connect(host: HostConfig, timeout_s: float) -> paramiko.SSHClient:
         if "known_hosts" in str(exc) or "not found in known_hosts" in str(exc):
             raise HostAuthError(f"{where}: unknown host key and host_key_policy = 'reject': {exc}") from None
         raise HostUnreachable(
-            f"{where}: SSH handshake failed after {elapsed:.1f}s: {exc}; is an SSH server listening on that port? "
-            "(paramiko's traceback: [launcher] workdir/launcher.log)"
+            f"{where}: SSH handshake failed after {elapsed:.1f}s: {exc}; is an SSH server listening on that port?"
+            + (f" (paramiko's traceback: {log_file})" if log_file else "")
         ) from None
     except OSError as exc:
         client.close()
@@ -188,7 +191,7 @@ class SSHProvider(BaseWorkerProvider):
             return open_local_agent(host, self.settings, self._events.on_event)
         settings = self.settings
         started = time.monotonic()
-        client = ssh_connect(host, settings.connect_timeout_s)
+        client = ssh_connect(host, settings.connect_timeout_s, log_file=settings.workdir / LOG_NAME)
         try:
             transport = client.get_transport()
             assert transport is not None

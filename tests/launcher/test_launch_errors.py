@@ -83,7 +83,9 @@ def test_an_ssh_handshake_failure_is_one_line_and_the_traceback_goes_to_the_log(
     assert "Traceback" not in result.stderr and "paramiko" not in result.stderr.replace("paramiko's", "")
     (error,) = [line for line in result.stderr.splitlines() if "error:" in line]
     assert f"host 'h' (root@127.0.0.1:{not_ssh}): SSH handshake failed" in error
-    assert "is an SSH server listening on that port?" in error
+    assert (
+        f"is an SSH server listening on that port? (paramiko's traceback: {tmp_path / 'run' / 'launcher.log'})" in error
+    )
     assert "Traceback" in (tmp_path / "run" / "launcher.log").read_text()
 
 
