@@ -227,7 +227,9 @@ class SSHProvider(BaseWorkerProvider):
             try:
                 link.wait_hello(timeout_s=settings.connect_timeout_s + 20)
             except AgentError:  # say why when the host's Python or its miles-actors is the cause (HostCheckError)
-                check_host(client, host, settings.connect_timeout_s + 20, versions=settings.check_versions)
+                ssh_up = client.get_transport()
+                if ssh_up is not None and ssh_up.is_active():  # else the link closed it: the AgentError says why
+                    check_host(client, host, settings.connect_timeout_s + 20, versions=settings.check_versions)
                 raise
             return link
         except (paramiko.SSHException, OSError) as exc:
