@@ -3,7 +3,8 @@
 The provider says how to open an agent on a host (``open_agent``: a local subprocess, an SSH exec channel); the pool
 starts the agents of the hosts a start needs (again for a host whose agent was lost), checks each agent's hello
 (Python and miles-actors versions, ``CUDA_VISIBLE_DEVICES`` against the plan's GPUs), ships this launch's CURVE keys
-to it and remembers where that host keeps them (``MILES_CURVE_DIR`` of its workers).
+to it and remembers where that host keeps them (``MILES_CURVE_DIR`` of its workers), and ships the job's code to it
+(launcher/code_shipping.py).
 """
 
 from __future__ import annotations
