@@ -178,7 +178,7 @@ class AgentLink:
                 return
             self._lost = reason
             self._cond.notify_all()
-        expected = self._closing or self._closed.is_set()
+        expected = self._closing or self._closed.is_set() or self.hello is None  # no hello: wait_hello says why
         if not expected:
             log.warning("host %s: %s%s", self.host, reason, self._stderr_hint())
         with contextlib.suppress(Exception):
@@ -197,7 +197,8 @@ class AgentLink:
             if self._lost is not None:
                 return
             silent = time.monotonic() - self._last_heard
-            if self._heartbeat_timeout_s > 0 and silent > self._heartbeat_timeout_s and not self._closing:
+            started = self.hello is not None  # before its hello, wait_hello's deadline decides (a slow start)
+            if started and self._heartbeat_timeout_s > 0 and silent > self._heartbeat_timeout_s and not self._closing:
                 self._mark_lost(f"no heartbeat from the host agent for {silent:.0f}s: the host is down, its agent "
                                 "was stopped or the network between us is cut")  # fmt: skip
                 with contextlib.suppress(Exception):

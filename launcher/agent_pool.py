@@ -3,7 +3,8 @@
 The provider says how to open an agent on a host (``open_agent``: a local subprocess, an SSH exec channel); the pool
 starts the agents of the hosts a start needs (again for a host whose agent was lost), checks each agent's hello
 (Python and miles-actors versions, ``CUDA_VISIBLE_DEVICES`` against the plan's GPUs), ships this launch's CURVE keys
-to it and remembers where that host keeps them (``MILES_CURVE_DIR`` of its workers).
+to it and remembers where that host keeps them (``MILES_CURVE_DIR`` of its workers), and ships the job's code to it
+(launcher/code_shipping.py).
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from typing import Any
 from launcher import agent_protocol as proto
 from launcher import curve_keys
 from launcher.agent_link import AgentLink
+from launcher.code_shipping import CodeShipment
 from launcher.errors import AgentError, HostCheckError, LauncherError
 from launcher.hosts_config import ClusterConfig, HostConfig
 from launcher.placement import PlacementPlan
@@ -54,6 +56,7 @@ class AgentPool:
         self._links: dict[str, AgentLink] = {}
         self._keys: curve_keys.LaunchKeys | None = None
         self._host_key_dirs: dict[str, str] = {}  # host -> its copy of the keys
+        self.code = CodeShipment(config, say)  # the job's code, shipped to each host that is not local
 
     def missing(self, hosts: list[str]) -> list[str]:
         """The hosts of ``hosts`` without a live agent."""
@@ -69,6 +72,8 @@ class AgentPool:
             if stale is not None:
                 stale.close(grace_s=0, timeout_s=5)
                 self._host_key_dirs.pop(name, None)
+        if any(self.config.host(name).provider != "local" for name in names):
+            self.code.packages()  # packed once, before the hosts' threads ship it
         pool = ThreadPoolExecutor(
             max_workers=min(self.settings.max_parallel_hosts, len(names)), thread_name_prefix="connect"
         )
@@ -99,6 +104,7 @@ class AgentPool:
             self._check_host(host, link.hello or {})
             if self._keys is not None:
                 self._ship_keys(host, link, self._keys)
+            self.code.ship(host, link)
         except LauncherError:
             link.close(grace_s=0, timeout_s=5)
             raise
@@ -200,3 +206,4 @@ class AgentPool:
                     pool.submit(link.close, grace_s=grace_s, timeout_s=grace_s + 10)
         self._links.clear()
         self._host_key_dirs.clear()
+        self.code.close()

@@ -9,6 +9,9 @@ Commands (``op``; ``req`` echoes back in the reply):
   ports      {n}            -> ``ports`` {ports: [int]} (free TCP ports on the host, never handed out twice)
   curve_keys {dir, files: {name: text}} -> ``curve_keys_written`` {path}: the cluster's CURVE keys in WORKDIR/dir
              (dir mode 0700, files 0600); the agent removes the directory when it exits
+  code_have  {digest}       -> ``code`` {path, present}: is the code package (sha256 of its zip) under WORKDIR/code
+  code_put   {digest, size, offset, data} -> no reply: a base64 chunk of the zip (in order)
+  code_unpack {digest, max_bytes} -> ``code`` {path}: the zip checked and unpacked safely (launcher/code_cache.py)
   heartbeat  {}             -> no reply; any line counts as a heartbeat
   shutdown   {grace_s}      -> kill every tree, reply ``bye``, exit
 
@@ -38,6 +41,9 @@ OP_PORTS = "ports"
 OP_HEARTBEAT = "heartbeat"
 OP_SHUTDOWN = "shutdown"
 OP_CURVE_KEYS = "curve_keys"
+OP_CODE_HAVE = "code_have"
+OP_CODE_PUT = "code_put"
+OP_CODE_UNPACK = "code_unpack"
 
 EV_HELLO = "hello"
 EV_SPAWNED = "spawned"
@@ -52,6 +58,7 @@ EV_PORTS = "ports"
 EV_BYE = "bye"
 EV_HEARTBEAT = "heartbeat"  # sent every second; the launcher declares the agent lost after its heartbeat timeout
 EV_CURVE_KEYS = "curve_keys_written"
+EV_CODE = "code"
 EV_ERROR = "error"
 EV_AGENT_LOST = "agent_lost"  # synthesized launcher-side when the agent's stream ends
 

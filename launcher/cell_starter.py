@@ -145,6 +145,7 @@ class CellStarter:
                 name_service=self.services.name_service_env(worker.host),
             )
             worker.env = command["env"]
+            command["python_path"] = self.agents.code.python_path(config.host(worker.host))  # the job's code
             if worker.kind == "serve":  # the token travels inside the agent's SSH channel, to the worker's stdin
                 worker.ticket = SpawnTicket.new()  # its token proves the attach; its keys are the actor's own
                 command["stdin"] = worker.ticket.line()

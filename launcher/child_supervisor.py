@@ -23,6 +23,7 @@ import psutil
 
 from launcher import agent_protocol as proto
 from launcher.agent_events import EventWriter
+from launcher.code_cache import with_python_path
 from launcher.log_filter import ConsoleLogFilter
 from launcher.process_tree import ProcessTree, terminate_trees
 from launcher.readiness import wait_ready
@@ -70,6 +71,7 @@ class ChildSupervisor:
             return
         argv = [str(a) for a in command["argv"]]
         env = {**os.environ, **{str(k): str(v) for k, v in (command.get("env") or {}).items()}, PROC_MARKER: wid}
+        with_python_path(env, command.get("python_path"))  # the job's code first on its sys.path
         cwd = Path(command.get("cwd") or self.workdir)
         log_path = self.workdir / "logs" / f"{wid}.log"
         try:

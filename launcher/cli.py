@@ -38,7 +38,9 @@ from launcher import slurm_launch
 from launcher.errors import ConfigError, LauncherError, PlacementError
 from launcher.hosts_config import LOOPBACK_BIND, ClusterConfig, check_open_binds, load_config, open_bind_hosts
 from launcher.job import JobContext, resolve_entrypoint, run_job
+from launcher.launch_checks import check_launch
 from launcher.launch_control import launch_down, launch_status, status_table
+from launcher.launch_log import library_logs_to_file
 from launcher.launch_logs import print_logs
 from launcher.launch_state import process_alive, read_state, state_path_for
 from launcher.placement import PlacementPlan
@@ -112,14 +114,19 @@ def main(argv: list[str] | None = None) -> int:
             config = config.model_copy(update={"launcher": config.launcher.model_copy(update={"curve": False})})
             check_open_binds(config, curve_off_by="--no-curve")  # the file was checked with CURVE on
         plan = slurm_launch.plan(config)
+        checked = check_launch(config) if command == "run" else None  # imports the job's and the actors' code
     except (ConfigError, PlacementError) as exc:
         printer.error(str(exc))
         return 2
     warning = curve_off_warning(config)
     if warning:
         printer.warning(warning)
+    for problem in checked.warnings if checked else ():
+        printer.warning(problem)
     if args.dry_run:
         print(_describe(config, plan))
+        if checked is not None:
+            print(checked.describe(config))
         if submit and config.cluster is not None:
             script = slurm_launch.batch_script(config, config.cluster, _passed_on(args))
             print(f"(hosts node1..node{config.cluster.nodes}: the nodes Slurm will give the job)")
@@ -127,6 +134,7 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     if submit and config.cluster is not None:
         return _submit(config, config.cluster, _passed_on(args), printer)
+    library_logs_to_file(config.launcher.workdir, verbose=args.verbose)  # paramiko's tracebacks: not on the console
     return _run(config, plan, printer)
 
 

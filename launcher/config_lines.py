@@ -5,16 +5,18 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from pydantic import ValidationError
+from pydantic import BaseModel, ValidationError
+
+from launcher.config_errors import explain
 
 
-def describe_errors(exc: ValidationError, raw: dict[str, Any], text: str, label: str) -> str:
-    """Turn pydantic errors into lines naming host/pool by name, the field and the line."""
+def describe_errors(exc: ValidationError, raw: dict[str, Any], text: str, label: str, model: type[BaseModel]) -> str:
+    """Turn pydantic errors on ``model`` into lines naming host/pool by name, the field, the line and the fix."""
     lines = [f"{label}: invalid configuration ({exc.error_count()} error(s))"]
     for err in exc.errors():
         loc = list(err["loc"])
         where, line = _where(loc, raw, text)
-        msg = err["msg"].removeprefix("Value error, ")
+        msg = explain(dict(err), model)
         prefix = f"{label}:{line}" if line else label
         lines.append(f"  {prefix}: {where}: {msg}")
     return "\n".join(lines)

@@ -32,6 +32,7 @@ from launcher import agent_protocol as proto
 from launcher.agent_events import EventWriter
 from launcher.agent_keys import HostKeys
 from launcher.child_supervisor import ChildSupervisor
+from launcher.code_cache import CodeCache
 from launcher.readiness import free_ports
 from launcher.zygote_client import READY_WAIT_S, ZygoteClient
 
@@ -64,6 +65,7 @@ class HostAgent:
         self.commands: queue.Queue[Any] = queue.Queue()
         self.stop_reason: str | None = None
         self.keys = HostKeys(workdir)  # CURVE key directories written for the launcher; removed on exit
+        self.code = CodeCache(workdir)  # the job's code packages, kept for the next launch
         # A spawn may wait for a starting zygote, blocking heartbeats: well under the launcher's patience.
         wait_s = min(READY_WAIT_S, heartbeat_timeout_s / 3) if heartbeat_timeout_s > 0 else READY_WAIT_S
         self.zygote = ZygoteClient(os.getpid(), ready_wait_s=wait_s)
@@ -122,6 +124,7 @@ class HostAgent:
         self.zygote.close()
         self.children.kill_all(grace)
         self.keys.remove_all()
+        self.code.close()
         self.out.emit(proto.EV_BYE, reason=self.stop_reason)
         return 0
 
@@ -148,6 +151,11 @@ class HostAgent:
                 self.out.emit(proto.EV_LISTING, req=req, procs=self.children.listing())
             elif op == proto.OP_CURVE_KEYS:
                 self.out.emit(proto.EV_CURVE_KEYS, req=req, path=str(self.keys.write(command)))
+            elif op == proto.OP_CODE_PUT:
+                self.code.put(command)
+            elif op in (proto.OP_CODE_HAVE, proto.OP_CODE_UNPACK):
+                reply = self.code.have(command) if op == proto.OP_CODE_HAVE else self.code.unpack(command)
+                self.out.emit(proto.EV_CODE, req=req, **reply)
             elif op == proto.OP_PORTS:
                 self.out.emit(proto.EV_PORTS, req=req, ports=free_ports(int(command.get("n", 1)), self.handed_ports))
             else:

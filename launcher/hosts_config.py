@@ -15,6 +15,7 @@ says so explicitly; ``check_open_binds`` runs the same check on a config changed
 from __future__ import annotations
 
 import getpass
+import os
 import re
 import sys
 from pathlib import Path
@@ -135,6 +136,19 @@ class JobConfig(BaseModel):
         default=None, description="the job's name (Prometheus label `miles_job`); default: entrypoint or command"
     )
     env: dict[str, str] = Field(default_factory=dict, description="extra environment for a command job")
+    # The job's code (launcher/code_package.py): first on sys.path of the job and every worker, shipped to hosts.
+    working_dir: Path | None = Field(default=None, description="default: hosts.toml's directory; false: none")
+    py_modules: tuple[Path, ...] = Field(default=(), description="more local packages (dirs) or modules (.py)")
+    excludes: tuple[str, ...] = Field(default=(), description=".gitignore-style patterns never shipped")
+    max_code_mib: float = Field(default=500.0, gt=0, description="refuse to ship more (Ray's limit too)")
+
+    @field_validator("working_dir", "py_modules")
+    @classmethod
+    def _exist(cls, value: Path | tuple[Path, ...] | None) -> Path | tuple[Path, ...] | None:
+        for path in (value,) if isinstance(value, Path) else value or ():
+            if not (path.is_dir() or (path.is_file() and path.suffix == ".py")):
+                raise ValueError(f"{path} is not a directory (nor a .py module for py_modules)")
+        return value
 
     @field_validator("entrypoint")
     @classmethod
@@ -271,11 +285,12 @@ def parse_config(text: str, *, source: Path | None = None, allocation: Allocatio
         raise ConfigError(f"{label}: not valid TOML: {exc}") from None
     base = source.parent.resolve() if source else Path.cwd()
     raw = expand_cluster(raw, label=label, allocation=allocation)
-    data = add_launcher_host(expand_pools(expand_sections(_prepare(raw, base), base=base, label=label), label=label))
+    prepared = _prepare(raw, base, code_dir=source is not None)
+    data = add_launcher_host(expand_pools(expand_sections(prepared, base=base, label=label), label=label))
     try:
         config = ClusterConfig.model_validate({**data, "source": source})
     except ValidationError as exc:
-        raise ConfigError(describe_errors(exc, data, text, label)) from None
+        raise ConfigError(describe_errors(exc, data, text, label, ClusterConfig)) from None
     check_open_binds(config, text=text)
     return config
 
@@ -315,8 +330,9 @@ def check_open_binds(config: ClusterConfig, *, text: str | None = None, curve_of
     )
 
 
-def _prepare(raw: dict[str, Any], base: Path) -> dict[str, Any]:
-    """Merge [host_defaults] into hosts and resolve relative paths against the file's directory."""
+def _prepare(raw: dict[str, Any], base: Path, *, code_dir: bool) -> dict[str, Any]:
+    """Merge [host_defaults] into hosts and resolve relative paths against the file's directory (``code_dir``: the
+    job's working_dir defaults to it)."""
     data = dict(raw)
     defaults = data.pop("host_defaults", {}) or {}
     hosts = []
@@ -341,11 +357,23 @@ def _prepare(raw: dict[str, Any], base: Path) -> dict[str, Any]:
         hosts.append(merged)
     if "hosts" in data:
         data["hosts"] = hosts
+    if isinstance(data.get("job"), dict):  # the job's code: relative to hosts.toml, which it defaults to
+        job = data["job"] = {**({"working_dir": str(base)} if code_dir else {}), **data["job"]}
+        if job.get("working_dir") is False:
+            job["working_dir"] = None
+        elif isinstance(job.get("working_dir"), str):
+            job["working_dir"] = _normal(base, job["working_dir"])
+        if isinstance(job.get("py_modules"), list):
+            job["py_modules"] = [_normal(base, m) if isinstance(m, str) else m for m in job["py_modules"]]
     launcher = dict(data["launcher"]) if isinstance(data.get("launcher"), dict) else {}
     launcher.setdefault("workdir", "runs/miles-launch")
     _resolve(launcher, "workdir", base)
     data["launcher"] = launcher
     return data
+
+
+def _normal(base: Path, path: str) -> str:
+    return os.path.normpath(base / Path(path).expanduser())
 
 
 def _resolve(table: dict[str, Any], key: str, base: Path) -> None:

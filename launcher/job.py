@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import asyncio
-import importlib
 import inspect
 import json
 import logging
 import os
 import signal
 import subprocess
+import sys
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -18,10 +18,13 @@ from typing import Any
 
 from launcher import provider_service
 from launcher.cells import CellInfo, DeathReport, WorkerInfo
+from launcher.code_cache import with_python_path
+from launcher.code_package import local_paths
 from launcher.errors import ConfigError, LauncherError
 from launcher.hosts_config import ClusterConfig, JobConfig
 from launcher.provider_base import BaseWorkerProvider
 from launcher.provider_service import ProviderClient
+from launcher.user_imports import import_object
 from runtime.name_service import NAME_SERVICE_ENV
 from runtime.parent_death import die_with_parent_preexec
 from transport import session_secret
@@ -101,21 +104,26 @@ class JobContext:
 
 
 def resolve_entrypoint(entrypoint: str) -> Callable[..., Any]:
-    """Import ``module:function``; ConfigError naming job.entrypoint if it cannot."""
-    module_name, _, attr = entrypoint.partition(":")
-    try:
-        module = importlib.import_module(module_name)
-    except ImportError as exc:
-        raise ConfigError(f"job.entrypoint {entrypoint!r}: cannot import {module_name!r}: {exc}") from None
-    function = getattr(module, attr, None)
+    """Import ``module:function``; ConfigError naming job.entrypoint if it cannot (the user's frames when the
+    module raises; where it was looked for when it is not found)."""
+    function = import_object(entrypoint, field="job.entrypoint")
     if not callable(function):
-        raise ConfigError(f"job.entrypoint {entrypoint!r}: {module_name} has no callable {attr!r}")
+        raise ConfigError(f"job.entrypoint {entrypoint!r}: {function!r} is not callable")
     return function
+
+
+def use_job_code(job: JobConfig) -> None:
+    """Put the job's code (working dir, py_modules' parents) first on this process's ``sys.path``, in place."""
+    for path in reversed(local_paths(job)):
+        if path in sys.path:
+            sys.path.remove(path)
+        sys.path.insert(0, path)
 
 
 def run_job(job: JobConfig, ctx: JobContext, *, state_path: Path | None = None) -> int:
     """Run the job to completion; its exit code (an entrypoint returning None means 0)."""
     if job.entrypoint is not None:
+        use_job_code(job)
         result = resolve_entrypoint(job.entrypoint)(ctx)
         if inspect.isawaitable(result):
             result = asyncio.run(_await(result))
@@ -134,6 +142,7 @@ def run_job(job: JobConfig, ctx: JobContext, *, state_path: Path | None = None) 
     }
     if state_path is not None:
         env["MILES_LAUNCH_STATE"] = str(state_path)
+    with_python_path(env, local_paths(job))
     preexec = (
         die_with_parent_preexec(sig=signal.SIGTERM) if threading.current_thread() is threading.main_thread() else None
     )

@@ -17,6 +17,7 @@ from collections.abc import Callable
 from launcher.agent_link import AgentLink, EventCallback
 from launcher.curve_keys import remove_keys
 from launcher.errors import AgentError, HostCheckError
+from launcher.host_install import agent_missing_package, not_installed
 from launcher.hosts_config import HostConfig, LauncherSettings
 from launcher.provider_base import BaseWorkerProvider
 
@@ -130,5 +131,7 @@ def open_agent_process(
     except AgentError:
         proc.kill()
         proc.wait(timeout=5)
+        if agent_missing_package(list(link.stderr_tail)):
+            raise not_installed(host) from None
         raise
     return link

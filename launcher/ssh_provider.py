@@ -13,6 +13,7 @@ import json
 import logging
 import shlex
 import time
+from pathlib import Path
 from typing import Any
 
 import paramiko
@@ -20,7 +21,9 @@ import paramiko
 from launcher.agent_link import AgentLink
 from launcher.agent_pool import launcher_versions
 from launcher.errors import AgentError, HostAuthError, HostCheckError, HostUnreachable
+from launcher.host_install import not_installed
 from launcher.hosts_config import ClusterConfig, HostConfig
+from launcher.launch_log import LOG_NAME
 from launcher.local_provider import agent_shell_command, open_local_agent
 from launcher.provider_base import BaseWorkerProvider
 
@@ -37,8 +40,9 @@ _PROBE = (
 )
 
 
-def ssh_connect(host: HostConfig, timeout_s: float) -> paramiko.SSHClient:
-    """Connect and authenticate; HostUnreachable / HostAuthError name the host within ``timeout_s``."""
+def ssh_connect(host: HostConfig, timeout_s: float, *, log_file: Path | None = None) -> paramiko.SSHClient:
+    """Connect and authenticate; HostUnreachable / HostAuthError name the host within ``timeout_s`` (and
+    ``log_file``, where paramiko's own traceback of a failed handshake went)."""
     ssh = host.ssh
     where = f"host {host.name!r} ({ssh.user}@{host.address}:{ssh.port})"
     if ssh.key_file is not None and not ssh.key_file.is_file():
@@ -88,7 +92,10 @@ def ssh_connect(host: HostConfig, timeout_s: float) -> paramiko.SSHClient:
         elapsed = time.monotonic() - started
         if "known_hosts" in str(exc) or "not found in known_hosts" in str(exc):
             raise HostAuthError(f"{where}: unknown host key and host_key_policy = 'reject': {exc}") from None
-        raise HostUnreachable(f"{where}: SSH handshake failed after {elapsed:.1f}s: {exc}") from None
+        raise HostUnreachable(
+            f"{where}: SSH handshake failed after {elapsed:.1f}s: {exc}; is an SSH server listening on that port?"
+            + (f" (paramiko's traceback: {log_file})" if log_file else "")
+        ) from None
     except OSError as exc:
         client.close()
         raise HostUnreachable(f"{where}: cannot connect: {exc.strerror or exc}") from None
@@ -133,10 +140,7 @@ def check_host(client: paramiko.SSHClient, host: HostConfig, timeout_s: float, *
     info = json.loads(out.strip().splitlines()[-1])
     python, package = launcher_versions()
     if info["package"] is None or not info["agent"]:
-        raise HostCheckError(
-            f"host {host.name!r}: miles-actors is not installed for {host.python} ({info['executable']}); "
-            f"install miles-actors=={package} there"
-        )
+        raise not_installed(host, info["executable"])
     if versions and info["python"].split(".")[:2] != python.split(".")[:2]:
         raise HostCheckError(
             f"host {host.name!r}: {host.python} is Python {info['python']}, the launcher runs {python}; "
@@ -187,7 +191,7 @@ class SSHProvider(BaseWorkerProvider):
             return open_local_agent(host, self.settings, self._events.on_event)
         settings = self.settings
         started = time.monotonic()
-        client = ssh_connect(host, settings.connect_timeout_s)
+        client = ssh_connect(host, settings.connect_timeout_s, log_file=settings.workdir / LOG_NAME)
         try:
             transport = client.get_transport()
             assert transport is not None
@@ -223,7 +227,9 @@ class SSHProvider(BaseWorkerProvider):
             try:
                 link.wait_hello(timeout_s=settings.connect_timeout_s + 20)
             except AgentError:  # say why when the host's Python or its miles-actors is the cause (HostCheckError)
-                check_host(client, host, settings.connect_timeout_s + 20, versions=settings.check_versions)
+                ssh_up = client.get_transport()
+                if ssh_up is not None and ssh_up.is_active():  # else the link closed it: the AgentError says why
+                    check_host(client, host, settings.connect_timeout_s + 20, versions=settings.check_versions)
                 raise
             return link
         except (paramiko.SSHException, OSError) as exc:

@@ -7,7 +7,12 @@ How the worker will find the class (a dotted path, or cloudpickle by value), the
 
 from __future__ import annotations
 
+import copyreg
 import inspect
+import io
+import marshal
+import types
+from collections import ChainMap
 from typing import Any
 
 import cloudpickle
@@ -32,8 +37,24 @@ def class_and_ref(actor_class: type | str) -> tuple[type | None, str | bytes]:
     if not inspect.isclass(actor_class):
         raise TypeError(f"actor_class must be a class or 'package.module:ClassName', got {actor_class!r}")
     if actor_class.__module__ == "__main__" or "<locals>" in actor_class.__qualname__:
-        return actor_class, cloudpickle.dumps(actor_class)
+        return actor_class, dumps_by_value(actor_class)
     return actor_class, class_path(actor_class)
+
+
+class _ScriptPickler(cloudpickle.Pickler):
+    """cloudpickle that keeps where code comes from: cloudpickle names every code object's file "<dynamic-code>", so a
+    class defined in a script would show that in its tracebacks; marshal (the .pyc format: same Python minor on both
+    sides, which the launcher checks) keeps the script's file and lines."""
+
+    dispatch_table = ChainMap({types.CodeType: lambda code: (marshal.loads, (marshal.dumps(code),))},
+                              cloudpickle.Pickler.dispatch_table, copyreg.dispatch_table)  # fmt: skip
+
+
+def dumps_by_value(actor_class: type) -> bytes:
+    """A script's (or a function's local) class pickled by value, with its file name in its code."""
+    out = io.BytesIO()
+    _ScriptPickler(out).dump(actor_class)
+    return out.getvalue()
 
 
 def check_spawn_options(max_restarts: int, lifetime: str | None, name: str | None, namespace: str) -> None:

@@ -64,7 +64,7 @@ def left_behind(marker: str) -> list[psutil.Process]:
 
 
 def test_dry_run_prints_the_plan() -> None:
-    result = subprocess.run([*LAUNCH, str(EXAMPLE), "--dry-run"], capture_output=True, text=True, timeout=60,
+    result = subprocess.run([*LAUNCH, str(EXAMPLE), "--dry-run"], capture_output=True, text=True, timeout=180,
                             cwd=ROOT)  # fmt: skip
     assert result.returncode == 0, result.stderr
     for expected in ("trainer-0-0", "trainer-0-1", "inference-0-0", "rollout-0-0", "job: actors.demo:main"):

@@ -93,7 +93,7 @@ def test_errors_tear_down_and_exit_nonzero(tmp_path: Path) -> None:
     assert result.returncode == 1 and "job failed on purpose" in result.stderr
     assert "teardown complete" in result.stderr
     result = cli(str(write(tmp_path, {"entrypoint": "launch_jobs:no_such_function"})))
-    assert result.returncode == 2 and "has no callable 'no_such_function'" in result.stderr
+    assert result.returncode == 2 and "has no 'no_such_function'" in result.stderr
     bad = write(tmp_path, {"entrypoint": "launch_jobs:exit_code"}).read_text().replace("gpus = 2", "gpus = -1", 1)
     (tmp_path / "bad.toml").write_text(bad)
     result = cli(str(tmp_path / "bad.toml"))

@@ -62,7 +62,7 @@ def test_demo_job_on_two_hosts(netns_cluster: NetnsCluster, ssh_keys: SshKeys, t
     config = demo_config(tmp_path, netns_cluster, ssh_keys)
     launch = [*netns_cluster.exec_argv(), PYTHON, "-m", "launcher.cli", str(config)]
     env = subprocess_env(MILES_SHM="0")
-    plan = subprocess.run([*launch, "--dry-run"], capture_output=True, text=True, timeout=60, env=env)
+    plan = subprocess.run([*launch, "--dry-run"], capture_output=True, text=True, timeout=180, env=env)  # imports torch
     assert plan.returncode == 0, plan.stderr[-3000:]
     placed = dict(re.findall(r"(?m)^\s+((?:trainer|inference|rollout)-0-\d)\s+(h\d)\s", plan.stdout))
     assert placed == {"trainer-0-0": "h1", "trainer-0-1": "h2", "inference-0-0": "h1", "rollout-0-0": "h1"}, plan.stdout

@@ -99,6 +99,10 @@ def test_an_expander_rewrites_its_pool_and_adds_a_companion_on_the_built_in_laun
     plan = plan_placement(config.hosts, config.pools)
     assert [c.workers[0].host for c in plan.cells("svc-sidecar")] == ["launcher"]
     assert [c.workers[0].host for c in plan.cells("spread")] == ["h1", "h2", "h1", "h2"]  # never on "launcher"
+    (tmp_path / "m.py").write_text("def f(ctx):\n    return 0\n")  # --dry-run imports the job and the classes
+    (expanders / "plugin_actors.py").write_text(
+        "class Sidecar:\n    def __init__(self, *, mode: str, sidecar: str) -> None:\n        pass\n"
+    )  # its kwargs after the expander: `sidecar` was added, and the check sees it
     dry = subprocess.run(
         [sys.executable, "-m", "launcher.cli", str(path), "--dry-run"], capture_output=True, text=True, timeout=60,
         env=subprocess_env(PYTHONPATH=str(expanders)),

@@ -119,7 +119,7 @@ def test_refused_port_gives_clear_error_fast(ssh_keys: SshKeys, tmp_path: Path) 
     ("python", "expected"),
     [
         ("/nonexistent/python3", "cannot run '/nonexistent/python3'"),
-        ("/usr/bin/python3", "miles-actors is not installed for /usr/bin/python3"),
+        ("/usr/bin/python3", "miles-actors is not installed in /usr/bin/python3 on host 'a'"),
     ],
 )
 def test_host_python_and_package_are_checked(
