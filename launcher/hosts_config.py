@@ -135,6 +135,12 @@ class JobConfig(BaseModel):
         default=None, description="the job's name (Prometheus label `miles_job`); default: entrypoint or command"
     )
     env: dict[str, str] = Field(default_factory=dict, description="extra environment for a command job")
+    timeout_s: float | None = Field(
+        default=None, gt=0, description="stop the job (and the launch, exit code 124) after this long; none by default"
+    )
+    heartbeat_s: float = Field(
+        default=60.0, ge=0, description="a console line this often while the job runs (elapsed, last output); 0: off"
+    )
 
     @field_validator("entrypoint")
     @classmethod
@@ -181,6 +187,11 @@ class LauncherSettings(BaseModel):
         'in the per-process log files), "all" (`miles-launch -v`) or "none"; true means "warnings", false "none"',
     )
     check_versions: bool = Field(default=True, description="require same Python minor and miles-actors version")
+    gpu_check: bool = Field(
+        default=True,
+        description="refuse GPU ids a host does not have (nvidia-smi -L / /proc/driver/nvidia/gpus on the host); "
+        "false (or --no-gpu-check) for GPU ids that are only labels on a CPU machine",
+    )
     curve: bool = Field(
         default=True,
         description="CURVE-authenticate every actor socket with per-launch keys (false: plain TCP, trusted networks)",

@@ -40,7 +40,8 @@ def counter_config(tmp_path: Path, job: str, *, gpus: float = 1, **job_args: Any
     """Two cells of two Counter workers, one fake GPU each (PACK: one cell per node)."""
     data = {
         "cluster": {"provider": "slurm", "nodes": 2, "gpus_per_node": 2, "time": "00:05:00", "python": PYTHON},
-        "launcher": {"workdir": str(tmp_path / "run"), "stop_grace_s": 2, "heartbeat_timeout_s": 5},
+        "launcher": {"workdir": str(tmp_path / "run"), "stop_grace_s": 2, "heartbeat_timeout_s": 5,
+                     "gpu_check": False},  # the nodes' GPUs are fake gres (slurm_fixture.py)
         "host_defaults": {"python": PYTHON, "workdir": str(tmp_path / "nodes"), "env": NODE_ENV},
         "job": {"entrypoint": job, "args": job_args},
         "pools": [{"id": "c", "cells": 2, "workers_per_cell": 2, "strategy": "PACK",
@@ -110,6 +111,7 @@ def demo_config(tmp_path: Path) -> Path:
     data = tomllib.loads(EXAMPLE.read_text())
     data["cluster"]["python"] = PYTHON
     data["launcher"]["workdir"] = str(tmp_path / "run")
+    data["launcher"]["gpu_check"] = False  # the nodes' GPUs are fake gres (slurm_fixture.py)
     data["host_defaults"] = {"python": PYTHON, "workdir": str(tmp_path / "nodes"), "env": NODE_ENV}
     data["job"]["args"].update(iterations=DEMO_ITERATIONS, plot_path=str(tmp_path / "reward.png"))
     path = tmp_path / "hosts.toml"
