@@ -28,13 +28,15 @@ not.
 from __future__ import annotations
 
 import argparse
+import atexit
+import contextlib
 import json
 import logging
 import os
 import signal
 import sys
 import time
-from typing import Any
+from typing import Any, NoReturn
 
 from launcher import slurm_launch
 from launcher.errors import ConfigError, LauncherError, PlacementError
@@ -97,6 +99,10 @@ def main(argv: list[str] | None = None) -> int:
         parser.add_argument("-n", "--lines", type=int, default=50, help="how many last lines (default 50)")
         parser.add_argument("-f", "--follow", action="store_true", help="keep printing new lines (Ctrl-C stops)")
     args = parser.parse_args(argv)
+    # Ctrl-C (SIGINT) stops every command, whatever this process inherited: a non-interactive shell starts a
+    # background command (`miles-launch ... --submit &` in a script, a CI job) with SIGINT ignored, which Python
+    # keeps, and a `--submit` launcher then never cancelled its Slurm job on SIGINT.
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     logging.basicConfig(
         level=logging.DEBUG if args.verbose else logging.WARNING,
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
@@ -329,5 +335,22 @@ def _install_signal_handlers() -> dict[int, Any]:
     return previous
 
 
+def run_and_exit() -> NoReturn:
+    """The ``miles-launch`` program: :func:`main`, then exit at once with its code.
+
+    Once the teardown is complete nothing is left to wait for, so the process ends now: exit handlers run (the
+    job's, the runtime's: actors the job spawned are killed) and the streams are flushed, but the interpreter's
+    finalization is skipped: it joins every non-daemon thread a job left behind (forever, for a stuck one) and
+    garbage-collects the whole heap, which kept a launcher alive 3-15 s after ``teardown complete`` on a busy
+    machine (and a ``--submit``'s Slurm job with it).
+    """
+    code = main()
+    atexit._run_exitfuncs()
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(Exception):
+            stream.flush()
+    os._exit(code)
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    run_and_exit()

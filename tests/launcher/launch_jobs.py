@@ -164,3 +164,14 @@ def print_then_hang(ctx: Any) -> int:
         json.dump({"launcher_pid": os.getpid()}, fh)
     while True:
         time.sleep(0.5)
+
+
+def leave_a_thread(ctx: Any) -> int:
+    """Start a thread that never ends (not a daemon: a library's stuck worker), write $MILES_TEST_MARKER, hang."""
+    import threading
+
+    threading.Thread(target=threading.Event().wait, name="stuck-forever").start()
+    with open(os.environ["MILES_TEST_MARKER"], "w") as fh:
+        json.dump({"launcher_pid": os.getpid()}, fh)
+    while True:
+        time.sleep(0.5)

@@ -76,7 +76,9 @@ def test_ctrl_c_while_constructing_leaves_no_thread_to_wait_for(tmp_path: Path) 
         threading.Thread(target=ctrl_c_once_constructing, daemon=True).start()
         with pytest.raises(KeyboardInterrupt):
             provider.start_all(deadline_s=120)
+        # What the interpreter would join at exit (an executor's threads are no daemons): none may be left, even
+        # before the teardown (a thread blocked in a constructor call lasted until its worker's death was seen).
+        assert set(_non_daemon_threads()) <= before, _non_daemon_threads()
         pids = [w.pid for w in provider.worker_infos()]
-    # What the interpreter would join at exit (the executor's threads were not daemons): none may be left.
     assert set(_non_daemon_threads()) <= before, _non_daemon_threads()
     assert not any(psutil.pid_exists(p) and psutil.Process(p).status() != psutil.STATUS_ZOMBIE for p in pids)

@@ -143,9 +143,12 @@ def test_demo_submitted_from_the_login_node_runs_on_both_nodes(slurm_cluster: Sl
 
 
 def submit_until_running(cluster: SlurmTestCluster, config: Path, marker: Path) -> subprocess.Popen[str]:
+    """The ``--submit`` launcher, started as a non-interactive shell starts a background command (``cmd &`` in a
+    script, as CI runs the suite): with SIGINT ignored, which Python keeps (the CI failure of issue 42: the
+    launcher never saw the Ctrl-C and its job held both nodes); its job runs once this returns."""
     submitter = subprocess.Popen([*cluster.exec_argv(), *launch_argv(config, "--submit")], stdout=subprocess.PIPE,
-                                 stderr=subprocess.STDOUT, text=True,
-                                 env=cluster.env(MILES_TEST_MARKER=str(marker)))  # fmt: skip
+                                 stderr=subprocess.STDOUT, text=True, env=cluster.env(MILES_TEST_MARKER=str(marker)),
+                                 preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_IGN))  # fmt: skip
     wait_for("the submitted job to run", lambda: marker.exists() or submitter.poll() is not None, timeout_s=90)
     assert submitter.poll() is None, submitter.communicate()[0][-3000:]
     return submitter
