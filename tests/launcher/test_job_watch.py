@@ -6,10 +6,12 @@ phase, the times and each worker's construction state as the console does (both 
 
 from __future__ import annotations
 
+import contextlib
 import json
 import re
 import subprocess
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -25,6 +27,19 @@ def status(config: Path) -> dict[str, Any]:
     return json.loads(done.stdout) if done.stdout.strip() else {}
 
 
+@contextlib.contextmanager
+def launched(config: Path, **env: str) -> Iterator[subprocess.Popen[str]]:
+    """``miles-launch config`` (stdout and stderr together), killed on the way out if it still runs."""
+    launcher = subprocess.Popen([PYTHON, "-m", "launcher.cli", str(config)], stdout=subprocess.PIPE,
+                                stderr=subprocess.STDOUT, text=True, env=subprocess_env(**env))  # fmt: skip
+    try:
+        yield launcher
+    finally:
+        if launcher.poll() is None:
+            launcher.kill()
+            launcher.communicate(timeout=10)
+
+
 def test_heartbeat_timeout_and_status_of_a_hanging_job(tmp_path: Path) -> None:
     config = write_hosts_toml(tmp_path, [local_host("n0", tmp_path / "n0")], [{"id": "c", "worker": COUNTER}],
                               job="launch_jobs:print_then_hang")  # fmt: skip
@@ -32,10 +47,7 @@ def test_heartbeat_timeout_and_status_of_a_hanging_job(tmp_path: Path) -> None:
     config.write_text(text)
     marker = tmp_path / "marker.json"
     started = time.monotonic()
-    launcher = subprocess.Popen([PYTHON, "-m", "launcher.cli", str(config)], stdout=subprocess.PIPE,
-                                stderr=subprocess.STDOUT, text=True,
-                                env=subprocess_env(MILES_TEST_MARKER=str(marker)))  # fmt: skip
-    try:
+    with launched(config, MILES_TEST_MARKER=str(marker)) as launcher:
         wait_for("the job to run", marker.exists, timeout_s=60)
         report = wait_for("status to see the job", lambda: (r := status(config)).get("launch", {}).get(
             "job_elapsed_s") is not None and r, timeout_s=20)  # fmt: skip
@@ -46,10 +58,6 @@ def test_heartbeat_timeout_and_status_of_a_hanging_job(tmp_path: Path) -> None:
                                timeout=60, env=subprocess_env()).stdout  # fmt: skip
         assert re.search(r"running; running job for \dm\d\ds \(launch up \dm\d\ds\); job output \dm\d\ds ago", table)
         out, _ = launcher.communicate(timeout=90)
-    finally:
-        if launcher.poll() is None:
-            launcher.kill()
-            launcher.communicate(timeout=10)
     assert launcher.returncode == 124, out[-3000:]
     assert time.monotonic() - started < 80
     beats = re.findall(r"job running for (\d)m(\d\d)s of its 0m30s timeout; last output (\d)m(\d\d)s ago", out)
@@ -61,9 +69,7 @@ def test_heartbeat_timeout_and_status_of_a_hanging_job(tmp_path: Path) -> None:
 def test_status_shows_construction_as_the_console_counts_it(tmp_path: Path) -> None:
     config = write_hosts_toml(tmp_path, [local_host("n0", tmp_path / "n0")],
                               [{"id": "t", "cells": 2, "worker": SLOW}])  # fmt: skip
-    launcher = subprocess.Popen([PYTHON, "-m", "launcher.cli", str(config)], stdout=subprocess.PIPE,
-                                stderr=subprocess.STDOUT, text=True, env=subprocess_env())  # fmt: skip
-    try:
+    with launched(config) as launcher:
         seen = wait_for("status to show the actors being constructed", lambda: {
             w["state"] for w in status(config).get("hosts", {}).get("n0", {}).values()} == {"constructing"},
             timeout_s=60, interval_s=0.2)  # fmt: skip
@@ -71,9 +77,5 @@ def test_status_shows_construction_as_the_console_counts_it(tmp_path: Path) -> N
         report = status(config)
         assert report["launch"]["phase"] == "starting" and report["launch"]["job_elapsed_s"] is None, report
         out, _ = launcher.communicate(timeout=90)
-    finally:
-        if launcher.poll() is None:
-            launcher.kill()
-            launcher.communicate(timeout=10)
     assert launcher.returncode == 0, out[-3000:]
     assert "constructing 2 actor(s): t 0/2" in out  # what the console said while status said "constructing"
