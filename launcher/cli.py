@@ -35,6 +35,7 @@ import logging
 import os
 import signal
 import sys
+import threading
 import time
 from typing import Any, NoReturn
 
@@ -102,7 +103,8 @@ def main(argv: list[str] | None = None) -> int:
     # Ctrl-C (SIGINT) stops every command, whatever this process inherited: a non-interactive shell starts a
     # background command (`miles-launch ... --submit &` in a script, a CI job) with SIGINT ignored, which Python
     # keeps, and a `--submit` launcher then never cancelled its Slurm job on SIGINT.
-    signal.signal(signal.SIGINT, signal.default_int_handler)
+    if threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGINT, signal.default_int_handler)
     logging.basicConfig(
         level=logging.DEBUG if args.verbose else logging.WARNING,
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
