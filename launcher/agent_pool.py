@@ -21,6 +21,7 @@ from launcher import curve_keys
 from launcher.agent_link import AgentLink
 from launcher.code_shipping import CodeShipment
 from launcher.errors import AgentError, HostCheckError, LauncherError
+from launcher.gpu_check import gpu_problem
 from launcher.hosts_config import ClusterConfig, HostConfig
 from launcher.placement import PlacementPlan
 from launcher.progress import Say
@@ -151,6 +152,9 @@ class AgentPool:
                 )
         ambient = hello.get("cuda_visible_devices")
         planned = sorted({g for w in self.plan.workers() if w.host == host.name for g in w.gpu_ids})
+        problem = gpu_problem(host.name, planned, hello.get("gpus")) if self.settings.gpu_check else None
+        if problem:
+            raise HostCheckError(problem)
         if ambient is not None and planned:
             visible = {part.strip() for part in str(ambient).split(",") if part.strip()}
             missing = [g for g in planned if str(g) not in visible]

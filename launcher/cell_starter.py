@@ -15,15 +15,15 @@ from typing import Protocol, TypeVar
 
 from launcher import agent_protocol as proto
 from launcher import provider_service
+from launcher.actor_construction import ActorConstruction
 from launcher.agent_pool import AgentPool
 from launcher.cell_table import CellTable
 from launcher.cells import CellInfo, WorkerInfo
-from launcher.construction_progress import ConstructionProgress
 from launcher.errors import WorkerStartError
 from launcher.launch_services import LaunchServices
 from launcher.placement import CellPlacement
 from launcher.progress import Say
-from launcher.specs import CommandWorkerSpec, ServeWorkerSpec
+from launcher.specs import CommandWorkerSpec
 from launcher.worker_command import build_spawn, port_counts
 from launcher.worker_state import ENDED_STATES, LIVE_STATES, WorkerState
 from runtime.control_auth import SpawnTicket
@@ -178,39 +178,16 @@ class CellStarter:
     def _attach(self, workers: list[WorkerInfo]) -> None:
         if not workers:
             return
-        from runtime import internals
-
-        def attach(worker: WorkerInfo) -> None:
-            spec = self.config.pool(worker.placement.pool_id).worker
-            assert isinstance(spec, ServeWorkerSpec)
-            worker.endpoint = f"tcp://{worker.address}:{worker.port}"
-            kwargs = {**spec.kwargs, **self._plan_kwargs(worker, spec.plan_kwargs)}
-            try:
-                worker.handle = internals.attach(
-                    worker.endpoint,
-                    spec.actor_class,
-                    ticket=worker.ticket,
-                    kwargs=kwargs,
-                    name=worker.worker_id,
-                    concurrency_groups=spec.concurrency_groups,
-                    deadline_s=min(spec.attach_deadline_s, self._remaining()),
-                    host=worker.host,
-                    curve_dir=self.services.curve_dir,  # None: plain TCP (CURVE off for this launch)
-                )
-            except Exception as exc:
-                with self.table.cond:
-                    worker.fail(f"constructing {spec.actor_class} failed: {exc}")
-                raise
-            with self.table.cond:
-                worker.move_to(WorkerState.ATTACHED)  # from ready only
-            progress.constructed(worker.placement.pool_id, worker.worker_id)
-
-        progress = ConstructionProgress([(w.placement.pool_id, w.worker_id) for w in workers], self._say)
-        with progress, ThreadPoolExecutor(max_workers=min(16, len(workers)), thread_name_prefix="attach") as pool:
-            futures = [pool.submit(attach, w) for w in workers]
-        failed = [w for w, f in zip(workers, futures, strict=True) if f.exception() is not None]
-        if failed:
-            raise WorkerStartError(self._failure("failed to construct their actor", failed))
+        ActorConstruction(
+            workers,
+            table=self.table,
+            kwargs_for=lambda worker, spec: {**spec.kwargs, **self._plan_kwargs(worker, spec.plan_kwargs)},
+            curve_dir=self.services.curve_dir,
+            deadline=self.deadline,
+            describe_failure=self._failure,
+            save_state=self._save_state,
+            say=self._say,
+        ).run()
         self._say(f"attached {len(workers)} actor(s)")
         self._publish_names()
 

@@ -1,6 +1,6 @@
 """``miles-launch``: plan, start every pool on every host, wait ready, run the job, tear down.
 
-    miles-launch [run] hosts.toml [--dry-run] [--submit] [--no-logs] [--no-curve] [-v]
+    miles-launch [run] hosts.toml [--dry-run] [--submit] [--no-logs] [--no-curve] [--no-gpu-check] [-v]
     miles-launch status hosts.toml [--json]
     miles-launch logs hosts.toml POOL[-CELL[-WORKER]] [-n LINES] [-f]
     miles-launch down hosts.toml
@@ -16,7 +16,9 @@ is an srun step; ``--submit`` (on a login node) sbatch's the launch instead, str
 the job on Ctrl-C; ``down`` there cancels it (launcher/slurm_launch.py).
 
 Ctrl-C, SIGTERM and errors tear everything down (SIGTERM, grace, SIGKILL on every host) before exiting.
-Exit codes: the job's code, 1 on launcher errors, 2 on bad configuration, 130 when interrupted;
+Exit codes: the job's code, 1 on launcher errors, 2 on bad configuration, 124 past ``[job] timeout_s``, 130 when
+interrupted. While the job runs a line every ``[job] heartbeat_s`` (60 s) says how long it has run and when it last
+printed (launcher/job_watch.py);
 The console shows the launcher's progress, the job's output and the warnings, errors and prints of workers; every
 line a worker writes is in its log file on its host (``logs`` reads it; ``-v`` or ``[launcher] stream_logs = "all"``
 streams everything). ``status`` prints a table (``--json``: JSON) and exits 0 while the launch runs, 3 when it does
@@ -26,22 +28,27 @@ not.
 from __future__ import annotations
 
 import argparse
+import atexit
+import contextlib
 import json
 import logging
 import os
 import signal
 import sys
+import threading
 import time
-from typing import Any
+from typing import Any, NoReturn
 
 from launcher import slurm_launch
 from launcher.errors import ConfigError, LauncherError, PlacementError
 from launcher.hosts_config import LOOPBACK_BIND, ClusterConfig, check_open_binds, load_config, open_bind_hosts
 from launcher.job import JobContext, resolve_entrypoint, run_job
+from launcher.job_watch import TIMEOUT_EXIT_CODE, JobTimedOut, JobWatch
 from launcher.launch_checks import check_launch
 from launcher.launch_control import launch_down, launch_status, status_table
 from launcher.launch_log import library_logs_to_file
 from launcher.launch_logs import print_logs
+from launcher.launch_phase import STARTING, TEARING_DOWN
 from launcher.launch_state import process_alive, read_state, state_path_for
 from launcher.placement import PlacementPlan
 from launcher.progress import ProgressPrinter
@@ -83,6 +90,11 @@ def main(argv: list[str] | None = None) -> int:
             action="store_true",
             help="no CURVE authentication/encryption (trusted networks only; overrides [launcher] curve)",
         )
+        parser.add_argument(
+            "--no-gpu-check",
+            action="store_true",
+            help="do not refuse GPU ids a host does not have (ids that are only labels on a CPU machine)",
+        )
     if command == "status":
         parser.add_argument("--json", action="store_true", help="print the report as JSON")
     if command == "logs":
@@ -90,6 +102,11 @@ def main(argv: list[str] | None = None) -> int:
         parser.add_argument("-n", "--lines", type=int, default=50, help="how many last lines (default 50)")
         parser.add_argument("-f", "--follow", action="store_true", help="keep printing new lines (Ctrl-C stops)")
     args = parser.parse_args(argv)
+    # Ctrl-C (SIGINT) stops every command, whatever this process inherited: a non-interactive shell starts a
+    # background command (`miles-launch ... --submit &` in a script, a CI job) with SIGINT ignored, which Python
+    # keeps, and a `--submit` launcher then never cancelled its Slurm job on SIGINT.
+    if threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGINT, signal.default_int_handler)
     logging.basicConfig(
         level=logging.DEBUG if args.verbose else logging.WARNING,
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
@@ -140,7 +157,8 @@ def main(argv: list[str] | None = None) -> int:
 
 def _passed_on(args: argparse.Namespace) -> list[str]:
     """The console flags of ``--submit`` that the launch inside the job gets too."""
-    flags = {"--no-logs": args.no_logs, "--no-curve": args.no_curve, "-v": args.verbose}
+    flags = {"--no-logs": args.no_logs, "--no-curve": args.no_curve, "--no-gpu-check": args.no_gpu_check,
+             "-v": args.verbose}  # fmt: skip
     return [flag for flag, given in flags.items() if given]
 
 
@@ -162,7 +180,10 @@ def _submit(config: ClusterConfig, cluster: SlurmCluster, launcher_args: list[st
 
 
 def _console_overrides(config: ClusterConfig, args: argparse.Namespace) -> ClusterConfig:
-    """``-v`` streams every worker line, ``--no-logs`` none; otherwise hosts.toml's ``stream_logs`` holds."""
+    """``-v`` streams every worker line, ``--no-logs`` none; otherwise hosts.toml's ``stream_logs`` holds;
+    ``--no-gpu-check`` turns ``[launcher] gpu_check`` off."""
+    if getattr(args, "no_gpu_check", False):
+        config = config.model_copy(update={"launcher": config.launcher.model_copy(update={"gpu_check": False})})
     if getattr(args, "no_logs", False):
         mode = "none"
     elif args.verbose:
@@ -261,6 +282,7 @@ def _run(config: ClusterConfig, plan: PlacementPlan, printer: ProgressPrinter) -
         state_path=state_path,
         progress=printer.step,
     )
+    printer.on_output = provider.phase.output  # workers' lines are the job's output too (its heartbeat says when)
     previous_handlers = _install_signal_handlers()
     previous_curve_env = os.environ.get(CURVE_DIR_ENV)
     code = 1
@@ -270,17 +292,22 @@ def _run(config: ClusterConfig, plan: PlacementPlan, printer: ProgressPrinter) -
         printer.step(f"connecting to {len(hosts)} host(s): {', '.join(hosts)} ({security})")
         started = time.monotonic()
         provider.connect()
+        provider.phase.enter(STARTING)
         # The job's own handles (get_actor, object refs, handles returned by actors) use this launch's keys too;
         # empty (CURVE off) also hides a MILES_CURVE_DIR the shell may have set.
         os.environ[CURVE_DIR_ENV] = provider.curve_dir or ""
         provider.start_all()
         workers = len(plan.workers())
         printer.step(f"all {workers} worker(s) ready in {time.monotonic() - started:.1f}s; running the job")
-        code = run_job(config.job, JobContext(config, provider, dict(config.job.args)), state_path=state_path)
+        with JobWatch(config.job, provider.phase, say=printer.step, save_state=provider.save_state):
+            code = run_job(config.job, JobContext(config, provider, dict(config.job.args)), state_path=state_path)
         printer.step(f"job finished with exit code {code}")
     except (KeyboardInterrupt, Terminated) as exc:
         printer.step(f"{'interrupted' if isinstance(exc, KeyboardInterrupt) else 'terminated'}; tearing down")
         code = 130
+    except JobTimedOut as exc:
+        printer.error(f"{exc}; tearing down")
+        code = TIMEOUT_EXIT_CODE
     except LauncherError as exc:
         printer.error(str(exc))
         code = 1
@@ -292,6 +319,8 @@ def _run(config: ClusterConfig, plan: PlacementPlan, printer: ProgressPrinter) -
         signal.signal(signal.SIGINT, lambda *_: printer.step("still tearing down, please wait"))
         signal.signal(signal.SIGTERM, signal.SIG_IGN)
         printer.step("stopping every process on every host")
+        provider.phase.enter(TEARING_DOWN)
+        provider.save_state()
         provider.close()
         if previous_curve_env is None:
             os.environ.pop(CURVE_DIR_ENV, None)
@@ -316,5 +345,22 @@ def _install_signal_handlers() -> dict[int, Any]:
     return previous
 
 
+def run_and_exit() -> NoReturn:
+    """The ``miles-launch`` program: :func:`main`, then exit at once with its code.
+
+    Once the teardown is complete nothing is left to wait for, so the process ends now: exit handlers run (the
+    job's, the runtime's: actors the job spawned are killed) and the streams are flushed, but the interpreter's
+    finalization is skipped: it joins every non-daemon thread a job left behind (forever, for a stuck one) and
+    garbage-collects the whole heap, which kept a launcher alive 3-15 s after ``teardown complete`` on a busy
+    machine (and a ``--submit``'s Slurm job with it).
+    """
+    code = main()
+    atexit._run_exitfuncs()
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(Exception):
+            stream.flush()
+    os._exit(code)
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    run_and_exit()

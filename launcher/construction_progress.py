@@ -6,6 +6,11 @@ while any is pending, the count per pool and the slowest actor still pending wit
 
     constructing 5 actor(s): trainer 0/2, inference 1/1, rollout 0/1, dashboard 1/1; slowest: trainer-0-1 (4.0s)
     pool trainer: constructed 2/2 in 9.3s
+
+An actor that fails to construct is said at once (its pool shows ``failed``); the start stops there
+(launcher/actor_construction.py)::
+
+    constructing 5 actor(s): trainer 0/2, inference 0/1 failed (inference-0-0 after 0.4s), rollout 0/1, ...
 """
 
 from __future__ import annotations
@@ -26,6 +31,7 @@ class ConstructionProgress:
         for pool, worker in worker_ids:
             self._pools.setdefault(pool, []).append(worker)
         self._done: set[str] = set()
+        self._failed: dict[str, float] = {}  # worker -> seconds after the start it failed
         self._say = say
         self._interval_s = interval_s
         self._started = time.monotonic()
@@ -52,14 +58,25 @@ class ConstructionProgress:
         if complete:
             self._say(f"pool {pool}: constructed {len(members)}/{len(members)} in {self._elapsed():.1f}s")
 
-    def summary(self) -> str:
-        """``constructing N actor(s): pool k/n, ...; slowest: worker (elapsed)``."""
+    def failed(self, pool: str, worker: str) -> None:
+        """``worker`` of ``pool`` failed to construct: said at once, its pool shown ``failed`` from now on."""
         with self._lock:
-            counts = [f"{pool} {sum(w in self._done for w in ws)}/{len(ws)}" for pool, ws in self._pools.items()]
-            pending = [w for ws in self._pools.values() for w in ws if w not in self._done]
+            self._failed.setdefault(worker, self._elapsed())
+        self._say(self.summary())
+
+    def summary(self) -> str:
+        """``constructing N actor(s): pool k/n[ failed (worker after s)], ...; slowest: worker (elapsed)``."""
+        with self._lock:
+            counts = [f"{pool} {sum(w in self._done for w in ws)}/{len(ws)}{self._failures(ws)}"
+                      for pool, ws in self._pools.items()]  # fmt: skip
+            pending = [w for ws in self._pools.values() for w in ws if w not in self._done and w not in self._failed]
             total = sum(len(ws) for ws in self._pools.values())
-        slowest = f"; slowest: {pending[0]} ({self._elapsed():.1f}s)" if pending else ""
+        slowest = f"; slowest: {pending[0]} ({self._elapsed():.1f}s)" if pending and not self._failed else ""
         return f"constructing {total} actor(s): {', '.join(counts)}{slowest}"
+
+    def _failures(self, workers: list[str]) -> str:
+        failed = [f"{w} after {self._failed[w]:.1f}s" for w in workers if w in self._failed]
+        return f" failed ({', '.join(failed)})" if failed else ""
 
     def _elapsed(self) -> float:
         return time.monotonic() - self._started

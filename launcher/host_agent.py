@@ -33,6 +33,7 @@ from launcher.agent_events import EventWriter
 from launcher.agent_keys import HostKeys
 from launcher.child_supervisor import ChildSupervisor
 from launcher.code_cache import CodeCache
+from launcher.gpu_check import detect_gpus
 from launcher.readiness import free_ports
 from launcher.zygote_client import READY_WAIT_S, ZygoteClient
 
@@ -91,6 +92,7 @@ class HostAgent:
             executable=sys.executable,
             package_version=_package_version(),
             cuda_visible_devices=os.environ.get("CUDA_VISIBLE_DEVICES"),
+            gpus=detect_gpus(),  # the launcher refuses GPU ids this host does not have (launcher/gpu_check.py)
         )
         self.zygote.start()  # imports in the background; the first runtime.worker spawn waits for it (bounded)
         last_heard = time.monotonic()

@@ -149,6 +149,12 @@ class JobConfig(BaseModel):
             if not (path.is_dir() or (path.is_file() and path.suffix == ".py")):
                 raise ValueError(f"{path} is not a directory (nor a .py module for py_modules)")
         return value
+    timeout_s: float | None = Field(
+        default=None, gt=0, description="stop the job (and the launch, exit code 124) after this long; none by default"
+    )
+    heartbeat_s: float = Field(
+        default=60.0, ge=0, description="a console line this often while the job runs (elapsed, last output); 0: off"
+    )
 
     @field_validator("entrypoint")
     @classmethod
@@ -195,6 +201,11 @@ class LauncherSettings(BaseModel):
         'in the per-process log files), "all" (`miles-launch -v`) or "none"; true means "warnings", false "none"',
     )
     check_versions: bool = Field(default=True, description="require same Python minor and miles-actors version")
+    gpu_check: bool = Field(
+        default=True,
+        description="refuse GPU ids a host does not have (nvidia-smi -L / /proc/driver/nvidia/gpus on the host); "
+        "false (or --no-gpu-check) for GPU ids that are only labels on a CPU machine",
+    )
     curve: bool = Field(
         default=True,
         description="CURVE-authenticate every actor socket with per-launch keys (false: plain TCP, trusted networks)",

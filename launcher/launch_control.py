@@ -14,6 +14,7 @@ from typing import Any
 
 from launcher.curve_keys import remove_keys, sweep_stale
 from launcher.hosts_config import ClusterConfig, HostConfig
+from launcher.launch_phase import ago, duration
 from launcher.launch_state import process_alive, read_state, state_path_for
 from launcher.process_tree import ProcessTree, terminate_trees
 from launcher.text_columns import aligned
@@ -115,6 +116,7 @@ def launch_status(config: ClusterConfig) -> dict[str, Any]:
     report: dict[str, Any] = {
         "running": process_alive(launcher.get("pid"), launcher.get("create_time")),
         "launcher_pid": launcher.get("pid"),
+        "launch": _launch_times(state.get("launch") or {}),
         "hosts": {},
     }
     for name, entry in state.get("hosts", {}).items():
@@ -127,6 +129,17 @@ def launch_status(config: ClusterConfig) -> dict[str, Any]:
             wid: _worker_status(w, bool(alive.get(str(w.get("pid"))))) for wid, w in entry.get("workers", {}).items()
         }
     return report
+
+
+def _launch_times(record: dict[str, Any]) -> dict[str, Any]:
+    """The launch's phase (launcher/launch_phase.py) with how long ago each of its times was."""
+    return {
+        "phase": record.get("phase"),
+        "phase_s": ago(record, "phase_since"),
+        "elapsed_s": ago(record, "started_at"),
+        "job_elapsed_s": ago(record, "job_started_at"),
+        "last_output_s": ago(record, "last_output_at"),
+    }
 
 
 def _worker_status(worker: dict[str, Any], alive: bool) -> dict[str, Any]:
@@ -151,23 +164,24 @@ def status_table(report: dict[str, Any]) -> str:
     if not report["hosts"] and not report["running"]:
         return "no launch of this config is running"
     head = f"launcher pid {report['launcher_pid']}: {'running' if report['running'] else 'NOT running'}"
+    launch = report.get("launch") or {}
+    if report["running"] and launch.get("phase"):
+        up = duration(launch["elapsed_s"] or 0)
+        head += f"; {launch['phase']} for {duration(launch['phase_s'] or 0)} (launch up {up})"
+        if launch.get("job_elapsed_s") is not None:
+            last = launch.get("last_output_s")
+            head += f"; job output {duration(last)} ago" if last is not None else "; no job output yet"
     rows = [STATUS_COLUMNS]
     for host, workers in report["hosts"].items():
         if "error" in workers:
             rows.append((host, "-", "-", "-", "-", "unreachable", "-", "-", str(workers["error"])))
             continue
         for wid, w in workers.items():
-            uptime = _duration(w["uptime_s"]) if w.get("uptime_s") is not None else "-"
+            uptime = duration(w["uptime_s"]) if w.get("uptime_s") is not None else "-"
             error = (w.get("last_error") or "-").replace("\n", " ")
             row = (host, w.get("pool") or "-", w.get("cell") or "-", wid, str(w.get("pid")), str(w.get("state")))
             rows.append((*row, uptime, str(w.get("restarts", 0)), error[:100]))
     return "\n".join([head, *aligned(rows)])
-
-
-def _duration(seconds: float) -> str:
-    minutes, secs = divmod(int(seconds), 60)
-    hours, minutes = divmod(minutes, 60)
-    return f"{hours}h{minutes:02d}m" if hours else f"{minutes}m{secs:02d}s"
 
 
 def launch_down(config: ClusterConfig, *, timeout_s: float = 60.0) -> list[str]:

@@ -24,8 +24,11 @@ def state_path_for(config: ClusterConfig) -> Path:
     return Path(config.launcher.workdir) / STATE_FILE
 
 
-def write_state(path: Path, config: ClusterConfig, hosts: dict[str, Any]) -> None:
-    """Atomically write the state file (launcher pid + per-host agent and worker pids)."""
+def write_state(
+    path: Path, config: ClusterConfig, hosts: dict[str, Any], *, launch: dict[str, Any] | None = None
+) -> None:
+    """Atomically write the state file (launcher pid + per-host agent and worker pids; ``launch``: its phase and
+    times, launcher/launch_phase.py)."""
     me = psutil.Process()
     data = {
         "version": 1,
@@ -33,6 +36,7 @@ def write_state(path: Path, config: ClusterConfig, hosts: dict[str, Any]) -> Non
         "config": str(config.source) if config.source else None,
         "updated_at": time.time(),
         "hosts": hosts,
+        "launch": launch,
     }
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_suffix(f".tmp{os.getpid()}")

@@ -7,6 +7,7 @@ import logging
 import sys
 import threading
 import time
+from collections.abc import Callable
 from typing import Protocol, TextIO
 
 from launcher.cells import DeathReport
@@ -26,6 +27,7 @@ class ProgressPrinter:
         self._err = err or sys.stderr
         self._lock = threading.Lock()
         self._started = time.monotonic()
+        self.on_output: Callable[[], None] | None = None  # a worker's line reached the console (the job's output)
 
     def step(self, message: str) -> None:
         """A launcher step, e.g. ``ready 3/8 (1.2s)``."""
@@ -44,6 +46,8 @@ class ProgressPrinter:
     def log_line(self, stream: str, text: str) -> None:
         """A worker's output line (``(pool-cell-worker pid=N host=H) ...``), as the hosts' agents filter them
         (``[launcher] stream_logs``)."""
+        if self.on_output is not None:
+            self.on_output()
         self._write(self._err if stream == "stderr" else self._out, text)
 
     def raw(self, text: str) -> None:

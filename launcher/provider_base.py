@@ -18,6 +18,7 @@ It also keeps the state file (``state_path``) that ``miles-launch status`` and `
 from __future__ import annotations
 
 import logging
+import threading
 import time
 from abc import ABC, abstractmethod
 from collections.abc import Callable
@@ -33,6 +34,7 @@ from launcher.cell_table import CellTable
 from launcher.cells import CellInfo, DeathReport, WorkerInfo
 from launcher.errors import LauncherError
 from launcher.hosts_config import ClusterConfig, HostConfig
+from launcher.launch_phase import LaunchPhase
 from launcher.launch_services import LaunchServices
 from launcher.launch_state import write_state
 from launcher.metrics_targets import MetricsTargets
@@ -62,6 +64,8 @@ class BaseWorkerProvider(ABC):
         self.state_path = state_path
         self.progress = progress
         self.table = CellTable(config, self.plan)
+        self.phase = LaunchPhase()  # the state file carries it: `miles-launch status` shows what the console says
+        self._state_lock = threading.Lock()  # one writer at a time, each writing what it read: no stale overwrite
         self.services = LaunchServices(config, ProviderService(table=self.table, control=self), say=self._say)
         self.agents = AgentPool(
             config, self.plan, open_agent=self._open_agent, on_connected=self._host_connected, say=self._say
@@ -251,15 +255,20 @@ class BaseWorkerProvider(ABC):
 
     # ---- state file ------------------------------------------------------------------------------------------
 
+    def save_state(self) -> None:
+        """Write the state file now (``status`` reads it); the launcher's steps call it when its phase moves."""
+        self._save_state()
+
     def _save_state(self) -> None:
         if self.state_path is None or self.table.closing:
             return
-        with self.table.cond:
-            hosts = self.agents.state_hosts()
-            for host, worker_id, record in self.table.worker_records():
-                if host in hosts:
-                    hosts[host]["workers"][worker_id] = record
-        try:
-            write_state(self.state_path, self.config, hosts)
-        except OSError as exc:
-            log.warning("cannot write state file %s: %s", self.state_path, exc)
+        with self._state_lock:
+            with self.table.cond:
+                hosts = self.agents.state_hosts()
+                for host, worker_id, record in self.table.worker_records():
+                    if host in hosts:
+                        hosts[host]["workers"][worker_id] = record
+            try:
+                write_state(self.state_path, self.config, hosts, launch=self.phase.record())
+            except OSError as exc:
+                log.warning("cannot write state file %s: %s", self.state_path, exc)

@@ -75,8 +75,8 @@ class WorkerEvents:
             self._table.cond.notify_all()
         if ev == proto.EV_LOG and self._log_sink is not None:
             self._log_sink(str(event.get("stream")), str(event.get("text")))
-        if ev in (proto.EV_SPAWNED, proto.EV_EXITED):
-            self._save_state()
+        if ev in (proto.EV_SPAWNED, proto.EV_READY, proto.EV_SPAWN_FAILED, proto.EV_NOT_READY, proto.EV_EXITED):
+            self._save_state()  # `miles-launch status` shows each move as the console reports it
 
     def _on_ready(self, worker: WorkerInfo, event: dict[str, Any]) -> None:
         line = event.get("line")

@@ -21,7 +21,11 @@ def main(argv: list[str] | None = None) -> int:
     if args.create:
         args.run_dir.mkdir(parents=True, exist_ok=True)
     if not args.run_dir.is_dir():
-        parser.error(f"run directory {args.run_dir} does not exist (the collector's run_dir, e.g. runs/demo/dashboard)")
+        parser.error(
+            f"no run was recorded in {args.run_dir} (the directory does not exist). Record one: `[dashboard] enabled "
+            "= true` in hosts.toml (hosts.example.toml, which scripts/demo.sh runs, has it), or a collector pool whose "
+            "run_dir it is; `--create` serves it empty for a run about to start"
+        )
     try:
         server = DashboardServer(args.run_dir, host=args.host, port=args.port)
     except OSError as exc:

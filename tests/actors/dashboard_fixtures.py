@@ -1,9 +1,9 @@
 """Run directories for the dashboard tests: written by hand through actors.dashboard.records, or by a real demo.
 
 :func:`write_run` makes a small run directory the way the collector writes one (whole lines through
-``encode_line``). :func:`demo_config` is hosts.example.toml with a short run, its own directories,
-and ``[dashboard] enabled = true`` (actors/dashboard/launch_section.py: the collector and the web server on the
-built-in host "launcher").
+``encode_line``). :func:`demo_config` is hosts.example.toml with a short run, its own directories, and its
+``[dashboard]`` recording to the test's run_dir (actors/dashboard/launch_section.py: the collector and the web
+server on the built-in host "launcher").
 """
 
 from __future__ import annotations
@@ -16,11 +16,7 @@ from typing import Any
 from actors.dashboard.records import encode_line, sample_record
 
 ROOT = Path(__file__).resolve().parents[2]
-DASHBOARD_SECTION = """
-[dashboard]
-enabled = true
-run_dir = "{run_dir}"
-"""
+EXAMPLE_RUN_DIR = 'run_dir = "runs/demo/dashboard"'  # hosts.example.toml records the dashboard there
 
 
 def sample(step: int, index: int, reward: float, **extra: Any) -> dict[str, Any]:
@@ -57,5 +53,6 @@ def demo_config(tmp_path: Path, *, iterations: int, run_dir: Path) -> Path:
     text = text.replace('workdir = "runs/hosts/local"', f'workdir = "{tmp_path / "host"}"')
     text = text.replace('python = ".venv/bin/python"', f'python = "{sys.executable}"')
     config = tmp_path / "hosts.toml"
-    config.write_text(text + DASHBOARD_SECTION.format(run_dir=run_dir))
+    assert EXAMPLE_RUN_DIR in text and "\n[dashboard]\nenabled = true\n" in text
+    config.write_text(text.replace(EXAMPLE_RUN_DIR, f'run_dir = "{run_dir}"'))
     return config

@@ -126,7 +126,8 @@ def test_cli_serves_and_rejects_a_missing_directory(tmp_path: Path) -> None:
     run = write_run(tmp_path / "run", {1: [1.0]})
     missing = subprocess.run([sys.executable, "-m", "actors.dashboard", str(tmp_path / "nope")],
                              capture_output=True, text=True, timeout=60, cwd=ROOT)  # fmt: skip
-    assert missing.returncode == 2 and "run directory" in missing.stderr and "does not exist" in missing.stderr
+    assert missing.returncode == 2 and "the directory does not exist" in missing.stderr, missing.stderr
+    assert "[dashboard] enabled = true" in missing.stderr and missing.stderr.count(str(tmp_path / "nope")) == 1
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]

@@ -97,11 +97,11 @@ def test_false_an_explicit_pool_or_no_provider_api_keep_the_pool_as_written(pool
 
 
 def test_the_single_host_demo_keeps_its_router_beside_the_controller() -> None:
-    """hosts.example.toml: no provider API, so no router pool and no host "launcher"."""
+    """hosts.example.toml: no provider API, so no router pool (the host "launcher" has the dashboard's pools only)."""
     config = load_config(REPO / "hosts.example.toml")
     assert "router_pool" not in config.pool("inference").worker.kwargs
     assert not any("router" in p.id for p in config.pools)
-    assert "launcher" not in [h.name for h in config.hosts]
+    assert [p.id for p in config.pools] == ["trainer", "inference", "rollout", "dashboard", "dashboard-server"]
 
 
 @pytest.mark.parametrize(

@@ -32,6 +32,7 @@ def small_config(tmp_path: Path, iterations: int) -> Path:
     text = text.replace('workdir = "runs/miles-launch"', f'workdir = "{tmp_path / "launch"}"')
     text = text.replace('workdir = "runs/hosts/local"', f'workdir = "{tmp_path / "host"}"')
     text = text.replace('python = ".venv/bin/python"', f'python = "{sys.executable}"')
+    text = text.replace('run_dir = "runs/demo/dashboard"', f'run_dir = "{tmp_path / "dashboard"}"')
     config = tmp_path / "hosts.toml"
     config.write_text(text)
     return config
@@ -86,6 +87,9 @@ def test_demo_reward_rises_and_nothing_is_left(tmp_path: Path) -> None:
     assert len(rewards) == 8, result.stdout
     assert sum(rewards[-2:]) / 2 > sum(rewards[:2]) / 2 + 0.02, f"reward did not rise: {rewards}"
     assert (tmp_path / "reward.png").stat().st_size > 10_000
+    # The demo records its dashboard by default (README: `miles-dashboard runs/demo/dashboard` after the demo).
+    steps = (tmp_path / "dashboard" / "steps.jsonl").read_text().splitlines()
+    assert len(steps) >= 8 and (tmp_path / "dashboard" / "samples.jsonl").stat().st_size > 0, steps
     last = [line for line in result.stdout.splitlines() if line.strip() and not line.startswith("[miles-launch")][-1]
     assert last.startswith("RESULT {") and '"mode": "sync"' in last and '"engine_busy_fraction"' in last, last
     figures = json.loads(last.removeprefix("RESULT "))

@@ -95,3 +95,14 @@ class Counter:
     def crash(self, code: int) -> None:
         """Exit the process abruptly."""
         os._exit(code)
+
+
+class SlowStart:
+    """An actor whose constructor takes ``seconds`` (a trainer importing Megatron and joining its group)."""
+
+    def __init__(self, *, seconds: float) -> None:
+        time.sleep(seconds)
+
+    def ping(self) -> str:
+        """Answer once constructed."""
+        return "pong"

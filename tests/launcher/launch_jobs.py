@@ -155,3 +155,23 @@ def names_across(ctx: Any) -> int:
     out["a_after"] = a.add_on_named("shared", 0).result(30)
     print("NAMES " + json.dumps(out), flush=True)
     return 0
+
+
+def print_then_hang(ctx: Any) -> int:
+    """Print a line, write $MILES_TEST_MARKER, then hang (a job stuck on a dead peer)."""
+    print("step 1 done", flush=True)
+    with open(os.environ["MILES_TEST_MARKER"], "w") as fh:
+        json.dump({"launcher_pid": os.getpid()}, fh)
+    while True:
+        time.sleep(0.5)
+
+
+def leave_a_thread(ctx: Any) -> int:
+    """Start a thread that never ends (not a daemon: a library's stuck worker), write $MILES_TEST_MARKER, hang."""
+    import threading
+
+    threading.Thread(target=threading.Event().wait, name="stuck-forever").start()
+    with open(os.environ["MILES_TEST_MARKER"], "w") as fh:
+        json.dump({"launcher_pid": os.getpid()}, fh)
+    while True:
+        time.sleep(0.5)

@@ -127,7 +127,8 @@ def test_status_and_down(tmp_path: Path) -> None:
     worker = report["hosts"]["n1"]["web-1-0"]
     assert (worker["pool"], worker["cell"], worker["state"], worker["restarts"]) == ("web", "web-1", "ready", 0)
     table = cli("status", str(config)).stdout.splitlines()
-    assert table[0] == f"launcher pid {proc.pid}: running"
+    head = rf"launcher pid {proc.pid}: running; running job for \d+m\d\ds \(launch up \d+m\d\ds\); "
+    assert re.fullmatch(head + r"(job output \d+m\d\ds ago|no job output yet)", table[0]), table[0]
     assert table[1].split() == ["HOST", "POOL", "CELL", "WORKER", "PID", "STATE", "UPTIME", "RESTARTS", "LAST", "ERROR"]
     row = next(line.split() for line in table if "web-1-0" in line)
     assert row[:6] == ["n1", "web", "web-1", "web-1-0", str(info["workers"]["web-1-0"]["pid"]), "ready"]

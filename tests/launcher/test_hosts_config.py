@@ -43,10 +43,12 @@ def _error(text: str, tmp_path: Path) -> str:
 def test_example_parses_and_plans() -> None:
     config = load_config(REPO / "hosts.example.toml")
     assert config.job.entrypoint == "actors.demo:main"
-    assert [h.provider for h in config.hosts] == ["local"]
+    # The demo records its dashboard (README "The run dashboard"): its two pools on the built-in host "launcher".
+    assert [(h.name, h.provider) for h in config.hosts] == [("local", "local"), ("launcher", "local")]
     assert Path(config.hosts[0].python).is_absolute()
     plan = plan_placement(config.hosts, config.pools)
-    assert [c.cell_id for c in plan.cells()] == ["trainer-0", "inference-0", "rollout-0"]
+    assert [c.cell_id for c in plan.cells()] == ["trainer-0", "inference-0", "rollout-0", "dashboard-0",
+                                                 "dashboard-server-0"]  # fmt: skip
 
 
 def test_valid_config_models_are_frozen(tmp_path: Path) -> None:

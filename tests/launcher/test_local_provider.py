@@ -27,7 +27,7 @@ from launcher.placement import WorkerPlacement
 
 def config(tmp_path: Path, pools: list[dict[str, Any]], *, hosts: int = 1, gpus: Any = 0, **launcher: Any) -> Any:
     data = {
-        "launcher": {"workdir": str(tmp_path / "run"), "stop_grace_s": 2, **launcher},
+        "launcher": {"workdir": str(tmp_path / "run"), "stop_grace_s": 2, "gpu_check": False, **launcher},
         "hosts": [local_host(f"n{i}", tmp_path / f"n{i}", gpus=gpus) for i in range(hosts)],
         "job": {"entrypoint": "launch_jobs:exit_code"},
         "pools": pools,

@@ -34,7 +34,7 @@ def write(
 ) -> Path:
     hosts = [ssh_host(name, address, 22, keys, tmp_path / name, gpus=2) for name, _, address in cluster.hosts]
     data = {
-        "launcher": {"workdir": str(tmp_path / "run"), "stop_grace_s": 2, **launcher},
+        "launcher": {"workdir": str(tmp_path / "run"), "stop_grace_s": 2, "gpu_check": False, **launcher},
         "hosts": [*hosts, *extra_hosts],
         "job": {"entrypoint": job},
         "pools": [
