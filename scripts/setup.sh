@@ -29,12 +29,23 @@ if ! python -c "import torch" 2>/dev/null; then
 fi
 echo "[setup] installing miles-actors with test extras (train + inference: megatron-core, transformers, tokenizers, safetensors)"
 python -m pip install -q -e ".[test]"
-if ! python -c "import verl" 2>/dev/null; then
+if ! python -m pip show -q verl >/dev/null 2>&1; then
   # verl's single controller runs on runtime.ray_compat in tests/ray_clients; its own requirements pull in real Ray
   # (ray[default]) and a GPU stack, so it comes without them (the test extra `verl` holds what it does need).
+  # (`import verl` itself fails here: it imports ray, which only the tests alias to runtime.ray_compat.)
   echo "[setup] installing verl 0.9.1 without its dependencies (tests/ray_clients)"
   python -m pip install -q --no-deps "verl==0.9.1"
 fi
+# verl's wheel also installs its own test suite as a top-level package named `tests`, which would shadow ours
+# (`from tests.actors.conftest import ...` then fails at collection): remove that package when verl owns it.
+python - <<'PY'
+import pathlib, shutil, site
+for root in map(pathlib.Path, site.getsitepackages()):
+    record = next(root.glob("verl-*.dist-info/RECORD"), None)
+    if record and (root / "tests").is_dir() and "tests/__init__.py," in record.read_text():
+        shutil.rmtree(root / "tests")
+        print(f"[setup] removed verl's stray top-level 'tests' package from {root}")
+PY
 SGLANG_SOURCE=.venv/peers/sglang-0.5.23
 if [ ! -f "$SGLANG_SOURCE/sglang/srt/utils/weight_versions.py" ]; then
   # The conformance tests read SGLang's own source (request models, init_custom_process_group); SGLang itself
