@@ -161,3 +161,96 @@ def test_the_checker_sees_a_cycle_however_the_import_is_written(tmp_path: Path, 
     (package / "c.py").write_text("import pkg.a\n")  # imports into the cycle, not part of it
     graph = import_graph(module_files(tmp_path, ["pkg"]))
     assert cycles(graph) == [["pkg.a", "pkg.b"]]
+
+
+#: Bases whose machinery sets the fields a class declares (or which only describe a shape): such classes may declare
+#: fields by annotation alone. Subclasses of these, in the project, are exempt too.
+DECLARATIVE_BASES = frozenset({
+    "Protocol", "TypedDict", "NamedTuple", "BaseModel", "RootModel", "BaseSettings", "Enum", "IntEnum", "StrEnum",
+    "Flag", "IntFlag",
+})  # fmt: skip
+
+
+def _name(node: ast.expr) -> str:
+    """The last name of ``a.b.C``, ``C[...]`` or ``C(...)``: how a base or decorator is recognised."""
+    while isinstance(node, (ast.Subscript, ast.Call)):
+        node = node.value if isinstance(node, ast.Subscript) else node.func
+    if isinstance(node, ast.Attribute):
+        return node.attr
+    return node.id if isinstance(node, ast.Name) else ""
+
+
+def _set_on_self(function: ast.FunctionDef | ast.AsyncFunctionDef) -> set[str]:
+    """The attributes ``self.x`` that ``function`` assigns (plain, annotated, augmented or in a tuple target)."""
+    found = set()
+    for node in ast.walk(function):
+        targets: list[ast.expr] = []
+        if isinstance(node, ast.Assign):
+            targets = list(node.targets)
+        elif isinstance(node, (ast.AnnAssign, ast.AugAssign)):
+            targets = [node.target]
+        while targets:
+            target = targets.pop()
+            if isinstance(target, (ast.Tuple, ast.List)):
+                targets.extend(target.elts)
+            elif isinstance(target, ast.Attribute) and isinstance(target.value, ast.Name) and target.value.id == "self":
+                found.add(target.attr)
+    return found
+
+
+def fields_set_elsewhere(files: Iterable[Path]) -> list[str]:
+    """``Class.field`` for every field a class declares by annotation alone (no value) that its own ``__init__`` does
+    not set: a class split over files, whose subclass or host sets them. Dataclasses, pydantic models, NamedTuples,
+    TypedDicts, Protocols and Enums are exempt (their machinery sets the fields, or they only describe a shape); so
+    are ``ClassVar`` declarations."""
+    classes = [
+        (path, node)
+        for path in files
+        for node in ast.walk(ast.parse(path.read_text()))
+        if isinstance(node, ast.ClassDef)
+    ]
+    declarative = set(DECLARATIVE_BASES)
+    grew = True
+    while grew:  # project classes built on a declarative base are declarative too (pydantic request bases ...)
+        before = len(declarative)
+        declarative |= {c.name for _, c in classes if any(_name(base) in declarative for base in c.bases)}
+        grew = len(declarative) > before
+    found = []
+    for path, cls in classes:
+        if cls.name in declarative or any(_name(d).endswith("dataclass") for d in cls.decorator_list):
+            continue
+        declared = [
+            s.target.id
+            for s in cls.body
+            if isinstance(s, ast.AnnAssign) and s.value is None and isinstance(s.target, ast.Name)
+            and _name(s.annotation) != "ClassVar"
+        ]  # fmt: skip
+        init = next((s for s in cls.body if isinstance(s, ast.FunctionDef) and s.name == "__init__"), None)
+        own = _set_on_self(init) if init is not None else set()
+        found += [f"{path.relative_to(ROOT) if path.is_relative_to(ROOT) else path}: {cls.name}.{field}"
+                  for field in declared if field not in own]  # fmt: skip
+    return found
+
+
+def test_no_class_declares_fields_its_own_init_does_not_set() -> None:
+    found = fields_set_elsewhere(module_files(ROOT, LAYERS).values())
+    assert not found, (
+        "classes that declare fields by annotation which their own __init__ does not set (a class split over files "
+        "through inheritance: compose collaborators instead, each setting its own state):\n" + "\n".join(found)
+    )
+
+
+def test_the_field_checker_flags_a_mixin_and_passes_declarative_classes(tmp_path: Path) -> None:
+    source = tmp_path / "m.py"
+    source.write_text(
+        "from dataclasses import dataclass\nfrom typing import ClassVar, Protocol\nfrom pydantic import BaseModel\n"
+        "class Half:\n    server_id: str\n    _lock: object\n    def __init__(self):\n        self._lock = 1\n"
+        "class Whole(Half):\n    def __init__(self):\n        Half.__init__(self)\n        self.server_id = 's'\n"
+        "class Own:\n    a: int\n    b: int\n    limit: ClassVar[int]\n"
+        "    def __init__(self):\n        self.a, (self.b) = 1, 2\n"
+        "@dataclass(frozen=True)\nclass Settings:\n    x: int\n"
+        "class Shape(Protocol):\n    x: int\n"
+        "class Request(BaseModel):\n    x: int\n"
+        "class Sub(Request):\n    y: int\n"
+    )
+    assert fields_set_elsewhere([source]) == [f"{source}: Half.server_id"]

@@ -36,6 +36,7 @@ from transport.link_watch import LinkChange, LinkWatch
 from transport.peer_queues import PeerQueues
 from transport.protocol import OUT_OF_BAND_THRESHOLD
 from transport.reader_handoff import DRAIN_BATCH, Reader, ReaderHandoff
+from transport.waker import Waker
 
 log = logging.getLogger(__name__)
 
@@ -49,8 +50,7 @@ _send = zmq.backend.Socket.send
 _PEER_RETRY_MIN_S = 0.001  # a ROUTER retries a peer whose pipe is full after this ...
 _PEER_RETRY_MAX_S = 0.05  # ... doubling up to this while none of them takes anything
 # Plain globals: compared per message.
-_LOOP, _PAUSE_ASKED, _THREADS, _IDLE_WATCH, _CLOSED = (Reader.LOOP, Reader.PAUSE_ASKED, Reader.THREADS,
-                                                   Reader.IDLE_WATCH, Reader.CLOSED)  # fmt: skip
+_LOOP, _PAUSE_ASKED, _CLOSED = Reader.LOOP, Reader.PAUSE_ASKED, Reader.CLOSED
 
 
 @dataclass
@@ -67,12 +67,12 @@ class EndpointStats:
         self.dropped[reason] = self.dropped.get(reason, 0) + 1
 
 
-class ZmqEndpoint(ReaderHandoff):
+class ZmqEndpoint:
     """One socket driven by the running event loop; ``on_frames`` gets every received multipart message.
 
     Readers: the loop, and any thread inside :meth:`receive_here`. While such a thread waits, the loop stops
-    watching the socket (so the reply wakes that thread alone) and looks again after a short, growing delay
-    (:class:`~transport.reader_handoff.ReaderHandoff`).
+    watching the socket (so the reply wakes that thread alone) and looks again after a short, growing delay: who
+    reads is the endpoint's :class:`~transport.reader_handoff.ReaderHandoff`.
     """
 
     def __init__(
@@ -125,7 +125,10 @@ class ZmqEndpoint(ReaderHandoff):
             self._queue_put = self._peers.put  # type: ignore[method-assign]
         self._outbox: collections.deque[list[Buffer]] = collections.deque()  # waiting for the loop
         self._flush_requested = False  # a flush of the outbox is scheduled on the loop
-        ReaderHandoff.__init__(self)
+        self._handoff = ReaderHandoff(
+            name, self._fd, self._lock, receive_batch=self._receive_batch, has_input=self._has_input,
+            on_loop=self._on_loop,
+        )  # fmt: skip
         self._monitor = EndpointMonitor(
             socket, name=name, curve=curve, on_handshake_failure=on_handshake_failure, on_link=on_link,
             link_watch=link_watch,
@@ -137,7 +140,7 @@ class ZmqEndpoint(ReaderHandoff):
         self._loop_thread = threading.get_ident()
         if self._direct is not None:
             self._direct.start(self._loop, self._on_loop, self._lock, self.stats)
-        self._resume_reading()
+        self._handoff.start(self._loop)
         self._monitor.start(self._loop)
 
     def connections(self) -> dict[str, int]:
@@ -146,7 +149,11 @@ class ZmqEndpoint(ReaderHandoff):
 
     @property
     def closed(self) -> bool:
-        return self._reader is _CLOSED
+        return self._handoff.reader is _CLOSED
+
+    def receive_here(self, timeout_s: float, waker: Waker, *, spin_s: float = 0.0) -> None:
+        """Receive on the calling thread while it waits for a reply (:meth:`ReaderHandoff.receive_here`)."""
+        self._handoff.receive_here(timeout_s, waker, spin_s=spin_s)
 
     # ---- sending ---------------------------------------------------------------------------------------------
 
@@ -157,7 +164,7 @@ class ZmqEndpoint(ReaderHandoff):
         an outbox that the loop sends in one go: nobody waits for the socket, and messages keep their order.
         If the socket is full, messages wait in a queue that the loop flushes once it is writable again.
         """
-        if self._reader is _CLOSED:
+        if self._handoff.reader is _CLOSED:
             raise ConnectionError(f"{self.name}: endpoint is closed")
         if self._outbox or not self._lock.acquire(blocking=False):
             self._outbox.append(frames)
@@ -191,8 +198,9 @@ class ZmqEndpoint(ReaderHandoff):
         told. With neither watching there is nothing to look for: a paused loop drains when it resumes, and a
         thread looks at the socket before it waits (a lookup costs microseconds on the call path).
         """
-        reader = self._reader
-        if reader is not _LOOP and reader is not _PAUSE_ASKED and not self._waiters:
+        handoff = self._handoff
+        reader = handoff.reader
+        if reader is not _LOOP and reader is not _PAUSE_ASKED and not handoff.waiters:
             return False
         return bool(self.socket.getsockopt(_EVENTS) & _POLLIN)
 
@@ -200,7 +208,7 @@ class ZmqEndpoint(ReaderHandoff):
         if watch_writable:
             self._on_loop(self._watch_writable)
         if readable:
-            self._nudge()
+            self._handoff.nudge()
 
     def _request_flush(self) -> None:
         if not self._flush_requested:
@@ -210,7 +218,7 @@ class ZmqEndpoint(ReaderHandoff):
     def _flush_outbox(self) -> None:
         self._flush_requested = False  # first: a message added from now on asks for another flush
         with self._lock:
-            if self._reader is _CLOSED:
+            if self._handoff.reader is _CLOSED:
                 return
             watch_writable = False
             while self._outbox:
@@ -240,7 +248,7 @@ class ZmqEndpoint(ReaderHandoff):
 
     def _watch_writable(self) -> None:
         with self._lock:
-            if self._reader is _CLOSED:
+            if self._handoff.reader is _CLOSED:
                 return
             if self._peers:
                 # A ROUTER's descriptor says nothing about one peer's pipe: look again on a timer.
@@ -255,25 +263,25 @@ class ZmqEndpoint(ReaderHandoff):
         """Send what waits for peers whose pipes were full; those still full are retried later, less often."""
         with self._lock:
             self._peer_retry_scheduled = False
-            if self._reader is _CLOSED:
+            if self._handoff.reader is _CLOSED:
                 return
             moved = self._peers.retry(self.name)
             if self._peers:
                 self._peer_retry_s = _PEER_RETRY_MIN_S if moved else min(2 * self._peer_retry_s, _PEER_RETRY_MAX_S)
                 self._peer_retry_scheduled = True
                 self._loop.call_later(self._peer_retry_s, self._retry_blocked)
-        self._nudge()
+        self._handoff.nudge()
 
     def _flush(self) -> None:
         with self._lock:
-            if self._reader is _CLOSED:
+            if self._handoff.reader is _CLOSED:
                 return
             while self._pending:
                 if not self._try_send(self._pending[0]):
                     return
                 self._pending.popleft()
             self._loop.remove_writer(self._zmq_fd)
-        self._nudge()
+        self._handoff.nudge()
 
     # ---- receiving -------------------------------------------------------------------------------------------
 
@@ -283,15 +291,6 @@ class ZmqEndpoint(ReaderHandoff):
         elif not self._loop.is_closed():
             self._loop.call_soon_threadsafe(fn)
 
-    def _drain(self) -> None:
-        self._drain_scheduled = False
-        with self._lock:
-            waiting = bool(self._waiters)
-            if waiting and (self._reader is _LOOP or self._reader is _PAUSE_ASKED):
-                self._leave_to_threads()
-        if not waiting and self._receive_batch() >= DRAIN_BATCH:
-            self._schedule_drain()  # more may be waiting: yield to other tasks first
-
     def _receive_batch(self) -> int:
         """Hand up to ``DRAIN_BATCH`` messages from the socket, then as many from the direct links, to
         ``on_frames``; returns how many. Each gets its own share, so a flood on one never starves the other (a
@@ -300,7 +299,7 @@ class ZmqEndpoint(ReaderHandoff):
         if self._direct is not None:
             with self._receive_lock:  # what one read of the links brought is handled before anyone reads on
                 with self._lock:
-                    batch = [] if self._reader is _CLOSED else self._direct.receive(DRAIN_BATCH)
+                    batch = [] if self._handoff.reader is _CLOSED else self._direct.receive(DRAIN_BATCH)
                 for frames in batch:
                     self._hand_up(frames)
             count += len(batch)
@@ -312,11 +311,11 @@ class ZmqEndpoint(ReaderHandoff):
         return bool(self.socket.getsockopt(_EVENTS) & _POLLIN) or (direct is not None and direct.has_input())
 
     def _receive_socket(self) -> int:
-        socket = self.socket
+        socket, handoff = self.socket, self._handoff
         for count in range(DRAIN_BATCH):
             with self._receive_lock:  # receive and handle as one step: messages are handled in arrival order
                 with self._lock:
-                    if self._reader is _CLOSED or not socket.getsockopt(_EVENTS) & _POLLIN:
+                    if handoff.reader is _CLOSED or not socket.getsockopt(_EVENTS) & _POLLIN:
                         return count
                     frame = socket.recv(_NOBLOCK, copy=False)
                     frames = [frame]
@@ -338,16 +337,11 @@ class ZmqEndpoint(ReaderHandoff):
     def close(self) -> None:
         """Stop reading and close the socket at once (pending sends are discarded). Call it on the loop."""
         with self._lock:
-            if self._reader is _CLOSED:
+            if self._handoff.reader is _CLOSED:
                 return
-            loop_reads = self._reader is _LOOP or self._reader is _PAUSE_ASKED
-            self._move(_CLOSED)
-            waiters = list(self._waiters)
-            if self._loop is not None and not self._loop.is_closed():
-                if loop_reads:
-                    self._loop.remove_reader(self._fd)
-                if self._pending:
-                    self._loop.remove_writer(self._zmq_fd)
+            waiters = self._handoff.close()
+            if self._loop is not None and not self._loop.is_closed() and self._pending:
+                self._loop.remove_writer(self._zmq_fd)
             self._pending.clear()
             if self._peers is not None:
                 self._peers.clear()

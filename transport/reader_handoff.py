@@ -8,8 +8,9 @@ longest interval (an idle actor's lane thread, a caller blocked on a long call):
 and the last waiting thread to leave wakes it. ``CLOSED``: the socket is closed; nobody reads any more.
 
 Moves are made under the endpoint's lock, by :meth:`ReaderHandoff._move` alone, and only when the reader changes:
-never per message. :class:`ReaderHandoff` is the reading half of :class:`~transport.endpoints.ZmqEndpoint`: what
-the loop does when it reads, steps aside and looks again; the endpoint itself receives and hands messages up.
+never per message. A :class:`~transport.endpoints.ZmqEndpoint` owns one :class:`ReaderHandoff`: it decides who
+reads and when the loop steps aside and looks again; the endpoint itself receives and hands messages up (the
+callables it gives the hand-off).
 """
 
 from __future__ import annotations
@@ -59,57 +60,81 @@ _NEW, _LOOP, _PAUSE_ASKED, _THREADS, _IDLE_WATCH, _CLOSED = (Reader.NEW, Reader.
 
 
 class ReaderHandoff:
-    """Who reads the socket, and both sides of the hand-off: the loop's, and that of a thread inside
-    :meth:`receive_here`. The endpoint gives the descriptor to watch (``_fd``), the loop (``_loop``), the lock
-    guarding the socket (``_lock``), ``_drain`` (read on the loop), ``_receive_batch`` (read and hand up what
-    waits, up to :data:`DRAIN_BATCH` messages), ``_has_input`` and ``_on_loop`` (run on the loop thread)."""
+    """Who reads one endpoint's socket, and both sides of the hand-off: the loop's, and that of a thread inside
+    :meth:`receive_here`. The endpoint reads ``reader`` and ``waiters`` (under its lock) on its send path."""
 
-    name: str
-    _fd: int
-    _loop: asyncio.AbstractEventLoop
-    _lock: threading.Lock
-
-    def __init__(self) -> None:
-        self._reader = _NEW
+    def __init__(
+        self,
+        name: str,
+        fd: int,
+        lock: threading.Lock,
+        *,
+        receive_batch: Callable[[], int],
+        has_input: Callable[[], bool],
+        on_loop: Callable[[Callable[[], None]], None],
+    ) -> None:
+        """``fd``: the descriptor to watch; ``lock``: the endpoint's, guarding the socket and this state;
+        ``receive_batch``: read and hand up what waits, up to :data:`DRAIN_BATCH` messages; ``has_input``: whether
+        a message waits (lock held); ``on_loop``: run a function on the loop thread (at once when already there)."""
+        self.name = name
+        self._fd = fd
+        self._lock = lock
+        self._receive_batch = receive_batch
+        self._has_input = has_input
+        self._on_loop = on_loop
+        self._loop: asyncio.AbstractEventLoop | None = None  # start()
+        self.reader = _NEW
+        self.waiters: list[Waker] = []  # threads inside receive_here
         self._read_requested = False  # a resume of the loop's reading is scheduled
         self._drain_scheduled = False
-        self._waiters: list[Waker] = []  # threads inside receive_here
         self._waited_since_recheck = False  # a thread was inside receive_here since the loop last looked
         self._recheck_s = _RECHECK_MIN_S
         self._recheck_timer: asyncio.TimerHandle | None = None
 
-    def _drain(self) -> None:
-        raise NotImplementedError
+    def start(self, loop: asyncio.AbstractEventLoop) -> None:
+        """The loop starts reading (call on ``loop``)."""
+        self._loop = loop
+        self._resume_reading()
 
-    def _receive_batch(self) -> int:
-        raise NotImplementedError
-
-    def _has_input(self) -> bool:
-        raise NotImplementedError
-
-    def _on_loop(self, fn: Callable[[], None]) -> None:
-        raise NotImplementedError
+    def close(self) -> list[Waker]:
+        """Nobody reads any more (lock held): the loop stops watching; returns the threads to wake once the socket
+        is closed (they poll a descriptor that will be gone)."""
+        loop_reads = self.reader is _LOOP or self.reader is _PAUSE_ASKED
+        self._move(_CLOSED)
+        if loop_reads and self._loop is not None and not self._loop.is_closed():
+            self._loop.remove_reader(self._fd)
+        return list(self.waiters)
 
     def _move(self, to: Reader) -> None:
         """Move the hand-off to ``to`` (lock held); a move that :data:`MOVES` lacks is a bug. Moves happen when
         the reader changes, never per message."""
-        if to not in MOVES[self._reader]:
-            raise RuntimeError(f"{self.name}: the reader cannot go from {self._reader.name} to {to.name}")
-        self._reader = to
+        if to not in MOVES[self.reader]:
+            raise RuntimeError(f"{self.name}: the reader cannot go from {self.reader.name} to {to.name}")
+        self.reader = to
 
     def _resume_reading(self) -> None:
         """The loop reads the socket (again), and drains what waits."""
         self._read_requested = False
-        reader = self._reader
+        reader = self.reader
         if reader is _CLOSED:
             return
         if reader is not _LOOP and reader is not _PAUSE_ASKED:  # only the loop moves to LOOP: no race to lose
             with self._lock:
-                if self._reader is _CLOSED:
+                if self.reader is _CLOSED:
                     return
                 self._move(_LOOP)
                 self._loop.add_reader(self._fd, self._drain)
         self._schedule_drain()
+
+    def _drain(self) -> None:
+        """The loop reads what waits, unless a thread waits in receive_here: then it leaves the socket to it."""
+        self._drain_scheduled = False
+        with self._lock:
+            waiting = bool(self.waiters)
+            if waiting and (self.reader is _LOOP or self.reader is _PAUSE_ASKED):
+                self._leave_to_threads()
+        if not waiting and self._receive_batch() >= DRAIN_BATCH:
+            self._schedule_drain()  # more may be waiting: yield to other tasks first
 
     def _leave_to_threads(self) -> None:
         """A thread waits in receive_here: leave the socket to it, and look again later (lock held; the loop
@@ -127,12 +152,12 @@ class ReaderHandoff:
 
     def _waited(self) -> bool:
         """Whether a thread waits in receive_here now or has since the last recheck (lock held)."""
-        return bool(self._waiters) or self._waited_since_recheck
+        return bool(self.waiters) or self._waited_since_recheck
 
     def _pause_if_waited(self) -> None:
         """A thread asked the loop to step aside: it does, if a thread still waits (or waited meanwhile)."""
         with self._lock:
-            if self._reader is _PAUSE_ASKED:
+            if self.reader is _PAUSE_ASKED:
                 if self._waited():
                     self._leave_to_threads()
                 else:
@@ -142,15 +167,15 @@ class ReaderHandoff:
         """While paused: resume reading once no thread has waited since the last look (after 1, 2, 4 ... 10 ms).
         Threads that wait again and again (a loop of sync calls) keep the socket to themselves."""
         self._recheck_timer = None
-        if self._reader is not _THREADS and self._reader is not _IDLE_WATCH:
+        if self.reader is not _THREADS and self.reader is not _IDLE_WATCH:
             return
         with self._lock:
             waiting = self._waited()
             # A thread inside receive_here all along since a look at the longest interval: it waits for long.
-            idle = self._recheck_s >= _RECHECK_MAX_S and bool(self._waiters) and not self._waited_since_recheck
+            idle = self._recheck_s >= _RECHECK_MAX_S and bool(self.waiters) and not self._waited_since_recheck
             self._waited_since_recheck = False
             watch = _IDLE_WATCH if idle else _THREADS
-            if waiting and self._reader is not watch:
+            if waiting and self.reader is not watch:
                 self._move(watch)
         if not waiting:
             self._resume_reading()
@@ -163,20 +188,20 @@ class ReaderHandoff:
 
     def _end_idle_watch(self) -> None:
         """The long-waiting thread left receive_here: look again soon, as after any pause."""
-        if self._reader is _THREADS or self._reader is _IDLE_WATCH:
+        if self.reader is _THREADS or self.reader is _IDLE_WATCH:
             self._recheck_s = _RECHECK_MIN_S
             self._recheck_after(self._recheck_s)
 
     def _schedule_drain(self) -> None:
-        if not self._drain_scheduled and self._reader is not _CLOSED:
+        if not self._drain_scheduled and self.reader is not _CLOSED:
             self._drain_scheduled = True
             self._loop.call_soon(self._drain)
 
     # ---- a waiting thread's side ------------------------------------------------------------------------------
 
-    def _nudge(self) -> None:
+    def nudge(self) -> None:
         """Input may be waiting that no reader was woken for: wake a waiting thread, or else the loop."""
-        waiter = next(iter(self._waiters), None)
+        waiter = next(iter(self.waiters), None)
         if waiter is not None:
             waiter.wake()
         elif not self._read_requested:
@@ -193,12 +218,12 @@ class ReaderHandoff:
         within it is taken with no wake-up at all, which on a virtual machine saves tens of microseconds.
         """
         with self._lock:
-            if self._reader is _CLOSED:
+            if self.reader is _CLOSED:
                 return
-            self._waiters.append(waker)
+            self.waiters.append(waker)
             self._waited_since_recheck = True
-            first = len(self._waiters) == 1
-            ask_loop_to_pause = self._reader is _LOOP
+            first = len(self.waiters) == 1
+            ask_loop_to_pause = self.reader is _LOOP
             if ask_loop_to_pause:
                 self._move(_PAUSE_ASKED)
         if ask_loop_to_pause:  # else it would race this thread for the reply (once: it stays paused while we wait)
@@ -215,14 +240,14 @@ class ReaderHandoff:
                 received = self._receive_batch()
         finally:
             with self._lock:
-                self._waiters.remove(waker)
-                wake_loop = self._reader is _IDLE_WATCH and not self._waiters
+                self.waiters.remove(waker)
+                wake_loop = self.reader is _IDLE_WATCH and not self.waiters
                 if wake_loop:
                     self._move(_THREADS)
             if wake_loop:
                 self._on_loop(self._end_idle_watch)
         if received >= DRAIN_BATCH:
-            self._nudge()  # this thread stops here with input left: someone else must read it
+            self.nudge()  # this thread stops here with input left: someone else must read it
 
     def _spin(self, spin_s: float) -> None:
         """Poll the socket for up to ``spin_s`` or until input came, yielding the CPU between polls: on a busy
@@ -231,6 +256,6 @@ class ReaderHandoff:
         until = time.perf_counter() + spin_s
         while time.perf_counter() < until:
             with self._lock:
-                if self._reader is _CLOSED or self._has_input():
+                if self.reader is _CLOSED or self._has_input():
                     return
             _sched_yield()  # releases the GIL too

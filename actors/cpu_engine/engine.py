@@ -47,23 +47,18 @@ class _Group:
     progress: asyncio.Queue[None] | None = None  # streaming: poked after every decode step
 
 
-class CPUEngine(WeightSync):
+class CPUEngine:
     """Serves generation and weight updates for one model; use ``async with`` or start()/close()."""
 
     def __init__(
         self, model: LlamaForCausalLM, settings: EngineSettings, tokenizer: Tokenizer = BYTE_TOKENIZER
     ) -> None:
-        super().__init__()
         self.model = model
         self.tokenizer = tokenizer
         self.settings = settings
-        self.weights_group_timeout_s = settings.weights_group_timeout_s
         self.prefix_cache = PrefixCache(settings.prefix_cache_tokens)
         self.metrics = EngineMetrics(settings.served_model_name)
-        self.model_path = settings.model_path
-        self.served_model_name = settings.served_model_name
         self.eos_token_ids = frozenset(tokenizer.eos_token_ids) | frozenset(settings.eos_token_ids)
-        self.weight_version = settings.weight_version
         self._model_lock = threading.Lock()
         self._unpaused = threading.Event()
         self._unpaused.set()
@@ -79,6 +74,11 @@ class CPUEngine(WeightSync):
         self._flush_pending = False
         self._update_lock = ModelUpdateLock()
         self._held = False  # the compute thread holds a paused batch between decode steps
+        self.weights = WeightSync(
+            model, settings, model_lock=self._model_lock, update_lock=self._update_lock, prefix_cache=self.prefix_cache,
+            metrics=self.metrics, in_flight=self._in_flight, paused=lambda: self.paused, idle=self._idle,
+            abort=self.abort, batch_running=lambda: bool(self._num_running) and not self._held,
+        )  # fmt: skip
         self.metrics.num_running_reqs.set_function(lambda: self._num_running)
         self.metrics.num_queue_reqs.set_function(lambda: max(0, len(self._in_flight) - self._num_running))
         self.metrics.token_usage.set_function(lambda: self._tokens_in_use() / settings.max_total_num_tokens)
@@ -99,7 +99,7 @@ class CPUEngine(WeightSync):
             if not group.future.done():
                 group.future.set_exception(RequestError("engine shutting down", status=503))
         self._executor.shutdown(wait=True, cancel_futures=True)
-        self.close_weights_groups()
+        self.weights.close_weights_groups()
 
     async def __aenter__(self) -> CPUEngine:
         await self.start()
@@ -121,7 +121,7 @@ class CPUEngine(WeightSync):
             await self._run_group(sequences, progress=None)
         finally:
             self._release(sequences)
-        return [seq.response(self.weight_version) for seq in sequences]
+        return [seq.response(self.weights.weight_version) for seq in sequences]
 
     async def generate_stream(self, items: list[GenerationItem]) -> AsyncIterator[list[tuple[int, dict[str, Any]]]]:
         """Snapshots ``(index, answer so far)`` of the items after each decode step, then their final answers."""
@@ -137,7 +137,7 @@ class CPUEngine(WeightSync):
                 elif waiter.result():
                     yield waiter.result()
             task.result()
-            yield [(index, seq.response(self.weight_version)) for index, seq in enumerate(sequences)]
+            yield [(index, seq.response(self.weights.weight_version)) for index, seq in enumerate(sequences)]
         finally:
             if not task.done():
                 task.cancel()
@@ -379,7 +379,7 @@ class CPUEngine(WeightSync):
         """Compute thread: hand a streaming request a snapshot of its unfinished sequences."""
         assert group.progress is not None
         snapshot = [
-            (index, seq.response(self.weight_version))
+            (index, seq.response(self.weights.weight_version))
             for index, seq in enumerate(group.sequences)
             if not seq.done and seq.output_ids
         ]

@@ -93,7 +93,8 @@ class CPUEngineActor:
         """Receive ``refs`` (HF-named tensors from the trainer) into the live parameters, under the model-update
         lock; frees each ref once received. The weight version is not changed here: set it explicitly
         (``/update_weight_version``) once every bucket is in. Returns how many tensors were loaded."""
-        update = self.engine.update_weights_from_refs(refs, weight_version=None, flush=flush_cache, timeout_s=timeout_s)
+        weights = self.engine.weights
+        update = weights.update_weights_from_refs(refs, weight_version=None, flush=flush_cache, timeout_s=timeout_s)
         return self._run(update, timeout_s + 10)
 
     def close(self) -> None:

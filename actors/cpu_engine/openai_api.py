@@ -91,7 +91,7 @@ async def _run(request: web.Request, items: list[GenerationItem]) -> list[dict[s
 
 def _lora_from_model(request: web.Request, model: str) -> str | None:
     """``serving_base._parse_model_parameter``: ``base-model:adapter`` names a LoRA adapter (refused here)."""
-    served = request.app[ENGINE].served_model_name
+    served = request.app[ENGINE].weights.served_model_name
     if ":" not in model or model == served:
         return None
     adapter = model[len(served) + 1 :] if model.startswith(served + ":") else model.split(":", 1)[1]
@@ -104,7 +104,7 @@ async def models(request: web.Request) -> web.Response:
 
 async def model(request: web.Request) -> web.Response:
     name = request.match_info["model"]
-    if name != request.app[ENGINE].served_model_name:
+    if name != request.app[ENGINE].weights.served_model_name:
         error = {"message": f"The model '{name}' does not exist", "type": "invalid_request_error"}
         return web.json_response({"error": {**error, "param": "model", "code": "model_not_found"}}, status=404)
     return web.json_response(_card(request))
@@ -112,7 +112,7 @@ async def model(request: web.Request) -> web.Response:
 
 def _card(request: web.Request) -> dict[str, Any]:
     engine = request.app[ENGINE]
-    name = engine.served_model_name
+    name = engine.weights.served_model_name
     return {
         "id": name,
         "object": "model",

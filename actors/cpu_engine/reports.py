@@ -14,13 +14,13 @@ def model_info(engine: CPUEngine) -> dict[str, Any]:
     """SGLang's ``/model_info`` (``http_server.py``), plus the CPU engine's ``model_config``."""
     config = engine.model.config
     return {
-        "model_path": engine.model_path,
+        "model_path": engine.weights.model_path,
         "tokenizer_path": engine.settings.tokenizer_path,
-        "served_model_name": engine.served_model_name,
+        "served_model_name": engine.weights.served_model_name,
         "is_generation": True,
         "model_type": config.architecture,
         "architectures": [HF_ARCHITECTURES[config.architecture]],
-        "weight_version": engine.weight_version,
+        "weight_version": engine.weights.weight_version,
         "load_format": "auto",
         "reasoning_parser": None,
         "tool_call_parser": None,
@@ -36,8 +36,8 @@ def server_info(engine: CPUEngine, host: str, port: int) -> dict[str, Any]:
     """SGLang's ``/get_server_info`` (``http_server.py``), with the CPU engine's own state."""
     return {
         "version": "miles-actors-cpu-engine",
-        "model_path": engine.model_path,
-        "served_model_name": engine.served_model_name,
+        "model_path": engine.weights.model_path,
+        "served_model_name": engine.weights.served_model_name,
         "tokenizer_path": engine.settings.tokenizer_path,
         "host": host,
         "port": port,
@@ -47,7 +47,7 @@ def server_info(engine: CPUEngine, host: str, port: int) -> dict[str, Any]:
         "random_seed": engine.settings.random_seed,
         "max_running_requests": engine.settings.max_batch_size,
         "max_total_num_tokens": engine.settings.max_total_num_tokens,
-        "weight_version": engine.weight_version,
+        "weight_version": engine.weights.weight_version,
         "internal_states": [
             {
                 "paused": engine.paused,
@@ -55,10 +55,10 @@ def server_info(engine: CPUEngine, host: str, port: int) -> dict[str, Any]:
                 "released_memory": sorted(engine.memory.released),
                 "num_in_flight": len(engine._in_flight),
                 "num_in_flight_with_output": sum(1 for seq in list(engine._in_flight.values()) if seq.output_ids),
-                "weight_version": engine.weight_version,
+                "weight_version": engine.weights.weight_version,
                 "max_total_num_tokens": engine.settings.max_total_num_tokens,
                 "cached_tokens": engine.prefix_cache.num_tokens,
-                "weight_update_session": engine._session_selector is not None,
+                "weight_update_session": engine.weights.session_open,
             }
         ],
     }

@@ -166,19 +166,19 @@ async def continue_generation(request: web.Request) -> web.Response:
 
 async def begin_weight_update(request: web.Request) -> web.Response:
     body: BeginWeightUpdateReqInput = parse(BeginWeightUpdateReqInput, await json_body(request))
-    request.app[ENGINE].begin_weight_update(body.selector)
+    request.app[ENGINE].weights.begin_weight_update(body.selector)
     return _ok("Success")
 
 
 async def end_weight_update(request: web.Request) -> web.Response:
     parse(EndWeightUpdateReqInput, await json_body(request))
-    request.app[ENGINE].end_weight_update()
+    request.app[ENGINE].weights.end_weight_update()
     return _ok("Success")
 
 
 async def update_weight_version(request: web.Request) -> web.Response:
     body: UpdateWeightVersionReqInput = parse(UpdateWeightVersionReqInput, await json_body(request))
-    request.app[ENGINE].set_weight_version(body.new_version, abort_all_requests=body.abort_all_requests)
+    request.app[ENGINE].weights.set_weight_version(body.new_version, abort_all_requests=body.abort_all_requests)
     return _ok(f"Weight version updated to {body.new_version}", new_version=body.new_version)
 
 
@@ -188,7 +188,7 @@ async def update_weights_from_tensor(request: web.Request) -> web.Response:
         raise RequestError(
             f"load_format: the CPU engine takes actors.weights_wire payloads (null), not {body.load_format!r}"
         )
-    await request.app[ENGINE].update_weights_from_serialized(
+    await request.app[ENGINE].weights.update_weights_from_serialized(
         body.serialized_named_tensors,
         selector=body.selector,
         weight_version=body.weight_version,
@@ -202,7 +202,7 @@ async def update_weights_from_disk(request: web.Request) -> web.Response:
     body: UpdateWeightFromDiskReqInput = parse(UpdateWeightFromDiskReqInput, await json_body(request))
     if body.load_format not in DISK_LOAD_FORMATS:
         raise RequestError(f"load_format: {body.load_format!r} is not one of {list(DISK_LOAD_FORMATS)}")
-    await request.app[ENGINE].update_weights_from_disk(
+    await request.app[ENGINE].weights.update_weights_from_disk(
         body.model_path, weight_version=body.weight_version, flush=body.flush_cache, abort_all=body.abort_all_requests
     )
     return _ok("Succeeded to update model weights.", num_paused_requests=0)
@@ -210,13 +210,13 @@ async def update_weights_from_disk(request: web.Request) -> web.Response:
 
 async def init_weights_update_group(request: web.Request) -> web.Response:
     body: InitWeightsUpdateGroupReqInput = parse(InitWeightsUpdateGroupReqInput, await json_body(request))
-    await request.app[ENGINE].init_weights_update_group(**body.model_dump(exclude={"rid", "http_worker_ipc"}))
+    await request.app[ENGINE].weights.init_weights_update_group(**body.model_dump(exclude={"rid", "http_worker_ipc"}))
     return _ok("Succeeded to initialize custom process group.")
 
 
 async def update_weights_from_distributed(request: web.Request) -> web.Response:
     body = parse(UpdateWeightsFromDistributedReqInput, await json_body(request))
-    await request.app[ENGINE].update_weights_from_distributed(
+    await request.app[ENGINE].weights.update_weights_from_distributed(
         names=body.names,
         dtypes=body.dtypes,
         shapes=body.shapes,
@@ -232,13 +232,13 @@ async def update_weights_from_distributed(request: web.Request) -> web.Response:
 
 async def destroy_weights_update_group(request: web.Request) -> web.Response:
     body = parse(DestroyWeightsUpdateGroupReqInput, await json_body(request))
-    request.app[ENGINE].destroy_weights_update_group(body.group_name)
+    request.app[ENGINE].weights.destroy_weights_update_group(body.group_name)
     return _ok("Succeeded to destroy custom process group.")
 
 
 async def get_weights_by_name(request: web.Request) -> web.Response:
     body: GetWeightsByNameReqInput = parse(GetWeightsByNameReqInput, await json_body(request))
-    return web.json_response(request.app[ENGINE].weights_by_name(body.name, body.truncate_size))
+    return web.json_response(request.app[ENGINE].weights.weights_by_name(body.name, body.truncate_size))
 
 
 async def release_memory_occupation(request: web.Request) -> web.Response:

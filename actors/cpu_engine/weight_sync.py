@@ -14,7 +14,7 @@ import asyncio
 import logging
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 
 import torch
 
@@ -51,27 +51,49 @@ SESSION_REQUIRED = "{what} must run between begin_weight_update() and end_weight
 
 
 class WeightSync:
-    """Mixed into CPUEngine, whose model, lock, prefix cache and abort it uses."""
+    """The engine's weights: their version and origin, the update session, the weight-update groups, and every way
+    of loading new weights into the live model (the engine's scheduling is consulted through the callables given)."""
 
-    model: LlamaForCausalLM
-    model_path: str
-    served_model_name: str
-    weight_version: str
-    metrics: EngineMetrics
-    prefix_cache: PrefixCache
-    _model_lock: threading.Lock
-    _idle: Callable[[], bool]  # CPUEngine's: SGLang's is_fully_idle(ignore_waiting=paused)
-    weights_group_timeout_s: float
-    settings: EngineSettings
-    paused: bool
-    _update_lock: ModelUpdateLock
-    _num_running: int
-    _held: bool
-    _in_flight: dict[str, Sequence]
-
-    def __init__(self) -> None:
+    def __init__(
+        self,
+        model: LlamaForCausalLM,
+        settings: EngineSettings,
+        *,
+        model_lock: threading.Lock,
+        update_lock: ModelUpdateLock,
+        prefix_cache: PrefixCache,
+        metrics: EngineMetrics,
+        in_flight: Mapping[str, Sequence],
+        paused: Callable[[], bool],
+        idle: Callable[[], bool],
+        abort: Callable[..., int],
+        batch_running: Callable[[], bool],
+    ) -> None:
+        """The model, its lock, SGLang's model update lock, the prefix cache and the metrics are the engine's, shared;
+        ``in_flight`` (read here): its live sequences by rid; ``paused``, ``idle`` (SGLang's
+        is_fully_idle(ignore_waiting=paused)), ``abort`` and ``batch_running`` (a batch runs and is not held between
+        decode steps): its scheduler's."""
+        self.model = model
+        self.settings = settings
+        self._model_lock = model_lock
+        self._update_lock = update_lock
+        self._prefix_cache = prefix_cache
+        self._metrics = metrics
+        self._in_flight = in_flight
+        self._paused = paused
+        self._idle = idle
+        self._abort = abort
+        self._batch_running = batch_running
+        self.weight_version = settings.weight_version
+        self.model_path = settings.model_path
+        self.served_model_name = settings.served_model_name
         self._weights_groups: dict[str, WeightsGroup] = {}
         self._session_selector: str | None = None
+
+    @property
+    def session_open(self) -> bool:
+        """Whether a weight-update session (begin_weight_update .. end_weight_update) is open."""
+        return self._session_selector is not None
 
     # ---- sessions and versions (SGLang: begin_weight_update / end_weight_update / update_weight_version) ----
 
@@ -87,7 +109,7 @@ class WeightSync:
 
     def set_weight_version(self, version: str, *, abort_all_requests: bool) -> None:
         if abort_all_requests:
-            self.abort(abort_all=True, reason="aborted by /update_weight_version")
+            self._abort(abort_all=True, reason="aborted by /update_weight_version")
         self.record_version_change(version)
 
     def record_version_change(self, new_version: str | None) -> None:
@@ -162,7 +184,7 @@ class WeightSync:
         rank = rank_offset + TP_RANK
         if rank >= world_size:
             raise RequestError(f"rank_offset {rank_offset} must be below world_size {world_size}")
-        timeout_s = self.weights_group_timeout_s
+        timeout_s = self.settings.weights_group_timeout_s
         where = f"weight-update group {group_name!r} at {master_address}:{master_port}"
 
         def join() -> WeightsGroup:
@@ -275,20 +297,20 @@ class WeightSync:
         is paused the update takes ``model_update_lock.writer_lock``, so the aborted (or still running) requests
         end before the weights load and the cache flush finds the engine idle."""
         if abort_all:
-            self.abort(abort_all=True, reason="aborted by a weight update (abort_all_requests)")
-        if self.paused:
+            self._abort(abort_all=True, reason="aborted by a weight update (abort_all_requests)")
+        if self._paused():
             await self._until_batch_held()
             count = await self._load_and_record(load, weight_version)
             if flush:  # SGLang's flush_cache_after_weight_update: a flush that cannot happen fails the call
                 if not self._idle():
                     raise RequestError(FLUSH_AFTER_UPDATE_REFUSED)
-                self.prefix_cache.flush()
+                self._prefix_cache.flush()
             return count
         try:
             async with self._update_lock.writer(self.settings.pause_wait_timeout_s):
                 count = await self._load_and_record(load, weight_version)
                 if flush:  # the writer holds the lock: nothing runs, new requests wait for it (not scheduled)
-                    self.prefix_cache.flush()
+                    self._prefix_cache.flush()
         except UpdateLockTimeout as exc:
             raise RequestError(f"{exc}; pause generation or abort the requests first", status=503) from exc
         return count
@@ -296,7 +318,7 @@ class WeightSync:
     async def _load_and_record(self, load: Callable[[], int], weight_version: str | None) -> int:
         count = await asyncio.to_thread(load)
         self.record_version_change(weight_version)
-        self.metrics.weight_updates.inc()
+        self._metrics.weight_updates.inc()
         logger.info("loaded %d tensors; weight_version=%s", count, self.weight_version)
         return count
 
@@ -304,7 +326,7 @@ class WeightSync:
         """Paused: a running batch stops between decode steps; load after it does, so every token before the
         change came from the old weights (SGLang's scheduler updates between steps)."""
         deadline = time.monotonic() + self.settings.pause_wait_timeout_s
-        while self._num_running and not self._held and time.monotonic() < deadline:
+        while self._batch_running() and time.monotonic() < deadline:
             await asyncio.sleep(0.005)
 
     def _load_locked(self, named: list[tuple[str, torch.Tensor]], *, require_all: bool) -> int:
@@ -314,6 +336,3 @@ class WeightSync:
             raise RequestError(str(exc)) from exc
         with self._model_lock:
             return load_named_tensors(self.model, checked)
-
-    def abort(self, rid: str = "", *, abort_all: bool = False, reason: str = "") -> int:
-        raise NotImplementedError  # provided by CPUEngine

@@ -9,6 +9,7 @@ a JSON 500 naming it (a bug, never a data problem: those are 4xx or messages in 
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import threading
@@ -51,7 +52,7 @@ class DashboardServer:
             raise FileNotFoundError(f"run directory {run_dir} does not exist (give the collector's run_dir)")
         self.store = RunStore(run_dir)
         self.files = static_files()
-        handler = type("Handler", (_Handler,), {"dashboard": self})
+        handler = functools.partial(_Handler, dashboard=self)  # as http.server's own directory= (stdlib docs)
         self._http = ThreadingHTTPServer((host, port), handler)
         self._http.daemon_threads = True
         self._thread: threading.Thread | None = None
@@ -80,9 +81,12 @@ class DashboardServer:
 
 
 class _Handler(BaseHTTPRequestHandler):
-    dashboard: DashboardServer
     server_version = "miles-dashboard"
     sys_version = ""
+
+    def __init__(self, *args: Any, dashboard: DashboardServer, **kwargs: Any) -> None:
+        self.dashboard = dashboard  # before the base __init__, which handles the request at once
+        super().__init__(*args, **kwargs)
 
     def do_HEAD(self) -> None:
         self._serve(body=False)

@@ -5,9 +5,11 @@ on the actor's event loop (async methods are tasks there; status methods are con
 answer at once). Weight updates follow SGLang's sequence under one lock held from ``start_update_weights``
 to ``end_update_weights``/``abort_update_weights``: pause generation, flush the cache, update (the trainer
 posts to the returned engine URLs itself, or the controller does it with ``update_weights_from_tensors`` /
-``update_weights_from_disk``), set the version, continue. See :mod:`actors.inference.weight_updates`; how
-cells are started, watched and restarted is :mod:`actors.inference.cell_keeper`, colocation's memory release
-:mod:`actors.inference.memory`.
+``update_weights_from_disk``), set the version, continue. The controller composes three collaborators, each
+given the frozen :class:`~actors.inference.controller_settings.ControllerSettings`, the cells and what else it
+needs: the :class:`~actors.inference.cell_keeper.CellKeeper` starts, watches and restarts the cells, the
+:class:`~actors.inference.weight_updates.WeightUpdater` runs updates, and the
+:class:`~actors.inference.memory.MemoryReleaser` releases memory for colocated training.
 """
 
 from __future__ import annotations
@@ -23,18 +25,19 @@ import aiohttp
 
 from actors.inference.cell_keeper import CellKeeper
 from actors.inference.cells import LIVE_STATES, CellState, EngineCell
+from actors.inference.controller_settings import ControllerSettings
 from actors.inference.engine_launcher import EngineKind, EngineLauncher, LocalEngineLauncher
 from actors.inference.errors import NoServingEngines
-from actors.inference.memory import MemoryOccupation
+from actors.inference.memory import MemoryReleaser
 from actors.inference.provider_engines import ProviderEngineLauncher
 from actors.inference.router_keeper import RouterKeeper
 from actors.inference.router_pool import PoolRouterKeeper, router_keeper
 from actors.inference.router_settings import RouterSettings
-from actors.inference.weight_updates import PAUSE_MODES, WeightUpdates
+from actors.inference.update_lock import UpdateLock
+from actors.inference.weight_updates import PAUSE_MODES, WeightUpdater
 from actors.inference.weights_cache import WeightsCache
 from actors.model_config import ModelConfig
 from actors.processes import Spawner, advertised_host
-from actors.router import RouterProcess
 from actors.sglang_config import SGLangConfig
 from launcher.provider_service import ProviderClient
 from runtime import method
@@ -42,7 +45,7 @@ from runtime import method
 logger = logging.getLogger(__name__)
 
 
-class InferenceController(CellKeeper, WeightUpdates, MemoryOccupation):
+class InferenceController:
     """Owns ``num_engines`` engine cells ``{server_id}-{index}`` behind one sglang-router."""
 
     def __init__(
@@ -117,21 +120,24 @@ class InferenceController(CellKeeper, WeightUpdates, MemoryOccupation):
         ]:
             if value <= 0:
                 raise ValueError(f"{name} must be positive, got {value}")
+        self.settings = ControllerSettings(
+            server_id=server_id,
+            engine=engine,
+            sglang=sglang or SGLangConfig(model_path="cpu-engine", port=30000),
+            model=model or ModelConfig(),
+            router=router or RouterSettings(),
+            health_check_interval_s=health_check_interval_s,
+            health_failure_threshold=health_failure_threshold,
+            max_restarts=max_restarts,
+            engine_start_timeout_s=engine_start_timeout_s,
+            request_timeout_s=request_timeout_s,
+            update_timeout_s=update_timeout_s,
+            update_lock_timeout_s=update_lock_timeout_s,
+            pause_mode=pause_mode,
+            cpu_engine_args=tuple(cpu_engine_args or ()),
+            initial_weight_version=initial_weight_version,
+        )
         self.server_id = server_id
-        self.engine: EngineKind = engine
-        self.sglang = sglang or SGLangConfig(model_path="cpu-engine", port=30000)
-        self.model = model or ModelConfig()
-        self.router_settings = router or RouterSettings()
-        self.health_check_interval_s = health_check_interval_s
-        self.health_failure_threshold = health_failure_threshold
-        self.max_restarts = max_restarts
-        self.engine_start_timeout_s = engine_start_timeout_s
-        self.request_timeout_s = request_timeout_s
-        self.update_timeout_s = update_timeout_s
-        self.update_lock_timeout_s = update_lock_timeout_s
-        self.pause_mode = pause_mode
-        self.cpu_engine_args = tuple(cpu_engine_args or ())
-        self.initial_weight_version = initial_weight_version
         self.log_dir = Path(log_dir or tempfile.mkdtemp(prefix=f"inference-{server_id}-"))
         self.launcher_factory = launcher
         self.engine_pool = engine_pool
@@ -140,18 +146,15 @@ class InferenceController(CellKeeper, WeightUpdates, MemoryOccupation):
         self.num_engines = num_engines
         self._cells = [EngineCell(f"{server_id}-{index}", index) for index in range(num_engines or 0)]
         self._weights = WeightsCache(version=initial_weight_version, restorable=initial_weights)
-        self._tasks: set[asyncio.Task[Any]] = set()
+        lock, released = UpdateLock(), set[str]()
+        self._keeper = CellKeeper(self.settings, self._cells, self._weights, lock, released)
+        self._memory = MemoryReleaser(self.settings, self._cells, lock, self._keeper.on_all, released)
+        self._updates = WeightUpdater(self._keeper, self._weights, lock, self._memory.check_weights_held)
         self._start_task: asyncio.Task[None] | None = None
-        self._watcher: asyncio.Task[None] | None = None
-        self._closing = False
         self._session: aiohttp.ClientSession | None = None
         self._spawner: Spawner | None = None
         self._launcher: EngineLauncher | None = None
-        self._router: RouterProcess | None = None
-        self._keeper: RouterKeeper | PoolRouterKeeper | None = None
-        self._router_ready = asyncio.Event()  # engines adopted from the launcher are ready before the router
-        WeightUpdates.__init__(self)
-        MemoryOccupation.__init__(self)
+        self._routers: RouterKeeper | PoolRouterKeeper | None = None
 
     # ---- lifecycle --------------------------------------------------------------------------------------
 
@@ -176,32 +179,25 @@ class InferenceController(CellKeeper, WeightUpdates, MemoryOccupation):
         self._launcher = self._make_launcher(self._spawner)
         if isinstance(self._launcher, ProviderEngineLauncher):
             await self._adopt_pool(self._launcher)
-        self._keeper = router_keeper(
-            self.router_settings, pool=self.router_pool, provider_api=self.provider_api, spawner=self._spawner,
-            log_path=self.log_dir / "router.log", poll_interval_s=min(1.0, self.health_check_interval_s),
+        self._routers = router_keeper(
+            self.settings.router, pool=self.router_pool, provider_api=self.provider_api, spawner=self._spawner,
+            log_path=self.log_dir / "router.log", poll_interval_s=min(1.0, self.settings.health_check_interval_s),
         )  # fmt: skip
-        await self._keeper.start()
-        self._router = self._keeper.process
-        cell_tasks = [asyncio.ensure_future(self._keep_cell(cell, reason=None)) for cell in self._cells]
-        self._tasks.update(cell_tasks)  # cancelled by shutdown(), even if the router fails to start
-        await self._keeper.wait_ready()
-        self._router_ready.set()
-        self._watcher = asyncio.create_task(self._watch(), name=f"{self.server_id}-health")
-        await asyncio.gather(*cell_tasks)
-        self._tasks.difference_update(cell_tasks)
-        logger.info("server %s: router %s, cells %s", self.server_id, self._router.url, self.cells())
+        await self._keeper.start(self._launcher, self._session, self._routers)
+        assert self._keeper.router is not None
+        logger.info("server %s: router %s, cells %s", self.server_id, self._keeper.router.url, self.cells())
 
     async def _adopt_pool(self, launcher: ProviderEngineLauncher) -> None:
         """One cell per cell of the launcher's engine pool."""
         count = len(await launcher.cells())
         if self.num_engines is not None and self.num_engines != count:
             raise ValueError(f"num_engines={self.num_engines} but pool {self.engine_pool!r} has {count} cells")
-        self._cells = [EngineCell(f"{self.server_id}-{index}", index) for index in range(count)]
+        self._cells[:] = [EngineCell(f"{self.server_id}-{index}", index) for index in range(count)]  # shared list
 
     def _make_launcher(self, spawner: Spawner) -> EngineLauncher:
         if self.engine_pool is not None:
             assert self.provider_api is not None
-            interval = min(1.0, self.health_check_interval_s)
+            interval = min(1.0, self.settings.health_check_interval_s)
             return ProviderEngineLauncher(api=ProviderClient(self.provider_api), pool=self.engine_pool,
                                           poll_interval_s=interval)  # fmt: skip
         if self.launcher_factory is None:
@@ -212,25 +208,23 @@ class InferenceController(CellKeeper, WeightUpdates, MemoryOccupation):
 
     async def shutdown(self, timeout_s: float = 20.0) -> list[dict[str, Any]]:
         """Stop every engine and the router; returns the final cells(). Safe to call twice."""
-        self._closing = True
         tasks = [
-            t
-            for t in [self._watcher, self._start_task, *self._tasks]
-            if t is not None and t is not asyncio.current_task()
+            t for t in [self._start_task, *self._keeper.stop()] if t is not None and t is not asyncio.current_task()
         ]
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
-        self._drop_update_session()
+        self._updates.drop_session()
         processes = [cell.process for cell in self._cells if cell.process is not None]
         await asyncio.gather(*(p.stop(timeout_s=timeout_s / 2) for p in processes), return_exceptions=True)
         for cell in self._cells:
             cell.move(CellState.DISPOSED)
             cell.router_worker_id = None
-        if self._router is not None:
-            await asyncio.to_thread(self._router.stop, timeout_s / 2)
-        if self._keeper is not None:
-            await self._keeper.close()
+        router = self._keeper.router
+        if router is not None:
+            await asyncio.to_thread(router.stop, timeout_s / 2)
+        if self._routers is not None:
+            await self._routers.close()
         if self._launcher is not None:
             await self._launcher.close()
         if self._spawner is not None:
@@ -239,6 +233,58 @@ class InferenceController(CellKeeper, WeightUpdates, MemoryOccupation):
             await self._session.close()
         logger.info("server %s shut down", self.server_id)
         return self.cells()
+
+    # ---- weight updates (actors.inference.weight_updates) --------------------------------------------------
+
+    async def start_update_weights(self, timeout_s: float = 60.0) -> dict[str, Any]:
+        """Take the update lock (waiting up to ``timeout_s``), pause and flush every engine; returns ``{"token",
+        "engine_urls", "weight_version", "flush_cache", "engine_handles"}``. End with end_update_weights(token,
+        version) or abort_update_weights(token)."""
+        return await self._updates.start_update_weights(timeout_s)
+
+    async def end_update_weights(
+        self, token: str, weight_version: str, weights_dir: str | None = None
+    ) -> dict[str, Any]:
+        """Set ``weight_version`` on the updated engines, continue generation and release the lock
+        (``weights_dir``: where restarted engines restore the pushed weights from)."""
+        return await self._updates.end_update_weights(token, weight_version, weights_dir)
+
+    async def abort_update_weights(self, token: str) -> dict[str, Any]:
+        """Continue generation and release the lock; the version stays. Engines keep what they were sent."""
+        return await self._updates.abort_update_weights(token)
+
+    async def update_weights_from_tensors(
+        self, named_tensors: dict[str, Any], weight_version: str, token: str | None = None, timeout_s: float = 60.0
+    ) -> dict[str, Any]:
+        """Send CPU tensors (HF names) to every engine (CPU engine only); the whole sequence unless ``token``
+        names an update already started (then this is one bucket of it)."""
+        return await self._updates.update_weights_from_tensors(named_tensors, weight_version, token, timeout_s)
+
+    async def update_weights_from_disk(
+        self, model_path: str, weight_version: str, token: str | None = None, timeout_s: float = 60.0
+    ) -> dict[str, Any]:
+        """Every engine loads ``model_path``; restarted engines are restored from it too."""
+        return await self._updates.update_weights_from_disk(model_path, weight_version, token, timeout_s)
+
+    @property
+    def flushes_cache(self) -> bool:
+        """Whether an update flushes the engines' cache (not with pause_mode "in_place")."""
+        return self._updates.flushes_cache
+
+    # ---- memory for colocated training (actors.inference.memory) -------------------------------------------
+
+    async def release_memory(self, tags: list[str] | None = None, timeout_s: float = 60.0) -> dict[str, Any]:
+        """Release ``tags`` (default: all) on every engine, once no update runs (waits up to ``timeout_s``);
+        returns memory_state(). Engines must be idle (end the rollout first)."""
+        return await self._memory.release_memory(tags, timeout_s)
+
+    async def resume_memory(self, tags: list[str] | None = None, timeout_s: float = 60.0) -> dict[str, Any]:
+        """Take ``tags`` (default: all released) back on every engine; returns memory_state()."""
+        return await self._memory.resume_memory(tags, timeout_s)
+
+    def memory_state(self) -> dict[str, Any]:
+        """``{"released": [tags], "generation": whether generation is allowed}``."""
+        return self._memory.memory_state()
 
     # ---- status (control plane: answers at once) --------------------------------------------------------
 
@@ -255,10 +301,11 @@ class InferenceController(CellKeeper, WeightUpdates, MemoryOccupation):
     @method(control_plane=True)
     def router_url(self) -> str:
         """Where to send generation; refused (MemoryReleased) while the engines' memory is released."""
-        self._check_generation()
-        if self._router is None:
+        self._memory.check_generation()
+        router = self._keeper.router
+        if router is None:
             raise NoServingEngines(f"server {self.server_id} is not started: call start() first")
-        return self._router.url
+        return router.url
 
     @method(control_plane=True)
     def weight_version(self) -> str:
@@ -268,18 +315,18 @@ class InferenceController(CellKeeper, WeightUpdates, MemoryOccupation):
     @method(control_plane=True)
     def status(self) -> dict[str, Any]:
         """Router, weights and update-lock state, and the cells."""
-        router = self._router
+        router = self._keeper.router
         return {
             "server_id": self.server_id,
             "router_url": router.url if router else None,
             "router_metrics_url": router.metrics_url if router else None,
             "router_pid": router.pid if router else None,
             "router_alive": bool(router and router.is_running()),
-            "router_restarts": self._keeper.restarts if self._keeper else 0,
+            "router_restarts": self._routers.restarts if self._routers else 0,
             "weight_version": self._weights.version,
-            "pause_mode": self.pause_mode,
+            "pause_mode": self.settings.pause_mode,
             "weights_restorable": self._weights.restorable,
-            "update": self._update_view(),
+            "update": self._updates.view(),
             "memory": self.memory_state(),
             "cells": self.cells(),
         }

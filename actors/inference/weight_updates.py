@@ -1,4 +1,4 @@
-"""The weight-update half of the inference controller: SGLang's update sequence under one lock.
+"""The inference controller's weight updater: SGLang's update sequence under one lock.
 
 ::
 
@@ -36,9 +36,9 @@ from actors.inference.errors import InferenceError, NoServingEngines, UpdateInPr
 from actors.weights_wire import encode_named_tensors
 
 if TYPE_CHECKING:
-    from actors.inference.engine_launcher import EngineKind
+    from actors.inference.cell_keeper import CellKeeper
+    from actors.inference.update_lock import UpdateLock
     from actors.inference.weights_cache import WeightsCache
-    from actors.model_config import ModelConfig
 
 logger = logging.getLogger(__name__)
 
@@ -57,22 +57,22 @@ class UpdateSession:
     watchdog: asyncio.Task[None] | None = None
 
 
-class WeightUpdates:
-    """Mixed into InferenceController, whose cells, weights cache and restart logic it uses."""
+class WeightUpdater:
+    """Runs the controller's weight updates on its cells, through its cell keeper, and records them in its
+    weights cache."""
 
-    server_id: str
-    engine: EngineKind
-    model: ModelConfig
-    pause_mode: str
-    request_timeout_s: float
-    update_timeout_s: float
-    update_lock_timeout_s: float
-    _cells: list[EngineCell]
-    _weights: WeightsCache
-    _tasks: set[asyncio.Task[Any]]
-
-    def __init__(self) -> None:
-        self._update_lock = asyncio.Lock()
+    def __init__(
+        self, keeper: CellKeeper, weights: WeightsCache, lock: UpdateLock, check_weights_held: Callable[[], None]
+    ) -> None:
+        """``keeper``: whose cells and settings it updates, which restarts engines that fail a step and registers or
+        catches up the others afterwards; ``check_weights_held`` refuses an update while the engines' weights memory
+        is released."""
+        self.settings = keeper.settings
+        self._cells = keeper.cells
+        self._weights = weights
+        self._lock = lock
+        self._keeper = keeper
+        self._check_weights_held = check_weights_held
         self._update: UpdateSession | None = None
 
     # ---- public ---------------------------------------------------------------------------------------
@@ -84,29 +84,31 @@ class WeightUpdates:
         ``engine_urls`` (with that ``flush_cache``) or pull them into ``engine_handles`` (None unless the engines are
         actors), then call end_update_weights(token, version) or abort_update_weights(token).
         """
-        self._before_update()
-        if not await self._acquire_update_lock(timeout_s):
+        self._check_weights_held()
+        if not await self._lock.acquire(timeout_s):
             held = self._update
             holder = f"update {held.token} (held {time.monotonic() - held.started_at:.1f}s)" if held else "a restart"
             raise UpdateInProgress(
-                f"server {self.server_id}: the weight-update lock is held by {holder}; waited {timeout_s}s. "
-                f"End or abort that update first (it expires after {self.update_lock_timeout_s}s)"
+                f"server {self.settings.server_id}: the weight-update lock is held by {holder}; waited {timeout_s}s. "
+                f"End or abort that update first (it expires after {self.settings.update_lock_timeout_s}s)"
             )
         cells = [c for c in self._cells if c.state in LIVE_STATES and c.client is not None]
         session = UpdateSession(uuid.uuid4().hex, time.monotonic(), {c.cell_id: str(c.url) for c in cells})
         self._update = session
         try:
-            await self._on_all(self._targets(session), self._pause, "pause")
+            await self._keeper.on_all(self._targets(session), self._pause, "pause")
             if self.flushes_cache:
-                await self._on_all(self._targets(session), self._flush, "flush")
+                await self._keeper.on_all(self._targets(session), self._flush, "flush")
             if not self._targets(session):
-                raise NoServingEngines(f"server {self.server_id}: no engine to update: {self._cell_errors()}")
+                raise NoServingEngines(f"server {self.settings.server_id}: no engine to update: {self._cell_errors()}")
         except BaseException:
             await self._finish(session)
             raise
         session.targets = {c.cell_id: str(c.url) for c in self._targets(session)}
-        session.watchdog = asyncio.create_task(self._expire(session), name=f"{self.server_id}-update-expiry")
-        logger.info("server %s: weight update %s started on %s", self.server_id, session.token, session.targets)
+        session.watchdog = asyncio.create_task(self._expire(session), name=f"{self.settings.server_id}-update-expiry")
+        logger.info(
+            "server %s: weight update %s started on %s", self.settings.server_id, session.token, session.targets
+        )
         return {
             "token": session.token,
             "engine_urls": list(session.targets.values()),
@@ -128,13 +130,13 @@ class WeightUpdates:
 
             async def confirm(cell: EngineCell) -> None:
                 assert cell.client is not None
-                if await cell.client.weight_version(timeout_s=self.request_timeout_s) != weight_version:
-                    await cell.client.set_weight_version(weight_version, timeout_s=self.request_timeout_s)
+                if await cell.client.weight_version(timeout_s=self.settings.request_timeout_s) != weight_version:
+                    await cell.client.set_weight_version(weight_version, timeout_s=self.settings.request_timeout_s)
 
-            updated = await self._on_all(self._targets(session), confirm, "set version")
+            updated = await self._keeper.on_all(self._targets(session), confirm, "set version")
             if not updated:
                 raise NoServingEngines(
-                    f"server {self.server_id}: every engine failed during the update: {self._cell_errors()}"
+                    f"server {self.settings.server_id}: every engine failed during the update: {self._cell_errors()}"
                 )
         except BaseException:
             await self._finish(session)
@@ -147,10 +149,10 @@ class WeightUpdates:
         await asyncio.gather(*(self._resync(cell, register_only=True) for cell in newly))
         for cell in self._cells:
             if cell.state in LIVE_STATES and not cell.busy and cell not in updated:
-                self._background(self._resync(cell, register_only=False), f"resync-{cell.cell_id}")
+                self._keeper.background(self._resync(cell, register_only=False), f"resync-{cell.cell_id}")
         logger.info(
             "server %s: weight update %s done: version %s on %d engine(s)",
-            self.server_id,
+            self.settings.server_id,
             token,
             weight_version,
             len(updated),
@@ -163,7 +165,7 @@ class WeightUpdates:
         await self._finish(session)
         logger.warning(
             "server %s: weight update %s aborted; engines that received part of it hold mixed weights labelled %s",
-            self.server_id, token, self._weights.version,
+            self.settings.server_id, token, self._weights.version,
         )  # fmt: skip
         return {"weight_version": self._weights.version, "aborted": True}
 
@@ -172,18 +174,18 @@ class WeightUpdates:
     ) -> dict[str, Any]:
         """Send CPU tensors (HF names) to every engine (CPU engine only); the whole sequence unless ``token``
         names an update already started (then this is one bucket of it)."""
-        if self.engine != "cpu":
+        if self.settings.engine != "cpu":
             raise InferenceError(
-                f"server {self.server_id}: update_weights_from_tensors sends CPU tensors, which only the CPU engine "
-                "takes (real SGLang's tensor payload is CUDA IPC); use update_weights_from_disk, or push from the "
-                "trainer"
+                f"server {self.settings.server_id}: update_weights_from_tensors sends CPU tensors, which only the CPU "
+                "engine takes (real SGLang's tensor payload is CUDA IPC); use update_weights_from_disk, or push from "
+                "the trainer"
             )
         payload = await asyncio.to_thread(encode_named_tensors, list(named_tensors.items()))
 
         async def push(cell: EngineCell) -> None:
             assert cell.client is not None
             await cell.client.update_from_serialized(
-                payload, weight_version, flush=self.flushes_cache, timeout_s=self.update_timeout_s
+                payload, weight_version, flush=self.flushes_cache, timeout_s=self.settings.update_timeout_s
             )
 
         def record(session: UpdateSession) -> None:
@@ -200,7 +202,7 @@ class WeightUpdates:
         async def load(cell: EngineCell) -> None:
             assert cell.client is not None
             await cell.client.update_from_disk(
-                model_path, weight_version, flush=self.flushes_cache, timeout_s=self.update_timeout_s
+                model_path, weight_version, flush=self.flushes_cache, timeout_s=self.settings.update_timeout_s
             )
 
         def record(session: UpdateSession) -> None:
@@ -213,21 +215,21 @@ class WeightUpdates:
         """miles' ``weight_push_session``: ``in_place`` resumes requests on their KV, so an update neither flushes
         nor asks the engine to (SGLang 0.5.23 refuses a flush while a paused batch still runs); abort and retract
         leave nothing running (retract moves the requests to the waiting queue), so the flush succeeds."""
-        return self.pause_mode != "in_place"
+        return self.settings.pause_mode != "in_place"
 
     # ---- internals --------------------------------------------------------------------------------------
 
     async def _pause(self, cell: EngineCell) -> None:
         assert cell.client is not None
-        await cell.client.pause(self.pause_mode, timeout_s=self.request_timeout_s)
+        await cell.client.pause(self.settings.pause_mode, timeout_s=self.settings.request_timeout_s)
 
     async def _flush(self, cell: EngineCell) -> None:
         assert cell.client is not None
-        await cell.client.flush_cache(timeout_s=self.request_timeout_s)
+        await cell.client.flush_cache(timeout_s=self.settings.request_timeout_s)
 
     async def _resume(self, cell: EngineCell) -> None:
         assert cell.client is not None
-        await cell.client.resume(timeout_s=self.request_timeout_s)
+        await cell.client.resume(timeout_s=self.settings.request_timeout_s)
 
     async def _push(
         self,
@@ -242,10 +244,10 @@ class WeightUpdates:
             token = (await self.start_update_weights(timeout_s=timeout_s))["token"]
         session = self._session_for(token)
         try:
-            done = await self._on_all(self._targets(session), action, "update")
+            done = await self._keeper.on_all(self._targets(session), action, "update")
             if not done:
                 raise NoServingEngines(
-                    f"server {self.server_id}: every engine failed the update: {self._cell_errors()}"
+                    f"server {self.settings.server_id}: every engine failed the update: {self._cell_errors()}"
                 )
             record(session)
         except BaseException:
@@ -255,26 +257,6 @@ class WeightUpdates:
         if own:
             return await self.end_update_weights(token, weight_version)
         return {"weight_version": weight_version, "engine_urls": [str(c.url) for c in done]}
-
-    async def _on_all(
-        self, cells: list[EngineCell], action: Callable[[EngineCell], Awaitable[None]], what: str
-    ) -> list[EngineCell]:
-        """Run ``action`` on every cell at once; restart cells that fail, raise on a refusal; the survivors."""
-        results = await asyncio.gather(*(action(cell) for cell in cells), return_exceptions=True)
-        survivors: list[EngineCell] = []
-        refusals: list[str] = []
-        for cell, result in zip(cells, results, strict=True):
-            if isinstance(result, asyncio.CancelledError):
-                raise result
-            if not isinstance(result, BaseException):
-                survivors.append(cell)
-            elif self._is_refusal(result):
-                refusals.append(str(result))
-            else:
-                self._fail(cell, result)
-        if refusals:
-            raise InferenceError(f"server {self.server_id}: {what} refused: " + "; ".join(refusals))
-        return survivors
 
     def _targets(self, session: UpdateSession) -> list[EngineCell]:
         """The cells paused for ``session`` whose engine is still that incarnation and alive."""
@@ -294,7 +276,7 @@ class WeightUpdates:
     def _complete(self, tensors: dict[str, Any]) -> bool:
         from actors.cpu_engine.model import expected_shapes
 
-        return set(expected_shapes(self.model)) <= set(tensors)
+        return set(expected_shapes(self.settings.model)) <= set(tensors)
 
     async def _finish(self, session: UpdateSession) -> None:
         """Continue generation on the session's engines and release the lock (never raises for an engine)."""
@@ -304,20 +286,20 @@ class WeightUpdates:
             session.watchdog.cancel()
         if self._update is session:
             self._update = None
-            self._release_update_lock()
+            self._lock.release()
 
     async def _on_all_quietly(self, cells: list[EngineCell], action: Callable[[EngineCell], Awaitable[None]]) -> None:
         results = await asyncio.gather(*(action(cell) for cell in cells), return_exceptions=True)
         for cell, result in zip(cells, results, strict=True):
             if isinstance(result, Exception):
-                self._fail(cell, result)
+                self._keeper.fail(cell, result)
 
     async def _expire(self, session: UpdateSession) -> None:
-        await asyncio.sleep(self.update_lock_timeout_s)
+        await asyncio.sleep(self.settings.update_lock_timeout_s)
         if self._update is session:
             logger.error(
                 "server %s: weight update %s held the lock for %.0fs (update_lock_timeout_s); aborting it",
-                self.server_id, session.token, self.update_lock_timeout_s,
+                self.settings.server_id, session.token, self.settings.update_lock_timeout_s,
             )  # fmt: skip
             await self._finish(session)
 
@@ -326,16 +308,16 @@ class WeightUpdates:
         cell.busy = True
         try:
             if register_only:
-                await self._register(cell)
+                await self._keeper.register(cell)
                 return
-            await self._unregister(cell)
+            await self._keeper.unregister(cell)
             cell.move(CellState.PENDING_WEIGHTS)
-            await self._catch_up(cell)
+            await self._keeper.catch_up(cell)
         except (asyncio.CancelledError, KeyboardInterrupt):
             raise
         except Exception as exc:
             cell.busy = False
-            self._fail(cell, exc)
+            self._keeper.fail(cell, exc)
         finally:
             cell.busy = False
 
@@ -343,11 +325,11 @@ class WeightUpdates:
         if self._update is None or self._update.token != token:
             why = "another update holds it" if self._update is not None else "no update is in progress"
             raise UpdateNotHeld(
-                f"server {self.server_id}: token {token!r} does not hold the weight-update lock ({why})"
+                f"server {self.settings.server_id}: token {token!r} does not hold the weight-update lock ({why})"
             )
         return self._update
 
-    def _update_view(self) -> dict[str, Any] | None:
+    def view(self) -> dict[str, Any] | None:
         session = self._update
         if session is None:
             return None
@@ -357,44 +339,12 @@ class WeightUpdates:
             "engine_urls": list(session.targets.values()),
         }
 
-    def _drop_update_session(self) -> None:
+    def drop_session(self) -> None:
         session, self._update = self._update, None
         if session is not None:
             if session.watchdog is not None:
                 session.watchdog.cancel()
-            self._release_update_lock()
-
-    async def _acquire_update_lock(self, timeout_s: float) -> bool:
-        try:
-            await asyncio.wait_for(self._update_lock.acquire(), timeout=max(0.0, timeout_s))
-            return True
-        except asyncio.TimeoutError:
-            return False
-
-    def _release_update_lock(self) -> None:
-        if self._update_lock.locked():
-            self._update_lock.release()
-
-    def _background(self, coro: Awaitable[None], name: str) -> None:
-        task = asyncio.ensure_future(coro)
-        task.set_name(name)
-        self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
+            self._lock.release()
 
     def _cell_errors(self) -> str:
         return "; ".join(f"{c.cell_id} ({c.state.value}): {c.last_error}" for c in self._cells)
-
-    if TYPE_CHECKING:  # provided by MemoryOccupation and CellKeeper (elsewhere in InferenceController's MRO)
-
-        def _before_update(self) -> None: ...
-
-        def _fail(self, cell: EngineCell, exc: BaseException) -> None: ...
-
-        @staticmethod
-        def _is_refusal(exc: BaseException) -> bool: ...
-
-        async def _register(self, cell: EngineCell) -> None: ...
-
-        async def _unregister(self, cell: EngineCell) -> None: ...
-
-        async def _catch_up(self, cell: EngineCell) -> None: ...

@@ -145,7 +145,7 @@ def test_a_waker_ends_the_wait_and_close_wakes_every_waiter(pair: Pair) -> None:
     waiter = threading.Thread(target=wait)
     waiter.start()
     time.sleep(0.2)
-    wakers = list(pair.client._waiters)
+    wakers = list(pair.client._handoff.waiters)
     assert len(wakers) == 1
     wakers[0].wake()
     waiter.join(5)
@@ -154,7 +154,7 @@ def test_a_waker_ends_the_wait_and_close_wakes_every_waiter(pair: Pair) -> None:
     waiters = [threading.Thread(target=wait) for _ in range(3)]
     for thread in waiters:
         thread.start()
-    pair.wait_for(lambda: len(pair.client._waiters) == 3)
+    pair.wait_for(lambda: len(pair.client._handoff.waiters) == 3)
     pair.on_loop(pair.client.close)
     for thread in waiters:
         thread.join(5)
