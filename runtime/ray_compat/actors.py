@@ -81,8 +81,7 @@ def make_actor_class(cls: type, options: dict[str, Any]) -> ActorClass:
 class ActorClass:
     """A class under ``@ray.remote``: ``.remote(...)`` starts an actor, ``.options(...)`` overrides options."""
 
-    _ray_cls: type
-    _ray_options: dict[str, Any]
+    # make_actor_class sets _ray_cls (the user's class) and _ray_options on each instance: __init__ refuses to run.
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         raise TypeError("ActorClass is made by @ray.remote, not instantiated directly")
