@@ -12,6 +12,10 @@ A log record is recognised by a timestamp at the start of the line followed, wit
 as Python's logging, uvicorn, aiohttp and sglang-router (in colour) write them; lines that follow a record without
 a timestamp of their own (a traceback, a multi-line message) belong to it. A timestamped line with no level
 (SGLang's own format) counts as INFO.
+
+A few warnings that are expected and say nothing a user can act on also stay in the log file: sglang-router tries to
+load a tokenizer from each worker's ``model_path`` (from the hub unless it is a local directory), and the CPU engine's
+built-in model with random weights reports ``random-init(seed=N)``, which has no tokenizer anywhere.
 """
 
 from __future__ import annotations
@@ -28,6 +32,9 @@ _LEVEL = re.compile(r"\b(TRACE|DEBUG|INFO|WARN|WARNING|ERROR|CRITICAL|FATAL)\b")
 _BARE_LEVEL = re.compile(r"^(DEBUG|INFO|WARNING|ERROR|CRITICAL):\s")  # uvicorn's "INFO:     127.0.0.1 ..."
 _QUIET_LEVELS = frozenset({"TRACE", "DEBUG", "INFO"})
 _LEVEL_WINDOW = 100  # characters after the timestamp in which a record names its level
+# sglang-router 0.3.2 src/core/steps/worker/local/register_tokenizer.rs; the model path is
+# actors/cpu_engine/model_source.py load_builtin_model's, for random weights
+_EXPECTED_WARNINGS = (re.compile(r"Failed to load tokenizer for model .+ from random-init\(seed=-?\d+\): "),)
 
 
 class ConsoleLogFilter:
@@ -46,9 +53,10 @@ class ConsoleLogFilter:
             return self.mode == "all"
         if self.ready_prefix and line.startswith(self.ready_prefix):
             return False
+        line = _ANSI.sub("", line) if "\x1b" in line else line
         level = record_level(line)
         if level is not None:
-            self._in_quiet_record = level in _QUIET_LEVELS
+            self._in_quiet_record = level in _QUIET_LEVELS or any(p.search(line) for p in _EXPECTED_WARNINGS)
         return not self._in_quiet_record
 
 

@@ -13,6 +13,7 @@ import pytest
 import requests
 
 from actors.router import RouterError, RouterProcess
+from launcher.log_filter import ConsoleLogFilter
 
 if TYPE_CHECKING:
     from tests.actors.conftest import EngineLauncher, EngineProcess
@@ -121,3 +122,24 @@ def test_router_errors_name_the_router_and_the_worker(
         with pytest.raises(RouterError, match=f"127.0.0.1:{port}"):
             clash.start(timeout_s=10)
     assert not clash.is_running()
+
+
+def test_router_tokenizer_warning_for_a_random_init_engine_stays_in_the_log_file(
+    spawn_engine: EngineLauncher, make_router: Callable[..., RouterProcess]
+) -> None:
+    """sglang-router loads a tokenizer from each worker's /server_info ``model_path``; the built-in model with random
+    weights reports ``random-init(seed=N)`` and has none, so the router's warning is expected: log file only."""
+    engine = spawn_engine()
+    model_path = requests.get(engine.url + "/server_info", timeout=HTTP_TIMEOUT_S).json()["model_path"]
+    assert model_path.startswith("random-init(seed=")
+    router = make_router(worker_urls=[engine.url], log_level="warn")
+    router.start(timeout_s=30)
+    assert router.log_path is not None
+    deadline = time.monotonic() + 20
+    while "Failed to load tokenizer" not in (text := router.log_path.read_text()) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    lines = text.splitlines()
+    assert any(f"from {model_path}: " in line for line in lines), text  # the log file keeps it
+    console = ConsoleLogFilter("warnings")
+    shown = [line for line in lines if console.shows(line)]
+    assert not any("tokenizer" in line for line in shown), shown

@@ -12,6 +12,8 @@ import time
 
 import pytest
 
+from actors.cpu_engine.model_source import load_builtin_model
+from actors.model_config import ModelConfig
 from launcher.log_filter import ConsoleLogFilter, record_level
 from tests.actors.conftest import free_port
 
@@ -79,3 +81,27 @@ def test_real_sglang_router_lines_are_info_records() -> None:
     assert records and any("Workers initialized" in line for line in records), lines
     assert {record_level(line) for line in records} == {"INFO"}, records
     assert not any(ConsoleLogFilter("warnings").shows(line) for line in records)
+
+
+def _router_tokenizer_warning(model_path: str) -> str:
+    """sglang-router 0.3.2's line (as captured from it) when it cannot load a tokenizer from a worker's model_path."""
+    dim, yellow, reset = "\x1b[2m", "\x1b[33m", "\x1b[0m"
+    target = "smg::core::steps::worker::local::register_tokenizer"
+    return (
+        f"{dim}2026-12-07 06:13:13{reset} {yellow} WARN{reset} {dim}{target}{reset}{dim}:{reset} "
+        f"{dim}/home/runner/work/sglang/sglang/src/core/steps/worker/local/register_tokenizer.rs{reset}{dim}:{reset}"
+        f"{dim}79:{reset} Failed to load tokenizer for model cpu-engine from {model_path}: Failed to download "
+        f"tokenizer from HuggingFace: Failed to fetch model '{model_path}' from HuggingFace: request error: error "
+        f"sending request for url (https://huggingface.co/api/models/{model_path}/revision/main). Is this a valid "
+        "HuggingFace ID?"
+    )
+
+
+def test_router_tokenizer_warning_is_hidden_only_for_a_model_with_no_tokenizer() -> None:
+    random_init = load_builtin_model(ModelConfig(seed=1234)).model_path  # what the CPU engine reports
+    console = ConsoleLogFilter("warnings")
+    assert record_level(_router_tokenizer_warning(random_init)) == "WARNING"
+    assert not console.shows(_router_tokenizer_warning(random_init))
+    assert not console.shows("  a continuation line of that record")
+    assert console.shows(_python_record(logging.WARNING, "the next warning"))
+    assert console.shows(_router_tokenizer_warning("Qwen/Qwen3-0.6B"))  # a hub id that cannot be fetched: shown
