@@ -51,9 +51,9 @@ def test_async_loop_at_staleness_0_reproduces_the_sync_loop(tmp_path: Path) -> N
     assert asynchronous["max_staleness_seen"] == 0 and asynchronous["samples_lost"] == 0
     # the same tokens were drawn: every sample's reward is a fraction of 4 letters, summed in the same order
     assert asynchronous["rewards"] == sync["rewards"], (sync, asynchronous)
-    # the same batches in the same order through the same trainer code; the one input that may differ is the engines'
-    # logprobs (SGLang's own logprobs, here the CPU engine's batched decode, whose rounding depends on which
-    # requests share a batch), which the default objective reads only for its drift metrics: float32 rounding
-    # (~1e-7 relative) is the most the losses may differ by
-    assert asynchronous["losses"] == pytest.approx(sync["losses"], rel=1e-5, abs=1e-6), (sync, asynchronous)
+    # the same batches in the same order through the same trainer code (seen bitwise equal over 5 iterations). The
+    # one input that may differ is the engines' logprobs: the CPU engine's batched decode rounds by which requests
+    # share a batch (as SGLang's does), and the default objective reads them only for its drift metrics; the
+    # tolerance is float32 rounding (~1e-7 relative) with room, far below one step's change (> 1e-2 here)
+    assert asynchronous["losses"] == pytest.approx(sync["losses"], rel=1e-6, abs=1e-7), (sync, asynchronous)
     assert len(sync["losses"]) == ITERATIONS and len(set(sync["losses"])) == ITERATIONS  # not a constant
