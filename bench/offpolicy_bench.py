@@ -74,7 +74,7 @@ def train_run(staleness: int, name: str, iterations: int, seed: int) -> dict[str
     from actors.model_config import ModelConfig
     from actors.processes import free_port
     from actors.rollout.advantages import compute_advantages
-    from actors.rollout.tasks import make_prompts
+    from actors.rollout.prompt_plan import PromptPlan
     from actors.tokenizer import BYTE_TOKENIZER
     from actors.trainer import OptimizerConfig, Trainer, TrainerConfig
     from actors.trainer.reference import ReferenceWeights
@@ -93,7 +93,7 @@ def train_run(staleness: int, name: str, iterations: int, seed: int) -> dict[str
             oldest = max(0, current - staleness)
             # partial rollout: the first tokens from the oldest version, later ones from newer, the last current
             versions = [oldest + (current - oldest) * j // max(TARGET_LEN - 1, 1) for j in range(TARGET_LEN)]
-            batch = make_prompts(PROMPTS, target_len=TARGET_LEN, seed=seed * 100_003 + iteration)
+            batch = PromptPlan(PROMPTS, target_len=TARGET_LEN, data_seed=seed).batch(iteration - 1)
             prompt_ids = [BYTE_TOKENIZER.encode(p["text"]) for p in batch]
             responses, logprobs = _sample(trainer, snapshots, prompt_ids, versions)
             rewards = [shaped_copy_reward(prompt_ids[i // SAMPLES], r, batch[i // SAMPLES]["label"])

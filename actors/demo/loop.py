@@ -12,7 +12,7 @@ from actors.demo.engine_busy import busy_fraction, generating_seconds
 from actors.demo.progress import IterationRecord, ProgressBoard
 from actors.demo.ref_group import RefGroup
 from actors.demo.result import mean_rewards, result_line
-from actors.rollout.tasks import make_prompts
+from actors.rollout.prompt_plan import PromptPlan
 from actors.tokenizer import tokenizer_for
 from actors.trainer.group import TrainerGroup
 from runtime import ActorHandle
@@ -99,7 +99,9 @@ def run_loop(
     """Run ``settings.iterations`` iterations; returns the board (history) for the caller to check and plot."""
     board = ProgressBoard(settings.iterations)
     sync = WeightSync(trainer, controller, colocate=settings.colocate, over_refs=settings.weight_sync == "refs")
-    tokenizer = tokenizer_for(settings.model_path)
+    # the asynchronous rollout takes its prompts from the same plan (actors/rollout/prompt_plan.py)
+    plan = PromptPlan(settings.prompts_per_iteration, target_len=settings.target_len, data_seed=settings.seed,
+                      tokenizer=tokenizer_for(settings.model_path))  # fmt: skip
     print(f"[demo] engines: {controller.engine_urls().result(timeout=30)}; router {controller.router_url().result(30)}")
     started = time.perf_counter()
     sync.update("v0")
@@ -110,8 +112,7 @@ def run_loop(
     generated_before = generating_seconds(controller.engine_urls().result(timeout=30))
     loop_started = time.perf_counter()
     for iteration in range(1, settings.iterations + 1):
-        prompts = make_prompts(settings.prompts_per_iteration, target_len=settings.target_len,
-                               seed=settings.seed * 100_003 + iteration, tokenizer=tokenizer)  # fmt: skip
+        prompts = plan.batch(iteration - 1)
         started = time.perf_counter()
         rollout_result = rollout.generate(prompts, settings.samples_per_prompt).result(timeout=settings.step_timeout_s)
         rollout_s = time.perf_counter() - started

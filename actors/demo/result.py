@@ -29,8 +29,8 @@ def mean_rewards(board: ProgressBoard) -> tuple[float, float]:
 def result_line(
     board: ProgressBoard, *, mode: str, engine_busy_fraction: float, busy_s: float, wall_s: float, **counts: Any
 ) -> str:
-    """``RESULT {...}`` with iterations, rewards, engine_busy_fraction, the trainer's drift metrics (run means)
-    and the sample counts (0 unless given)."""
+    """``RESULT {...}`` with iterations, rewards, engine_busy_fraction, the trainer's drift metrics (run means),
+    the sample counts (0 unless given), and each iteration's reward and loss."""
     first, last = mean_rewards(board)
     figures: dict[str, Any] = {
         "mode": mode,
@@ -47,6 +47,9 @@ def result_line(
         "samples_lost": 0,
         **drift_means(board),
         **counts,
+        # per iteration, unrounded: scripts compare runs step by step (tests/e2e/test_async_equivalence.py)
+        "rewards": [r.reward for r in board.history],
+        "losses": [r.loss for r in board.history],
     }
     return "RESULT " + json.dumps(figures, sort_keys=False)
 

@@ -24,7 +24,7 @@ from typing import Any
 
 from actors.demo.loop import WeightSync
 from actors.job_args import job_settings
-from actors.rollout.tasks import make_prompts
+from actors.rollout.prompt_plan import PromptPlan
 from actors.trainer.group import TrainerGroup
 from runtime import ActorHandle, wait
 
@@ -70,10 +70,10 @@ def run_policy(policy: Policy, settings: TwoPolicySettings) -> None:
     """The GRPO loop of one policy; its outcome goes to ``policy.status`` (never raises)."""
     try:
         sync = WeightSync(policy.trainer, policy.controller)
+        plan = PromptPlan(settings.prompts_per_iteration, target_len=settings.target_len, data_seed=settings.seed)
         sync.update(f"{policy.name}-v0")
         for iteration in range(1, settings.iterations + 1):
-            prompts = make_prompts(settings.prompts_per_iteration, target_len=settings.target_len,
-                                   seed=settings.seed * 100_003 + iteration)  # fmt: skip
+            prompts = plan.batch(iteration - 1)
             result = generate_repairing(policy, sync, f"{policy.name}-v{iteration - 1}", prompts, settings)
             metrics = policy.trainer.train_on_shards(result["shards"], timeout_s=settings.step_timeout_s)
             for shard in result["shards"]:

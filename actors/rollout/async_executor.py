@@ -27,10 +27,10 @@ from actors.rollout.advantages import balanced_ranges, informative_groups
 from actors.rollout.busy_clock import BusyClock
 from actors.rollout.executor import RolloutExecutor, training_fields
 from actors.rollout.partial_rollout import generate_sample
+from actors.rollout.prompt_plan import PromptPlan, sampling_seed
 from actors.rollout.router_client import Completion
 from actors.rollout.samples import GroupRecord, SampleBuffer
 from actors.rollout.staleness import OnStale, StalenessBound, version_number
-from actors.rollout.tasks import make_prompts
 from runtime import method, put
 
 logger = logging.getLogger(__name__)
@@ -87,7 +87,7 @@ class AsyncRolloutExecutor(RolloutExecutor):
         self.dynamic_sampling = dynamic_sampling
         self.mask_offpolicy_in_partial_rollout = mask_offpolicy_in_partial_rollout
         self.groups_per_batch, self.samples_per_prompt = groups_per_batch, samples_per_prompt
-        self.target_len, self.data_seed = target_len, data_seed
+        self.plan = PromptPlan(groups_per_batch, target_len=target_len, data_seed=data_seed, tokenizer=self.tokenizer)
         self._next_group, self._version, self._taken_groups = next_group, version, version * groups_per_batch
         self._position, self._taken_ids = next_group, {g for g in skip_groups or [] if g >= next_group}
         # twice what max_concurrency requests fill (the HTTP connector holds the rest back): no gap when a group ends
@@ -212,15 +212,13 @@ class AsyncRolloutExecutor(RolloutExecutor):
         logger.error("rollout group %d: %d sample(s) lost: %r", group_id, count, error)
 
     async def _generate_group(self, group_id: int) -> None:
-        prompt = make_prompts(1, target_len=self.target_len, seed=self.data_seed * 1_000_003 + group_id,
-                              tokenizer=self.tokenizer)[0]  # fmt: skip
+        prompt = self.plan.group(group_id)
         prompt_ids = self._prompt_ids(group_id, prompt)
         session = self._client()
         n = self.samples_per_prompt
 
         def params(index: int) -> dict[str, Any]:
-            seeded = {} if self.seed is None else {"sampling_seed": self.seed + group_id * n + index}
-            return {**self.sampling_params, **seeded}
+            return {**self.sampling_params, **sampling_seed(self.seed, self.plan.position(group_id), n, index)}
 
         results = await asyncio.gather(*(generate_sample(
             session, self._router_url, prompt_ids, params(j), partial_rollout=self.partial_rollout,

@@ -30,6 +30,7 @@ import aiohttp
 from actors.dashboard.recorder import DashboardRecorder
 from actors.dashboard.rollout_records import record_rollout
 from actors.rollout.advantages import ESTIMATORS, Estimator, balanced_ranges, compute_advantages
+from actors.rollout.prompt_plan import sampling_seed
 from actors.rollout.router_client import Completion, generate_once
 from actors.tokenizer import tokenizer_for
 from runtime import ActorHandle, get_actor, method, metrics, put
@@ -90,7 +91,8 @@ class RolloutExecutor:
     ) -> None:
         """``router_url``, ``controller`` (an InferenceController handle, asked for its router URL) or
         ``controller_name`` (its actor name, looked up with runtime.get_actor on first use: for hosts.toml).
-        ``seed``: sample ``i`` of a call gets ``sampling_seed = seed + i`` (reproducible sampling).
+        ``seed``: sample ``i`` of a call gets ``sampling_seed = seed + i`` (reproducible sampling; the
+        asynchronous rollout seeds a batch's samples the same way: actors/rollout/prompt_plan.py).
         ``retry_deadline_s``: how long one sample is retried on transient failures. ``model_path``: the
         Hugging Face directory whose tokenizer encodes text prompts (default: the byte tokenizer).
         ``dashboard_name``: the dashboard collector's actor name (default: ``MILES_DASHBOARD``; none: no recording).
@@ -151,9 +153,8 @@ class RolloutExecutor:
 
         async def one(index: int) -> Completion:
             prompt = index // n_samples_per_prompt
-            sample_params = dict(params)
-            if self.seed is not None:
-                sample_params["sampling_seed"] = self.seed + index
+            sample_params = {**params, **sampling_seed(self.seed, prompt, n_samples_per_prompt,
+                                                       index % n_samples_per_prompt)}  # fmt: skip
             body = {"input_ids": prompt_ids[prompt], "sampling_params": sample_params, "return_logprob": True}
             sent = time.monotonic()
             left = overall - (sent - started)

@@ -81,7 +81,8 @@ class SampleBuffer:
         self.groups.append(group)
 
     def take(self, count: int, current_version: int) -> list[GroupRecord] | None:
-        """``count`` groups within the bound (dropping stale ones first), or None if there are not enough yet."""
+        """``count`` groups within the bound (dropping stale ones first; the first to arrive, in group order), or
+        None if there are not enough yet."""
         fresh = []
         for group in self.groups:
             if self.bound.accepts(group.oldest_version(), current_version):
@@ -91,7 +92,8 @@ class SampleBuffer:
         self.groups = fresh
         if len(fresh) < count:
             return None
-        taken, self.groups = fresh[:count], fresh[count:]
+        # a batch in group order, whatever order they finished in: the same groups make the same batch
+        taken, self.groups = sorted(fresh[:count], key=lambda g: g.group_id), fresh[count:]
         for group in taken:
             self.max_staleness_seen = max(self.max_staleness_seen, current_version - group.oldest_version())
         return taken

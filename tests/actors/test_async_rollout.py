@@ -19,6 +19,7 @@ import pytest
 from inference_fixtures import CALL_TIMEOUT_S, in_flight, kill_and_wait_gone, running_controller
 
 from actors.rollout.async_executor import AsyncRolloutExecutor
+from actors.rollout.prompt_plan import PromptPlan, sampling_seed
 from actors.rollout.samples import DuplicateSample, GroupRecord, SampleBuffer, SampleRecord, token_versions
 from actors.rollout.staleness import StalenessBound, version_number
 from runtime import ActorHandle, spawn
@@ -85,6 +86,21 @@ def test_staleness_bound_and_buffer_without_processes() -> None:
     meta = {"weight_version": "v2", "weight_versions": [{"version": "v1", "start": 0, "end": 2},
                                                         {"version": "v2", "start": 2, "end": 3}]}  # fmt: skip
     assert token_versions(meta, 3) == ["v1", "v1", "v2"] and token_versions({"weight_version": "v5"}, 2) == ["v5"] * 2
+
+
+def test_groups_take_the_sync_loops_prompts_and_seeds_and_a_batch_comes_in_group_order() -> None:
+    plan = PromptPlan(3, target_len=4, data_seed=7)
+    batches = [plan.batch(b) for b in range(3)]
+    assert batches[0] != batches[1] != batches[2]  # each batch its own prompts, each a function of (seed, batch)
+    assert [plan.group(g) for g in range(9)] == [p for batch in batches for p in batch]
+    assert plan.batch(1) == PromptPlan(3, target_len=4, data_seed=7).batch(1) != PromptPlan(3, data_seed=8).batch(1)
+    # RolloutExecutor.generate gives sample i of a call seed + i; a group at position k gives the same ones
+    seeds = [sampling_seed(5, plan.position(g), 4, j)["sampling_seed"] for g in range(3, 6) for j in range(4)]
+    assert seeds == [5 + i for i in range(12)] and sampling_seed(None, 1, 4, 2) == {}
+    buffer = SampleBuffer(StalenessBound(0, "wait"))
+    for group_id in (2, 0, 1):  # finished out of order
+        buffer.put(GroupRecord(group_id, [1], [SampleRecord(token_versions=["v0"])] * 2, [0.0, 1.0]))
+    assert [g.group_id for g in buffer.take(3, current_version=0) or []] == [0, 1, 2]
 
 
 def test_partial_rollouts_keep_each_tokens_version_and_no_sample_twice(
