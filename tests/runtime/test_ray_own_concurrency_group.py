@@ -1,8 +1,8 @@
 """Ray's own tests/test_concurrency_group.py (ray-project/ray python/ray/tests at 048f73e1, Apache-2.0), ported:
 the test bodies keep Ray's calls; only the fixture (one ray.init for the module, as ray_start_regular_shared) is ours.
-Not ported: test_basic, which asserts that a sync method of an async actor runs on its group's event-loop thread
-(and that asyncio.get_event_loop() works in the constructor): here sync methods run on their group's thread lane,
-so a blocking sync method never stalls that group's coroutines (README "Coming from Ray", what differs)."""
+Not ported: test_basic, whose constructor calls asyncio.get_event_loop() and expects the default group's loop:
+here the group loops start once the constructor has returned, so there is no loop on the constructor's thread
+(its methods' part, sync methods on their group's loop thread, holds: test_ray_own_asyncio::test_asyncio_actor_same_thread)."""
 
 from __future__ import annotations
 
