@@ -2,7 +2,8 @@
 the test bodies keep Ray's calls; only the fixture (one ray.init for the module, as ray_start_regular_shared) is ours.
 Not ported: test_basic, whose constructor calls asyncio.get_event_loop() and expects the default group's loop:
 here the group loops start once the constructor has returned, so there is no loop on the constructor's thread
-(its methods' part, sync methods on their group's loop thread, holds: test_ray_own_asyncio::test_asyncio_actor_same_thread)."""
+(its methods' part, sync methods on their group's loop thread, holds:
+test_ray_own_asyncio::test_asyncio_actor_same_thread)."""
 
 from __future__ import annotations
 

@@ -47,7 +47,7 @@ def test_generator_basic() -> None:
 
     @ray.remote
     def g():
-        for i in range(5):  # noqa: UP028 - as Ray's test
+        for i in range(5):
             if i == 2:
                 raise ValueError
             yield i
@@ -75,7 +75,7 @@ def test_actor_streaming_generator(store_in_plasma) -> None:
                 yield i
 
         async def async_f(self, ref):
-            for i in range(3):  # noqa: UP028 - as Ray's test
+            for i in range(3):
                 await asyncio.sleep(0.1)
                 yield i
 
