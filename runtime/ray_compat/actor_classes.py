@@ -6,10 +6,6 @@ with ``inspect.signature``, and the class is spawned as a subclass whose constru
 original one (:func:`keyword_class`). What cannot be named (positional-only parameters, ``*args``) travels as a
 list under :data:`POSITIONAL`. The subclass is marked :data:`runtime.called_by_name.CALLED_BY_NAME`: its ``_private``
 methods are callable, and no method name is reserved by this runtime's handles, as in Ray.
-
-An async actor (a class with an ``async def`` method) runs its sync methods as Ray does: on the event loop of
-their concurrency group, on that loop's thread (:func:`on_group_loop`), so they share the thread and loop of the
-group's coroutines (an ``asyncio.Event`` a sync method sets wakes them) and block them while they run.
 """
 
 from __future__ import annotations
@@ -73,41 +69,9 @@ def keyword_class(cls: type) -> type:
         self_param = inspect.Parameter("self", inspect.Parameter.POSITIONAL_OR_KEYWORD)
         __init__.__signature__ = inspect.Signature([self_param, *keyword_only])  # type: ignore[attr-defined]
         namespace["__init__"] = __init__
-    if is_async_actor(cls):
-        namespace.update(on_group_loop(cls))
     wrapper = type(cls.__name__, (cls,), namespace)
     wrapper.__qualname__ = f"{cls.__qualname__}.<locals>.{cls.__name__}"  # sent by value (cloudpickle)
     return wrapper
-
-
-def is_async_actor(cls: type) -> bool:
-    """Ray's test: any ``async def`` method (or async generator) makes the whole actor an asyncio one."""
-    return any(
-        inspect.iscoroutinefunction(f) or inspect.isasyncgenfunction(f) for _, f in inspect.getmembers(cls, callable)
-    )
-
-
-def on_group_loop(cls: type) -> dict[str, Any]:
-    """Each sync method of ``cls`` as a coroutine function that calls it: this runtime runs sync methods on thread
-    lanes and coroutines on their group's loop; an async actor's sync methods must run on the loop, as Ray's do.
-    Generators stream on their own path, static and class methods are no actor methods, dunders are Python's."""
-    wrapped: dict[str, Any] = {}
-    for name, function in inspect.getmembers(cls, inspect.isfunction):
-        static = isinstance(inspect.getattr_static(cls, name), (staticmethod, classmethod))
-        if static or (name.startswith("__") and name.endswith("__")) or inspect.isgeneratorfunction(function):
-            continue
-        if inspect.iscoroutinefunction(function) or inspect.isasyncgenfunction(function):
-            continue
-        wrapped[name] = _as_coroutine(function)
-    return wrapped
-
-
-def _as_coroutine(function: Any) -> Any:
-    @functools.wraps(function)  # keeps the signature, @ray.method's options and the concurrency-group mark
-    async def on_loop(self: Any, *args: Any, **kwargs: Any) -> Any:
-        return function(self, *args, **kwargs)
-
-    return on_loop
 
 
 def bind_arguments(cls: type, args: tuple[Any, ...], kwargs: dict[str, Any]) -> dict[str, Any]:
