@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import inspect
 import time
 from collections.abc import Callable
 from typing import Any, Protocol
@@ -92,7 +93,10 @@ class CallRunner:
                 if record.cancelled:
                     raise _cancelled()
                 args, kwargs = self._prepare(record, info, deadline, body, buffers)
-                value = await getattr(self._server.instance, info.name)(*args, **kwargs)
+                method = getattr(self._server.instance, info.name)
+                value = method(*args, **kwargs)
+                if inspect.iscoroutinefunction(method):  # else a sync method run on the loop (called_by_name)
+                    value = await value
                 info.check_result(value, actor=self._server.name)
         except _Refused as refused:
             return self._failed(record, refused.code, refused, started)

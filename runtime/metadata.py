@@ -13,7 +13,7 @@ import typing
 from collections.abc import Callable
 from typing import Any, TypeVar
 
-from runtime.called_by_name import by_name
+from runtime.called_by_name import by_name, sync_on_loop
 from runtime.errors import ActorDefinitionError, CallRejected
 from runtime.stream_hints import STREAM_MARK, is_generator_function, stream_variant, yield_hint
 from runtime.type_checks import DeepCheck, deep_check, hint_name, is_checked_result, matches, short
@@ -249,6 +249,7 @@ def class_info(cls: type, groups: tuple[tuple[str, int], ...] = ()) -> ActorClas
     if cls.__init__ is not object.__init__:
         _hints(cls.__init__, cls)  # registers the types of constructor arguments for the wire
     methods: dict[str, MethodInfo] = {}
+    on_loop = sync_on_loop(cls)
     for name, function in inspect.getmembers(cls, inspect.isfunction):
         private, kind = name.startswith("_"), inspect.getattr_static(cls, name)
         if (private and (not by_name(cls) or name.startswith("__"))) or isinstance(kind, (staticmethod, classmethod)):
@@ -270,6 +271,7 @@ def class_info(cls: type, groups: tuple[tuple[str, int], ...] = ()) -> ActorClas
         checked = {**{n: h for n, h in hints.items() if n != "return"}, **({"return": returns} if returns else {})}
         deep = {n: check for n, h in checked.items() if (check := deep_check(h)) is not None}
         is_async = inspect.iscoroutinefunction(function) or inspect.isasyncgenfunction(function)
+        is_async = is_async or (on_loop and not streams)  # a sync method of a Ray async actor: on its loop
         methods[name] = MethodInfo(name, signature, hints, is_async, options, returns, deep, streams)
     return ActorClassInfo(cls, class_path(cls), methods, declared)
 

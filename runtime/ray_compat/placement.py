@@ -56,6 +56,13 @@ class PlacementGroup:
     def bundle_count(self) -> int:
         return len(self.bundle_specs)
 
+    def __eq__(self, other: object) -> bool:
+        """One group by its id, as Ray's: a copy, a task's argument and a ``ray.put`` value are the same group."""
+        return isinstance(other, PlacementGroup) and str(other.id) == str(self.id)
+
+    def __hash__(self) -> int:
+        return hash(str(self.id))
+
     def __deepcopy__(self, memo: dict[int, Any]) -> PlacementGroup:
         return self  # a handle to one reservation (copying verl's worker groups keeps the group they hold)
 

@@ -31,6 +31,30 @@ def _done(value: Any = None, error: BaseException | None = None) -> concurrent.f
     return future
 
 
+def _awaitable(future: concurrent.futures.Future[Any]) -> asyncio.Future[Any]:
+    """An asyncio future of the running loop that ``future`` settles. Not ``asyncio.wrap_future``: cancelling
+    that one cancels ``future``, the ref's for every holder (Ray issue 8841: a timed-out await of a ref)."""
+    loop = asyncio.get_running_loop()
+    waiter: asyncio.Future[Any] = loop.create_future()
+
+    def settle(done: concurrent.futures.Future[Any]) -> None:
+        if waiter.cancelled():
+            return
+        if done.cancelled():
+            waiter.cancel()
+        elif done.exception() is not None:
+            waiter.set_exception(done.exception())  # type: ignore[arg-type]
+        else:
+            waiter.set_result(done.result())
+
+    def hand_over(done: concurrent.futures.Future[Any]) -> None:
+        if not loop.is_closed():  # a loop that ended meanwhile awaits nothing any more
+            loop.call_soon_threadsafe(settle, done)
+
+    future.add_done_callback(hand_over)
+    return waiter
+
+
 class ObjectRef:
     """A future value: ``ray.get(ref)``, ``await ref``, ``ray.wait([ref])``, ``ray.cancel(ref)``."""
 
@@ -72,12 +96,17 @@ class ObjectRef:
         try:
             if self._stored is not None:
                 return await self._stored.get_async()
-            return await asyncio.wrap_future(self.future)
+            return await _awaitable(self.future)
         except BaseException as exc:
             raise as_ray_error(exc) from exc
 
     def __await__(self) -> Generator[Any, None, Any]:
         return self.result_async().__await__()
+
+    def as_future(self) -> asyncio.Future[Any]:
+        """The value as an asyncio future of the running loop (Ray's ``ref.as_future()``); cancelling it leaves
+        the call running, so the ref can still be awaited."""
+        return asyncio.ensure_future(self.result_async())
 
     def cancel(self) -> bool:
         return self._cancel() if self._cancel is not None else False

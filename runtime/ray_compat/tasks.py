@@ -90,7 +90,10 @@ class RemoteFunction:
         self._options = opts.check(dict(options), opts.TASK, f"@ray.remote function {self._what}")
         self._generator = inspect.isgeneratorfunction(function)
         if inspect.iscoroutinefunction(function) or inspect.isasyncgenfunction(function):
-            raise NotImplementedError(f"{self._what}: async functions as tasks are not supported; use an async actor")
+            raise ValueError(  # as Ray's: 'async def' is refused for tasks
+                f"{self._what}: 'async def' should not be used for remote tasks; wrap it with asyncio.run(f()) "
+                "or make it a method of an async actor"
+            )
         self._pickled: bytes | None = None
         self.__name__ = getattr(function, "__name__", "task")
         self.__doc__ = function.__doc__
