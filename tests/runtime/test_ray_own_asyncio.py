@@ -14,20 +14,12 @@ import asyncio
 import sys
 import threading
 import time
-from collections.abc import Iterator
 
 import pytest
 
 import runtime.ray_compat as ray
 
-
-@pytest.fixture(scope="module", autouse=True)
-def ray_start_regular_shared() -> Iterator[None]:
-    ray.init(num_cpus=4)
-    try:
-        yield
-    finally:
-        ray.shutdown()
+pytestmark = pytest.mark.usefixtures("ray_start_regular_shared")
 
 
 @ray.remote(num_cpus=0)

@@ -9,20 +9,12 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Iterator
 
 import pytest
 
 import runtime.ray_compat as ray
 
-
-@pytest.fixture(scope="module", autouse=True)
-def ray_start_regular_shared() -> Iterator[None]:
-    ray.init(num_cpus=4)
-    try:
-        yield
-    finally:
-        ray.shutdown()
+pytestmark = pytest.mark.usefixtures("ray_start_regular_shared")
 
 
 def test_async_methods_in_concurrency_group() -> None:

@@ -13,21 +13,12 @@ default is what its options say; not read case by case yet); the deprecation-war
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-
 import pytest
 
 import runtime.ray_compat as ray
 from runtime.ray_compat.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
-
-@pytest.fixture(scope="module", autouse=True)
-def ray_start_regular() -> Iterator[None]:
-    ray.init(num_cpus=4)
-    try:
-        yield
-    finally:
-        ray.shutdown()
+pytestmark = pytest.mark.usefixtures("ray_start_regular_shared")
 
 
 def test_placement_ready() -> None:

@@ -11,7 +11,6 @@ from __future__ import annotations
 import os
 import signal
 import time
-from collections.abc import Iterator
 
 import pytest
 from ray_own_actors import Foo, Pinger, StaticActor
@@ -19,14 +18,7 @@ from ray_own_actors import Foo, Pinger, StaticActor
 import runtime.ray_compat as ray
 from runtime.ray_compat.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
-
-@pytest.fixture(scope="module", autouse=True)
-def session() -> Iterator[None]:
-    ray.init(num_cpus=4)
-    try:
-        yield
-    finally:
-        ray.shutdown()
+pytestmark = pytest.mark.usefixtures("ray_start_regular_shared")
 
 
 def test_actor_init_error_propagated() -> None:
