@@ -44,7 +44,7 @@ from transport.frames import FrameError
 from transport.header_checks import BadHeader
 from transport.protocol import DEFAULT_MAX_HEADER_BYTES, DEFAULT_MAX_MESSAGE_BYTES, Kind
 from transport.security import CurveConfig, ServerKeys
-from transport.sockets import router
+from transport.sockets import router, shared_context
 from transport.waker import Waker
 
 log = logging.getLogger(__name__)
@@ -77,7 +77,7 @@ class ActorServer:
         self.started_at = time.time()
         self.store = CallStore(limits or StoreLimits())
         self.store.release_files = lambda names: self._on_loop(lambda: shared_memory.unlink(names))
-        self.context = context or zmq.Context.instance()
+        self.context = context or shared_context()
         self.instance: Any = None
         self.info: ActorClassInfo | None = None
         self.name = f"actor-{self.pid}"

@@ -15,14 +15,13 @@ import threading
 from collections.abc import Callable, Coroutine
 from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
 
-import zmq
-
 from runtime.connection import DEFAULT_LIVENESS_TIMEOUT_S, Connection
 from runtime.errors import DeadlineExceeded
 from runtime.event_loop import new_event_loop
 from runtime.loop_work import LoopWork
 from transport import shared_memory
 from transport.security import CurveConfig
+from transport.sockets import shared_context
 
 if TYPE_CHECKING:
     from runtime.process import ActorProcess
@@ -39,7 +38,7 @@ class ClientRuntime:
     def __init__(self, loop: asyncio.AbstractEventLoop, thread: threading.Thread | None) -> None:
         self.loop = loop
         self.thread = thread
-        self.context = zmq.Context.instance()
+        self.context = shared_context()
         self.connections: dict[tuple[str, str | None], Connection] = {}  # by (endpoint, CURVE key directory)
         self.processes: list[ActorProcess] = []
         self._loop_thread_id = thread.ident if thread is not None else threading.get_ident()

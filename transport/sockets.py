@@ -8,6 +8,7 @@ CURVE, ZeroMQ's I/O threads too (direct links, :mod:`transport.direct_links`).
 from __future__ import annotations
 
 import logging
+import resource
 from collections.abc import Callable
 
 import zmq
@@ -24,6 +25,20 @@ from transport.zap_gate import ZapGate, default_max_connections
 log = logging.getLogger(__name__)
 
 _HIGH_WATER_MARK = 100_000
+
+
+def shared_context() -> zmq.Context:
+    """This process's ZeroMQ context, allowed as many sockets as the process may open files.
+
+    libzmq's default of 1023 sockets per context is reached by a long-lived driver that has spawned and called
+    about a thousand actors (a connection each), after which every new socket fails with EMFILE.
+    """
+    context = zmq.Context.instance()
+    if context.get(zmq.MAX_SOCKETS) <= 1024:  # set before the context's first socket: later it is ignored
+        soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
+        limit = context.get(zmq.SOCKET_LIMIT)
+        context.set(zmq.MAX_SOCKETS, max(1023, min(limit, soft if soft != resource.RLIM_INFINITY else limit)))
+    return context
 
 
 def _tune(socket: zmq.Socket, *, max_message_bytes: int | None) -> None:
