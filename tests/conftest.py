@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import resource
 import sys
 import time
 from collections.abc import Callable, Iterator
@@ -17,6 +18,15 @@ from runtime import driver_fork
 ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
+
+# The suite is one long-lived driver that connects to well over a thousand actors: let it open as many files as
+# the machine allows (the shared ZeroMQ context sizes itself by this limit, transport.sockets.shared_context).
+_soft, _hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+if _hard == resource.RLIM_INFINITY or _soft < _hard:
+    try:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (_hard if _hard != resource.RLIM_INFINITY else 65536, _hard))
+    except (ValueError, OSError) as exc:  # the limit stays as it was; say why once
+        print(f"[tests] could not raise RLIMIT_NOFILE from {_soft}: {exc}", file=sys.stderr)
 
 
 def _children() -> list[psutil.Process]:
