@@ -103,6 +103,7 @@ class ClientRuntime:
             # (ports are reused) needs a fresh one, or its calls would be fenced off as meant for the old one.
             stale = conn is not None and conn.boot_id is not None and conn.boot_id != boot_id
             if conn is None or conn.dead is not None or stale:
+                self._forget_dead()
                 conn = Connection(
                     self.context,
                     self.loop_work,
@@ -123,6 +124,13 @@ class ClientRuntime:
                     conn.actor, conn.host = actor, host
                     conn.same_machine = shared_memory.shared_with(machine_id)
             return conn
+
+    def _forget_dead(self) -> None:
+        """Drop the connections to dead actors whose sockets are closed (lock held; a dead one closes its socket
+        itself, runtime.connection; until then shutdown closes it)."""
+        dead = [key for key, conn in self.connections.items() if conn.dead is not None and conn.socket_closed]
+        for key in dead:
+            del self.connections[key]
 
     def call_soon(self, fn: Callable[..., Any], *args: Any) -> None:
         """Run ``fn(*args)`` on the loop, from any thread (at once if the loop is gone, e.g. at exit)."""

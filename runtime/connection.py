@@ -53,6 +53,7 @@ from transport.waker import Waker
 log = logging.getLogger(__name__)
 
 DEFAULT_LIVENESS_TIMEOUT_S = 10.0
+_CLOSE_DEAD_AFTER_S = 2.0  # a dead actor's socket closes this long after (a driver outlives thousands of actors)
 _WAIT_SLICE_S = 1.0  # a waiting thread looks again at least this often, whatever woke it or not
 _IDLE, _OPEN, _RESTARTING, _DEAD = (ConnectionState.IDLE, ConnectionState.OPEN, ConnectionState.RESTARTING,
                                    ConnectionState.DEAD)  # fmt: skip
@@ -85,6 +86,7 @@ class Connection:
                 "spawn/attach, get_actor or another handle carries it (connect() takes it as server_key=)"
             )
         self._context = context
+        self._loop_work = loop_work
         self._run_soon = loop_work.run_soon  # bound once: both are on the call path
         self._on_loop_thread = loop_work.on_loop_thread
         self.curve = curve
@@ -122,6 +124,10 @@ class Connection:
         """Where the socket is connected: ``address``, or the actor's same-host twin; None before the first call."""
         return self._socket.address if self._socket is not None else None
 
+    @property
+    def socket_closed(self) -> bool:  # none was opened, or it was closed
+        return self._socket is None or self._socket.closed
+
     def site(self, method: str) -> CallSite:
         return CallSite(self.actor, method, self.host)
 
@@ -129,7 +135,8 @@ class Connection:
         if self._socket is None:
             self._socket = dealer(
                 self._context, self.address, self._on_frames, routing_id=os.urandom(12), curve=self.curve,
-                server_key=self.server_key, on_handshake_failure=self._refused, on_link=self._on_link,
+                server_key=self.server_key, on_link=self._on_link,
+                on_handshake_failure=lambda why: self.mark_dead(f"cannot talk to {self.address}: {why}"),
                 peer_known_up=self.boot_id is not None,  # a constructed incarnation: it was listening
             )  # fmt: skip
             self._socket.start()
@@ -332,9 +339,8 @@ class Connection:
             self._heartbeat.cancel()
         self._fail_all(ActorDied, reason)
         self._fail(list(held.values()), ActorDied, reason)
-
-    def _refused(self, reason: str) -> None:
-        self.mark_dead(f"cannot talk to {self.address}: {reason}")
+        if self._socket is not None:  # closed soon: the acknowledgements an exiting actor waits for leave first
+            self._loop_work.run_later(_CLOSE_DEAD_AFTER_S, self.close)
 
     def _on_link(self, change: LinkChange, reason: str) -> None:
         """The socket monitor's word on the link (on the loop): what it proves is :mod:`runtime.link_liveness`'s."""
@@ -387,8 +393,6 @@ class Connection:
 
     def close(self) -> None:
         self.mark_dead("the connection was closed by this process")
-        if self._heartbeat is not None:
-            self._heartbeat.cancel()
         self._link.close()
         if self._socket is not None:
             self._socket.close()

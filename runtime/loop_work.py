@@ -44,3 +44,10 @@ class LoopWork:
                 work.popleft()()
             except Exception:  # e.g. the socket closed during shutdown: the rest must still run
                 log.exception("%s: work handed to the loop failed", self._name)
+
+    def run_later(self, delay_s: float, fn: Callable[[], Any]) -> None:
+        """Run ``fn`` on the loop in ``delay_s`` seconds (at once when the loop is gone, e.g. at exit)."""
+        if self._loop.is_closed() or not self._loop.is_running():
+            fn()
+        else:
+            self.run_soon(lambda: self._loop.call_later(delay_s, fn))

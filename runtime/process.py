@@ -143,6 +143,8 @@ class ActorProcess:
                 continue
             self.recent_output.append(line.rstrip("\n"))
             sys.stderr.write(f"({self.label} pid={self.pid}) {line}")
+        with contextlib.suppress(OSError):
+            self.popen.stdout.close()  # a driver that outlives thousands of actors keeps no pipe of theirs
         self._output_done.set()
         self._set_ready()  # EOF: the process is gone
 

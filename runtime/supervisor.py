@@ -19,6 +19,7 @@ BaseException exits with a non-zero code (:mod:`runtime.actor_exit`) and is rest
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import threading
 from collections.abc import Awaitable, Callable
@@ -124,6 +125,8 @@ class Supervisor:
             final = self._stopping or self._runtime.closing or code == 0 or self._budget_spent()
             self._restarting = not final
         if final:
+            with contextlib.suppress(ValueError):  # the runtime kills only what may still run at shutdown
+                self._runtime.processes.remove(self.process)
             if not self._stopping:  # else kill() says why
                 self.handle.mark_dead(self._final_reason(what))
             return

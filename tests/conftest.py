@@ -29,13 +29,29 @@ if _hard == resource.RLIM_INFINITY or _soft < _hard:
         print(f"[tests] could not raise RLIMIT_NOFILE from {_soft}: {exc}", file=sys.stderr)
 
 
+def _running(proc: psutil.Process) -> bool:
+    """Alive and not a zombie (one that ends or becomes a zombie while we look counts as gone)."""
+    try:
+        return proc.is_running() and proc.status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:  # ZombieProcess is a NoSuchProcess
+        return False
+
+
 def _children() -> list[psutil.Process]:
-    """Our descendants but this process's own fork server (runtime.driver_fork), which lives as long as we do."""
+    """Our running descendants but this process's own fork server (runtime.driver_fork), which lives as long as
+    we do."""
     own = driver_fork.server_pid()
     try:
-        return [p for p in psutil.Process(os.getpid()).children(recursive=True) if p.is_running() and p.pid != own]
+        return [p for p in psutil.Process(os.getpid()).children(recursive=True) if p.pid != own and _running(p)]
     except psutil.NoSuchProcess:
         return []
+
+
+def _describe(proc: psutil.Process) -> tuple[int, list[str]]:
+    try:
+        return proc.pid, proc.cmdline()[:4]
+    except psutil.NoSuchProcess:
+        return proc.pid, ["<ended>"]
 
 
 @pytest.fixture
@@ -46,13 +62,17 @@ def no_leaks() -> Iterator[None]:
     deadline = time.monotonic() + 5.0
     leaked: list[psutil.Process] = []
     while time.monotonic() < deadline:
-        leaked = [p for p in _children() if p.pid not in before and p.status() != psutil.STATUS_ZOMBIE]
+        leaked = [p for p in _children() if p.pid not in before]
         if not leaked:
             return
         time.sleep(0.1)
+    described = [_describe(p) for p in leaked]
     for proc in leaked:
-        proc.kill()
-    pytest.fail(f"test left processes running: {[(p.pid, p.cmdline()[:4]) for p in leaked]}")
+        try:
+            proc.kill()
+        except psutil.NoSuchProcess:
+            pass
+    pytest.fail(f"test left processes running: {described}")
 
 
 @pytest.fixture

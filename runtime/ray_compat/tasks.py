@@ -42,12 +42,15 @@ class TaskPool:
         self._workers: list[NativeHandle] = []
         self._busy: dict[int, int] = {}
         self._lock = threading.Lock()
+        self._stopped = False
 
     def sign(self, function: bytes) -> bytes:
         return mac_of(self._secret, function)
 
     def _pick(self) -> NativeHandle:
         with self._lock:
+            if self._stopped:
+                raise RuntimeError("ray.shutdown() was called: this task was not started; call ray.init() again")
             live = [w for w in self._workers if w.dead is None]
             self._workers = live
             idle = min(live, key=lambda w: self._busy.get(id(w), 0), default=None)
@@ -56,8 +59,14 @@ class TaskPool:
                 return idle
         worker = spawn(TaskWorker, kwargs={"secret": self._secret}, env=self._env, cwd=self._cwd)
         with self._lock:
-            self._workers.append(worker)
-            self._busy[id(worker)] = 1
+            stopped = self._stopped
+            if not stopped:
+                self._workers.append(worker)
+                self._busy[id(worker)] = 1
+        if stopped:  # ray.shutdown() ran while this worker started: it must not outlive the session
+            with contextlib.suppress(Exception):
+                worker.kill()
+            raise RuntimeError("ray.shutdown() was called: this task was not started; call ray.init() again")
         return worker
 
     def _release(self, worker: NativeHandle, failed: BaseException | None) -> None:
@@ -75,6 +84,7 @@ class TaskPool:
 
     def stop(self) -> None:
         with self._lock:
+            self._stopped = True
             workers, self._workers = self._workers, []
         for worker in workers:
             with contextlib.suppress(Exception):

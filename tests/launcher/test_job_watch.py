@@ -49,8 +49,11 @@ def test_heartbeat_timeout_and_status_of_a_hanging_job(tmp_path: Path) -> None:
     started = time.monotonic()
     with launched(config, MILES_TEST_MARKER=str(marker)) as launcher:
         wait_for("the job to run", marker.exists, timeout_s=60)
-        report = wait_for("status to see the job", lambda: (r := status(config)).get("launch", {}).get(
-            "job_elapsed_s") is not None and r, timeout_s=20)  # fmt: skip
+        # The launcher saves its state file on a change of phase and, for output, at most every _SAVE_EVERY_S:
+        # status may see the job running a moment before it sees the line the job printed.
+        report = wait_for("status to see the job and its output", lambda: (r := status(config)).get("launch", {}).get(
+            "job_elapsed_s") is not None and r["launch"].get("last_output_s") is not None and r,
+            timeout_s=20)  # fmt: skip
         assert report["running"] and report["launch"]["phase"] == "running job", report
         assert report["launch"]["last_output_s"] is not None and report["launch"]["last_output_s"] < 30, report
         assert report["hosts"]["n0"]["c-0-0"]["state"] == "attached"

@@ -8,12 +8,14 @@ import random
 import signal
 import time
 
+import psutil
 import pytest
 from raw_client import RawClient
 from waiting import wait_until
 
 from runtime import ActorDied, ActorHandle, OverCapacity, spawn
 from runtime.call_ids import new_call_id
+from runtime.client import ClientRuntime
 from runtime.internals import StoreLimits
 from transport import frames as wire
 from transport.protocol import Kind
@@ -181,3 +183,26 @@ def test_fuzzed_frames_leave_the_server_serving(counter: ActorHandle) -> None:
         assert dropped > 500
     finally:
         raw.close()
+
+
+def test_a_driver_that_outlives_many_actors_keeps_no_socket_for_the_dead_ones(no_leaks: None) -> None:
+    """The suite's own driver once ran out of sockets (EMFILE) after about a thousand actors had come and gone:
+    the client kept every dead actor's connection open until shutdown."""
+    me = psutil.Process()
+
+    def spawn_call_kill(count: int) -> None:
+        for _ in range(count):
+            actor = spawn("sample_actors:Counter")
+            try:
+                assert actor.add(1).result(timeout=30) == 1
+            finally:
+                actor.kill()
+
+    spawn_call_kill(2)  # the runtime's own sockets and the fork server are in place
+    time.sleep(2.5)  # a dead actor's socket closes 2 s after its death
+    before = me.num_fds()
+    spawn_call_kill(12)  # each held a socket, a monitor socket and descriptors of ZeroMQ's own while it lived
+    wait_until(lambda: me.num_fds() <= before + 4, f"descriptors stayed open: {before} before, now", timeout_s=10)
+    runtime = ClientRuntime.get()
+    spawn("sample_actors:Counter").kill()  # a new connection forgets the dead ones whose sockets are closed
+    assert sum(1 for c in runtime.connections.values() if c.dead is not None and c.socket_closed) == 0
