@@ -1,15 +1,13 @@
-"""Methods every actor process answers, whatever its class: construct, health, stats, shutdown, methods.
+"""Methods every actor process answers, whatever its class (construct, health, stats, shutdown, cancel, streams),
+and the registry where the features above the actor's side (object refs, collective groups) add theirs.
 
-Their names start with ``__`` so they can never clash with a user's public methods. Most run inline on the event
-loop (the control lane); ``__prepare__`` and ``__construct__`` run on a lane of their own, collective joins and
-tensor sends on the collective lane. Each gets
-the server as a :class:`BuiltinHost`: exactly what the built-ins read and do of it.
+Their names start with ``__`` so they never clash with a user's methods. Each gets the server as a
+:class:`BuiltinHost`: exactly what the built-ins read and do of it.
 """
 
 from __future__ import annotations
 
 import asyncio
-import importlib
 import logging
 import os
 import time
@@ -17,16 +15,11 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-import cloudpickle
-
-from runtime import collective_groups, tensor_transfer
 from runtime.call_store import CallRecord, CallState, CallStore, StoreLimits
-from runtime.handle_names import checked_class_info
+from runtime.class_refs import resolve_class
 from runtime.metadata import ActorClassInfo, class_info, coerce_constructor_kwargs
-from runtime.object_store import store as objects
-from runtime.server_lanes import COLLECTIVE_LANE, CONSTRUCT_LANE
+from runtime.server_lanes import CONSTRUCT_LANE
 from runtime.stream_table import StreamTable, stream_close, stream_next
-from runtime.tensor_store import store as tensors
 from transport import sealed_pickle
 from transport.endpoints import ZmqEndpoint
 from transport.security import CurveConfig, ServerKeys
@@ -77,29 +70,6 @@ class Builtin:
     takes_peer: bool = False  # called with the caller's routing id after the server (it may act on its calls only)
 
 
-def resolve_class(class_ref: str | bytes) -> type:
-    """A class from ``"package.module:Qualified.Name"`` or from cloudpickled bytes."""
-    if isinstance(class_ref, bytes):
-        return cloudpickle.loads(class_ref)
-    module_name, _, qualname = class_ref.partition(":")
-    if not qualname:
-        raise ValueError(f"actor class {class_ref!r} must be given as 'package.module:ClassName'")
-    try:
-        target: Any = importlib.import_module(module_name)
-    except ImportError as exc:
-        raise ImportError(
-            f"cannot import module {module_name!r} for actor class {class_ref!r} in this process "
-            f"(pid {os.getpid()}): {exc}; is the package installed / on PYTHONPATH on this host?"
-        ) from exc
-    for part in qualname.split("."):
-        target = getattr(target, part, None)
-        if target is None:
-            raise ImportError(f"module {module_name!r} has no attribute {qualname!r} (actor class {class_ref!r})")
-    if not isinstance(target, type):
-        raise TypeError(f"actor class {class_ref!r} is not a class but {type(target).__name__}")
-    return target
-
-
 def _prepare(server: BuiltinHost, class_ref: str | bytes, groups: dict[str, int]) -> str:
     """Import the class and register the types its constructor and methods name, before ``__construct__``
     arrives: its keyword arguments may hold such types (e.g. a pydantic config)."""
@@ -110,7 +80,7 @@ def _construct(server: BuiltinHost, class_ref: str | bytes, kwargs: dict[str, An
     if server.instance is not None:
         raise RuntimeError(f"actor {server.name!r} is already constructed; spawn a new process for another actor")
     cls = resolve_class(class_ref)
-    info = checked_class_info(cls, options.get("concurrency_groups"))  # a class only this host can import too
+    info = _class_check(cls, options.get("concurrency_groups"))  # a class only this host can import too
     limits = options.get("limits")
     if limits:
         server.set_limits(StoreLimits(**limits))
@@ -193,38 +163,6 @@ def _cancel(server: BuiltinHost, peer: bytes, call_ids: list[bytes]) -> list[str
     return outcomes
 
 
-async def _object_get(server: BuiltinHost, key: str) -> Any:
-    return await objects.get_async(key)
-
-
-def _object_free(server: BuiltinHost, key: str) -> bool:
-    return objects.free(key)
-
-
-def _collective_open(server: BuiltinHost, name: str, world_size: int, timeout_s: float) -> dict[str, Any]:
-    return collective_groups.open_store(name, world_size, timeout_s)
-
-
-def _collective_store(server: BuiltinHost, name: str, op: str, args: list[Any]) -> Any:
-    return collective_groups.store_operation(name, op, args)
-
-
-def _collective_join(server: BuiltinHost, *args: Any) -> dict[str, Any]:
-    return collective_groups.join(*args)
-
-
-def _collective_leave(server: BuiltinHost, name: str) -> bool:
-    return collective_groups.leave(name)
-
-
-def _tensor_send(server: BuiltinHost, key: str, dst_rank: int, tag: int) -> int:
-    return tensor_transfer.serve_send(key, dst_rank, tag)
-
-
-def _tensor_free(server: BuiltinHost, key: str) -> bool:
-    return tensors.free(key)
-
-
 async def _stream_next(server: BuiltinHost, peer: bytes, *args: Any) -> list[Any]:
     return await stream_next(server.streams, peer, *args)
 
@@ -241,16 +179,37 @@ BUILTINS: dict[str, Builtin] = {
     "__shutdown__": Builtin(_shutdown),
     "__methods__": Builtin(_methods),
     "__cancel__": Builtin(_cancel, takes_peer=True),
-    "__object_get__": Builtin(_object_get, is_async=True),
-    "__object_free__": Builtin(_object_free),
-    # Collective groups and device-resident refs (runtime.collective, runtime.tensor_refs): joins and sends block,
-    # so they run on the collective lane, beside whatever method runs; rendezvous keys are read on the loop.
-    "__collective_open__": Builtin(_collective_open, lane=COLLECTIVE_LANE),
-    "__collective_join__": Builtin(_collective_join, lane=COLLECTIVE_LANE),
-    "__collective_store__": Builtin(_collective_store),
-    "__collective_leave__": Builtin(_collective_leave),
-    "__tensor_send__": Builtin(_tensor_send, lane=COLLECTIVE_LANE),
-    "__tensor_free__": Builtin(_tensor_free),
     "__stream_next__": Builtin(_stream_next, is_async=True, takes_peer=True),
     "__stream_close__": Builtin(_stream_close, takes_peer=True),
 }
+
+
+def register(name: str, builtin: Builtin) -> None:
+    """Add a feature's built-in method (object refs, collective groups): every actor process answers it."""
+    if not (name.startswith("__") and name.endswith("__")):
+        raise ValueError(f"built-in method {name!r} must be named __like_this__ (it must never shadow a user's)")
+    if BUILTINS.get(name, builtin) is not builtin:
+        raise ValueError(f"built-in method {name!r} is registered twice")
+    BUILTINS[name] = builtin
+
+
+def without_server(function: Callable[..., Any]) -> Callable[..., Any]:
+    """A feature's function as a built-in's: it is called with the server first and needs nothing of it."""
+    return lambda _server, *args, **kwargs: function(*args, **kwargs)
+
+
+ClassCheck = Callable[[type, "dict[str, int] | None"], ActorClassInfo]
+
+
+def _class_info(cls: type, concurrency_groups: dict[str, int] | None) -> ActorClassInfo:
+    return class_info(cls, tuple(sorted((concurrency_groups or {}).items())))
+
+
+_class_check: ClassCheck = _class_info
+
+
+def set_class_check(check: ClassCheck) -> None:
+    """What ``__construct__`` checks a class with besides its metadata: the caller's side refuses a method its
+    handles would shadow (runtime.handle_names), which this side cannot know."""
+    global _class_check
+    _class_check = check

@@ -24,9 +24,12 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from runtime import builtin_methods
+from runtime.builtin_methods import Builtin, without_server
 from runtime.collective_store import StoreTable, actor_store, local_asker, remote_asker
 from runtime.handle import ActorHandle
 from runtime.net_routes import interface_towards
+from runtime.server_lanes import COLLECTIVE_LANE
 
 if TYPE_CHECKING:
     import torch.distributed as dist
@@ -215,3 +218,10 @@ def leave(name: str) -> bool:
         c10d._world.pg_group_ranks.pop(entry.group, None)
     log.info("left collective group %s (rank %d)", name, entry.rank)
     return True
+
+
+# Joins block, so they run on the collective lane, beside whatever method runs; rendezvous keys are read on the loop.
+builtin_methods.register("__collective_open__", Builtin(without_server(open_store), lane=COLLECTIVE_LANE))
+builtin_methods.register("__collective_join__", Builtin(without_server(join), lane=COLLECTIVE_LANE))
+builtin_methods.register("__collective_store__", Builtin(without_server(store_operation)))
+builtin_methods.register("__collective_leave__", Builtin(without_server(leave)))

@@ -10,6 +10,7 @@ from __future__ import annotations
 import functools
 import inspect
 
+from runtime import builtin_methods
 from runtime.called_by_name import by_name
 from runtime.errors import ActorDefinitionError
 from runtime.handle import ActorHandle
@@ -56,3 +57,6 @@ def _rename(name: str, taken: frozenset[str]) -> str:
         if candidate not in taken:
             return candidate
     return f"{name}_method"
+
+
+builtin_methods.set_class_check(checked_class_info)  # __construct__ refuses such a class on its host too

@@ -14,8 +14,9 @@ import os
 import threading
 from typing import Any
 
-from runtime import driver_server
+from runtime import builtin_methods, driver_server
 from runtime.actor_server import ActorServer
+from runtime.builtin_methods import Builtin, without_server
 from runtime.handle import ActorHandle
 from runtime.object_refs import ObjectRef
 from runtime.object_store import store
@@ -87,3 +88,7 @@ def own_handle() -> tuple[ActorHandle, ActorServer] | None:
     if server is None or server.info is None or isinstance(server.instance, DriverObjects):
         return None
     return _handle_of(server), server
+
+
+builtin_methods.register("__object_get__", Builtin(without_server(store.get_async), is_async=True))
+builtin_methods.register("__object_free__", Builtin(without_server(store.free)))

@@ -2,7 +2,7 @@
 
 ``runtime.put`` keeps a value here (:mod:`runtime.object_owner`) and hands out an ObjectRef naming its key; the
 built-in methods ``__object_get__`` and ``__object_free__`` serve it to any holder of the ref
-(:mod:`runtime.builtin_methods`). One store per process: an actor's, or a driver's.
+(:mod:`runtime.object_owner` registers them). One store per process: an actor's, or a driver's.
 """
 
 from __future__ import annotations

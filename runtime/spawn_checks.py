@@ -18,8 +18,8 @@ from typing import Any
 import cloudpickle
 
 from runtime import name_registry
-from runtime.builtin_methods import resolve_class
 from runtime.call_store import StoreLimits
+from runtime.class_refs import resolve_class
 from runtime.metadata import class_path
 from runtime.supervisor import check_max_restarts
 

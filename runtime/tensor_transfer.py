@@ -23,10 +23,12 @@ import threading
 import time
 from typing import TYPE_CHECKING, Any
 
-from runtime import collective_groups, tensor_specs
+from runtime import builtin_methods, collective_groups, tensor_specs
+from runtime.builtin_methods import Builtin, without_server
 from runtime.collective_groups import CollectiveError, GroupMember
 from runtime.errors import ActorDied, ActorError, DeadlineExceeded, RemoteError
 from runtime.handle import ActorHandle
+from runtime.server_lanes import COLLECTIVE_LANE
 from runtime.tensor_specs import TensorSpec
 from runtime.tensor_store import store
 
@@ -195,3 +197,7 @@ def alive(peer: ActorHandle) -> bool:
 
 def spec_list(tensors: dict[str, Any]) -> tuple[TensorSpec, ...]:
     return tuple(tensor_specs.spec_of(name, tensor) for name, tensor in tensors.items())
+
+
+builtin_methods.register("__tensor_send__", Builtin(without_server(serve_send), lane=COLLECTIVE_LANE))  # it blocks
+builtin_methods.register("__tensor_free__", Builtin(without_server(store.free)))
