@@ -85,7 +85,7 @@ def build_model_from_named_tensors(
 # other *.safetensors files, or torch files (*.bin, *.pt, *.pth) each a {name: tensor} state dict saved with
 # torch.save; shards are merged, and safetensors win if both exist.
 def read_weights_dir(path: str | Path) -> list[tuple[str, torch.Tensor]]:
-    """All ``(name, tensor)`` pairs stored in a model directory (see the module docstring for formats)."""
+    """All ``(name, tensor)`` pairs stored in a model directory (formats: the comment above)."""
     directory = Path(path)
     if not directory.is_dir():
         raise WeightsError(f"model_path {str(directory)!r} is not a directory")

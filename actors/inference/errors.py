@@ -1,14 +1,4 @@
-"""Errors of the inference controller; every message names the cell and the URL involved.
-
-| error              | what happened                                                | what to do                     |
-| ------------------ | ------------------------------------------------------------ | ------------------------------ |
-| EngineStartError   | an engine exited, or was not ready by its deadline           | read the log tail it quotes    |
-| EngineRequestError | an engine refused, or did not answer a control request       | a dead engine is restarted     |
-| UpdateInProgress   | start_update_weights timed out: another update holds the lock | end/abort that update first   |
-| UpdateNotHeld      | end/abort/push with a token that does not hold the lock      | call start_update_weights      |
-| NoServingEngines   | no engine can take the request (all failed, or pending)      | see cells() for each error     |
-| MemoryReleased     | generation or an update while the engines' memory is released | call resume_memory() first    |
-"""
+"""Errors of the inference controller; every message names the cell and the URL involved."""
 
 from __future__ import annotations
 
