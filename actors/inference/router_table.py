@@ -68,7 +68,7 @@ def router_pool(
 # controller and a controller serves every cell of its engine_pool, so several controller cells need router_pool =
 # false and a controller pool with an engine pool has one cell (both refused at plan time).
 def expand_controller_pool(pool: dict[str, Any]) -> list[dict[str, Any]]:
-    """A controller pool's tables: itself, and its default router pool on the launcher's host (see expand_controller_pool).
+    """A controller pool's tables: itself, and its default router pool on the launcher's host (rules above).
 
     Raises ValueError (the launcher names the pool and this expander) for a choice that cannot work.
     """
