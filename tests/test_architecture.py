@@ -128,19 +128,9 @@ def test_layers_import_only_downward() -> None:
     assert not upward, "imports from a higher layer (order: " + " < ".join(LAYERS) + "):\n" + "\n".join(upward)
 
 
-#: The actor's side of a call (receiving, routing, running, remembering it): it must run in a process that has no
-#: handle to anyone, so it never imports the caller's side or a feature built over both (issue 43). Features add
-#: their built-in methods through runtime.builtin_methods.register.
-ACTOR_SIDE = ("actor_server", "call_routing", "call_runner", "builtin_methods", "admission", "call_store",
-              "server_lanes", "stream_runner", "stream_table", "server_phase", "lanes", "group_loops",
-              "actor_exit")  # fmt: skip
-NOT_BELOW_THE_ACTOR_SIDE = ("handle", "client", "connection", "call", "call_future", "stream_call", "acks",
-                            "link_liveness", "connection_state", "handle_names", "object_owner", "object_refs",
-                            "object_store", "collective", "collective_groups", "collective_store", "tensor_put",
-                            "tensor_refs", "tensor_store", "tensor_transfer", "member_watch", "naming", "name_service",
-                            "service", "spawn", "process", "supervisor", "driver_server", "ray_compat")  # fmt: skip
-
-
+#: The actor's side of a call (receiving, routing, running, remembering it) never imports the caller's side or a
+#: feature built over both (issue 43): features add their built-in methods through runtime.actor.builtin_methods.
+#: Below it is only runtime.core (what both sides share) and transport.
 def reachable(graph: dict[str, set[str]], start: str) -> set[str]:
     seen: set[str] = set()
     todo = [start]
@@ -152,15 +142,26 @@ def reachable(graph: dict[str, set[str]], start: str) -> set[str]:
     return seen
 
 
-def test_the_actor_side_imports_neither_the_callers_side_nor_a_feature() -> None:
+def test_the_actor_side_imports_only_itself_the_core_and_transport() -> None:
     graph = import_graph(module_files(ROOT, LAYERS))
-    forbidden = {f"runtime.{name}" for name in NOT_BELOW_THE_ACTOR_SIDE} | {"runtime"}
+    allowed = ("runtime.actor", "runtime.core", "transport")
     found = {
-        f"runtime.{name}": sorted(reachable(graph, f"runtime.{name}") & forbidden)
-        for name in ACTOR_SIDE
-        if reachable(graph, f"runtime.{name}") & forbidden
+        module: sorted(m for m in reachable(graph, module) if not m.startswith(allowed))
+        for module in graph
+        if module.startswith("runtime.actor.")
     }
+    found = {module: reached for module, reached in found.items() if reached}
     assert not found, f"the actor's side reaches the caller's side or a feature: {found}"
+
+
+def test_the_core_imports_only_itself_and_transport() -> None:
+    graph = import_graph(module_files(ROOT, LAYERS))
+    found = {
+        module: sorted(m for m in reachable(graph, module) if not m.startswith(("runtime.core", "transport")))
+        for module in graph
+        if module.startswith("runtime.core.")
+    }
+    assert not {m: r for m, r in found.items() if r}, found
 
 
 def test_no_module_over_400_lines() -> None:

@@ -16,7 +16,7 @@ from actors.inference.errors import EngineStartError
 from actors.inference.provider_address import worker_url_host
 from launcher.provider_service import ProviderApiError, ProviderClient
 from runtime import ActorHandle, RemoteError
-from runtime.naming import get_actor_async
+from runtime.names.naming import get_actor_async
 
 logger = logging.getLogger(__name__)
 

@@ -1,4 +1,5 @@
-"""The built-in methods registry (runtime/builtin_methods.py): features above the actor's side add theirs here, and a
+"""The built-in methods registry (runtime/actor/builtin_methods.py): features above the actor's side add theirs here,
+and a
 name that could shadow a user's method or one registered twice is refused."""
 
 from __future__ import annotations
@@ -6,9 +7,9 @@ from __future__ import annotations
 import pytest
 
 import runtime  # noqa: F401  (importing the runtime registers every feature's built-ins)
-from runtime import builtin_methods
-from runtime.builtin_methods import BUILTINS, Builtin, register, without_server
-from runtime.server_lanes import COLLECTIVE_LANE
+from runtime.actor import builtin_methods
+from runtime.actor.builtin_methods import BUILTINS, Builtin, register, without_server
+from runtime.actor.server_lanes import COLLECTIVE_LANE
 
 
 def test_the_features_built_ins_are_registered_with_their_lanes() -> None:
@@ -30,7 +31,8 @@ def test_a_features_function_is_called_without_the_server() -> None:
     assert builtin.function(object(), 2, b=3) == 5
 
 
-def test_construct_checks_classes_with_the_callers_rules() -> None:
-    from runtime.handle_names import checked_class_info
+def test_an_actor_process_checks_classes_with_the_callers_rules() -> None:
+    import runtime.worker  # noqa: F401  (an actor process's entry point sets the check)
+    from runtime.caller.handle_names import checked_class_info
 
     assert builtin_methods._class_check is checked_class_info  # a method named like handle.pid is refused on its host
