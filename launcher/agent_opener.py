@@ -8,15 +8,14 @@ exec channel) and SrunOpener (an ``srun`` step). One WorkerProvider drives every
 
 from __future__ import annotations
 
-from collections.abc import MutableMapping
 from typing import Protocol
 
-from launcher.agent_link import AgentLink, EventCallback
+from launcher.agent_link import AgentLink
+from launcher.agent_wiring import AgentWiring
 from launcher.config_errors import PROVIDER_FIX
 from launcher.errors import ConfigError
 from launcher.hosts_config import ClusterConfig, HostConfig
 from launcher.local_opener import LocalOpener
-from launcher.progress import Say
 from launcher.srun_opener import SrunOpener
 from launcher.ssh_opener import SshOpener
 
@@ -32,15 +31,12 @@ class AgentOpener(Protocol):
 class AgentOpeners:
     """The launch's openers, one per ``provider`` value; opens each host's agent with the one its config names."""
 
-    def __init__(
-        self, config: ClusterConfig, *, on_event: EventCallback, reach_back: MutableMapping[str, str], say: Say
-    ) -> None:
-        settings = config.launcher
+    def __init__(self, config: ClusterConfig, wiring: AgentWiring) -> None:
         srun_args = config.cluster.srun_args if config.cluster is not None else ()
         self.by_provider: dict[str, AgentOpener] = {
-            "local": LocalOpener(settings, on_event),
-            "ssh": SshOpener(settings, on_event, reach_back=reach_back, say=say),
-            "slurm": SrunOpener(settings, on_event, reach_back=reach_back, say=say, srun_args=srun_args),
+            "local": LocalOpener(wiring),
+            "ssh": SshOpener(wiring),
+            "slurm": SrunOpener(wiring, srun_args=srun_args),
         }
         for host in config.hosts:
             self.for_host(host)  # a host no opener serves is refused now, before any agent starts

@@ -12,12 +12,12 @@ from __future__ import annotations
 import logging
 import os
 import socket
-from collections.abc import MutableMapping, Sequence
+from collections.abc import Sequence
 
-from launcher.agent_link import AgentLink, EventCallback
+from launcher.agent_link import AgentLink
 from launcher.agent_process import agent_shell_command, open_agent_process
-from launcher.hosts_config import HostConfig, LauncherSettings
-from launcher.progress import Say
+from launcher.agent_wiring import AgentWiring
+from launcher.hosts_config import HostConfig
 from launcher.slurm_commands import SlurmError, run_tool, step_argv
 
 log = logging.getLogger(__name__)
@@ -37,27 +37,17 @@ def address_towards(address: str) -> str:
 class SrunOpener:
     """Starts a node's host agent as an srun step of the allocation this launcher runs in."""
 
-    def __init__(
-        self,
-        settings: LauncherSettings,
-        on_event: EventCallback,
-        *,
-        reach_back: MutableMapping[str, str],
-        say: Say,
-        srun_args: Sequence[str] = (),
-    ) -> None:
-        self.settings = settings
+    def __init__(self, wiring: AgentWiring, *, srun_args: Sequence[str] = ()) -> None:
+        self.wiring = wiring
         self.srun_args = tuple(srun_args)  # [cluster] srun_args: more srun options for every agent's step
-        self._on_event = on_event
-        self._reach_back = reach_back  # host -> the launcher's address as its processes reach it
-        self._say = say
 
     def open(self, host: HostConfig) -> AgentLink:
         """Start the step and wait for its agent's hello."""
-        self._reach_back[host.name] = address_towards(host.reach_address)
+        wiring = self.wiring
+        wiring.reach_back[host.name] = address_towards(host.reach_address)
         argv = [*step_argv(host.name, name=f"miles-agent-{host.name}", extra=self.srun_args), "bash", "-c"]
-        argv.append(agent_shell_command(host, self.settings))
-        self._say(f"host {host.name}: starting its agent with srun (step on node {host.name}, {host.address})")
+        argv.append(agent_shell_command(host, wiring.settings))
+        wiring.say(f"host {host.name}: starting its agent with srun (step on node {host.name}, {host.address})")
 
         def remove(key_dir: str | None, code: int | None) -> None:
             # A clean exit: the agent removed its keys. A step that did not end (a dead node, a partition): the node
@@ -69,4 +59,4 @@ class SrunOpener:
             except SlurmError as exc:
                 log.warning("host %s: could not remove the CURVE keys %s: %s", host.name, key_dir, exc)
 
-        return open_agent_process(host, self.settings, self._on_event, argv, env=dict(os.environ), remove=remove)
+        return open_agent_process(host, wiring.settings, wiring.on_event, argv, env=dict(os.environ), remove=remove)

@@ -9,45 +9,35 @@ connection half-open is caught by the agent's heartbeat timeout.
 from __future__ import annotations
 
 import time
-from collections.abc import MutableMapping
 
 import paramiko
 
-from launcher.agent_link import AgentLink, EventCallback
+from launcher.agent_link import AgentLink
 from launcher.agent_process import agent_shell_command
+from launcher.agent_wiring import AgentWiring
 from launcher.errors import AgentError
-from launcher.hosts_config import HostConfig, LauncherSettings
+from launcher.hosts_config import HostConfig
 from launcher.launch_log import LOG_NAME
-from launcher.progress import Say
 from launcher.ssh_remote import check_host, remove_remote_keys, ssh_connect
 
 
 class SshOpener:
     """Starts a host's agent over one SSH connection per host."""
 
-    def __init__(
-        self,
-        settings: LauncherSettings,
-        on_event: EventCallback,
-        *,
-        reach_back: MutableMapping[str, str],
-        say: Say,
-    ) -> None:
-        self.settings = settings
-        self._on_event = on_event
-        self._reach_back = reach_back  # host -> the launcher's address as its SSH connection came from
-        self._say = say
+    def __init__(self, wiring: AgentWiring) -> None:
+        self.wiring = wiring
 
     def open(self, host: HostConfig) -> AgentLink:
         """Connect, run the agent on an exec channel and wait for its hello (probing the host if it does not come)."""
-        settings = self.settings
+        wiring = self.wiring
+        settings = wiring.settings
         started = time.monotonic()
         client = ssh_connect(host, settings.connect_timeout_s, log_file=settings.workdir / LOG_NAME)
         try:
             transport = client.get_transport()
             assert transport is not None
-            self._reach_back[host.name] = str(transport.sock.getsockname()[0])
-            self._say(f"host {host.name}: SSH {host.ssh.user}@{host.address}:{host.ssh.port} in {_since(started)}")
+            wiring.reach_back[host.name] = str(transport.sock.getsockname()[0])  # where its SSH connection came from
+            wiring.say(f"host {host.name}: SSH {host.ssh.user}@{host.address}:{host.ssh.port} in {_since(started)}")
             channel = transport.open_session(timeout=settings.connect_timeout_s)
             channel.exec_command(agent_shell_command(host, settings))
 
@@ -70,7 +60,7 @@ class SshOpener:
                 recv_stream=channel.makefile("rb"),
                 stderr_stream=channel.makefile_stderr("rb"),
                 close_transport=close_transport,
-                on_event=self._on_event,
+                on_event=wiring.on_event,
                 heartbeat_interval_s=settings.heartbeat_interval_s,
                 heartbeat_timeout_s=settings.heartbeat_timeout_s,
             )

@@ -31,6 +31,7 @@ from launcher import agent_protocol as proto
 from launcher.agent_link import AgentLink
 from launcher.agent_opener import AgentOpeners
 from launcher.agent_pool import AgentPool
+from launcher.agent_wiring import AgentWiring
 from launcher.cell_starter import CellStarter
 from launcher.cell_table import CellTable
 from launcher.cells import CellInfo, DeathReport, WorkerInfo
@@ -78,9 +79,8 @@ class WorkerProvider:
             log_sink=log_sink,
             on_death=on_death,
         )
-        self.openers = AgentOpeners(
-            config, on_event=self._events.on_event, reach_back=self.services.reach_back, say=self._say
-        )
+        wiring = AgentWiring(self.settings, self._events.on_event, self.services.reach_back, self._say)
+        self.openers = AgentOpeners(config, wiring)
         self.agents = AgentPool(
             config, self.plan, open_agent=self.openers.open, on_connected=self._host_connected, say=self._say
         )

@@ -11,6 +11,7 @@ import toml_text
 from launch_helpers import PYTHON, local_host
 
 from launcher.agent_opener import AgentOpeners
+from launcher.agent_wiring import AgentWiring
 from launcher.errors import ConfigError
 from launcher.hosts_config import ClusterConfig, load_config
 from launcher.local_opener import LocalOpener
@@ -31,10 +32,9 @@ def write(tmp_path: Path, data: dict[str, Any]) -> Path:
 
 
 def openers_of(config: ClusterConfig, reach_back: dict[str, str] | None = None) -> AgentOpeners:
-    return AgentOpeners(
-        config, on_event=lambda _host, _event: None, reach_back={} if reach_back is None else reach_back,
-        say=lambda _message, _level=0: None,
-    )  # fmt: skip
+    reach_back = {} if reach_back is None else reach_back
+    wiring = AgentWiring(config.launcher, lambda _host, _event: None, reach_back, lambda _message, _level=0: None)
+    return AgentOpeners(config, wiring)
 
 
 def test_local_and_ssh_hosts_of_one_file_each_get_their_own_opener(tmp_path: Path) -> None:
