@@ -1,12 +1,12 @@
-"""Processes on hosts: hosts.toml, worker specs, placement, the local and SSH WorkerProviders, ``miles-launch``.
+"""Processes on hosts: hosts.toml, worker specs, placement, the WorkerProvider and its agent openers, ``miles-launch``.
 
 Public surface::
 
-    from launcher import load_config, plan_placement, make_provider
+    from launcher import load_config, plan_placement, WorkerProvider
 
     config = load_config("hosts.toml")                       # frozen pydantic models; ConfigError names the field
     plan = plan_placement(config.hosts, config.pools)         # all-or-nothing; PlacementError says what is short
-    with make_provider(config, plan=plan) as provider:        # LocalProvider or SSHProvider
+    with WorkerProvider(config, plan=plan) as provider:       # each host's agent: local, over SSH or srun
         provider.start_all()                                  # host agents, spawn, wait ready, attach actors
         provider.handles("rollout")[0].generate(...).result()
         provider.deaths                                       # DeathReport for every worker that died
@@ -22,6 +22,7 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from launcher.agent_opener import AgentOpener, AgentOpeners
     from launcher.cells import CellInfo, DeathReport, WorkerInfo
     from launcher.errors import (
         AgentError,
@@ -35,16 +36,18 @@ if TYPE_CHECKING:
     )
     from launcher.hosts_config import ClusterConfig, HostConfig, JobConfig, LauncherSettings, SSHConfig, load_config
     from launcher.job import CellDied, JobContext
-    from launcher.local_provider import LocalProvider
+    from launcher.local_opener import LocalOpener
     from launcher.placement import CellPlacement, PlacementPlan, WorkerPlacement, plan_placement
-    from launcher.provider_base import BaseWorkerProvider
     from launcher.specs import CommandWorkerSpec, PoolSpec, ReadinessCheck, ServeWorkerSpec, Strategy
-    from launcher.ssh_provider import SSHProvider, make_provider
+    from launcher.srun_opener import SrunOpener
+    from launcher.ssh_opener import SshOpener
+    from launcher.worker_provider import WorkerProvider
 
 # Imported lazily: ``python -m launcher.host_agent`` on every host must not pay for paramiko/pydantic.
 _EXPORTS = {
     "AgentError": "launcher.errors",
-    "BaseWorkerProvider": "launcher.provider_base",
+    "AgentOpener": "launcher.agent_opener",
+    "AgentOpeners": "launcher.agent_opener",
     "CellDied": "launcher.job",
     "CellInfo": "launcher.cells",
     "CellPlacement": "launcher.placement",
@@ -60,20 +63,21 @@ _EXPORTS = {
     "JobContext": "launcher.job",
     "LauncherError": "launcher.errors",
     "LauncherSettings": "launcher.hosts_config",
-    "LocalProvider": "launcher.local_provider",
+    "LocalOpener": "launcher.local_opener",
     "PlacementError": "launcher.errors",
     "PlacementPlan": "launcher.placement",
     "PoolSpec": "launcher.specs",
     "ReadinessCheck": "launcher.specs",
     "SSHConfig": "launcher.hosts_config",
-    "SSHProvider": "launcher.ssh_provider",
     "ServeWorkerSpec": "launcher.specs",
+    "SrunOpener": "launcher.srun_opener",
+    "SshOpener": "launcher.ssh_opener",
     "Strategy": "launcher.specs",
     "WorkerInfo": "launcher.cells",
     "WorkerPlacement": "launcher.placement",
+    "WorkerProvider": "launcher.worker_provider",
     "WorkerStartError": "launcher.errors",
     "load_config": "launcher.hosts_config",
-    "make_provider": "launcher.ssh_provider",
     "plan_placement": "launcher.placement",
 }
 
@@ -87,7 +91,8 @@ def __getattr__(name: str) -> Any:
 
 __all__ = [
     "AgentError",
-    "BaseWorkerProvider",
+    "AgentOpener",
+    "AgentOpeners",
     "CellDied",
     "CellInfo",
     "CellPlacement",
@@ -103,19 +108,20 @@ __all__ = [
     "JobContext",
     "LauncherError",
     "LauncherSettings",
-    "LocalProvider",
+    "LocalOpener",
     "PlacementError",
     "PlacementPlan",
     "PoolSpec",
     "ReadinessCheck",
     "SSHConfig",
-    "SSHProvider",
     "ServeWorkerSpec",
+    "SrunOpener",
+    "SshOpener",
     "Strategy",
     "WorkerInfo",
     "WorkerPlacement",
+    "WorkerProvider",
     "WorkerStartError",
     "load_config",
-    "make_provider",
     "plan_placement",
 ]

@@ -1,7 +1,7 @@
 """The agent pool: one host agent per host, started in parallel, checked against the launcher, given the keys.
 
-The provider says how to open an agent on a host (``open_agent``: a local subprocess, an SSH exec channel); the pool
-starts the agents of the hosts a start needs (again for a host whose agent was lost), checks each agent's hello
+The provider says how to open an agent on a host (``open_agent``: the host's opener, launcher/agent_opener.py); the
+pool starts the agents of the hosts a start needs (again for a host whose agent was lost), checks each agent's hello
 (Python and miles-actors versions, ``CUDA_VISIBLE_DEVICES`` against the plan's GPUs), ships this launch's CURVE keys
 to it and remembers where that host keeps them (``MILES_CURVE_DIR`` of its workers), and ships the job's code to it
 (launcher/code_shipping.py).

@@ -53,9 +53,9 @@ from launcher.launch_state import process_alive, read_state, state_path_for
 from launcher.placement import PlacementPlan
 from launcher.progress import ProgressPrinter
 from launcher.slurm_config import SlurmCluster
-from launcher.ssh_provider import make_provider
 from launcher.text_columns import aligned
 from launcher.worker_command import bind_address
+from launcher.worker_provider import WorkerProvider
 from transport.security import CURVE_DIR_ENV
 
 log = logging.getLogger(__name__)
@@ -274,7 +274,7 @@ def _run(config: ClusterConfig, plan: PlacementPlan, printer: ProgressPrinter) -
     except ConfigError as exc:
         printer.error(str(exc))
         return 2
-    provider = make_provider(
+    provider = WorkerProvider(
         config,
         plan=plan,
         log_sink=printer.log_line,

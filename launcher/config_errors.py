@@ -1,5 +1,5 @@
 """Pydantic's errors about hosts.toml with their fix: the closest known key for an unknown one, an example for a
-missing table."""
+missing table, the providers for an unknown one."""
 
 from __future__ import annotations
 
@@ -17,12 +17,21 @@ MISSING_TABLES = {
 }
 
 
+PROVIDER_FIX = (
+    'set provider = "ssh" (the default: reached over SSH with `ssh = {user, port, key_file}`) or "local" (this '
+    'machine, address "localhost"); for the nodes of a Slurm allocation list no [[hosts]] and set [cluster] '
+    'provider = "slurm"'
+)
+
+
 def explain(error: dict[str, Any], root: type[BaseModel]) -> str:
     """The message of one pydantic error on ``root`` (hosts.toml's model), with its fix where one is known."""
     loc, kind = list(error["loc"]), error["type"]
     message = error["msg"].removeprefix("Value error, ")
     if kind == "missing" and len(loc) == 1 and loc[0] in MISSING_TABLES:
         return MISSING_TABLES[str(loc[0])]
+    if kind == "literal_error" and loc[:1] == ["hosts"] and loc[-1] == "provider":
+        return f"unknown provider {error.get('input')!r}; {PROVIDER_FIX}"
     if kind == "extra_forbidden" and loc and isinstance(loc[-1], str):
         known = known_keys(root, loc[:-1])
         close = difflib.get_close_matches(loc[-1], known, n=1, cutoff=0.6)

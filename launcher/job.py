@@ -22,9 +22,9 @@ from launcher.code_cache import with_python_path
 from launcher.code_package import local_paths
 from launcher.errors import ConfigError, LauncherError
 from launcher.hosts_config import ClusterConfig, JobConfig
-from launcher.provider_base import BaseWorkerProvider
 from launcher.provider_service import ProviderClient
 from launcher.user_imports import import_object
+from launcher.worker_provider import WorkerProvider
 from runtime.names.name_service import NAME_SERVICE_ENV
 from runtime.processes.parent_death import die_with_parent_preexec
 from transport import session_secret
@@ -47,7 +47,7 @@ class JobContext:
     Prometheus service discovery URL (``metrics_sd_url``) and this launch's CURVE keys (``curve_dir``)."""
 
     config: ClusterConfig
-    provider: BaseWorkerProvider
+    provider: WorkerProvider
     args: dict[str, Any]
 
     @property

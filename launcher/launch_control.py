@@ -95,7 +95,7 @@ def _on_host(
 
         out = run_tool([*step_argv(host.name, name=f"miles-{mode}"), *argv], timeout_s=timeout_s + grace_s + 10)
         return json.loads(out.strip().splitlines()[-1])
-    from launcher.ssh_provider import run_remote, ssh_connect
+    from launcher.ssh_remote import run_remote, ssh_connect
 
     client = ssh_connect(host, timeout_s)
     try:

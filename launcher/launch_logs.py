@@ -111,7 +111,7 @@ def _local(argv: list[str]) -> Iterator[str]:
 
 
 def _remote(config: ClusterConfig, argv: list[str], log: WorkerLog, *, follow: bool) -> Iterator[str]:
-    from launcher.ssh_provider import ssh_connect
+    from launcher.ssh_remote import ssh_connect
 
     client = ssh_connect(log.host, config.launcher.connect_timeout_s)
     try:

@@ -10,8 +10,8 @@
 - Prometheus HTTP service discovery (``metrics_sd_url``), mirrored into ``{launcher.workdir}/prometheus-targets.json``
   (:mod:`launcher.metrics_targets` says what it lists).
 
-Processes on SSH hosts reach these services at the launcher's address as their SSH connection came from
-(``reach_back``, filled in by the SSH provider); local ones on loopback.
+Processes on SSH hosts and Slurm nodes reach these services at the launcher's address as their SSH connection came
+from, or on the route to the node (``reach_back``, filled in by the SSH and srun openers); local ones on loopback.
 """
 
 from __future__ import annotations
@@ -40,7 +40,7 @@ class LaunchServices:
         self._say = say
         self.launch_id = curve_keys.new_launch_id()
         self.keys: curve_keys.LaunchKeys | None = None  # None: CURVE off (or not started yet)
-        self.reach_back: dict[str, str] = {}  # SSH host -> the launcher's address as that host reaches it
+        self.reach_back: dict[str, str] = {}  # remote host -> the launcher's address as that host reaches it
         self.name_server: name_service.NameServer | None = None
         self.provider_api: ServiceServer | None = None
         self.service_discovery: ServiceDiscovery | None = None

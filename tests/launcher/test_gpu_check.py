@@ -18,7 +18,7 @@ from launch_helpers import PYTHON, local_host, subprocess_env
 from launcher.errors import HostCheckError
 from launcher.gpu_check import detect_gpus, gpu_problem
 from launcher.hosts_config import parse_config
-from launcher.local_provider import LocalProvider
+from launcher.worker_provider import WorkerProvider
 
 COUNTER = {"kind": "serve", "actor_class": "launch_actors:Counter", "gpus": 1}
 # `nvidia-smi -L` on a two-GPU machine (its format: "GPU <index>: <name> (UUID: GPU-...)").
@@ -77,7 +77,7 @@ def test_detect_gpus_reads_nvidia_smi_then_proc(tmp_path: Path, monkeypatch: pyt
 
 def test_a_host_without_gpu_refuses_gpu_ids_before_any_worker_starts(tmp_path: Path) -> None:
     path = write_config(tmp_path, [7], no_gpu_path(tmp_path))
-    with LocalProvider(parse_config(path.read_text(), source=path)) as provider:
+    with WorkerProvider(parse_config(path.read_text(), source=path)) as provider:
         with pytest.raises(HostCheckError) as info:
             provider.start_all(deadline_s=60)
         assert provider.worker_infos() == []

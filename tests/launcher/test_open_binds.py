@@ -23,8 +23,8 @@ from launcher.errors import ConfigError
 from launcher.hosts_config import check_open_binds, load_config
 from launcher.placement import plan_placement
 from launcher.specs import PoolSpec, ServeWorkerSpec
-from launcher.ssh_provider import SSHProvider
 from launcher.worker_command import bind_address, build_spawn
+from launcher.worker_provider import WorkerProvider
 
 COUNTER = {"kind": "serve", "actor_class": "launch_actors:Counter", "kwargs": {"start": 10}}
 OPT_IN = "allow_open_binds_without_curve"
@@ -155,7 +155,7 @@ def test_ssh_launch_with_the_opt_in_listens_on_every_interface(
 ) -> None:
     hosts = [ssh_host("a", "127.0.0.1", loopback_sshd.port, ssh_keys, tmp_path / "a")]
     path = write_hosts_toml(tmp_path, hosts, [{"id": "c", "worker": COUNTER}], curve=False, **{OPT_IN: True})
-    with SSHProvider(load_config(path)) as provider:
+    with WorkerProvider(load_config(path)) as provider:
         provider.start_all(deadline_s=60)
         (handle,) = provider.handles("c")
         port = int(handle.endpoint.rsplit(":", 1)[1])

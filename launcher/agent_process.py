@@ -1,6 +1,6 @@
-"""LocalProvider: the host agent runs as a local subprocess; pipes carry the JSON lines.
+"""A host agent's command line, and a child process whose pipes carry its JSON lines (the local and srun openers).
 
-If the launcher dies (even kill -9) the agent's stdin hits EOF and it kills its whole tree; its own session
+If the launcher dies (even kill -9) the child's stdin hits EOF and the agent kills its whole tree; its own session
 keeps a terminal Ctrl-C from reaching workers before the launcher tears down in order.
 """
 
@@ -8,18 +8,15 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import os
 import shlex
 import subprocess
 import threading
 from collections.abc import Callable
 
 from launcher.agent_link import AgentLink, EventCallback
-from launcher.curve_keys import remove_keys
 from launcher.errors import AgentError, HostCheckError
 from launcher.host_install import agent_missing_package, not_installed
 from launcher.hosts_config import HostConfig, LauncherSettings
-from launcher.provider_base import BaseWorkerProvider
 
 log = logging.getLogger(__name__)
 
@@ -39,36 +36,12 @@ def agent_argv(python: str, host: HostConfig, heartbeat_timeout_s: float) -> lis
     ]
 
 
-class LocalProvider(BaseWorkerProvider):
-    """Runs every host's agent on this machine (hosts must use ``provider = "local"``)."""
-
-    def _open_agent(self, host: HostConfig) -> AgentLink:
-        if host.provider != "local":
-            raise HostCheckError(f"host {host.name!r}: LocalProvider only runs provider='local' hosts")
-        return open_local_agent(host, self.settings, self._events.on_event)
-
-
 def agent_shell_command(host: HostConfig, settings: LauncherSettings) -> str:
     """The shell command that starts a host agent on a remote host: in its workdir, with its extra env."""
     argv = agent_argv(host.python, host, settings.heartbeat_timeout_s)
     env = " ".join(shlex.quote(f"{k}={v}") for k, v in host.env.items())
     workdir = shlex.quote(str(host.workdir))
     return f"mkdir -p {workdir} && cd {workdir} && exec env {env} {shlex.join(argv)}"
-
-
-def open_local_agent(host: HostConfig, settings: LauncherSettings, on_event: EventCallback) -> AgentLink:
-    """Start ``python -m launcher.host_agent`` for ``host`` as a child process and wait for its hello; its events
-    go to ``on_event``."""
-    try:
-        host.workdir.mkdir(parents=True, exist_ok=True)
-    except OSError as exc:
-        raise HostCheckError(f"host {host.name!r}: cannot create workdir {host.workdir}: {exc.strerror}") from None
-    argv = agent_argv(host.python, host, settings.heartbeat_timeout_s)
-    return open_agent_process(host, settings, on_event, argv, env={**os.environ, **host.env}, remove=_remove_local)
-
-
-def _remove_local(key_dir: str | None, _code: int | None) -> None:
-    remove_keys(key_dir)
 
 
 def open_agent_process(

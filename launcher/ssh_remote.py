@@ -1,11 +1,6 @@
-"""SSHProvider: one paramiko connection per host; runs ``python -m launcher.host_agent`` over an exec channel and
-speaks JSON lines over it. The agent's hello carries the host's Python and miles-actors versions (checked by the
-provider); only when the agent does not start is the host probed, to say why (no Python, no miles-actors).
-
-Hosts with ``provider = "local"`` in the same hosts.toml get a local agent (see local_provider). When the
-launcher dies the TCP connection drops, sshd closes the channel, and the agent (stdin EOF) kills its tree; a
-partition that keeps the connection half-open is caught by the agent's heartbeat timeout.
-"""
+"""SSH to a host with paramiko: connect with errors that name the host and the fix, run a command with a deadline,
+probe the host's Python and miles-actors install, remove a launch's keys there. The SSH agent opener
+(launcher/ssh_opener.py), ``miles-launch down``/``status`` and ``logs`` use it."""
 
 from __future__ import annotations
 
@@ -14,18 +9,13 @@ import logging
 import shlex
 import time
 from pathlib import Path
-from typing import Any
 
 import paramiko
 
-from launcher.agent_link import AgentLink
 from launcher.agent_pool import launcher_versions
-from launcher.errors import AgentError, HostAuthError, HostCheckError, HostUnreachable
+from launcher.errors import HostAuthError, HostCheckError, HostUnreachable
 from launcher.host_install import not_installed
-from launcher.hosts_config import ClusterConfig, HostConfig
-from launcher.launch_log import LOG_NAME
-from launcher.local_provider import agent_shell_command, open_local_agent
-from launcher.provider_base import BaseWorkerProvider
+from launcher.hosts_config import HostConfig
 
 log = logging.getLogger(__name__)
 
@@ -154,21 +144,6 @@ def check_host(client: paramiko.SSHClient, host: HostConfig, timeout_s: float, *
     return info
 
 
-class _ChannelWriter:
-    """Unbuffered writes to an SSH channel (paramiko's buffered file would retry a failed write from its
-    finalizer, long after the channel died)."""
-
-    def __init__(self, channel: paramiko.Channel) -> None:
-        self._channel = channel
-
-    def write(self, data: bytes) -> int:
-        self._channel.sendall(data)
-        return len(data)
-
-    def flush(self) -> None:
-        pass
-
-
 def remove_remote_keys(client: paramiko.SSHClient, host: HostConfig, key_dir: str | None) -> None:
     """``rm -rf`` the launch's key directory on ``host`` (the agent already did unless it was killed)."""
     transport = client.get_transport()
@@ -181,77 +156,3 @@ def remove_remote_keys(client: paramiko.SSHClient, host: HostConfig, key_dir: st
         return
     if code != 0:
         log.warning("host %s: could not remove the CURVE keys %s: %s", host.name, key_dir, err.strip()[-300:])
-
-
-class SSHProvider(BaseWorkerProvider):
-    """Runs a host agent on every ``provider = "ssh"`` host over SSH (and locally for ``"local"`` hosts)."""
-
-    def _open_agent(self, host: HostConfig) -> AgentLink:
-        if host.provider == "local":
-            return open_local_agent(host, self.settings, self._events.on_event)
-        settings = self.settings
-        started = time.monotonic()
-        client = ssh_connect(host, settings.connect_timeout_s, log_file=settings.workdir / LOG_NAME)
-        try:
-            transport = client.get_transport()
-            assert transport is not None
-            self.services.reach_back[host.name] = str(transport.sock.getsockname()[0])
-            self._say(f"host {host.name}: SSH {host.ssh.user}@{host.address}:{host.ssh.port} in {_since(started)}")
-            channel = transport.open_session(timeout=settings.connect_timeout_s)
-            channel.exec_command(agent_shell_command(host, settings))
-
-            closed = False
-
-            def close_transport() -> None:
-                nonlocal closed
-                if closed:
-                    return
-                closed = True
-                channel.close()
-                try:
-                    remove_remote_keys(client, host, link.key_dir)
-                finally:
-                    client.close()
-
-            link = AgentLink(
-                host.name,
-                send_stream=_ChannelWriter(channel),
-                recv_stream=channel.makefile("rb"),
-                stderr_stream=channel.makefile_stderr("rb"),
-                close_transport=close_transport,
-                on_event=self._events.on_event,
-                heartbeat_interval_s=settings.heartbeat_interval_s,
-                heartbeat_timeout_s=settings.heartbeat_timeout_s,
-            )
-            link.start()
-            try:
-                link.wait_hello(timeout_s=settings.connect_timeout_s + 20)
-            except AgentError:  # say why when the host's Python or its miles-actors is the cause (HostCheckError)
-                ssh_up = client.get_transport()
-                if ssh_up is not None and ssh_up.is_active():  # else the link closed it: the AgentError says why
-                    check_host(client, host, settings.connect_timeout_s + 20, versions=settings.check_versions)
-                raise
-            return link
-        except (paramiko.SSHException, OSError) as exc:
-            client.close()
-            raise AgentError(f"host {host.name!r}: cannot start the host agent over SSH: {exc}") from None
-        except BaseException:
-            client.close()
-            raise
-
-
-def _since(started: float) -> str:
-    return f"{time.monotonic() - started:.2f}s"
-
-
-def make_provider(config: ClusterConfig, **kwargs: Any) -> BaseWorkerProvider:
-    """SlurmProvider for a ``[cluster] provider = "slurm"`` file, LocalProvider when every host is local, else
-    SSHProvider."""
-    from launcher.local_provider import LocalProvider
-    from launcher.slurm_provider import SlurmProvider
-
-    if config.cluster is not None:
-        return SlurmProvider(config, **kwargs)
-    if all(h.provider == "local" for h in config.hosts):
-        return LocalProvider(config, **kwargs)
-    return SSHProvider(config, **kwargs)

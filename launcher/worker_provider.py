@@ -1,10 +1,12 @@
-"""BaseWorkerProvider: starts, stops and supervises the cells of a placement plan on the hosts of a cluster config.
+"""WorkerProvider: starts, stops and supervises the cells of a placement plan on the hosts of a cluster config.
 
-Subclasses only say how to open an agent on a host (``_open_agent``): LocalProvider runs it as a local subprocess,
-SSHProvider over an SSH exec channel. The provider puts the launch together from its parts and drives them:
+One provider serves every hosts.toml (local, SSH and Slurm hosts, mixed); how each host's agent is opened is the one
+thing that differs, and :class:`~launcher.agent_opener.AgentOpeners` picks it per host. The provider puts the launch
+together from its parts and drives them:
 
 - :class:`~launcher.cell_table.CellTable` (``provider.table``): the started cells and their workers, the deaths,
   restarts and lost hosts, under one lock;
+- :class:`~launcher.agent_opener.AgentOpeners` (``provider.openers``): how each host's agent starts (its ``provider``);
 - :class:`~launcher.agent_pool.AgentPool` (``provider.agents``): one host agent per host, checked and given the keys;
 - :class:`~launcher.launch_services.LaunchServices` (``provider.services``): this launch's CURVE keys, name service,
   provider API and Prometheus service discovery;
@@ -20,7 +22,6 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from abc import ABC, abstractmethod
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -28,12 +29,14 @@ from typing import Any
 
 from launcher import agent_protocol as proto
 from launcher.agent_link import AgentLink
+from launcher.agent_opener import AgentOpeners
 from launcher.agent_pool import AgentPool
+from launcher.agent_wiring import AgentWiring
 from launcher.cell_starter import CellStarter
 from launcher.cell_table import CellTable
 from launcher.cells import CellInfo, DeathReport, WorkerInfo
 from launcher.errors import LauncherError
-from launcher.hosts_config import ClusterConfig, HostConfig
+from launcher.hosts_config import ClusterConfig
 from launcher.launch_phase import LaunchPhase
 from launcher.launch_services import LaunchServices
 from launcher.launch_state import write_state
@@ -45,7 +48,7 @@ from launcher.worker_events import DeathCallback, LogSink, WorkerEvents
 log = logging.getLogger(__name__)
 
 
-class BaseWorkerProvider(ABC):
+class WorkerProvider:
     """Starts and supervises the cells of a placement plan on the hosts of a cluster config."""
 
     def __init__(
@@ -67,9 +70,6 @@ class BaseWorkerProvider(ABC):
         self.phase = LaunchPhase()  # the state file carries it: `miles-launch status` shows what the console says
         self._state_lock = threading.Lock()  # one writer at a time, each writing what it read: no stale overwrite
         self.services = LaunchServices(config, ProviderService(table=self.table, control=self), say=self._say)
-        self.agents = AgentPool(
-            config, self.plan, open_agent=self._open_agent, on_connected=self._host_connected, say=self._say
-        )
         self.targets = MetricsTargets(self.table, self.services)
         self._events = WorkerEvents(
             self.table,
@@ -79,11 +79,11 @@ class BaseWorkerProvider(ABC):
             log_sink=log_sink,
             on_death=on_death,
         )
-
-    @abstractmethod
-    def _open_agent(self, host: HostConfig) -> AgentLink:
-        """Start the host agent on ``host`` and return its started link (hello received); its events go to
-        ``self._events.on_event``."""
+        wiring = AgentWiring(self.settings, self._events.on_event, self.services.reach_back, self._say)
+        self.openers = AgentOpeners(config, wiring)
+        self.agents = AgentPool(
+            config, self.plan, open_agent=self.openers.open, on_connected=self._host_connected, say=self._say
+        )
 
     # ---- lifecycle -------------------------------------------------------------------------------------------
 
@@ -187,7 +187,7 @@ class BaseWorkerProvider(ABC):
         if self.state_path is not None:
             self.state_path.unlink(missing_ok=True)
 
-    def __enter__(self) -> BaseWorkerProvider:
+    def __enter__(self) -> WorkerProvider:
         return self
 
     def __exit__(self, *exc: object) -> None:
