@@ -23,8 +23,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from launcher.hosts_config import ClusterConfig, load_config, parse_config
-from launcher.worker_provider import WorkerProvider
+from launcher.config.hosts_config import ClusterConfig, load_config, parse_config
+from launcher.launch.worker_provider import WorkerProvider
 
 HERE = Path(__file__).resolve().parent
 

@@ -22,8 +22,16 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from launcher.agent_opener import AgentOpener, AgentOpeners
-    from launcher.cells import CellInfo, DeathReport, WorkerInfo
+    from launcher.config.hosts_config import (
+        ClusterConfig,
+        HostConfig,
+        JobConfig,
+        LauncherSettings,
+        SSHConfig,
+        load_config,
+    )
+    from launcher.config.placement import CellPlacement, PlacementPlan, WorkerPlacement, plan_placement
+    from launcher.config.specs import CommandWorkerSpec, PoolSpec, ReadinessCheck, ServeWorkerSpec, Strategy
     from launcher.errors import (
         AgentError,
         ConfigError,
@@ -34,51 +42,50 @@ if TYPE_CHECKING:
         PlacementError,
         WorkerStartError,
     )
-    from launcher.hosts_config import ClusterConfig, HostConfig, JobConfig, LauncherSettings, SSHConfig, load_config
-    from launcher.job import CellDied, JobContext
-    from launcher.local_opener import LocalOpener
-    from launcher.placement import CellPlacement, PlacementPlan, WorkerPlacement, plan_placement
-    from launcher.specs import CommandWorkerSpec, PoolSpec, ReadinessCheck, ServeWorkerSpec, Strategy
-    from launcher.srun_opener import SrunOpener
-    from launcher.ssh_opener import SshOpener
-    from launcher.worker_provider import WorkerProvider
+    from launcher.hosts.agent_opener import AgentOpener, AgentOpeners
+    from launcher.hosts.local_opener import LocalOpener
+    from launcher.hosts.srun_opener import SrunOpener
+    from launcher.hosts.ssh_opener import SshOpener
+    from launcher.launch.cells import CellInfo, DeathReport, WorkerInfo
+    from launcher.launch.job import CellDied, JobContext
+    from launcher.launch.worker_provider import WorkerProvider
 
-# Imported lazily: ``python -m launcher.host_agent`` on every host must not pay for paramiko/pydantic.
+# Imported lazily: ``python -m launcher.agent.host_agent`` on every host must not pay for paramiko/pydantic.
 _EXPORTS = {
     "AgentError": "launcher.errors",
-    "AgentOpener": "launcher.agent_opener",
-    "AgentOpeners": "launcher.agent_opener",
-    "CellDied": "launcher.job",
-    "CellInfo": "launcher.cells",
-    "CellPlacement": "launcher.placement",
-    "ClusterConfig": "launcher.hosts_config",
-    "CommandWorkerSpec": "launcher.specs",
+    "AgentOpener": "launcher.hosts.agent_opener",
+    "AgentOpeners": "launcher.hosts.agent_opener",
+    "CellDied": "launcher.launch.job",
+    "CellInfo": "launcher.launch.cells",
+    "CellPlacement": "launcher.config.placement",
+    "ClusterConfig": "launcher.config.hosts_config",
+    "CommandWorkerSpec": "launcher.config.specs",
     "ConfigError": "launcher.errors",
-    "DeathReport": "launcher.cells",
+    "DeathReport": "launcher.launch.cells",
     "HostAuthError": "launcher.errors",
     "HostCheckError": "launcher.errors",
-    "HostConfig": "launcher.hosts_config",
+    "HostConfig": "launcher.config.hosts_config",
     "HostUnreachable": "launcher.errors",
-    "JobConfig": "launcher.hosts_config",
-    "JobContext": "launcher.job",
+    "JobConfig": "launcher.config.hosts_config",
+    "JobContext": "launcher.launch.job",
     "LauncherError": "launcher.errors",
-    "LauncherSettings": "launcher.hosts_config",
-    "LocalOpener": "launcher.local_opener",
+    "LauncherSettings": "launcher.config.hosts_config",
+    "LocalOpener": "launcher.hosts.local_opener",
     "PlacementError": "launcher.errors",
-    "PlacementPlan": "launcher.placement",
-    "PoolSpec": "launcher.specs",
-    "ReadinessCheck": "launcher.specs",
-    "SSHConfig": "launcher.hosts_config",
-    "ServeWorkerSpec": "launcher.specs",
-    "SrunOpener": "launcher.srun_opener",
-    "SshOpener": "launcher.ssh_opener",
-    "Strategy": "launcher.specs",
-    "WorkerInfo": "launcher.cells",
-    "WorkerPlacement": "launcher.placement",
-    "WorkerProvider": "launcher.worker_provider",
+    "PlacementPlan": "launcher.config.placement",
+    "PoolSpec": "launcher.config.specs",
+    "ReadinessCheck": "launcher.config.specs",
+    "SSHConfig": "launcher.config.hosts_config",
+    "ServeWorkerSpec": "launcher.config.specs",
+    "SrunOpener": "launcher.hosts.srun_opener",
+    "SshOpener": "launcher.hosts.ssh_opener",
+    "Strategy": "launcher.config.specs",
+    "WorkerInfo": "launcher.launch.cells",
+    "WorkerPlacement": "launcher.config.placement",
+    "WorkerProvider": "launcher.launch.worker_provider",
     "WorkerStartError": "launcher.errors",
-    "load_config": "launcher.hosts_config",
-    "plan_placement": "launcher.placement",
+    "load_config": "launcher.config.hosts_config",
+    "plan_placement": "launcher.config.placement",
 }
 
 

@@ -164,6 +164,20 @@ def test_the_core_imports_only_itself_and_transport() -> None:
     assert not {m: r for m, r in found.items() if r}, found
 
 
+MAX_MODULES_PER_FOLDER = 30
+
+
+def test_no_folder_holds_more_than_30_modules() -> None:
+    """A folder is a concept a reader can hold; past 30 modules it wants sub-packages (issue 43)."""
+    crowded = {}
+    for package in LAYERS:
+        for folder in [ROOT / package, *(p for p in (ROOT / package).rglob("*") if p.is_dir())]:
+            count = len([f for f in folder.glob("*.py")])
+            if count > MAX_MODULES_PER_FOLDER:
+                crowded[str(folder.relative_to(ROOT))] = count
+    assert not crowded, f"folders over {MAX_MODULES_PER_FOLDER} modules (cut them into sub-packages): {crowded}"
+
+
 def test_no_module_over_400_lines() -> None:
     tracked = subprocess.run(
         ["git", "ls-files", "--cached", "--others", "--exclude-standard", "*.py"],

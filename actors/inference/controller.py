@@ -29,7 +29,7 @@ from actors.inference.weights_cache import WeightsCache
 from actors.model_config import ModelConfig
 from actors.processes import Spawner, advertised_host
 from actors.sglang_config import SGLangConfig
-from launcher.provider_service import ProviderClient
+from launcher.launch.provider_service import ProviderClient
 from runtime import method
 
 logger = logging.getLogger(__name__)
@@ -179,7 +179,7 @@ class InferenceController:
 
     async def _adopt_pool(self, launcher: ProviderEngineLauncher) -> None:
         """One cell per cell of the launcher's engine pool."""
-        count = len(await launcher.cells())
+        count = len(await launcher.launch.cells())
         if self.num_engines is not None and self.num_engines != count:
             raise ValueError(f"num_engines={self.num_engines} but pool {self.engine_pool!r} has {count} cells")
         self._cells[:] = [EngineCell(f"{self.server_id}-{index}", index) for index in range(count)]  # shared list

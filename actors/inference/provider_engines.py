@@ -14,7 +14,7 @@ from actors.inference.engine_launcher import EngineSpec, wait_ready
 from actors.inference.engine_pool import ENGINE_ACTOR
 from actors.inference.errors import EngineStartError
 from actors.inference.provider_address import worker_url_host
-from launcher.provider_service import ProviderApiError, ProviderClient
+from launcher.launch.provider_service import ProviderApiError, ProviderClient
 from runtime import ActorHandle, RemoteError
 from runtime.names.naming import get_actor_async
 

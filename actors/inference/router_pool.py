@@ -15,7 +15,7 @@ from actors.inference.router_settings import RouterSettings
 from actors.inference.router_table import ROUTER_PORTS, router_command, router_pool
 from actors.processes import Spawner
 from actors.router import RouterError, RouterProcess
-from launcher.provider_service import ProviderApiError, ProviderClient
+from launcher.launch.provider_service import ProviderApiError, ProviderClient
 from runtime import RemoteError
 
 logger = logging.getLogger(__name__)

@@ -11,7 +11,7 @@ from pydantic import ValidationError
 
 from actors.inference.router_settings import RouterSettings
 from actors.router import RouterProcess
-from launcher.pool_expanders import LAUNCHER_HOST
+from launcher.config.pool_expanders import LAUNCHER_HOST
 
 _PORT, _PROMETHEUS = 1, 2  # sentinels replaced by the launcher's placeholders
 ROUTER_PORTS = {"port": "worker", "prometheus_port": "worker"}

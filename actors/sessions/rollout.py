@@ -15,7 +15,7 @@ from actors.inference.provider_address import worker_url_host
 from actors.rollout.advantages import EPS, balanced_ranges
 from actors.rollout.executor import load_function
 from actors.sessions.agent import AgentRequestFailed, AgentSettings, SessionUnavailable, post_json, run_agent
-from launcher.provider_service import ProviderClient
+from launcher.launch.provider_service import ProviderClient
 from runtime import put
 
 logger = logging.getLogger(__name__)

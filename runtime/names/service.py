@@ -1,7 +1,7 @@
 """One object a process serves to the other processes of its launch, its address, and the client that calls it.
 
 What the launch's name service (:mod:`runtime.names.name_service`) and the launcher's provider API
-(:mod:`launcher.provider_service`) share. The object is served from an in-process actor server
+(:mod:`launcher.launch.provider_service`) share. The object is served from an in-process actor server
 (:func:`runtime.processes.driver_server.start_server`: its public methods and the built-ins, no control calls) with the
 launch's CURVE keys, on every interface when other hosts must reach it, else on loopback. A process finds it by a
 :class:`ServiceAddress` (its endpoint as that process's host reaches the server, and the server's CURVE public key),

@@ -4,7 +4,7 @@
 the built-in methods (``__object_get__``/``__object_free__``, health), nothing else. It holds no spawn token: no
 control call is accepted. Its uses: a driver's object refs (:mod:`runtime.objects.object_owner`), and a launch's
 services (:mod:`runtime.names.service`): the launcher's registry of actor names (:mod:`runtime.names.name_service`) and
-its provider API (``launcher.provider_service``).
+its provider API (``launcher.launch.provider_service``).
 """
 
 from __future__ import annotations

@@ -1,8 +1,8 @@
 """Fork server ("zygote"): imports ``runtime.worker``'s modules once, then forks each actor process.
 
 ``python -m runtime.processes.fork_server --socket-fd N --reaper-pid P [--death-signal]`` is started by its client
-(:mod:`runtime.processes.fork_client`: a driver's ``spawn``, or a host agent through ``launcher.zygote_client``) and
-talks to it over a SOCK_SEQPACKET Unix socket: first one JSON message ``{"ready": true}`` (or ``{"error"}``)
+(:mod:`runtime.processes.fork_client`: a driver's ``spawn``, or a host agent through ``launcher.agent.zygote_client``)
+and talks to it over a SOCK_SEQPACKET Unix socket: first one JSON message ``{"ready": true}`` (or ``{"error"}``)
 once the modules are imported, then, per request ``{"argv", "env", "cwd"}`` carrying the worker's stdin, stdout
 and stderr as SCM_RIGHTS descriptors, one reply ``{"pid": N}`` or ``{"error": why}`` (the client then runs the
 worker with ``subprocess.Popen`` instead). It stays single-threaded: no threads, no event loop, no ZeroMQ context,

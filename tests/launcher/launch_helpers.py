@@ -176,7 +176,7 @@ def run_local_example(
     data["hosts"][0]["workdir"] = str(tmp_path / "host")
     config = tmp_path / "hosts.toml"
     config.write_text(toml_text.dump(data))
-    argv = [PYTHON, "-m", "launcher.cli", str(config), "--no-logs"]
+    argv = [PYTHON, "-m", "launcher.console.cli", str(config), "--no-logs"]
     with subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=cwd,
                           env=subprocess_env()) as launcher:  # fmt: skip
         timer = threading.Timer(300, launcher.kill)  # the deadline of the whole run

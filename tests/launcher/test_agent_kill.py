@@ -16,8 +16,8 @@ import psutil
 import pytest
 from launch_helpers import local_host, ssh_host, wait_for, write_hosts_toml
 
-from launcher.hosts_config import load_config
-from launcher.worker_provider import WorkerProvider
+from launcher.config.hosts_config import load_config
+from launcher.launch.worker_provider import WorkerProvider
 from runtime import ActorDied
 
 COUNTER = {"kind": "serve", "actor_class": "launch_actors:Counter", "kwargs": {"start": 10}}

@@ -10,16 +10,16 @@ import pytest
 import toml_text
 from launch_helpers import PYTHON, local_host
 
-from launcher.agent_opener import AgentOpeners
-from launcher.agent_wiring import AgentWiring
+from launcher.config.hosts_config import ClusterConfig, load_config
 from launcher.errors import ConfigError
-from launcher.hosts_config import ClusterConfig, load_config
-from launcher.local_opener import LocalOpener
-from launcher.slurm_allocation import Allocation, SlurmNode
-from launcher.slurm_commands import SlurmError
-from launcher.srun_opener import SrunOpener
-from launcher.ssh_opener import SshOpener
-from launcher.worker_provider import WorkerProvider
+from launcher.hosts.agent_opener import AgentOpeners
+from launcher.hosts.agent_wiring import AgentWiring
+from launcher.hosts.local_opener import LocalOpener
+from launcher.hosts.slurm_allocation import Allocation, SlurmNode
+from launcher.hosts.slurm_commands import SlurmError
+from launcher.hosts.srun_opener import SrunOpener
+from launcher.hosts.ssh_opener import SshOpener
+from launcher.launch.worker_provider import WorkerProvider
 
 JOB = {"entrypoint": "launch_jobs:exit_code"}
 COUNTER = {"kind": "serve", "actor_class": "launch_actors:Counter"}

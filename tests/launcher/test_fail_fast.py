@@ -18,9 +18,9 @@ import pytest
 import toml_text
 from launch_helpers import local_host, wait_for
 
+from launcher.config.hosts_config import parse_config
 from launcher.errors import WorkerStartError
-from launcher.hosts_config import parse_config
-from launcher.worker_provider import WorkerProvider
+from launcher.launch.worker_provider import WorkerProvider
 
 SLOW = {"kind": "serve", "actor_class": "launch_actors:SlowStart", "kwargs": {"seconds": 60}}
 TYPO = {"kind": "serve", "actor_class": "launch_actors:Counter", "kwargs": {"strat": 5}}  # Counter takes start=

@@ -13,8 +13,8 @@ from launch_helpers import PYTHON, local_host, ssh_host, subprocess_env, write_h
 from sshd_fixture import Sshd, SshKeys
 
 import runtime
-from launcher.hosts_config import load_config
-from launcher.worker_provider import WorkerProvider
+from launcher.config.hosts_config import load_config
+from launcher.launch.worker_provider import WorkerProvider
 from runtime import ActorDied, ActorHandle
 from transport import security
 
@@ -109,7 +109,7 @@ def test_cli_curve_default_and_no_curve_flag(tmp_path: Path, flag: bool) -> None
     path = write_hosts_toml(
         tmp_path, [local_host("n0", tmp_path / "n0")], [{"id": "c", "worker": COUNTER}], job="launch_jobs:security"
     )
-    argv = [PYTHON, "-m", "launcher.cli", str(path), "--no-logs", *(["--no-curve"] if flag else [])]
+    argv = [PYTHON, "-m", "launcher.console.cli", str(path), "--no-logs", *(["--no-curve"] if flag else [])]
     result = subprocess.run(argv, capture_output=True, text=True, timeout=60, env=subprocess_env())
     assert result.returncode == 0, result.stderr[-3000:]
     report = result.stdout.split("SECURITY ", 1)[1].splitlines()[0]

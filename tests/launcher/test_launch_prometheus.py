@@ -18,10 +18,10 @@ import pytest
 from launch_helpers import local_host, wait_for, write_hosts_toml
 from prometheus_server import Prometheus
 
+from launcher.config.hosts_config import load_config, parse_config
 from launcher.errors import ConfigError, LauncherError
-from launcher.hosts_config import load_config, parse_config
-from launcher.job import JobContext
-from launcher.worker_provider import WorkerProvider
+from launcher.launch.job import JobContext
+from launcher.launch.worker_provider import WorkerProvider
 
 COUNTER = {"kind": "serve", "actor_class": "launch_actors:Counter", "kwargs": {"start": 0}}
 JOB = "launch_jobs:exit_code"

@@ -18,12 +18,12 @@ import pytest
 import toml_text
 from launch_helpers import PYTHON, launch_until_job_runs, local_host
 
-from launcher import agent_protocol as proto
-from launcher.cells import WorkerInfo
+from launcher.agent import agent_protocol as proto
+from launcher.config.hosts_config import parse_config
+from launcher.config.placement import WorkerPlacement
 from launcher.errors import HostCheckError, WorkerStartError
-from launcher.hosts_config import parse_config
-from launcher.placement import WorkerPlacement
-from launcher.worker_provider import WorkerProvider
+from launcher.launch.cells import WorkerInfo
+from launcher.launch.worker_provider import WorkerProvider
 
 
 def config(tmp_path: Path, pools: list[dict[str, Any]], *, hosts: int = 1, gpus: Any = 0, **launcher: Any) -> Any:
@@ -180,7 +180,7 @@ def test_kill9_of_launcher_leaves_nothing(tmp_path: Path) -> None:
     text = cfg_path.read_text().replace("launch_jobs:exit_code", "launch_jobs:wait_forever")
     cfg_path.write_text(text)
     launcher = launch_until_job_runs(
-        [PYTHON, "-m", "launcher.cli", str(cfg_path), "--no-logs"], tmp_path / "marker.json"
+        [PYTHON, "-m", "launcher.console.cli", str(cfg_path), "--no-logs"], tmp_path / "marker.json"
     )
     everything = [p.pid for p in psutil.Process(launcher.pid).children(recursive=True)]
     assert len(everything) >= 5  # 2 agents + 3 workers

@@ -1,5 +1,5 @@
-"""The provider API (launcher/provider_service.py) served by a real WorkerProvider: cells of real command workers are
-listed, a kill -9 shows up as a death report and a dead cell, restart/stop/start act on the host, wrong pools and
+"""The provider API (launcher/launch/provider_service.py) served by a real WorkerProvider: cells of real command workers
+are listed, a kill -9 shows up as a death report and a dead cell, restart/stop/start act on the host, wrong pools and
 cells are refused with errors naming them, and a peer without the launch's CURVE keys is refused (nothing it asked
 for happens)."""
 
@@ -13,9 +13,9 @@ from pathlib import Path
 import pytest
 from launch_helpers import local_host, wait_for, write_hosts_toml
 
-from launcher.hosts_config import load_config
-from launcher.provider_service import ProviderApiError, ProviderClient, address_for
-from launcher.worker_provider import WorkerProvider
+from launcher.config.hosts_config import load_config
+from launcher.launch.provider_service import ProviderApiError, ProviderClient, address_for
+from launcher.launch.worker_provider import WorkerProvider
 from runtime import RemoteError
 from runtime.core.errors import CallRejected
 from transport import security

@@ -13,9 +13,9 @@ import pytest
 from launch_helpers import PYTHON, launch_until_job_runs, ssh_host, subprocess_env, write_hosts_toml
 from sshd_fixture import Sshd, SshKeys, free_port
 
+from launcher.config.hosts_config import parse_config
 from launcher.errors import HostAuthError, HostCheckError, HostUnreachable, WorkerStartError
-from launcher.hosts_config import parse_config
-from launcher.worker_provider import WorkerProvider
+from launcher.launch.worker_provider import WorkerProvider
 
 COUNTER = {"kind": "serve", "actor_class": "launch_actors:Counter", "kwargs": {"start": 1}}
 
@@ -162,7 +162,8 @@ def test_kill9_of_launcher_leaves_nothing_over_ssh(loopback_sshd: Sshd, ssh_keys
         [{"id": "c", "cells": 4, "strategy": "SPREAD", "worker": COUNTER}],
         job="launch_jobs:wait_forever",
     )
-    launcher = launch_until_job_runs([PYTHON, "-m", "launcher.cli", str(path), "--no-logs"], tmp_path / "marker.json")
+    launcher = launch_until_job_runs([PYTHON, "-m", "launcher.console.cli", str(path), "--no-logs"],
+                                     tmp_path / "marker.json")  # fmt: skip
     assert len(loopback_sshd.session_processes("runtime.worker")) == 4
     launcher.send_signal(signal.SIGKILL)
     launcher.wait(timeout=5)
@@ -176,10 +177,11 @@ def test_status_and_down_over_ssh(loopback_sshd: Sshd, ssh_keys: SshKeys, tmp_pa
         [{"id": "c", "cells": 2, "strategy": "SPREAD", "worker": COUNTER}],
         job="launch_jobs:wait_forever",
     )
-    launcher = launch_until_job_runs([PYTHON, "-m", "launcher.cli", str(path), "--no-logs"], tmp_path / "marker.json")
+    launcher = launch_until_job_runs([PYTHON, "-m", "launcher.console.cli", str(path), "--no-logs"],
+                                     tmp_path / "marker.json")  # fmt: skip
     try:
         status = subprocess.run(
-            [PYTHON, "-m", "launcher.cli", "status", str(path)],
+            [PYTHON, "-m", "launcher.console.cli", "status", str(path)],
             capture_output=True,
             text=True,
             env=subprocess_env(),
@@ -189,7 +191,7 @@ def test_status_and_down_over_ssh(loopback_sshd: Sshd, ssh_keys: SshKeys, tmp_pa
         rows = [line.split()[:6] for line in status.stdout.splitlines()[2:]]
         assert [(r[0], r[3], r[5]) for r in rows] == [("a", "c-0-0", "attached"), ("b", "c-1-0", "attached")]
         logs = subprocess.run(  # read over SSH from host b
-            [PYTHON, "-m", "launcher.cli", "logs", str(path), "c-1"],
+            [PYTHON, "-m", "launcher.console.cli", "logs", str(path), "c-1"],
             capture_output=True,
             text=True,
             env=subprocess_env(),
@@ -201,13 +203,13 @@ def test_status_and_down_over_ssh(loopback_sshd: Sshd, ssh_keys: SshKeys, tmp_pa
         launcher.kill()
         launcher.wait(timeout=10)
         raise
-    agents = loopback_sshd.session_processes("launcher.host_agent")
+    agents = loopback_sshd.session_processes("launcher.agent.host_agent")
     for agent in agents:  # agents that cannot clean up: `down` must reach the workers over SSH itself
         agent.suspend()
     launcher.kill()
     launcher.wait(timeout=10)
     down = subprocess.run(
-        [PYTHON, "-m", "launcher.cli", "down", str(path)],
+        [PYTHON, "-m", "launcher.console.cli", "down", str(path)],
         capture_output=True,
         text=True,
         env=subprocess_env(),

@@ -1,5 +1,5 @@
-"""The host agent's fork server (runtime/processes/fork_server.py, launcher/zygote_client.py) with real agents, workers
-and calls.
+"""The host agent's fork server (runtime/processes/fork_server.py, launcher/agent/zygote_client.py) with real agents,
+workers and calls.
 
 A worker forked by the zygote must be indistinguishable from one ``subprocess.Popen`` started
 (runtime/worker.py run as ``python -m``): it answers calls, sees the request's environment, cwd and
@@ -25,7 +25,7 @@ from test_host_agent import AgentProc
 from test_host_agent import _gone as gone_within
 
 import runtime
-from launcher import agent_protocol as proto
+from launcher.agent import agent_protocol as proto
 from runtime import internals
 from runtime.core.control_auth import SpawnTicket
 from runtime.processes import fork_server as zygote
@@ -106,7 +106,7 @@ def test_forked_worker_answers_calls_with_the_requested_env_cwd_and_sys_path(age
 
 
 def proto_marker() -> str:
-    from launcher.child_supervisor import PROC_MARKER
+    from launcher.agent.child_supervisor import PROC_MARKER
 
     return PROC_MARKER
 
