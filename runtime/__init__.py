@@ -65,10 +65,11 @@ from runtime.errors import (
     RemoteError,
 )
 from runtime.group import ActorGroup, GroupCall, gather
-from runtime.handle import ActorHandle, PendingCall
+from runtime.handle import ActorHandle
 from runtime.metadata import method
 from runtime.naming import get_actor
 from runtime.object_refs import ObjectRef
+from runtime.pending_call import PendingCall
 from runtime.retry import retry_until_deadline, retry_until_deadline_async
 from runtime.spawn import connect, connect_async, spawn, spawn_async, spawn_many
 from runtime.stream_call import StreamingCall

@@ -35,7 +35,10 @@ class Call:
     sent_at: float = 0.0
     polled_at: float = 0.0
     timer: asyncio.TimerHandle | None = None
-    boot_id: str | None = None  # the incarnation the SUBMIT was pinned to: only its reply is the result
+    #: The incarnation the call is pinned to: set by a handle that does not follow restarts, else by the connection
+    #: when it sends the SUBMIT (the one it knows then). The actor refuses a call pinned to another; only its reply is
+    #: the result.
+    boot_id: str | None = None
 
     def arm_deadline(self, expire: Callable[[Call], None]) -> None:
         """Call ``expire(self)`` when the deadline passes (once; on the running loop, which owns the timer)."""
@@ -68,11 +71,29 @@ def deadline_passed(site: CallSite) -> DeadlineExceeded:
     return DeadlineExceeded("the deadline passed with no result; the call may still run on the actor", site=site)
 
 
+#: How a handle pinned to an incarnation that is gone moves on (said in every refusal of its calls).
+MOVE_ON = (
+    "a handle given to this process stays pinned to the incarnation it reached; call handle.follow_restart() "
+    "(or get a fresh handle: get_actor, connect) to call the new one"
+)
+
+
 def refused_reply(call: Call, boot_id: str, site: CallSite) -> ActorRestarted:
-    """The error for a reply from incarnation ``boot_id`` to a call pinned to another: never taken as its result."""
+    """The error for a reply from incarnation ``boot_id`` to a call pinned to another: never taken as its result
+    (an actor runs no call pinned to another incarnation: its reply is that refusal)."""
     return ActorRestarted(
         f"the reply came from incarnation {boot_id}, but the call was sent to incarnation {call.boot_id}: "
-        "the actor restarted, so its reply was refused",
+        f"the actor restarted, so its reply was refused and the call did not run there; {MOVE_ON}",
+        site=site,
+    )
+
+
+def pinned_to_gone(call: Call, boot_id: str | None, site: CallSite) -> ActorRestarted:
+    """The error for a call pinned to an incarnation known to be gone (``boot_id``: the one that answers now)."""
+    now = f" (now {boot_id})" if boot_id is not None and boot_id != call.boot_id else ""
+    return ActorRestarted(
+        f"the actor restarted: this handle is pinned to incarnation {call.boot_id}, which is gone{now}; "
+        f"the call was not sent; {MOVE_ON}",
         site=site,
     )
 

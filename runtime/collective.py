@@ -37,7 +37,8 @@ from runtime.collective_groups import (
     member,
 )
 from runtime.errors import ActorDied, ActorError
-from runtime.handle import ActorHandle, PendingCall
+from runtime.handle import ActorHandle
+from runtime.pending_call import PendingCall
 from runtime.tensor_put import wait_freed
 
 __all__ = [

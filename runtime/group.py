@@ -8,7 +8,8 @@ from collections.abc import Generator, Sequence
 from typing import Any
 
 from runtime.errors import DeadlineExceeded
-from runtime.handle import ActorHandle, PendingCall
+from runtime.handle import ActorHandle
+from runtime.pending_call import PendingCall
 
 
 class GroupCall:

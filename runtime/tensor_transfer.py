@@ -31,7 +31,7 @@ from runtime.tensor_specs import TensorSpec
 from runtime.tensor_store import store
 
 if TYPE_CHECKING:
-    from runtime.handle import PendingCall
+    from runtime.pending_call import PendingCall
 
 log = logging.getLogger(__name__)
 
