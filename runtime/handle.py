@@ -211,8 +211,9 @@ class ActorHandle:
 
     def follow_restart(self, *, deadline_s: float = 10.0) -> ActorHandle:
         """Pin this handle to the incarnation of its actor that serves at its endpoint now (after a restart, the
-        new one; waiting up to ``deadline_s`` for it to be constructed) and return it. Its calls then run there.
-        ``ActorDied`` when another actor, or none, answers there: the actor is gone for good."""
+        new one; waiting up to ``deadline_s`` for it to be constructed) and return it: its calls then run there.
+        ``ActorDied`` when another actor answers there, ``DeadlineExceeded`` when none was constructed there in
+        time (the actor is gone, or still restarting). A handle that follows restarts is returned as it is."""
         return self._runtime.run(
             self.follow_restart_async(deadline_s=deadline_s), timeout_s=deadline_s + 5, what=f"{self!r}.follow_restart"
         )
@@ -223,17 +224,21 @@ class ActorHandle:
             return self
         until = time.monotonic() + deadline_s
         probe = ActorHandle(**{**self.to_state(), "boot_id": None}, runtime=self._runtime, curve_dir=self._curve_dir)
-        while True:
+        late = (
+            f"actor {self.actor_name!r}: no incarnation of it answered constructed at {self.endpoint} within "
+            f"{deadline_s} s (it is gone, or a restart is still under way: call follow_restart again)"
+        )
+        health: dict[str, Any] = {"constructed": False}
+        while not health["constructed"]:
             left = until - time.monotonic()
             if left <= 0:
-                raise DeadlineExceeded(
-                    f"actor {self.actor_name!r} at {self.endpoint}: no incarnation was constructed there within "
-                    f"{deadline_s} s (a restart may still be under way: call follow_restart again)"
-                )
-            health = await probe.method("__health__").options(deadline_s=left)()
-            if health["constructed"]:
-                break
-            await asyncio.sleep(min(0.1, left))
+                raise DeadlineExceeded(late)
+            try:
+                health = await probe.method("__health__").options(deadline_s=left)()
+            except DeadlineExceeded:
+                raise DeadlineExceeded(late) from None
+            if not health["constructed"]:
+                await asyncio.sleep(min(0.1, left))
         if health["name"] != self.actor_name or (self.server_key and health["server_key"] != self.server_key):
             raise ActorDied(
                 f"actor {self.actor_name!r} is gone: actor {health['name']!r} serves at {self.endpoint} now "
