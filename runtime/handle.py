@@ -17,7 +17,6 @@ only the holder knows whether its calls still make sense). ``runtime.ray_compat`
 
 from __future__ import annotations
 
-import asyncio
 import inspect
 import itertools
 import time
@@ -31,7 +30,8 @@ from runtime.call_ids import new_call_id
 from runtime.call_store import request_fingerprint
 from runtime.client import ClientRuntime
 from runtime.connection import DEFAULT_LIVENESS_TIMEOUT_S, Connection
-from runtime.errors import ActorDied, CallRejected, DeadlineExceeded
+from runtime.errors import CallRejected
+from runtime.incarnations import current_incarnation
 from runtime.metadata import GROUP_SEPARATOR, ActorClassInfo
 from runtime.outcome import arguments_bind
 from runtime.pending_call import PendingCall
@@ -222,28 +222,11 @@ class ActorHandle:
         """:meth:`follow_restart` for async code."""
         if self.follows_restarts:
             return self
-        until = time.monotonic() + deadline_s
         probe = ActorHandle(**{**self.to_state(), "boot_id": None}, runtime=self._runtime, curve_dir=self._curve_dir)
-        late = (
-            f"actor {self.actor_name!r}: no incarnation of it answered constructed at {self.endpoint} within "
-            f"{deadline_s} s (it is gone, or a restart is still under way: call follow_restart again)"
+        ask = probe.method("__health__")
+        health = await current_incarnation(
+            lambda left: ask.options(deadline_s=left)(), self.actor_name, self.endpoint, self.server_key, deadline_s
         )
-        health: dict[str, Any] = {"constructed": False}
-        while not health["constructed"]:
-            left = until - time.monotonic()
-            if left <= 0:
-                raise DeadlineExceeded(late)
-            try:
-                health = await probe.method("__health__").options(deadline_s=left)()
-            except DeadlineExceeded:
-                raise DeadlineExceeded(late) from None
-            if not health["constructed"]:
-                await asyncio.sleep(min(0.1, left))
-        if health["name"] != self.actor_name or (self.server_key and health["server_key"] != self.server_key):
-            raise ActorDied(
-                f"actor {self.actor_name!r} is gone: actor {health['name']!r} serves at {self.endpoint} now "
-                "(the address was reused); get a handle to that one if it is the one you want"
-            )
         self.boot_id, self.pid, self.host = health["boot_id"], health["pid"], health["host"]
         self.metrics_port = health.get("metrics_port")
         self._connection = None  # the live one from now on (a new one where this one saw the old incarnation die)

@@ -3,10 +3,18 @@
 An actor restarted by its spawner keeps its endpoint but is a new process with a new boot id (an incarnation).
 A handle that does not follow restarts pins each call to the incarnation it reached (``Call.boot_id``); the
 actor refuses a SUBMIT pinned to another (:mod:`runtime.call_routing`), and a connection that has already seen
-the incarnation go refuses such a call without sending it.
+the incarnation go refuses such a call without sending it. Such a handle moves on when its holder asks
+(``ActorHandle.follow_restart``), to the incarnation :func:`current_incarnation` finds.
 """
 
 from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from runtime.errors import ActorDied, DeadlineExceeded
 
 #: Past incarnations remembered per connection (an actor restarted more often refuses the older pins itself).
 MAX_REMEMBERED = 256
@@ -29,3 +37,41 @@ class GoneIncarnations:
 
     def __contains__(self, boot_id: object) -> bool:
         return boot_id in self._ids
+
+
+async def current_incarnation(
+    ask_health: Callable[[float], Awaitable[Any]], actor: str, endpoint: str, server_key: str | None, deadline_s: float
+) -> dict[str, Any]:
+    """The ``__health__`` record of the incarnation of ``actor`` constructed at ``endpoint`` now, asked with
+    ``ask_health(seconds left)``, waiting up to ``deadline_s`` for one to be constructed. ``ActorDied`` if another
+    actor (another name, or CURVE key) or something else answers there; ``DeadlineExceeded`` if none is in time."""
+    until = time.monotonic() + deadline_s
+    late = (
+        f"actor {actor!r}: no incarnation of it answered constructed at {endpoint} within {deadline_s} s "
+        "(it is gone, or a restart is still under way: call follow_restart again)"
+    )
+    while True:
+        left = until - time.monotonic()
+        if left <= 0:
+            raise DeadlineExceeded(late)
+        try:
+            health = await ask_health(left)
+        except DeadlineExceeded:
+            raise DeadlineExceeded(late) from None
+        if not _is_health(health):
+            raise ActorDied(f"actor {actor!r}: what answers at {endpoint} is not an actor of this runtime any more")
+        if health.get("constructed") is True:
+            break
+        await asyncio.sleep(min(0.1, left))
+    if health.get("name") != actor or (server_key and health.get("server_key") != server_key):
+        raise ActorDied(
+            f"actor {actor!r} is gone: actor {health.get('name')!r} serves at {endpoint} now (the address was "
+            "reused); get a handle to that one if it is the one you want"
+        )
+    return health
+
+
+def _is_health(record: object) -> bool:
+    """Whether ``record`` (off the network) has the fields of a ``__health__`` record a handle takes, typed."""
+    fields = {"boot_id": (str,), "pid": (int,), "host": (str,), "name": (str,), "metrics_port": (int, type(None))}
+    return type(record) is dict and all(type(record.get(key)) in kinds for key, kinds in fields.items())
