@@ -16,6 +16,7 @@ from functools import partial
 from typing import Any
 
 from runtime.errors import ActorRestarted, CallSite, DeadlineExceeded, NotDelivered
+from runtime.incarnations import MOVE_ON
 from transport import shared_memory
 from transport.codec import Buffer
 
@@ -69,13 +70,6 @@ def set_exception(future: concurrent.futures.Future[Any], error: BaseException) 
 
 def deadline_passed(site: CallSite) -> DeadlineExceeded:
     return DeadlineExceeded("the deadline passed with no result; the call may still run on the actor", site=site)
-
-
-#: How a handle pinned to an incarnation that is gone moves on (said in every refusal of its calls).
-MOVE_ON = (
-    "a handle given to this process stays pinned to the incarnation it reached; call handle.follow_restart() "
-    "(or get a fresh handle: get_actor, connect) to call the new one"
-)
 
 
 def refused_reply(call: Call, boot_id: str, site: CallSite) -> ActorRestarted:

@@ -36,7 +36,7 @@ from runtime.call import Call, deadline_passed, not_delivered, pinned_to_gone, r
 from runtime.call_ids import new_call_id
 from runtime.connection_state import MOVES, ConnectionState
 from runtime.errors import ActorDied, ActorRestarted, CallSite
-from runtime.incarnations import GoneIncarnations
+from runtime.incarnations import GoneIncarnations, lost_in_flight
 from runtime.link_liveness import POLL_AFTER_S, LinkLiveness
 from runtime.loop_work import LoopWork
 from runtime.outcome import decode_result
@@ -308,8 +308,7 @@ class Connection:
                 return
             old, self.boot_id = self.boot_id, boot_id
             self._gone.add(old)
-            why = f"the actor restarted (boot id {old} → {boot_id}); calls in flight were lost"
-            self._fail_all(ActorRestarted, why, spare=boot_id)
+            self._fail_all(ActorRestarted, lost_in_flight(old, boot_id), spare=boot_id)
 
     # ---- liveness (runtime.link_liveness) --------------------------------------------------------------------
 

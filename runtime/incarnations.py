@@ -16,8 +16,18 @@ from typing import Any
 
 from runtime.errors import ActorDied, DeadlineExceeded
 
+#: How a handle pinned to an incarnation that is gone moves on (said in every refusal of its calls).
+MOVE_ON = (
+    "a handle given to this process stays pinned to the incarnation it reached; call handle.follow_restart() "
+    "(or get a fresh handle: get_actor, connect) to call the new one"
+)
 #: Past incarnations remembered per connection (an actor restarted more often refuses the older pins itself).
 MAX_REMEMBERED = 256
+
+
+def lost_in_flight(old: str, new: str) -> str:
+    """Why calls in flight to incarnation ``old`` failed when ``new`` answered (they may have run on ``old``)."""
+    return f"the actor restarted (boot id {old} → {new}); calls in flight were lost; {MOVE_ON}"
 
 
 class GoneIncarnations:
