@@ -25,8 +25,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from raw_client import RawClient
 
 from runtime import ActorDied, ActorHandle, ActorRestarted, DeadlineExceeded, spawn
+from runtime.call_ids import new_call_id
+from runtime.outcome import arguments_bind
+from transport.codec import encode
+from transport.submit_header import SubmitHeader
 
 
 def _restarted(actor: ActorHandle, old_pid: int, within_s: float = 30.0) -> None:
@@ -126,3 +131,26 @@ def test_follow_restart_never_adopts_another_actor_and_says_when_none_answers(no
         actor.kill()
     with pytest.raises(DeadlineExceeded, match=r"no incarnation of it answered constructed at .* within 1.5 s"):
         gone.follow_restart(deadline_s=1.5)  # nothing listens there any more
+
+
+def test_the_actor_refuses_a_call_pinned_to_another_incarnation_before_running_it(no_leaks: None) -> None:
+    """The server side of the pin (runtime.call_routing ``on_submit``): whatever the caller's process knows."""
+    actor = spawn("fault_actors:Restartable", kwargs={"log_path": os.devnull, "tag": "x"})
+    raw = RawClient(actor.endpoint)
+    try:
+        replies = {}
+        for pin in ("0123456789abcdef", actor.boot_id):  # an incarnation that is gone, then the live one
+            call_id = new_call_id()
+            payload = encode([[7], {}], bind=arguments_bind(call_id))
+            raw.send(SubmitHeader.pack(call_id, "add", None, pin, None, [], False, payload))
+            reply = raw.recv()
+            assert reply.meta[2] == actor.boot_id  # every reply names the incarnation that sent it
+            replies[pin] = raw.result(reply)
+        ok, state = replies["0123456789abcdef"]
+        assert not ok and state["code"] == "restarted"
+        assert "meant for incarnation 0123456789abcdef" in state["message"] and "not run" in state["message"]
+        assert replies[actor.boot_id] == (True, 7)  # only the call pinned to it ran
+        assert actor.add(0).result(10) == 7
+    finally:
+        raw.close()
+        actor.kill()
