@@ -25,7 +25,7 @@ from launcher.errors import WorkerStartError
 from launcher.progress import Say
 from launcher.specs import ServeWorkerSpec
 from launcher.worker_state import WorkerState
-from runtime.client import ClientRuntime
+from runtime.caller.client import ClientRuntime
 
 #: How long past its own deadline a construction may take before the launcher gives up on it (its calls carry
 #: the deadline; this only bounds a loop that stopped answering).

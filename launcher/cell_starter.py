@@ -26,8 +26,8 @@ from launcher.progress import Say
 from launcher.specs import CommandWorkerSpec
 from launcher.worker_command import build_spawn, port_counts
 from launcher.worker_state import ENDED_STATES, LIVE_STATES, WorkerState
-from runtime.control_auth import SpawnTicket
-from runtime.naming import DEFAULT_NAMESPACE
+from runtime.core.control_auth import SpawnTicket
+from runtime.names.naming import DEFAULT_NAMESPACE
 
 log = logging.getLogger(__name__)
 

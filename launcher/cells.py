@@ -27,7 +27,7 @@ class WorkerInfo:
     boot_id: str | None = None
     metrics_port: int | None = None  # Prometheus /metrics of a serve worker (from its ready line)
     handle: Any = None
-    ticket: Any = field(default=None, repr=False)  # runtime.control_auth.SpawnTicket of a serve worker
+    ticket: Any = field(default=None, repr=False)  # runtime.core.control_auth.SpawnTicket of a serve worker
     returncode: int | None = None
     error: str | None = None
     log_path: str | None = None

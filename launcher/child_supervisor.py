@@ -28,7 +28,7 @@ from launcher.log_filter import ConsoleLogFilter
 from launcher.process_tree import ProcessTree, terminate_trees
 from launcher.readiness import wait_ready
 from launcher.zygote_client import ZygoteClient
-from runtime.fork_client import ForkedWorker
+from runtime.processes.fork_client import ForkedWorker
 from transport import shared_memory
 
 PROC_MARKER = "MILES_AGENT_PROC"  # env var naming the worker a process descends from (survives double forks)

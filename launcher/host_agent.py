@@ -6,8 +6,9 @@ PR_SET_PDEATHSIG(SIGKILL) on Linux and a log file; the agent is a child subreape
 grace, SIGKILL) when stdin hits EOF, heartbeats stop for ``--heartbeat-timeout`` seconds, it gets
 SIGTERM/SIGHUP/SIGINT, or the launcher sends ``shutdown``; then it deletes the CURVE key directories the launcher
 gave it (``agent_keys``). Children die with it even when it is killed with SIGKILL (PDEATHSIG).
-``python -m runtime.worker`` children are forked by the agent's fork server (``runtime.fork_server``, driven by
-``launcher.zygote_client``) and re-parented to the agent, with the same supervision.
+``python -m runtime.worker`` children are forked by the agent's fork server
+(``runtime.processes.fork_server``, driven by ``launcher.zygote_client``) and re-parented to the agent, with the same
+supervision.
 """
 
 from __future__ import annotations
@@ -94,7 +95,7 @@ class HostAgent:
             cuda_visible_devices=os.environ.get("CUDA_VISIBLE_DEVICES"),
             gpus=detect_gpus(),  # the launcher refuses GPU ids this host does not have (launcher/gpu_check.py)
         )
-        self.zygote.start()  # imports in the background; the first runtime.worker spawn waits for it (bounded)
+        self.zygote.start()  # imports in the background; the first worker spawn waits for it (bounded)
         last_heard = time.monotonic()
         next_scan = next_beat = 0.0
         grace = self.orphan_grace_s

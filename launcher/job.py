@@ -25,8 +25,8 @@ from launcher.hosts_config import ClusterConfig, JobConfig
 from launcher.provider_base import BaseWorkerProvider
 from launcher.provider_service import ProviderClient
 from launcher.user_imports import import_object
-from runtime.name_service import NAME_SERVICE_ENV
-from runtime.parent_death import die_with_parent_preexec
+from runtime.names.name_service import NAME_SERVICE_ENV
+from runtime.processes.parent_death import die_with_parent_preexec
 from transport import session_secret
 from transport.security import CURVE_DIR_ENV
 from transport.session_secret import SECRET_ENV

@@ -3,8 +3,8 @@
 With the job's code first on ``sys.path`` (as the job and every worker will have it), the launcher imports the job's
 entrypoint and each serve pool's actor class and checks the pool's constructor kwargs (after pool expanders and
 ``plan_kwargs``) against the constructor's signature and type hints, with the runtime's own checks
-(runtime.metadata: keyword-only constructors; runtime.type_checks: isinstance, pydantic for constraints), so what
-passes here is what the actor would accept. Every error is reported at once, each naming the pool, the field, the
+(runtime.core.metadata: keyword-only constructors; runtime.core.type_checks: isinstance, pydantic for constraints), so
+what passes here is what the actor would accept. Every error is reported at once, each naming the pool, the field, the
 line of hosts.toml when it can be found, and the fix. A class whose module imports a package this machine lacks
 (installed on the GPU hosts only) is not an error: it is said, and checked when the actor is constructed.
 """
@@ -28,9 +28,9 @@ from launcher.hosts_config import ClusterConfig
 from launcher.job import resolve_entrypoint, use_job_code
 from launcher.specs import PoolSpec, ServeWorkerSpec
 from launcher.user_imports import MissingDependency, import_object
-from runtime.errors import ActorDefinitionError
-from runtime.metadata import check_keyword_only_constructor
-from runtime.type_checks import deep_check, hint_name, matches, short
+from runtime.core.errors import ActorDefinitionError
+from runtime.core.metadata import check_keyword_only_constructor
+from runtime.core.type_checks import deep_check, hint_name, matches, short
 
 Source = tuple[str, str]  # (hosts.toml's name, its text)
 
@@ -134,8 +134,8 @@ def check_pool(pool: PoolSpec, spec: ServeWorkerSpec, text: Source, warnings: li
 
 
 def _as_model(value: Any, hint: Any) -> tuple[Any, list[tuple[str, str]], list[tuple[str, str]]]:
-    """``value`` as the actor's process gets it (runtime.metadata.coerce_constructor_kwargs: a dict becomes the first
-    pydantic model in ``hint``), the model's errors as (location, message), and those of its own validators
+    """``value`` as the actor's process gets it (runtime.core.metadata.coerce_constructor_kwargs: a dict becomes the
+    first pydantic model in ``hint``), the model's errors as (location, message), and those of its own validators
     (``value_error``), which may check this machine's files (a model_path on the GPU hosts): warnings, not errors."""
     models = [h for h in (hint, *typing.get_args(hint)) if isinstance(h, type) and hasattr(h, "model_validate")]
     if not isinstance(value, dict) or not models:

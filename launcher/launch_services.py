@@ -4,7 +4,7 @@
   the agent pool ships them to every host, every worker gets ``MILES_CURVE_DIR``, the launcher attaches with them
   (``curve_dir``); :meth:`LaunchServices.close` removes them.
 - Names: the launcher is its launch's name authority: it serves the launch's registry of actor names
-  (:mod:`runtime.name_service`), and every worker and command job finds it in ``MILES_NAME_SERVICE``
+  (:mod:`runtime.names.name_service`), and every worker and command job finds it in ``MILES_NAME_SERVICE``
   (:meth:`LaunchServices.name_service_env`), so a name is one name on every host.
 - The provider API (:mod:`launcher.provider_service`), for jobs and actors.
 - Prometheus HTTP service discovery (``metrics_sd_url``), mirrored into ``{launcher.workdir}/prometheus-targets.json``
@@ -24,8 +24,8 @@ from launcher.hosts_config import ClusterConfig, open_bind_hosts
 from launcher.progress import Say
 from launcher.provider_service import ProviderService, serve_provider_api
 from launcher.service_discovery import ServiceDiscovery
-from runtime import name_service
-from runtime.service import ServiceServer
+from runtime.names import name_service
+from runtime.names.service import ServiceServer
 
 SD_FILE = "prometheus-targets.json"  # file_sd JSON under the launcher workdir
 

@@ -1,6 +1,6 @@
 """The provider API: jobs and actors list, start, stop and restart the launch's cells through the launcher.
 
-The launcher process serves :class:`ProviderService` (its cell table) as a service (:mod:`runtime.service`:
+The launcher process serves :class:`ProviderService` (its cell table) as a service (:mod:`runtime.names.service`:
 an in-process actor server) with the launch's CURVE keys: only holders of the launch's client key get through, as
 for every actor (with CURVE off, whoever reaches its port). It listens on every interface when SSH hosts must reach
 it (CURVE on, or ``allow_open_binds_without_curve``), else on loopback.
@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING, Annotated, Any, Protocol
 from pydantic import Field
 
 from launcher.errors import LauncherError
-from runtime.service import ServiceAddress, ServiceClient, ServiceServer, serve
+from runtime.names.service import ServiceAddress, ServiceClient, ServiceServer, serve
 from transport.security import FROM_ENV, CurveDir
 
 if TYPE_CHECKING:

@@ -9,7 +9,7 @@ from launcher import agent_protocol as proto
 from launcher.hosts_config import HostConfig
 from launcher.placement import WorkerPlacement
 from launcher.specs import CommandWorkerSpec, PortScope, ServeWorkerSpec
-from runtime.name_service import NAME_SERVICE_ENV
+from runtime.names.name_service import NAME_SERVICE_ENV
 from transport import session_secret
 from transport.security import CURVE_DIR_ENV
 from transport.session_secret import SECRET_ENV

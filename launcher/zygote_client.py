@@ -1,9 +1,9 @@
-"""The host agent's fork server ("zygote", :mod:`runtime.fork_server`): every child of the agent starts here.
+"""The host agent's fork server ("zygote", :mod:`runtime.processes.fork_server`): every child of the agent starts here.
 
-``ZygoteClient.launch`` forks a ``python -m runtime.worker`` of this interpreter through the agent's fork server
-(:class:`runtime.fork_client.ForkClient`, workers re-parented to the agent, a child subreaper, and killed when it
-dies) and uses ``Popen`` otherwise: another command or interpreter, zygote disabled (``MILES_ZYGOTE=0`` in the
-agent's environment, e.g. a host's ``env`` in hosts.toml), or the fork server not up, refusing, or dead. Call it
+``ZygoteClient.launch`` forks a ``python -m runtime.worker`` of this interpreter through the agent's fork
+server (:class:`runtime.processes.fork_client.ForkClient`, workers re-parented to the agent, a child subreaper, and
+killed when it dies) and uses ``Popen`` otherwise: another command or interpreter, zygote disabled (``MILES_ZYGOTE=0``
+in the agent's environment, e.g. a host's ``env`` in hosts.toml), or the fork server not up, refusing, or dead. Call it
 from the agent's main thread only: the death signals and the workers' re-parenting are tied to that thread.
 """
 
@@ -13,8 +13,8 @@ import os
 import subprocess
 from pathlib import Path
 
-from runtime.fork_client import READY_WAIT_S, ForkClient, ForkedWorker
-from runtime.parent_death import die_with_parent_preexec
+from runtime.processes.fork_client import READY_WAIT_S, ForkClient, ForkedWorker
+from runtime.processes.parent_death import die_with_parent_preexec
 
 __all__ = ["ENABLE_ENV", "READY_WAIT_S", "ForkedWorker", "ZygoteClient"]
 

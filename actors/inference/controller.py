@@ -1,16 +1,6 @@
 """The inference controller actor: one sglang-router in front of engine cells it starts, watches and restarts.
 
-Spawn it with ``runtime.spawn(InferenceController, kwargs={...})`` and call ``start()``. Everything it does runs
-on the actor's event loop (async methods are tasks there; status methods are control-plane methods that
-answer at once). Weight updates follow SGLang's sequence under one lock held from ``start_update_weights``
-to ``end_update_weights``/``abort_update_weights``: pause generation, flush the cache, update (the trainer
-posts to the returned engine URLs itself, or the controller does it with ``update_weights_from_tensors`` /
-``update_weights_from_disk``), set the version, continue. The controller composes three collaborators, each
-given the frozen :class:`~actors.inference.controller_settings.ControllerSettings`, the cells and what else it
-needs: the :class:`~actors.inference.cell_keeper.CellKeeper` starts, watches and restarts the cells, the
-:class:`~actors.inference.weight_updates.WeightUpdater` runs updates, and the
-:class:`~actors.inference.memory.MemoryReleaser` releases memory for colocated training.
-"""
+It composes a cell keeper, a weight updater and a memory releaser, each given the frozen settings it needs."""
 
 from __future__ import annotations
 
@@ -236,6 +226,9 @@ class InferenceController:
 
     # ---- weight updates (actors.inference.weight_updates) --------------------------------------------------
 
+    # SGLang's sequence under one lock, held from start_update_weights to end/abort_update_weights: pause
+    # generation, flush the cache, update (the trainer posts to the returned engine URLs, or the controller does it in
+    # update_weights_from_tensors / _from_disk), set the version, continue.
     async def start_update_weights(self, timeout_s: float = 60.0) -> dict[str, Any]:
         """Take the update lock (waiting up to ``timeout_s``), pause and flush every engine; returns ``{"token",
         "engine_urls", "weight_version", "flush_cache", "engine_handles"}``. End with end_update_weights(token,

@@ -1,6 +1,6 @@
 """``ray.actor``: ``exit_actor`` and the handle classes."""
 
-from runtime.actor_exit import exit_actor
+from runtime.actor.actor_exit import exit_actor
 from runtime.ray_compat.actors import ActorClass
 from runtime.ray_compat.handles import ActorHandle, ActorMethod
 

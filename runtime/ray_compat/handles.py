@@ -17,8 +17,8 @@ import weakref
 from collections.abc import Callable
 from typing import Any
 
-from runtime.handle import ActorHandle as NativeHandle
-from runtime.metadata import ActorClassInfo, class_info
+from runtime.caller.handle import ActorHandle as NativeHandle
+from runtime.core.metadata import ActorClassInfo, class_info
 from runtime.ray_compat import options as opts
 from runtime.ray_compat.actor_classes import keyword_class, original_class
 from runtime.ray_compat.calls import RetryingCall, arguments_ready, refs_for, resolve_args, retry_on

@@ -1,7 +1,7 @@
 """Handles stay honest across processes: a handle held by a process other than the spawner is pinned to the
 incarnation it names; after the actor restarts (``max_restarts``), a call through it is refused with
 ``ActorRestarted`` and never runs, until its holder moves it on (``follow_restart``). The spawner's own handle
-follows restarts, as documented in runtime.supervisor.
+follows restarts, as documented in runtime.processes.supervisor.
 
 Peer read: radixark/miles, miles/ray/train/cell.py (31f1ca96). A RayTrainCell's actors are Ray actors without
 ``max_restarts``, so each handle names one incarnation: a failed call marks the cell errored and stops it
@@ -28,14 +28,14 @@ import pytest
 from raw_client import RawClient
 
 from runtime import ActorDied, ActorHandle, ActorRestarted, DeadlineExceeded, spawn
-from runtime.call_ids import new_call_id
-from runtime.outcome import arguments_bind
+from runtime.core.call_ids import new_call_id
+from runtime.core.outcome import arguments_bind
 from transport.codec import encode
 from transport.submit_header import SubmitHeader
 
 
 def _restarted(actor: ActorHandle, old_pid: int, within_s: float = 30.0) -> None:
-    """Wait until the spawner's handle calls a new incarnation (its calls wait for it: runtime.supervisor)."""
+    """Wait until the spawner's handle calls a new incarnation (its calls wait for it: runtime.processes.supervisor)."""
     deadline = time.monotonic() + within_s
     while actor.pid == old_pid:
         assert time.monotonic() < deadline, f"the actor was not restarted within {within_s} s"
@@ -134,7 +134,7 @@ def test_follow_restart_never_adopts_another_actor_and_says_when_none_answers(no
 
 
 def test_the_actor_refuses_a_call_pinned_to_another_incarnation_before_running_it(no_leaks: None) -> None:
-    """The server side of the pin (runtime.call_routing ``on_submit``): whatever the caller's process knows."""
+    """The server side of the pin (runtime.actor.call_routing ``on_submit``): whatever the caller's process knows."""
     actor = spawn("fault_actors:Restartable", kwargs={"log_path": os.devnull, "tag": "x"})
     raw = RawClient(actor.endpoint)
     try:

@@ -157,7 +157,7 @@ def check_names_across(stdout: str, hosts: list[str]) -> dict[str, Any]:
     assert out["if_exists"]["endpoint"] == child["endpoint"] and out["if_exists"]["pid"] == child["pid"]
     assert out["blue"]["host"] == hosts[-1] and out["blue"]["endpoint"] != child["endpoint"]
     assert out["a_blue"] == 1 and out["a_default"] == 6  # the same name in two namespaces: two actors
-    assert out["green"].startswith("runtime.errors.ActorNotFound: no actor named 'shared' in namespace 'green'")
+    assert out["green"].startswith("runtime.core.errors.ActorNotFound: no actor named 'shared' in namespace 'green'")
     assert out["launcher"] == 6
     assert out["killed_pid"] == child["pid"]
     assert out["again"]["host"] == hosts[-1] and out["again"]["endpoint"] != child["endpoint"]

@@ -118,7 +118,7 @@ def test_every_error_at_once_with_pool_field_line_and_fix(tmp_path: Path) -> Non
 
 
 def test_dict_kwargs_are_validated_as_the_model_the_hint_names(tmp_path: Path) -> None:
-    """runtime.metadata.coerce_constructor_kwargs makes the model on the host; here its own errors are errors, and
+    """runtime.core.metadata.coerce_constructor_kwargs makes the model on the host; here its own errors are errors, and
     its validators' (which may read the host's files) are warnings."""
     bad = pool("c", "useractors:Configured", 'settings = { optim = { lr = "x", weight_decy = 0.1 } }')
     message = problems(write(tmp_path, bad))

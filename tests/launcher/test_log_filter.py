@@ -1,6 +1,7 @@
 """What reaches the launcher's console from a worker stream (launcher.log_filter), on lines as their sources write
-them: Python logging with the worker's format (runtime/worker.py), uvicorn's access log (SGLang's HTTP server),
-SGLang's own ``[timestamp TP0] message`` format (sglang/srt/utils/common.py configure_logger) and sglang-router's
+them: Python logging with the worker's format (runtime/worker.py), uvicorn's access log (SGLang's HTTP
+server), SGLang's own ``[timestamp TP0] message`` format (sglang/srt/utils/common.py configure_logger) and
+sglang-router's
 tracing lines."""
 
 from __future__ import annotations

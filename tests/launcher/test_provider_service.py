@@ -17,7 +17,7 @@ from launcher.hosts_config import load_config
 from launcher.local_provider import LocalProvider
 from launcher.provider_service import ProviderApiError, ProviderClient, address_for
 from runtime import RemoteError
-from runtime.errors import CallRejected
+from runtime.core.errors import CallRejected
 from transport import security
 
 SERVER = {

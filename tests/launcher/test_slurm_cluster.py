@@ -165,7 +165,8 @@ def test_cancelled_mid_run_by_ctrl_c_or_down_leaves_no_process(slurm_cluster: Sl
             workers = json.loads(marker.read_text())["workers"]
             assert sorted(w["host"] for w in workers.values()) == ["node1", "node1", "node2", "node2"]
             on_nodes = slurm_cluster.stray_pids()
-            assert all(any("runtime.worker" in c or "zygote" in c for c in on_nodes[n].values()) for n in NODES)
+            assert all(any("runtime.worker" in c or "zygote" in c for c in on_nodes[n].values())
+                       for n in NODES)  # fmt: skip
             if how == "ctrl-c":
                 status = subprocess.run([*slurm_cluster.exec_argv(), PYTHON, "-m", "launcher.cli", "status",
                                          str(config)], capture_output=True, text=True, timeout=60,
