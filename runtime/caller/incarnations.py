@@ -19,8 +19,8 @@ from runtime.core.errors import ActorDied, ActorRestarted, CallSite, DeadlineExc
 
 #: How a handle pinned to an incarnation that is gone moves on (said in every refusal of its calls).
 MOVE_ON = (
-    "a handle given to this process stays pinned to the incarnation it reached; call handle.follow_restart() "
-    "(or get a fresh handle: get_actor, connect) to call the new one"
+    "a handle stays pinned to its incarnation (only the one spawn() returned follows restarts); call "
+    "handle.follow_restart() (or get a fresh handle: get_actor, connect) to call the new one"
 )
 #: Past incarnations remembered per connection (an actor restarted more often refuses the older pins itself).
 MAX_REMEMBERED = 256
