@@ -99,14 +99,14 @@ class ClientRuntime:
         curve: CurveConfig | None = None,
         server_key: bytes | None = None,
     ) -> Connection:
-        """The shared connection to ``endpoint`` with ``curve`` keys (a new one if the old one saw its actor die)."""
+        """The shared connection to ``endpoint`` with ``curve`` keys and the actor's ``server_key`` (a new one if
+        the old one saw its actor die)."""
         key = (endpoint, curve.directory if curve is not None else None, server_key)
         with self._lock:
             conn = self.connections.get(key)
-            # A pinned connection belongs to one incarnation: a process that now answers at the same address
-            # (ports are reused) needs a fresh one, or its calls would be fenced off as meant for the old one.
-            stale = conn is not None and conn.boot_id is not None and conn.boot_id != boot_id
-            if conn is None or conn.dead is not None or stale:
+            # Shared by every handle of this actor, whatever incarnation each is pinned to: a call carries its
+            # handle's pin (runtime.caller.connection), so one connection serves handles of old and new incarnations.
+            if conn is None or conn.dead is not None:
                 self._forget_dead()
                 conn = Connection(
                     self.context,

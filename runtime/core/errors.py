@@ -6,6 +6,7 @@
 | ActorDied          | the actor's process is gone (exit seen, or unreachable), or | no          |
 |                    | is leaving (exit_actor, SystemExit) and said so first       |             |
 | ActorRestarted     | a new incarnation (boot id) answered; in-flight calls lost  | resubmit    |
+|                    | (a handle pinned to the old one: ``follow_restart()`` first) |             |
 | DeadlineExceeded   | the call's deadline passed before a result arrived          | new call id |
 | NotDelivered       | the call never reached the actor (e.g. unknown after reconnect and deadline passed) | yes |
 | OverCapacity       | the actor refused the call: call store or memory budget full | yes, later |
@@ -70,7 +71,8 @@ class ActorDied(ActorError):
 
 
 class ActorRestarted(ActorError):
-    """The actor answered with a new boot id: it restarted and calls in flight were lost."""
+    """The actor answered with a new boot id: it restarted and calls in flight were lost. Also a call through a
+    handle pinned to an incarnation that is gone: it never ran (``ActorHandle.follow_restart`` moves the handle on)."""
 
 
 class DeadlineExceeded(ActorError, TimeoutError):

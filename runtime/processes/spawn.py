@@ -60,7 +60,8 @@ async def spawn_async(
 
     ``max_restarts``: when the process exits unexpectedly (also inside its constructor), start it again on the same
     endpoint and re-run the constructor with the same kwargs, at most this many times (-1: no limit); the handle
-    keeps working, calls in flight fail with ActorRestarted (:mod:`runtime.processes.supervisor`). ``curve_dir``: CURVE
+    keeps working, calls in flight fail with ActorRestarted (:mod:`runtime.processes.supervisor`); copies of the
+    handle sent elsewhere stay pinned to their incarnation (``follow_restart()`` moves them on). ``curve_dir``: CURVE
     keys (see the module doc). ``metrics_port``: port of the actor's Prometheus ``/metrics`` (0: any free port, kept
     across restarts; None: no metrics endpoint).
     ``name``/``namespace``: register the actor for ``get_actor`` (:mod:`runtime.names.naming`); a name a live actor

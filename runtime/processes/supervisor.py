@@ -4,7 +4,10 @@ When a spawned actor's process exits unexpectedly (killed by a signal, or a non-
 starts a new process on the same endpoint (same port, same metrics port) and runs the constructor again with
 the same keyword arguments. Meanwhile the handle's connection holds: calls in flight fail with ActorRestarted
 (they may or may not have run), calls made during the restart wait for the new incarnation, which then serves
-every later call. A restart that fails (the process does not come up, the constructor raises) counts as one.
+every later call. That is the spawner's handle only: any other handle of the actor (sent, pickled, from
+``get_actor``) stays pinned to its incarnation and is refused with ActorRestarted until ``follow_restart()``
+(:mod:`runtime.caller.handle`). A restart that fails (the process does not come up, the constructor raises) counts
+as one.
 After ``max_restarts`` restarts the next exit is final: calls fail with ActorDied naming every exit code.
 ``max_restarts=-1`` (as in Ray): restart without limit. A process that dies inside its constructor counts as an
 exit like any other, also on the first start (``spawn`` starts it again while restarts are left). Restarts that

@@ -53,6 +53,7 @@ class Lease:
             inner = self.spawning.result()
             if inner.info is None:
                 inner.info = self.info
+            inner.follows_restarts = True  # as Ray's handles, wherever they were sent: never pinned to one incarnation
             return inner
         except BaseException as exc:
             error = ActorDiedError(f"The actor {self.label} died because of an error raised in its creation task: {exc}")  # noqa: E501
