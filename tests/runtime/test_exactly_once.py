@@ -171,7 +171,7 @@ def test_a_reply_from_another_incarnation_is_never_taken_as_the_result(no_leaks:
         )
         with pytest.raises(ActorRestarted, match="from incarnation incarnation-b, but the call was sent to incarn"):
             handle.method("value")().result(10)
-        # The handle stays pinned to incarnation-a (runtime.handle): refused from now on, without being sent.
+        # The handle stays pinned to incarnation-a (runtime.caller.handle): refused from now on, without being sent.
         with pytest.raises(ActorRestarted, match=r"pinned to incarnation incarnation-a, which is gone \(now incarnat"):
             handle.method("value")().result(10)
         # What answers is not an actor (its "health" is 42): the handle is not moved there.
