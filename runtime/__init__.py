@@ -46,8 +46,6 @@ from runtime.caller.handle import ActorHandle, PendingCall
 from runtime.caller.retry import retry_until_deadline, retry_until_deadline_async
 from runtime.caller.stream_call import StreamingCall
 from runtime.caller.waiting import wait, wait_async
-# A remote exception of a class loaded here is also an instance of that class (``except ValueError`` catches a
-# remote ValueError): runtime.core.errors.
 from runtime.core.errors import (
     ActorDefinitionError,
     ActorDied,
@@ -59,7 +57,7 @@ from runtime.core.errors import (
     DeadlineExceeded,
     NotDelivered,
     OverCapacity,
-    RemoteError,
+    RemoteError,  # also an instance of the remote exception's class when loaded here (except ValueError catches it)
 )
 from runtime.core.metadata import method
 from runtime.names.naming import get_actor

@@ -192,8 +192,8 @@ class ForkServer:
         try:
             os.setsid()
             _wait_reparented(self.reaper_pid)
-            # PR_SET_PDEATHSIG(SIGKILL) only once the reaper is the parent: one set earlier would fire when the intermediate
-            # exits. Without --death-signal the worker's own --parent-pid/--watch-pid decide what it dies with.
+            # PR_SET_PDEATHSIG(SIGKILL) only once the reaper is the parent: one set earlier would fire when the
+            # intermediate exits. Without --death-signal the worker's own --parent-pid/--watch-pid decide its death.
             if self.death_signal and not die_with_parent(self.reaper_pid):
                 raise OSError(f"the reaper {self.reaper_pid} died")
             for target, fd in enumerate(fds):
