@@ -1,15 +1,5 @@
-"""Starting actors: ``spawn`` (a local process, restarted when it dies), ``spawn_many``, and ``connect``.
-
-``spawn`` starts ``python -m runtime.worker`` locally (forked by this process's fork server,
-:mod:`runtime.processes.driver_fork`, else with subprocess: :mod:`runtime.processes.process`), then constructs
-the actor in it as a launcher's ``attach`` does (:mod:`runtime.processes.construction`), and can restart the process
-when it dies (``max_restarts``, see :mod:`runtime.processes.supervisor`). ``connect`` reaches an actor already running
-at an endpoint (e.g. a fresh handle after another holder's actor restarted).
-
-Security: every function takes ``curve_dir`` (default: ``MILES_CURVE_DIR`` when set; None: plain TCP), the
-directory of the cluster's CURVE keys (:mod:`transport.security`). A spawned process gets it as
-``MILES_CURVE_DIR``, so the actors it spawns and calls use the same keys.
-"""
+"""Starting actors: ``spawn`` (a local process, restarted when it dies), ``spawn_many``, and ``connect`` (an actor
+already running at an endpoint, e.g. a fresh handle after another holder's actor restarted)."""
 
 from __future__ import annotations
 
@@ -145,7 +135,15 @@ async def spawn_async(
 
 
 def spawn(actor_class: type | str, **options: Any) -> ActorHandle:
-    """Blocking :func:`spawn_async`."""
+    """Blocking :func:`spawn_async`.
+
+    Starts ``python -m runtime.worker`` locally (forked by this process's fork server,
+    :mod:`runtime.processes.driver_fork`, else with subprocess: :mod:`runtime.processes.process`), constructs the
+    actor in it as a launcher's ``attach`` does (:mod:`runtime.processes.construction`) and restarts it when it
+    dies (``max_restarts``: :mod:`runtime.processes.supervisor`). ``curve_dir`` (default: ``MILES_CURVE_DIR`` when
+    set; None: plain TCP) is the cluster's CURVE keys (:mod:`transport.security`); the process gets it as
+    ``MILES_CURVE_DIR``, so the actors it spawns and calls use the same keys. The same holds for every function
+    here."""
     deadline = options.get("deadline_s", DEFAULT_SPAWN_DEADLINE_S)
     return ClientRuntime.get().run(
         spawn_async(actor_class, **options), timeout_s=2 * deadline + 5, what=f"spawn {actor_class!r}"
