@@ -163,7 +163,8 @@ class ForkClient:
     ) -> ForkedWorker | None:  # fmt: skip
         """Fork a ``runtime.worker`` through the fork server, or None: the caller uses Popen (the reason is
         logged): another command or interpreter, the fork server disabled, not up within ``ready_wait_s``,
-        refusing the request, or dead (restarted once, then off). Its stdout and stderr are pipes (``merge_stderr``: one pipe for both), stdin too if ``stdin``;
+        refusing the request, or dead (restarted once, then off). Its stdout and stderr are pipes (``merge_stderr``:
+        one pipe for both), stdin too if ``stdin``;
         ``text``: they are opened as line-buffered text."""
         if not self.enabled or argv[1:3] != ["-m", protocol.WORKER_MODULE] or not same_interpreter(argv[0], env, cwd):
             return None
