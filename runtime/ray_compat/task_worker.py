@@ -1,9 +1,4 @@
-"""The actor that runs Ray tasks: one process of a task pool (:mod:`runtime.ray_compat.tasks`).
-
-A task's function travels cloudpickled with each call, so it is unpickled only when it carries the MAC made with
-the pool's secret, which only the pool's owner holds (it reached this process in the constructor, a control call
-only the spawner can make): a peer that can reach this actor cannot make it unpickle anything.
-"""
+"""The actor that runs Ray tasks: one process of a task pool (:mod:`runtime.ray_compat.tasks`)."""
 
 from __future__ import annotations
 
@@ -22,7 +17,11 @@ def mac_of(secret: bytes, function: bytes) -> bytes:
 
 
 class TaskWorker:
-    """Runs the functions its pool sends (each with the pool's MAC)."""
+    """Runs the functions its pool sends (each with the pool's MAC).
+
+    A task's function travels cloudpickled with each call, so it is unpickled only when it carries the MAC made
+    with the pool's secret, which only the pool's owner holds (it reached this process in the constructor, a
+    control call only the spawner can make): a peer that can reach this actor cannot make it unpickle anything."""
 
     def __init__(self, *, secret: bytes) -> None:
         if not isinstance(secret, bytes) or len(secret) < 16:
