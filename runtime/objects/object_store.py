@@ -12,7 +12,8 @@ from typing import Any
 
 class ObjectStore:
     """The values this process owns, by key: ``runtime.put`` keeps a value here (:mod:`runtime.objects.object_owner`)
-    and the built-ins ``__object_get__`` and ``__object_free__`` (registered there) serve it to any holder of the ref."""
+    and the built-ins ``__object_get__`` and ``__object_free__`` (registered there) serve it to any holder of the
+    ref."""
 
     def __init__(self) -> None:
         self._values: dict[str, Any] = {}
