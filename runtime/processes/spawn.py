@@ -51,8 +51,10 @@ async def spawn_async(
     ``max_restarts``: when the process exits unexpectedly (also inside its constructor), start it again on the same
     endpoint and re-run the constructor with the same kwargs, at most this many times (-1: no limit); the handle
     keeps working, calls in flight fail with ActorRestarted (:mod:`runtime.processes.supervisor`); copies of the
-    handle sent elsewhere stay pinned to their incarnation (``follow_restart()`` moves them on). ``curve_dir``: CURVE
-    keys (see the module doc). ``metrics_port``: port of the actor's Prometheus ``/metrics`` (0: any free port, kept
+    handle sent elsewhere stay pinned to their incarnation (``follow_restart()`` moves them on). ``curve_dir``: the
+    cluster's CURVE keys (default: ``MILES_CURVE_DIR`` when set; None: plain TCP; :mod:`transport.security`), passed
+    on to the process as ``MILES_CURVE_DIR`` so the actors it spawns and calls use the same keys. ``metrics_port``:
+    port of the actor's Prometheus ``/metrics`` (0: any free port, kept
     across restarts; None: no metrics endpoint).
     ``name``/``namespace``: register the actor for ``get_actor`` (:mod:`runtime.names.naming`); a name a live actor
     holds raises ValueError, unless ``get_if_exists=True``, which returns a handle to that actor (nothing is spawned).
@@ -140,10 +142,8 @@ def spawn(actor_class: type | str, **options: Any) -> ActorHandle:
     Starts ``python -m runtime.worker`` locally (forked by this process's fork server,
     :mod:`runtime.processes.driver_fork`, else with subprocess: :mod:`runtime.processes.process`), constructs the
     actor in it as a launcher's ``attach`` does (:mod:`runtime.processes.construction`) and restarts it when it
-    dies (``max_restarts``: :mod:`runtime.processes.supervisor`). ``curve_dir`` (default: ``MILES_CURVE_DIR`` when
-    set; None: plain TCP) is the cluster's CURVE keys (:mod:`transport.security`); the process gets it as
-    ``MILES_CURVE_DIR``, so the actors it spawns and calls use the same keys. The same holds for every function
-    here."""
+    dies (``max_restarts``: :mod:`runtime.processes.supervisor`). Every function here takes ``curve_dir`` as
+    :func:`spawn_async` does."""
     deadline = options.get("deadline_s", DEFAULT_SPAWN_DEADLINE_S)
     return ClientRuntime.get().run(
         spawn_async(actor_class, **options), timeout_s=2 * deadline + 5, what=f"spawn {actor_class!r}"
