@@ -14,8 +14,11 @@ directory of the cluster's CURVE keys (:mod:`transport.security`). A spawned pro
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
-from typing import Any
+import difflib
+import functools
+import inspect
+from collections.abc import Awaitable, Callable
+from typing import Any, ParamSpec
 
 from runtime.actor.call_store import StoreLimits
 from runtime.caller.client import ClientRuntime
@@ -36,6 +39,8 @@ from runtime.processes.spawn_names import live_holder, taken
 from runtime.processes.supervisor import Supervisor, start_first
 from transport import security
 from transport.security import CURVE_DIR_ENV, FROM_ENV, CurveDir
+
+P = ParamSpec("P")
 
 
 async def spawn_async(
@@ -144,12 +149,32 @@ async def spawn_async(
     return handle
 
 
-def spawn(actor_class: type | str, **options: Any) -> ActorHandle:
-    """Blocking :func:`spawn_async`."""
-    deadline = options.get("deadline_s", DEFAULT_SPAWN_DEADLINE_S)
-    return ClientRuntime.get().run(
-        spawn_async(actor_class, **options), timeout_s=2 * deadline + 5, what=f"spawn {actor_class!r}"
-    )
+def _blocking(spawn_coroutine: Callable[P, Awaitable[ActorHandle]]) -> Callable[P, ActorHandle]:
+    """``spawn_coroutine`` run to its end from a thread that is not the runtime's loop, with its own signature (a
+    typo in an option is a TypeError naming it, and type checkers see every option)."""
+
+    signature = inspect.signature(spawn_coroutine)
+
+    @functools.wraps(spawn_coroutine)
+    def blocking(*args: P.args, **kwargs: P.kwargs) -> ActorHandle:
+        try:
+            signature.bind(*args, **kwargs)
+        except TypeError as exc:
+            known = [name for name in signature.parameters if name != "actor_class"]
+            close = [m for k in kwargs if k not in signature.parameters for m in difflib.get_close_matches(k, known, 1)]
+            hint = f" (did you mean {', '.join(map(repr, close))}?)" if close else ""
+            raise TypeError(f"spawn(): {exc}{hint}; its options: {', '.join(known)}") from None
+        deadline = kwargs.get("deadline_s", DEFAULT_SPAWN_DEADLINE_S)
+        assert isinstance(deadline, int | float)
+        what = f"spawn {args[0] if args else kwargs.get('actor_class')!r}"
+        return ClientRuntime.get().run(spawn_coroutine(*args, **kwargs), timeout_s=2 * deadline + 5, what=what)
+
+    return blocking
+
+
+spawn = _blocking(spawn_async)
+spawn.__name__ = spawn.__qualname__ = "spawn"
+spawn.__doc__ = "Blocking :func:`spawn_async`: the same options, the handle once the actor is constructed."
 
 
 def spawn_many(
