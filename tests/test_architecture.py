@@ -128,6 +128,7 @@ def test_layers_import_only_downward() -> None:
     assert not upward, "imports from a higher layer (order: " + " < ".join(LAYERS) + "):\n" + "\n".join(upward)
 
 
+@pytest.mark.processes
 def test_no_module_over_400_lines() -> None:
     tracked = subprocess.run(
         ["git", "ls-files", "--cached", "--others", "--exclude-standard", "*.py"],

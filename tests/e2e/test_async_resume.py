@@ -14,8 +14,12 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
+
 from tests.e2e.test_async_demo import EXAMPLE, result_of
 from tests.e2e.test_demo_job import LAUNCH, ROOT, ROW, left_behind, marked_env
+
+pytestmark = pytest.mark.processes
 
 ITERATIONS = 10  # the kill comes at iteration 2; the resumed run does the rest
 

@@ -14,6 +14,8 @@ from prometheus_client.parser import text_string_to_metric_families
 from runtime import RemoteError, control_auth, metrics, spawn
 from runtime.process import READY_PREFIX
 
+pytestmark = pytest.mark.processes
+
 
 def scrape(port: int) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
     """Every sample at ``/metrics`` on ``port``, by (name, sorted labels)."""

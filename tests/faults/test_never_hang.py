@@ -31,6 +31,8 @@ from runtime.lanes import ThreadLane
 from transport import frames as wire
 from transport.protocol import Kind
 
+pytestmark = pytest.mark.processes
+
 
 @pytest.fixture
 def leaver(no_leaks: None) -> Iterator[ActorHandle]:

@@ -13,6 +13,8 @@ from fault_helpers import rss_mb
 from runtime import spawn
 from runtime.internals import StoreLimits
 
+pytestmark = pytest.mark.processes
+
 CALLS = 200_000
 WARMUP = 20_000
 WINDOW = 1000

@@ -20,6 +20,8 @@ from launcher.hosts_config import load_config
 from launcher.ssh_provider import make_provider
 from runtime import ActorDied
 
+pytestmark = pytest.mark.processes
+
 COUNTER = {"kind": "serve", "actor_class": "launch_actors:Counter", "kwargs": {"start": 10}}
 
 

@@ -20,6 +20,8 @@ from launcher.gpu_check import detect_gpus, gpu_problem
 from launcher.hosts_config import parse_config
 from launcher.local_provider import LocalProvider
 
+pytestmark = pytest.mark.processes
+
 COUNTER = {"kind": "serve", "actor_class": "launch_actors:Counter", "gpus": 1}
 # `nvidia-smi -L` on a two-GPU machine (its format: "GPU <index>: <name> (UUID: GPU-...)").
 FAKE_NVIDIA_SMI = """#!/bin/sh

@@ -15,7 +15,10 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import pytest
 from launch_helpers import PYTHON, local_host, subprocess_env, wait_for, write_hosts_toml
+
+pytestmark = pytest.mark.processes
 
 SLOW = {"kind": "serve", "actor_class": "launch_actors:SlowStart", "kwargs": {"seconds": 25}}
 COUNTER = {"kind": "serve", "actor_class": "launch_actors:Counter"}

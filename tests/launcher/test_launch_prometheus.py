@@ -23,6 +23,8 @@ from launcher.hosts_config import load_config, parse_config
 from launcher.job import JobContext
 from launcher.local_provider import LocalProvider
 
+pytestmark = pytest.mark.processes
+
 COUNTER = {"kind": "serve", "actor_class": "launch_actors:Counter", "kwargs": {"start": 0}}
 JOB = "launch_jobs:exit_code"
 

@@ -24,6 +24,8 @@ from launcher.hosts_config import parse_config
 from launcher.local_provider import LocalProvider
 from launcher.placement import WorkerPlacement
 
+pytestmark = pytest.mark.processes
+
 
 def config(tmp_path: Path, pools: list[dict[str, Any]], *, hosts: int = 1, gpus: Any = 0, **launcher: Any) -> Any:
     data = {

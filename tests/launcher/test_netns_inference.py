@@ -16,6 +16,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import pytest
 import toml_text
 from launch_helpers import PYTHON, NetnsCluster, ssh_host, subprocess_env
 from sshd_fixture import SshKeys
@@ -23,6 +24,8 @@ from sshd_fixture import SshKeys
 from actors.inference.engine_pool import engine_pool
 from actors.model_config import ModelConfig
 from actors.sglang_config import SGLangConfig
+
+pytestmark = pytest.mark.processes
 
 TINY = ModelConfig(
     hidden_size=32, num_layers=1, num_attention_heads=2, num_key_value_heads=2, ffn_hidden_size=64,

@@ -26,6 +26,8 @@ from launcher.specs import PoolSpec, ServeWorkerSpec
 from launcher.ssh_provider import SSHProvider
 from launcher.worker_command import bind_address, build_spawn
 
+pytestmark = pytest.mark.processes
+
 COUNTER = {"kind": "serve", "actor_class": "launch_actors:Counter", "kwargs": {"start": 10}}
 OPT_IN = "allow_open_binds_without_curve"
 ANYONE = "any peer that can reach the actors' ports can call any public method of any actor"

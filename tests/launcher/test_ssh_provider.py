@@ -17,6 +17,8 @@ from launcher.errors import HostAuthError, HostCheckError, HostUnreachable, Work
 from launcher.hosts_config import parse_config
 from launcher.ssh_provider import SSHProvider
 
+pytestmark = pytest.mark.processes
+
 COUNTER = {"kind": "serve", "actor_class": "launch_actors:Counter", "kwargs": {"start": 1}}
 
 

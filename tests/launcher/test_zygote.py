@@ -28,6 +28,8 @@ from runtime import fork_server as zygote
 from runtime import internals
 from runtime.control_auth import SpawnTicket
 
+pytestmark = pytest.mark.processes
+
 
 @pytest.fixture
 def agent(tmp_path: Path) -> Iterator[AgentProc]:

@@ -16,6 +16,8 @@ from runtime import ActorGroup, driver_fork, spawn, spawn_many
 from runtime.fork_client import ForkedWorker, become_subreaper
 from runtime.orphan_reaper import reap_orphans, zombie_children
 
+pytestmark = pytest.mark.processes
+
 
 def _gone(pid: int, within_s: float) -> bool:
     try:

@@ -24,6 +24,8 @@ from runtime.name_service import NAME_SERVICE_ENV, NameServer, NameServiceClient
 from runtime.service import ServiceAddress
 from transport.security import CURVE_DIR_ENV, generate_cluster_keys
 
+pytestmark = pytest.mark.processes
+
 
 @pytest.fixture
 def served(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, no_leaks: None) -> Iterator[NameServer]:

@@ -16,6 +16,8 @@ from runtime.handle import MethodRef
 from runtime.stream_call import StreamingCall
 from runtime.stream_table import StreamTable, stream_close
 
+pytestmark = pytest.mark.processes
+
 
 @pytest.fixture(scope="module")
 def producer() -> Iterator[ActorHandle]:

@@ -16,6 +16,8 @@ from runtime.errors import ActorDefinitionError
 from runtime.handle_names import handle_attributes
 from runtime.process import ActorProcess
 
+pytestmark = pytest.mark.processes
+
 
 @pytest.fixture(scope="module")
 def typed() -> Iterator[ActorHandle]:

@@ -23,6 +23,8 @@ from runtime.call_ids import new_call_id
 from runtime.internals import attach
 from runtime.process import READY_PREFIX, worker_command
 
+pytestmark = pytest.mark.processes
+
 ROOT = Path(__file__).resolve().parents[2]
 
 
