@@ -20,7 +20,8 @@ from launch_helpers import PYTHON, local_host, subprocess_env, wait_for, write_h
 
 pytestmark = pytest.mark.processes
 
-SLOW = {"kind": "serve", "actor_class": "launch_actors:SlowStart", "kwargs": {"seconds": 25}}
+# constructed in 10 s: long enough for a few console lines and status calls (each a Python start) to see it
+SLOW = {"kind": "serve", "actor_class": "launch_actors:SlowStart", "kwargs": {"seconds": 10}}
 COUNTER = {"kind": "serve", "actor_class": "launch_actors:Counter"}
 
 
