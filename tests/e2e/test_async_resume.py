@@ -21,7 +21,7 @@ from tests.e2e.test_demo_job import LAUNCH, ROOT, ROW, left_behind, marked_env
 
 pytestmark = pytest.mark.processes
 
-ITERATIONS = 10  # the kill comes at iteration 2; the resumed run does the rest
+ITERATIONS = 5  # the kill comes at iteration 2; the resumed run does the rest
 
 
 def config_for(tmp_path: Path, *, resume: bool) -> Path:
