@@ -15,6 +15,8 @@ from prometheus_server import Prometheus, prometheus_binary, start_prometheus
 
 from runtime.processes import driver_fork
 
+pytest_plugins = ["process_guard"]  # the `processes` marker, checked in runs without marked tests
+
 ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))

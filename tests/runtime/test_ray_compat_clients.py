@@ -27,6 +27,8 @@ from runtime.ray_compat.as_ray import SHIM_DIR, install_as_ray
 from runtime.ray_compat.exceptions import ActorDiedError, RayTaskError
 from runtime.ray_compat.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
+pytestmark = pytest.mark.processes
+
 ROOT = Path(__file__).resolve().parents[2]
 
 

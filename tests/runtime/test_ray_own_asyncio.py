@@ -19,7 +19,7 @@ import pytest
 
 import runtime.ray_compat as ray
 
-pytestmark = pytest.mark.usefixtures("ray_start_regular_shared")
+pytestmark = [pytest.mark.usefixtures("ray_start_regular_shared"), pytest.mark.processes]
 
 
 @ray.remote(num_cpus=0)
