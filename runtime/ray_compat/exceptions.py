@@ -48,6 +48,10 @@ class TaskCancelledError(RayError, concurrent.futures.CancelledError):
     """The call was cancelled (``ray.cancel``)."""
 
 
+class WorkerCrashedError(RayError):
+    """The worker process running a task died (Ray raises it for a task whose retries are used up)."""
+
+
 class ObjectLostError(RayError):
     """The value of an object ref is gone (its owner died or it was freed)."""
 
@@ -106,5 +110,6 @@ __all__ = [
     "RaySystemError",
     "RayTaskError",
     "TaskCancelledError",
+    "WorkerCrashedError",
     "as_ray_error",
 ]

@@ -20,6 +20,7 @@ from typing import Any
 from runtime.handle import ActorHandle as NativeHandle
 from runtime.metadata import ActorClassInfo, class_info
 from runtime.ray_compat import options as opts
+from runtime.ray_compat import task_interrupt
 from runtime.ray_compat.actor_classes import keyword_class, original_class
 from runtime.ray_compat.calls import RetryingCall, arguments_ready, refs_for, resolve_args, retry_on
 from runtime.ray_compat.exceptions import ActorDiedError, as_ray_error
@@ -54,8 +55,12 @@ class Lease:
             if inner.info is None:
                 inner.info = self.info
             return inner
+        except KeyboardInterrupt:  # ray.cancel of the task waiting here (task_interrupt): not the actor's error
+            raise
         except BaseException as exc:
-            error = ActorDiedError(f"The actor {self.label} died because of an error raised in its creation task: {exc}")  # noqa: E501
+            error = ActorDiedError(
+                f"The actor {self.label} died because of an error raised in its creation task: {exc}"
+            )
             error.__cause__ = as_ray_error(exc)
             raise error from exc
 
@@ -296,6 +301,7 @@ class ActorMethod:
             call = RetryingCall(submit, retries, should_retry, ready or (args, kwargs))
             handle._last_sent = None if call.submitted.done() else call.submitted
         handle._lease.track(call.future)
+        task_interrupt.adopt(call)  # made in a task: ray.cancel of the task cancels it too (recursive)
         return refs_for(call, num_returns, what)
 
 

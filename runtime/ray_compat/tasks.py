@@ -22,7 +22,7 @@ import cloudpickle
 from runtime.errors import ActorDied
 from runtime.handle import ActorHandle as NativeHandle
 from runtime.ray_compat import options as opts
-from runtime.ray_compat import placement, state
+from runtime.ray_compat import placement, state, task_interrupt
 from runtime.ray_compat.calls import RetryingCall, arguments_ready, refs_for, resolve_args, retry_on
 from runtime.ray_compat.refs import ObjectRefGenerator
 from runtime.ray_compat.task_slots import CpuHold
@@ -77,8 +77,14 @@ class TaskPool:
                 worker.kill()
 
     def submit(self, method: str, function: bytes, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        """A ``run`` (a :class:`TaskCall`) or ``stream`` (a StreamingCall) call of a task on a worker."""
         worker = self._pick()
-        call = worker.method(method)(function, self.sign(function), list(args), kwargs)
+        send = worker.method(method)
+        if method == "stream":
+            call = send(function, self.sign(function), list(args), kwargs)
+        else:
+            token = os.urandom(16)
+            call = TaskCall(worker, send(function, self.sign(function), list(args), kwargs, token), token)
         call.future.add_done_callback(lambda f: self._release(worker, f.exception() if not f.cancelled() else None))
         return call
 
@@ -89,6 +95,24 @@ class TaskPool:
         for worker in workers:
             with contextlib.suppress(Exception):
                 worker.kill()
+
+
+class TaskCall:
+    """A task sent to a worker: its ``future``, and ``cancel`` as Ray's: a queued task never runs; a running one
+    gets KeyboardInterrupt (or, ``force``, its worker ends), and its own calls are cancelled (``recursive``)."""
+
+    __slots__ = ("_call", "_token", "_worker", "future")
+
+    def __init__(self, worker: NativeHandle, call: Any, token: bytes) -> None:
+        self._worker, self._call, self._token = worker, call, token
+        self.future = call.future
+
+    def cancel(self, force: bool = False, recursive: bool = True) -> bool:
+        if not self._call.cancel():
+            return False
+        with contextlib.suppress(Exception):  # a worker that is gone runs nothing any more
+            self._worker.method("interrupt")(self._token, recursive, force)
+        return True
 
 
 class RemoteFunction:
@@ -162,6 +186,7 @@ class RemoteFunction:
         submit = lambda a, k: pool.submit("run", function, a, k)  # noqa: E731
         hold = CpuHold(state.current().slots, cpus)
         arguments = hold.when_granted(arguments_ready(args, kwargs) or (args, kwargs))
-        call = RetryingCall(submit, retries, should_retry, arguments)
+        call = RetryingCall(submit, retries, should_retry, arguments, forcible=True)
         call.future.add_done_callback(hold.settled)
+        task_interrupt.adopt(call)
         return refs_for(call, num_returns, what)

@@ -3,6 +3,7 @@ classes (they define them inside the test function; here they are sent the same 
 
 from __future__ import annotations
 
+import asyncio
 import os
 
 
@@ -65,3 +66,26 @@ class Pinger:
 
     def pid(self):
         return os.getpid()
+
+
+class SignalActor:
+    """ray._private.test_utils.SignalActor, as Ray declares it (a sync send, an async wait); Ray's tests make it
+    with ``@ray.remote(num_cpus=0)``."""
+
+    def __init__(self):
+        self.ready_event = asyncio.Event()
+        self.num_waiters = 0
+
+    def send(self, clear=False):
+        self.ready_event.set()
+        if clear:
+            self.ready_event.clear()
+
+    async def wait(self, should_wait=True):
+        if should_wait:
+            self.num_waiters += 1
+            await self.ready_event.wait()
+            self.num_waiters -= 1
+
+    async def cur_num_waiters(self):
+        return self.num_waiters
