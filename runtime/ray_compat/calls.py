@@ -104,8 +104,10 @@ class RetryingCall:
         arguments: Arguments | concurrent.futures.Future[Arguments],
         *,
         forcible: bool = False,
+        failure: Callable[[BaseException], BaseException] | None = None,
     ) -> None:
         self.forcible = forcible  # a task's (ray.cancel(force=True) ends its worker); an actor call's is not
+        self._failure = failure  # the error the caller sees for the call's last failure (ray.exceptions ones)
         self.future: concurrent.futures.Future[Any] = concurrent.futures.Future()
         self.submitted: concurrent.futures.Future[None] = concurrent.futures.Future()
         self._submit, self._left, self._should_retry = submit, retries, should_retry
@@ -160,6 +162,8 @@ class RetryingCall:
         self._settle(value, None)
 
     def _settle(self, value: Any, error: BaseException | None) -> None:
+        if error is not None and self._failure is not None:
+            error = self._failure(error)
         with contextlib.suppress(concurrent.futures.InvalidStateError):
             if error is not None:
                 self.future.set_exception(error)

@@ -29,7 +29,9 @@ class RayTaskError(RayError):
 
 
 class RayActorError(RayError):
-    """The actor died, or is unreachable, before or while running the call."""
+    """The actor died, or is unreachable, before or while running the call; ``actor_id`` names it when known."""
+
+    actor_id: str | None = None
 
 
 class ActorDiedError(RayActorError):
@@ -88,6 +90,22 @@ def as_ray_error(exc: BaseException) -> BaseException:
     return exc
 
 
+def actor_died(exc: errors.ActorDied, actor_id: str) -> ActorDiedError:
+    """The ActorDiedError of a call to actor ``actor_id``, saying why as Ray does (python/ray/exceptions.py), then
+    this runtime's account (which names the exit code or signal)."""
+    text = str(exc)
+    if "killed by its owner" in text:
+        why = "The actor is dead because it was killed by `ray.kill`."
+    elif "exit_actor" in text:
+        why = "The actor is dead because it called exit_actor()."
+    else:
+        why = "The actor is dead because its worker process has died."
+    error = ActorDiedError(f"{why} {text}")
+    error.actor_id = actor_id
+    error.__cause__ = exc
+    return error
+
+
 _MAPPED: tuple[tuple[type[BaseException], type[RayError]], ...] = (
     (errors.ActorDied, ActorDiedError),
     (errors.ActorRestarted, ActorUnavailableError),
@@ -111,5 +129,6 @@ __all__ = [
     "RayTaskError",
     "TaskCancelledError",
     "WorkerCrashedError",
+    "actor_died",
     "as_ray_error",
 ]

@@ -17,13 +17,14 @@ import weakref
 from collections.abc import Callable
 from typing import Any
 
+from runtime.errors import ActorDied
 from runtime.handle import ActorHandle as NativeHandle
 from runtime.metadata import ActorClassInfo, class_info
 from runtime.ray_compat import options as opts
 from runtime.ray_compat import task_interrupt
 from runtime.ray_compat.actor_classes import keyword_class, original_class
 from runtime.ray_compat.calls import RetryingCall, arguments_ready, refs_for, resolve_args, retry_on
-from runtime.ray_compat.exceptions import ActorDiedError, as_ray_error
+from runtime.ray_compat.exceptions import ActorDiedError, actor_died, as_ray_error
 from runtime.ray_compat.refs import ObjectRef, ObjectRefGenerator, _done
 from transport.type_registry import register_type
 
@@ -63,6 +64,10 @@ class Lease:
             )
             error.__cause__ = as_ray_error(exc)
             raise error from exc
+
+    def described(self, exc: BaseException) -> BaseException:
+        """A call's failure as the caller sees it: the actor's death as Ray's ActorDiedError, with its ``actor_id``."""
+        return actor_died(exc, self.actor_id()) if isinstance(exc, ActorDied) else exc
 
     def actor_id(self) -> str:
         with contextlib.suppress(BaseException):
@@ -298,7 +303,7 @@ class ActorMethod:
         submit = lambda a, k: target()(*a, **k)  # noqa: E731 - resolved once the actor is constructed
         with handle._order:  # the caller's calls to this actor are sent in the order they were made
             ready = arguments_ready(args, kwargs, after=handle._last_sent)
-            call = RetryingCall(submit, retries, should_retry, ready or (args, kwargs))
+            call = RetryingCall(submit, retries, should_retry, ready or (args, kwargs), failure=lease.described)
             handle._last_sent = None if call.submitted.done() else call.submitted
         handle._lease.track(call.future)
         task_interrupt.adopt(call)  # made in a task: ray.cancel of the task cancels it too (recursive)
