@@ -65,10 +65,22 @@ class RaySystemError(RayError):
 @functools.lru_cache(maxsize=256)
 def _task_error_class(cause: type[errors.RemoteError]) -> type[RayTaskError]:
     try:
-        name = cause.__qualname__.removeprefix("RemoteError[").removesuffix("]")
+        name = cause.__qualname__.removeprefix("RemoteError[").removesuffix("]").rsplit(".", 1)[-1]  # as Ray: A(B)
         return type(f"RayTaskError({name})", (RayTaskError, cause), {"__module__": __name__})
     except TypeError:  # Python cannot combine them: a plain RayTaskError still names the cause
         return RayTaskError
+
+
+#: The attribute a task worker sets on an exception whose class has no importable name (defined in a function, or
+#: in ``__main__``): the class itself, carried by value, so the caller's error is an instance of it, as in Ray.
+CAUSE_CLASS = "ray_compat_cause_class"
+
+
+def _with_cause_class(exc: errors.RemoteError) -> type[errors.RemoteError]:
+    carried = vars(exc).get(CAUSE_CLASS)
+    if type(exc) is errors.RemoteError and isinstance(carried, type) and issubclass(carried, Exception):
+        return errors.dual_class(carried) or errors.RemoteError
+    return type(exc)
 
 
 def as_ray_error(exc: BaseException) -> BaseException:
@@ -76,9 +88,10 @@ def as_ray_error(exc: BaseException) -> BaseException:
     if isinstance(exc, RayError):
         return exc
     if isinstance(exc, errors.RemoteError):
-        cls = _task_error_class(type(exc))
+        cls = _task_error_class(_with_cause_class(exc))
         error = cls.__new__(cls, str(exc))
         error.__dict__.update(exc.__dict__)
+        error.__dict__.pop(CAUSE_CLASS, None)
         error.args = exc.args
         error.cause = exc
         return error

@@ -14,6 +14,7 @@ from __future__ import annotations
 import hashlib
 import hmac
 import os
+import sys
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -21,6 +22,7 @@ import cloudpickle
 
 from runtime.metadata import method
 from runtime.ray_compat import task_interrupt
+from runtime.ray_compat.exceptions import CAUSE_CLASS
 
 _MAX_CACHED = 256
 _TOKEN_BYTES = 16  # TaskPool's tokens (os.urandom): a peer cannot guess one to interrupt a task
@@ -28,6 +30,16 @@ _TOKEN_BYTES = 16  # TaskPool's tokens (os.urandom): a peer cannot guess one to 
 
 def mac_of(secret: bytes, function: bytes) -> bytes:
     return hmac.new(secret, function, hashlib.sha256).digest()
+
+
+def _by_name(cls: type) -> bool:
+    """Whether ``cls`` is what its module and qualified name lead to (so its name finds it in the caller)."""
+    if cls.__module__ == "__main__":
+        return False
+    target: Any = sys.modules.get(cls.__module__)
+    for part in cls.__qualname__.split("."):
+        target = getattr(target, part, None)
+    return target is cls
 
 
 class TaskCancelled(Exception):
@@ -63,6 +75,10 @@ class TaskWorker:
                 return loaded(*args, **kwargs)
             finally:
                 task.end()
+        except Exception as exc:
+            if not _by_name(type(exc)):
+                setattr(exc, CAUSE_CLASS, type(exc))  # no name to find it by: it travels by value (sealed pickle)
+            raise
         except KeyboardInterrupt:  # wherever it fired between start and end
             task.end()
             if not task.interrupted:

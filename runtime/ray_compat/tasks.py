@@ -129,6 +129,10 @@ class RemoteFunction:
                 "or make it a method of an async actor"
             )
         self._pickled: bytes | None = None
+        try:
+            self._signature: inspect.Signature | None = inspect.signature(function)
+        except (TypeError, ValueError):  # a builtin without one: checked where it runs
+            self._signature = None
         self.__name__ = getattr(function, "__name__", "task")
         self.__doc__ = function.__doc__
 
@@ -143,6 +147,10 @@ class RemoteFunction:
 
     def bind(self, *args: Any, **kwargs: Any) -> Any:
         raise NotImplementedError("Ray DAGs (.bind) are not supported by runtime.ray_compat; call .remote()")
+
+    def _remote(self, args: Any = None, kwargs: Any = None, **options: Any) -> Any:
+        """Ray's ``f._remote(args=, kwargs=, **options)``: ``f.options(**options).remote(*args, **kwargs)``."""
+        return self.options(**options).remote(*(args or ()), **(kwargs or {}))
 
     def _pool(self) -> tuple[TaskPool, float]:
         """The worker pool for this function's environment, and the CPUs a call holds while it runs."""
@@ -172,8 +180,13 @@ class RemoteFunction:
         options, what = self._options, self._what
         num_returns = opts.num_returns(options.get("num_returns", "streaming" if self._generator else 1), what)
         pool, cpus = self._pool()
+        if self._signature is not None:  # a bad call raises here, as in Ray (TypeError as Python's)
+            self._signature.bind(*args, **kwargs)
         if self._pickled is None:
-            self._pickled = cloudpickle.dumps(self._function)
+            pickled = cloudpickle.dumps(self._function)
+            module = getattr(self._function, "__module__", "")
+            opts.check_pickled_size(len(pickled), f"The remote function {module}.{self.__name__}")
+            self._pickled = pickled
         function = self._pickled
         if num_returns == "streaming":
             if not self._generator:
