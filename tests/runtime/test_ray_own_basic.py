@@ -472,7 +472,7 @@ def test_oversized_function():
     def f():
         return len(bar)
 
-    with pytest.raises(ValueError, match="The remote function .*f is too large"):
+    with pytest.raises(ValueError, match=r"The remote function .*f is too large"):
         f.remote()
 
     with pytest.raises(ValueError, match="The actor Actor is too large"):
