@@ -119,6 +119,15 @@ def actor_died(exc: errors.ActorDied, actor_id: str) -> ActorDiedError:
     return error
 
 
+def worker_crashed(exc: BaseException) -> BaseException:
+    """A task's failure as Ray reports it: its worker process died (retries used up) is WorkerCrashedError."""
+    if not isinstance(exc, errors.ActorDied):
+        return exc
+    error = WorkerCrashedError(f"The worker died unexpectedly while executing this task. {exc}")
+    error.__cause__ = exc
+    return error
+
+
 _MAPPED: tuple[tuple[type[BaseException], type[RayError]], ...] = (
     (errors.ActorDied, ActorDiedError),
     (errors.ActorRestarted, ActorUnavailableError),
@@ -144,4 +153,5 @@ __all__ = [
     "WorkerCrashedError",
     "actor_died",
     "as_ray_error",
+    "worker_crashed",
 ]

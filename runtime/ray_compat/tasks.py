@@ -24,6 +24,7 @@ from runtime.handle import ActorHandle as NativeHandle
 from runtime.ray_compat import options as opts
 from runtime.ray_compat import placement, state, task_interrupt
 from runtime.ray_compat.calls import RetryingCall, arguments_ready, refs_for, resolve_args, retry_on
+from runtime.ray_compat.exceptions import worker_crashed
 from runtime.ray_compat.refs import ObjectRefGenerator
 from runtime.ray_compat.task_slots import CpuHold
 from runtime.ray_compat.task_worker import TaskWorker, mac_of
@@ -199,7 +200,7 @@ class RemoteFunction:
         submit = lambda a, k: pool.submit("run", function, a, k)  # noqa: E731
         hold = CpuHold(state.current().slots, cpus)
         arguments = hold.when_granted(arguments_ready(args, kwargs) or (args, kwargs))
-        call = RetryingCall(submit, retries, should_retry, arguments, forcible=True)
+        call = RetryingCall(submit, retries, should_retry, arguments, forcible=True, failure=worker_crashed)
         call.future.add_done_callback(hold.settled)
         task_interrupt.adopt(call)
         return refs_for(call, num_returns, what)

@@ -1,10 +1,12 @@
 """Actor classes of Ray's own tests (python/ray/tests/test_actor.py at 00257fb2, Apache-2.0), as module-level
-classes (they define them inside the test function; here they are sent the same way, by value, from this module)."""
+classes (they define them inside the test function; here they are sent the same way, by value, from this module),
+and Ray's test helpers the ported files share (ray._private.test_utils' SignalActor, wait_for_condition)."""
 
 from __future__ import annotations
 
 import asyncio
 import os
+import time
 
 
 class Foo:
@@ -89,3 +91,13 @@ class SignalActor:
 
     async def cur_num_waiters(self):
         return self.num_waiters
+
+
+def wait_for_condition(condition, timeout=30, retry_interval_ms=50):
+    """ray._common.test_utils.wait_for_condition."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if condition():
+            return
+        time.sleep(retry_interval_ms / 1000)
+    raise RuntimeError("The condition wasn't met before the timeout expired.")

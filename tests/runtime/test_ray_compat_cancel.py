@@ -142,3 +142,49 @@ def test_actor_calls() -> None:
         with pytest.raises(TaskCancelledError):
             ray.get(ref, timeout=10)
     assert ray.get(actor.ran_tags.remote(), timeout=10) == ["running"]
+
+
+def test_recursive_cancel_interrupts_the_tasks_the_task_made() -> None:
+    """recursive=True (the default): "all the child Tasks and Actor Tasks are cancelled"; recursive=False: the
+    child runs on."""
+
+    @ray.remote(num_cpus=1)
+    def inner(log, tag):
+        log.add.remote(("inner started", tag))
+        try:
+            while True:
+                time.sleep(0.05)
+        except KeyboardInterrupt:
+            ray.get(log.add.remote(("inner interrupted", tag)))
+            raise
+
+    @ray.remote(num_cpus=1)
+    def outer(log, tag):
+        child = inner.remote(log, tag)  # noqa: F841 - held while it runs
+        while True:
+            time.sleep(0.05)
+
+    log = Log.remote()
+    for tag, recursive in (("recursive", True), ("alone", False)):
+        ref = outer.remote(log, tag)
+        _until(lambda: ("inner started", tag) in ray.get(log.read.remote()), timeout=30)  # noqa: B023
+        ray.cancel(ref, recursive=recursive)
+        with pytest.raises(TaskCancelledError):
+            ray.get(ref, timeout=10)
+    _until(lambda: ("inner interrupted", "recursive") in ray.get(log.read.remote()))
+    time.sleep(0.5)
+    assert ("inner interrupted", "alone") not in ray.get(log.read.remote())
+
+
+def test_a_task_whose_worker_dies_raises_worker_crashed_error() -> None:
+    """ray.exceptions.WorkerCrashedError: "Indicates that the worker died unexpectedly while executing a task" (once
+    its retries, max_retries, are used up)."""
+
+    @ray.remote(max_retries=1)
+    def die():
+        import os
+
+        os._exit(1)
+
+    with pytest.raises(ray.exceptions.WorkerCrashedError, match="The worker died unexpectedly"):
+        ray.get(die.remote(), timeout=60)

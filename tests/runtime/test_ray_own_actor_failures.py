@@ -1,14 +1,15 @@
 """Ray's own tests/test_actor_failures.py (ray-project/ray python/ray/tests, the version that imports
 ``ray._common.test_utils``, read through the search index; test_actor_restart*, test_named_actor_max_task_retries
 also at 09feb37d; Apache-2.0), ported: the test bodies keep Ray's calls; the fixture is one ray.init(num_cpus=4) for
-the module (ray_start_regular_shared), ``wait_for_pid_to_exit`` / ``wait_for_condition`` are re-declared here, and
-Ray's ``time.sleep(3)`` before checking that code after ``exit_actor()`` did not run is 0.5 s.
+the module (ray_start_regular_shared), ``wait_for_pid_to_exit`` is re-declared here and ``wait_for_condition`` in
+ray_own_actors.py.
 
 Ported: test_actor_restart, test_actor_restart_with_retry, test_caller_actor_restart,
 test_caller_task_reconstruction, test_recreate_child_actor, test_actor_failure_per_type (its ray.kill and
 worker-died cases), test_utf8_actor_exception, test_failure_during_dependency_resolution,
-test_exit_actor_invalid_usage_error, test_exit_actor_normal_actor_raise_immediately,
-test_exit_actor_normal_actor_in_constructor_should_exit, test_exit_actor_async_actor_raise_immediately.
+and in test_ray_own_actor_exit.py: test_exit_actor_invalid_usage_error,
+test_exit_actor_normal_actor_raise_immediately, test_exit_actor_normal_actor_in_constructor_should_exit,
+test_exit_actor_async_actor_raise_immediately.
 
 Not ported, and why: test_actor_spilled and test_async_generator_crash_restart (object store spilling and lineage
 reconstruction: no object store; values stay with their owner), test_actor_restart_on_node_failure,
@@ -26,7 +27,6 @@ exit_actor()'s SystemExit and returns keeps the actor alive: leaving after the m
 
 from __future__ import annotations
 
-import atexit
 import os
 import signal
 import sys
@@ -34,24 +34,14 @@ import time
 
 import pytest
 from ray_own_actors import SignalActor as Signal
+from ray_own_actors import wait_for_condition
 
 import runtime.ray_compat as ray
-from runtime.ray_compat.actor import exit_actor
 
 pytestmark = pytest.mark.usefixtures("ray_start_regular_shared")
 
 SIGKILL = signal.SIGKILL
 SignalActor = ray.remote(num_cpus=0)(Signal)
-
-
-def wait_for_condition(condition, timeout=30, retry_interval_ms=50):
-    """ray._common.test_utils.wait_for_condition."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if condition():
-            return
-        time.sleep(retry_interval_ms / 1000)
-    raise RuntimeError("The condition wasn't met before the timeout expired.")
 
 
 def wait_for_pid_to_exit(pid, timeout=20):
@@ -370,126 +360,6 @@ def test_failure_during_dependency_resolution():
     ref = a.foo.remote(dep)
     with pytest.raises(ray.exceptions.RayActorError):
         ray.get(ref)
-
-
-def test_exit_actor_invalid_usage_error():
-    """test_actor_failures.py::test_exit_actor_invalid_usage_error."""
-    with pytest.raises(TypeError, match="exit_actor API is called on a non-actor worker"):
-        exit_actor()
-
-    @ray.remote
-    def f():
-        exit_actor()
-
-    with pytest.raises(TypeError, match="exit_actor API is called on a non-actor worker"):
-        ray.get(f.remote())
-
-
-def test_exit_actor_normal_actor_raise_immediately(tmp_path):
-    """test_actor_failures.py::test_exit_actor_normal_actor_raise_immediately."""
-    temp_file_atexit = tmp_path / "atexit.log"
-    temp_file_after_exit_actor = tmp_path / "after_exit_actor.log"
-    assert not temp_file_atexit.exists()
-    assert not temp_file_after_exit_actor.exists()
-
-    @ray.remote
-    class Actor:
-        def __init__(self):
-            def f():
-                temp_file_atexit.touch()
-
-            atexit.register(f)
-
-        def exit(self):
-            exit_actor()
-            # The following code should not be executed.
-            temp_file_after_exit_actor.touch()
-
-    a = Actor.remote()
-    ray.get(a.__ray_ready__.remote())
-    with pytest.raises(ray.exceptions.RayActorError) as exc_info:
-        ray.get(a.exit.remote())
-    assert "exit_actor()" in str(exc_info.value)
-
-    def verify():
-        return temp_file_atexit.exists()
-
-    wait_for_condition(verify)
-    time.sleep(0.5)
-    assert not temp_file_after_exit_actor.exists()
-
-
-def test_exit_actor_normal_actor_in_constructor_should_exit(tmp_path):
-    """test_actor_failures.py::test_exit_actor_normal_actor_in_constructor_should_exit."""
-    temp_file_atexit = tmp_path / "atexit.log"
-    temp_file_after_exit_actor = tmp_path / "after_exit_actor.log"
-    assert not temp_file_atexit.exists()
-    assert not temp_file_after_exit_actor.exists()
-
-    @ray.remote
-    class Actor:
-        def __init__(self):
-            def f():
-                temp_file_atexit.touch()
-
-            atexit.register(f)
-            exit_actor()
-            # The following code should not be executed.
-            temp_file_after_exit_actor.touch()
-
-    a = Actor.remote()  # noqa: F841 # Need to preserve the reference.
-
-    def verify():
-        return temp_file_atexit.exists()
-
-    wait_for_condition(verify)
-    time.sleep(0.5)
-    assert not temp_file_after_exit_actor.exists()
-
-
-def test_exit_actor_async_actor_raise_immediately(tmp_path):
-    """test_actor_failures.py::test_exit_actor_async_actor_raise_immediately."""
-    temp_file_atexit = tmp_path / "atexit.log"
-    temp_file_after_exit_actor = tmp_path / "after_exit_actor.log"
-    assert not temp_file_atexit.exists()
-    assert not temp_file_after_exit_actor.exists()
-
-    @ray.remote
-    class AsyncActor:
-        def __init__(self):
-            def f():
-                temp_file_atexit.touch()
-
-            atexit.register(f)
-
-        async def exit(self):
-            exit_actor()
-            # The following code should not be executed.
-            temp_file_after_exit_actor.touch()
-
-    a = AsyncActor.remote()
-    ray.get(a.__ray_ready__.remote())
-
-    try:
-        ray.get(a.exit.remote())
-    except Exception:
-        pass
-
-    with pytest.raises(ray.exceptions.RayActorError) as exc_info:
-        ray.get(a.exit.remote())
-    assert (
-        # Exited when task execution returns
-        "exit_actor()" in str(exc_info.value)
-        # Exited during periodical check in worker
-        or "User requested to exit the actor" in str(exc_info.value)
-    )
-
-    def verify():
-        return temp_file_atexit.exists()
-
-    wait_for_condition(verify)
-    time.sleep(0.5)
-    assert not temp_file_after_exit_actor.exists()
 
 
 if __name__ == "__main__":
