@@ -18,7 +18,7 @@ import torch
 import torch.distributed as dist
 from torch.distributed import distributed_c10d as c10d
 
-from runtime.collective_groups import new_process_group
+from runtime.tensors.collective_groups import new_process_group
 
 BACKENDS = ("gloo", "nccl")
 

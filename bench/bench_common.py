@@ -76,7 +76,7 @@ def launch_demo(source: Path, name: str, iterations: int, work: Path, **args: st
     config = work / f"{name}.toml"
     config.write_text(text)
     root = Path(__file__).resolve().parents[1]
-    done = subprocess.run([sys.executable, "-m", "launcher.cli", str(config), "--no-logs"], capture_output=True,
+    done = subprocess.run([sys.executable, "-m", "launcher.console.cli", str(config), "--no-logs"], capture_output=True,
                           text=True, timeout=1200, cwd=root)  # fmt: skip
     lines = [line for line in done.stdout.splitlines() if line.startswith("RESULT ")]
     if not lines:

@@ -23,8 +23,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from launcher.hosts_config import ClusterConfig, load_config, parse_config
-from launcher.ssh_provider import make_provider
+from launcher.config.hosts_config import ClusterConfig, load_config, parse_config
+from launcher.launch.worker_provider import WorkerProvider
 
 HERE = Path(__file__).resolve().parent
 
@@ -51,7 +51,7 @@ def launch_once(config: ClusterConfig, pool: str, *, steps: bool = False) -> dic
     progress = (
         (lambda message: print(f"  +{time.monotonic() - started:5.2f}s {message}", flush=True)) if steps else None
     )
-    provider = make_provider(config, progress=progress)
+    provider = WorkerProvider(config, progress=progress)
     try:
         provider.connect()
         connected = time.monotonic()

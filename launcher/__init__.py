@@ -1,12 +1,12 @@
-"""Processes on hosts: hosts.toml, worker specs, placement, the local and SSH WorkerProviders, ``miles-launch``.
+"""Processes on hosts: hosts.toml, worker specs, placement, the WorkerProvider and its agent openers, ``miles-launch``.
 
 Public surface::
 
-    from launcher import load_config, plan_placement, make_provider
+    from launcher import load_config, plan_placement, WorkerProvider
 
     config = load_config("hosts.toml")                       # frozen pydantic models; ConfigError names the field
     plan = plan_placement(config.hosts, config.pools)         # all-or-nothing; PlacementError says what is short
-    with make_provider(config, plan=plan) as provider:        # LocalProvider or SSHProvider
+    with WorkerProvider(config, plan=plan) as provider:       # each host's agent: local, over SSH or srun
         provider.start_all()                                  # host agents, spawn, wait ready, attach actors
         provider.handles("rollout")[0].generate(...).result()
         provider.deaths                                       # DeathReport for every worker that died
@@ -22,7 +22,16 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from launcher.cells import CellInfo, DeathReport, WorkerInfo
+    from launcher.config.hosts_config import (
+        ClusterConfig,
+        HostConfig,
+        JobConfig,
+        LauncherSettings,
+        SSHConfig,
+        load_config,
+    )
+    from launcher.config.placement import CellPlacement, PlacementPlan, WorkerPlacement, plan_placement
+    from launcher.config.specs import CommandWorkerSpec, PoolSpec, ReadinessCheck, ServeWorkerSpec, Strategy
     from launcher.errors import (
         AgentError,
         ConfigError,
@@ -33,48 +42,50 @@ if TYPE_CHECKING:
         PlacementError,
         WorkerStartError,
     )
-    from launcher.hosts_config import ClusterConfig, HostConfig, JobConfig, LauncherSettings, SSHConfig, load_config
-    from launcher.job import CellDied, JobContext
-    from launcher.local_provider import LocalProvider
-    from launcher.placement import CellPlacement, PlacementPlan, WorkerPlacement, plan_placement
-    from launcher.provider_base import BaseWorkerProvider
-    from launcher.specs import CommandWorkerSpec, PoolSpec, ReadinessCheck, ServeWorkerSpec, Strategy
-    from launcher.ssh_provider import SSHProvider, make_provider
+    from launcher.hosts.agent_opener import AgentOpener, AgentOpeners
+    from launcher.hosts.local_opener import LocalOpener
+    from launcher.hosts.srun_opener import SrunOpener
+    from launcher.hosts.ssh_opener import SshOpener
+    from launcher.launch.cells import CellInfo, DeathReport, WorkerInfo
+    from launcher.launch.job import CellDied, JobContext
+    from launcher.launch.worker_provider import WorkerProvider
 
-# Imported lazily: ``python -m launcher.host_agent`` on every host must not pay for paramiko/pydantic.
+# Imported lazily: ``python -m launcher.agent.host_agent`` on every host must not pay for paramiko/pydantic.
 _EXPORTS = {
     "AgentError": "launcher.errors",
-    "BaseWorkerProvider": "launcher.provider_base",
-    "CellDied": "launcher.job",
-    "CellInfo": "launcher.cells",
-    "CellPlacement": "launcher.placement",
-    "ClusterConfig": "launcher.hosts_config",
-    "CommandWorkerSpec": "launcher.specs",
+    "AgentOpener": "launcher.hosts.agent_opener",
+    "AgentOpeners": "launcher.hosts.agent_opener",
+    "CellDied": "launcher.launch.job",
+    "CellInfo": "launcher.launch.cells",
+    "CellPlacement": "launcher.config.placement",
+    "ClusterConfig": "launcher.config.hosts_config",
+    "CommandWorkerSpec": "launcher.config.specs",
     "ConfigError": "launcher.errors",
-    "DeathReport": "launcher.cells",
+    "DeathReport": "launcher.launch.cells",
     "HostAuthError": "launcher.errors",
     "HostCheckError": "launcher.errors",
-    "HostConfig": "launcher.hosts_config",
+    "HostConfig": "launcher.config.hosts_config",
     "HostUnreachable": "launcher.errors",
-    "JobConfig": "launcher.hosts_config",
-    "JobContext": "launcher.job",
+    "JobConfig": "launcher.config.hosts_config",
+    "JobContext": "launcher.launch.job",
     "LauncherError": "launcher.errors",
-    "LauncherSettings": "launcher.hosts_config",
-    "LocalProvider": "launcher.local_provider",
+    "LauncherSettings": "launcher.config.hosts_config",
+    "LocalOpener": "launcher.hosts.local_opener",
     "PlacementError": "launcher.errors",
-    "PlacementPlan": "launcher.placement",
-    "PoolSpec": "launcher.specs",
-    "ReadinessCheck": "launcher.specs",
-    "SSHConfig": "launcher.hosts_config",
-    "SSHProvider": "launcher.ssh_provider",
-    "ServeWorkerSpec": "launcher.specs",
-    "Strategy": "launcher.specs",
-    "WorkerInfo": "launcher.cells",
-    "WorkerPlacement": "launcher.placement",
+    "PlacementPlan": "launcher.config.placement",
+    "PoolSpec": "launcher.config.specs",
+    "ReadinessCheck": "launcher.config.specs",
+    "SSHConfig": "launcher.config.hosts_config",
+    "ServeWorkerSpec": "launcher.config.specs",
+    "SrunOpener": "launcher.hosts.srun_opener",
+    "SshOpener": "launcher.hosts.ssh_opener",
+    "Strategy": "launcher.config.specs",
+    "WorkerInfo": "launcher.launch.cells",
+    "WorkerPlacement": "launcher.config.placement",
+    "WorkerProvider": "launcher.launch.worker_provider",
     "WorkerStartError": "launcher.errors",
-    "load_config": "launcher.hosts_config",
-    "make_provider": "launcher.ssh_provider",
-    "plan_placement": "launcher.placement",
+    "load_config": "launcher.config.hosts_config",
+    "plan_placement": "launcher.config.placement",
 }
 
 
@@ -87,7 +98,8 @@ def __getattr__(name: str) -> Any:
 
 __all__ = [
     "AgentError",
-    "BaseWorkerProvider",
+    "AgentOpener",
+    "AgentOpeners",
     "CellDied",
     "CellInfo",
     "CellPlacement",
@@ -103,19 +115,20 @@ __all__ = [
     "JobContext",
     "LauncherError",
     "LauncherSettings",
-    "LocalProvider",
+    "LocalOpener",
     "PlacementError",
     "PlacementPlan",
     "PoolSpec",
     "ReadinessCheck",
     "SSHConfig",
-    "SSHProvider",
     "ServeWorkerSpec",
+    "SrunOpener",
+    "SshOpener",
     "Strategy",
     "WorkerInfo",
     "WorkerPlacement",
+    "WorkerProvider",
     "WorkerStartError",
     "load_config",
-    "make_provider",
     "plan_placement",
 ]

@@ -15,16 +15,16 @@ Public surface::
     counter.add(2).result()          # plain code
     await counter.add(2)             # async code
     counter.add.options(deadline_s=5)(3)
-    for item in counter.items(10): ...  # a generator method streams: a StreamingCall (runtime.stream_call)
+    for item in counter.items(10): ...  # a generator method streams: a StreamingCall (runtime.caller.stream_call)
 
-    spawn(Counter, max_restarts=3)   # restarted on the same endpoint, constructor re-run (runtime.supervisor)
+    spawn(Counter, max_restarts=3)   # restarted on the same endpoint, constructor re-run (runtime.processes.supervisor)
 
     exit_actor()                     # inside a method: leave on purpose (exit code 0, not restarted); calls in
-                                     # flight get ActorDied (runtime.actor_exit: SystemExit and other exits)
+                                     # flight get ActorDied (runtime.actor.actor_exit: SystemExit and other exits)
 
 Errors: RemoteError, ActorDied, ActorRestarted, DeadlineExceeded, NotDelivered, OverCapacity, CallRejected,
 CallCancelled, ActorNotFound. A remote exception of a class loaded here is also an instance of that class
-(``except ValueError`` catches a remote ValueError; see :mod:`runtime.errors`).
+(``except ValueError`` catches a remote ValueError; see :mod:`runtime.core.errors`).
 
 Coming from Ray (names kept so code ports line by line; README "Coming from Ray")::
 
@@ -46,12 +46,18 @@ Metrics: every actor process serves Prometheus ``/metrics`` (``handle.metrics_po
 series with ``from runtime import metrics; metrics.counter(...)`` (see :mod:`runtime.metrics`).
 Security: with ``MILES_CURVE_DIR`` set (or ``curve_dir=``), every socket uses CURVE (see :mod:`transport.security`).
 Construction and shutdown are control calls that only the spawner can make: ``spawn`` does it all; a launcher
-that starts ``python -m runtime.worker`` itself writes a ``SpawnTicket`` to its stdin and passes the same ticket
-to ``attach`` (both in :mod:`runtime.internals`, the launcher-facing plumbing; see :mod:`runtime.control_auth`).
+that starts ``python -m runtime.worker`` itself writes a ``SpawnTicket`` to its stdin and passes the same
+ticket to ``attach`` (both in :mod:`runtime.internals`, the launcher-facing plumbing; see
+:mod:`runtime.core.control_auth`).
 """
 
-from runtime.actor_exit import exit_actor
-from runtime.errors import (
+from runtime.actor.actor_exit import exit_actor
+from runtime.caller.group import ActorGroup, GroupCall, gather
+from runtime.caller.handle import ActorHandle, PendingCall
+from runtime.caller.retry import retry_until_deadline, retry_until_deadline_async
+from runtime.caller.stream_call import StreamingCall
+from runtime.caller.waiting import wait, wait_async
+from runtime.core.errors import (
     ActorDefinitionError,
     ActorDied,
     ActorError,
@@ -64,17 +70,12 @@ from runtime.errors import (
     OverCapacity,
     RemoteError,
 )
-from runtime.group import ActorGroup, GroupCall, gather
-from runtime.handle import ActorHandle, PendingCall
-from runtime.metadata import method
-from runtime.naming import get_actor
-from runtime.object_refs import ObjectRef
-from runtime.retry import retry_until_deadline, retry_until_deadline_async
-from runtime.spawn import connect, connect_async, spawn, spawn_async, spawn_many
-from runtime.stream_call import StreamingCall
-from runtime.tensor_put import put
-from runtime.tensor_refs import TensorRef
-from runtime.waiting import wait, wait_async
+from runtime.core.metadata import method
+from runtime.names.naming import get_actor
+from runtime.objects.object_refs import ObjectRef
+from runtime.objects.tensor_put import put
+from runtime.processes.spawn import connect, connect_async, spawn, spawn_async, spawn_many
+from runtime.tensors.tensor_refs import TensorRef
 from transport import register_type
 
 __all__ = [

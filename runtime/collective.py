@@ -5,12 +5,12 @@
     group = collective.create_group([a, b, c], backend="gloo", name="weights")   # ranks by handle order
     # inside a member's method:
     pg = collective.get_group("weights"); dist.all_reduce(t, group=pg)
-    ref = runtime.put({"w": w}, transport="collective")     # device-resident ref (runtime.tensor_refs)
+    ref = runtime.put({"w": w}, transport="collective")     # device-resident ref (runtime.tensors.tensor_refs)
     collective.wait_freed([ref], timeout=60)                # the owner may reuse w now
     collective.destroy_group(group)                         # from anywhere holding the handles
 
 The rendezvous: rank 0 (the first handle) keeps the group's keys (``__collective_open__``; no port of its own:
-members reach them over the actor transport, :mod:`runtime.collective_store`), then every member joins as its
+members reach them over the actor transport, :mod:`runtime.tensors.collective_store`), then every member joins as its
 rank (``__collective_join__``, on its collective lane, so a member busy in a method still joins).
 ``create_group`` waits at most ``timeout_s``; a member that dies or refuses fails it at once with
 :class:`CollectiveError` naming the member, one that never joins fails it at the deadline, naming the members
@@ -27,7 +27,10 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from runtime.collective_groups import (
+from runtime.caller.handle import ActorHandle, PendingCall
+from runtime.core.errors import ActorDied, ActorError
+from runtime.objects.tensor_put import wait_freed
+from runtime.tensors.collective_groups import (
     BACKENDS,
     CollectiveError,
     GroupMember,
@@ -36,9 +39,6 @@ from runtime.collective_groups import (
     group_names,
     member,
 )
-from runtime.errors import ActorDied, ActorError
-from runtime.handle import ActorHandle, PendingCall
-from runtime.tensor_put import wait_freed
 
 __all__ = [
     "BACKENDS",

@@ -33,12 +33,13 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Histo
 from prometheus_client.registry import Collector
 from prometheus_client.utils import floatToGoString
 
-from runtime import metrics, object_store
-from runtime.call_store import CallState
+from runtime import metrics
+from runtime.actor.call_store import CallState
+from runtime.objects import object_store
 from transport import sealed_pickle
 
 if TYPE_CHECKING:
-    from runtime.actor_server import ActorServer
+    from runtime.actor.actor_server import ActorServer
 
 #: Upper bounds (s) of the call latency histogram: 50 µs (a no-op call) to 5 min (a training step).
 CALL_BUCKETS: tuple[float, ...] = (

@@ -1,13 +1,13 @@
 """Entry point of an actor process: ``python -m runtime.worker --bind tcp://HOST:PORT [--metrics-port N]``.
 
-The process first reads its spawn ticket, one JSON line on stdin (:mod:`runtime.control_auth`): only requests
+The process first reads its spawn ticket, one JSON line on stdin (:mod:`runtime.core.control_auth`): only requests
 proven with its token may construct the actor or shut the process down, and with CURVE its socket proves the
 ticket's keypair, the actor's own. It then binds its ROUTER socket, starts serving
 Prometheus ``/metrics`` and prints one line ``MILES_ACTOR_READY {json}`` (endpoint, boot id, pid, host,
 metrics_port) on stdout; the spawner then sends ``__construct__`` with the class and keyword arguments. It exits on
 ``__shutdown__``, SIGTERM/SIGINT, or, when ``--parent-pid`` is given, as soon as that parent is gone (code 0), and
 when a method calls ``exit_actor()`` or raises SystemExit or another BaseException (the code
-:mod:`runtime.actor_exit` gives). With
+:mod:`runtime.actor.actor_exit` gives). With
 ``MILES_CURVE_DIR`` set, its socket admits only clients holding the cluster's CURVE client key (see
 :mod:`transport.security`).
 """
@@ -24,14 +24,21 @@ import resource
 import signal
 import sys
 
-from runtime import control_auth, event_loop, metrics, object_owner, server_metrics
-from runtime.actor_server import ActorServer
-from runtime.call_store import StoreLimits
-from runtime.parent_death import die_with_parent
-from runtime.process import LIFETIME_PID_ENV, READY_PREFIX
+from runtime import metrics, server_metrics
+from runtime.actor import builtin_methods
+from runtime.actor.actor_server import ActorServer
+from runtime.actor.call_store import StoreLimits
+from runtime.caller.handle_names import checked_class_info
+from runtime.core import control_auth, event_loop
+from runtime.objects import object_owner
+from runtime.processes.parent_death import die_with_parent
+from runtime.processes.process import LIFETIME_PID_ENV, READY_PREFIX
 from transport import security, shared_memory
 
 log = logging.getLogger(__name__)
+
+# __construct__ refuses a class whose methods a caller's handle would shadow, as spawn does before it starts us.
+builtin_methods.set_class_check(checked_class_info)
 
 
 async def _watch_parent(parent_pid: int, server: ActorServer) -> None:
@@ -90,9 +97,9 @@ async def serve(
     metrics_port: int | None = 0,
     metrics_host: str | None = None,
 ) -> int:
-    """Run an actor server until it is stopped; returns the exit code (runtime.actor_exit).
+    """Run an actor server until it is stopped; returns the exit code (runtime.actor.actor_exit).
     ``metrics_port=None`` serves no metrics."""
-    from runtime.client import ClientRuntime
+    from runtime.caller.client import ClientRuntime
 
     ClientRuntime.install_on_running_loop()  # calls made by this actor share its loop
     server = ActorServer(
@@ -152,8 +159,8 @@ def main(argv: list[str] | None = None) -> None:
     if args.parent_pid:
         if not die_with_parent(args.parent_pid):  # gone before we could ask
             os._exit(1)
-    # What a detached actor spawned here lives no longer than (runtime.process): a launcher's worker has no such
-    # variable, and lives as long as the process that started it.
+    # What a detached actor spawned here lives no longer than (runtime.processes.process): a launcher's worker has no
+    # such variable, and lives as long as the process that started it.
     os.environ.setdefault(LIFETIME_PID_ENV, str(args.watch_pid or args.parent_pid or os.getppid()))
     try:
         ticket = control_auth.read_ticket()

@@ -162,7 +162,7 @@ def run(mib: int, bench: bool) -> None:
             check("owner death fails the receiver", False, "the pull succeeded")
         except RemoteError as exc:
             took = time.monotonic() - started
-            died = exc.remote_type == "runtime.errors.ActorDied" and took < 30
+            died = exc.remote_type == "runtime.core.errors.ActorDied" and took < 30
             check("owner death fails the receiver with ActorDied", died, f"{exc.remote_type} after {took:.1f} s")
     finally:
         for peer in peers:

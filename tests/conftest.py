@@ -13,7 +13,7 @@ import psutil
 import pytest
 from prometheus_server import Prometheus, prometheus_binary, start_prometheus
 
-from runtime import driver_fork
+from runtime.processes import driver_fork
 
 ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
@@ -38,7 +38,8 @@ def _running(proc: psutil.Process) -> bool:
 
 
 def _children() -> list[psutil.Process]:
-    """Our running descendants but this process's own fork server (runtime.driver_fork), which lives as long as
+    """Our running descendants but this process's own fork server (runtime.processes.driver_fork), which lives as long
+    as
     we do."""
     own = driver_fork.server_pid()
     try:

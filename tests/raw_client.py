@@ -7,8 +7,8 @@ from typing import Any
 
 import zmq
 
-from runtime.call_ids import new_call_id
-from runtime.outcome import arguments_bind, result_bind
+from runtime.core.call_ids import new_call_id
+from runtime.core.outcome import arguments_bind, result_bind
 from transport import frames as wire
 from transport.codec import decode, encode
 from transport.protocol import Kind
@@ -27,7 +27,7 @@ class RawClient:
         self, method: str, *args: Any, call_id: bytes | None = None, acks: list[bytes] | None = None, **kwargs: Any
     ) -> tuple[bytes, list[Any]]:
         call_id = call_id or new_call_id()  # ids carry the time they were made: actors refuse others
-        payload = encode([list(args), kwargs], bind=arguments_bind(call_id))  # as runtime.handle seals pickles
+        payload = encode([list(args), kwargs], bind=arguments_bind(call_id))  # as runtime.caller.handle seals pickles
         return call_id, SubmitHeader.pack(call_id, method, None, None, None, acks or [], False, payload)
 
     @staticmethod
@@ -45,7 +45,7 @@ class RawClient:
 
     def result(self, message: wire.Message) -> Any:
         assert message.kind is Kind.RESULT, message
-        ok = message.meta[1]  # a value is bound to its call (as runtime.outcome.decode_result reads it), an error not
+        ok = message.meta[1]  # a value is bound to its call (runtime.core.outcome.decode_result), not an error
         return ok, decode(message.body, message.buffers, bind=result_bind(bytes(message.meta[0])) if ok else b"")
 
     def call(self, method: str, *args: Any, **kwargs: Any) -> Any:

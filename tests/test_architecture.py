@@ -128,6 +128,56 @@ def test_layers_import_only_downward() -> None:
     assert not upward, "imports from a higher layer (order: " + " < ".join(LAYERS) + "):\n" + "\n".join(upward)
 
 
+#: The actor's side of a call (receiving, routing, running, remembering it) never imports the caller's side or a
+#: feature built over both (issue 43): features add their built-in methods through runtime.actor.builtin_methods.
+#: Below it is only runtime.core (what both sides share) and transport.
+def reachable(graph: dict[str, set[str]], start: str) -> set[str]:
+    seen: set[str] = set()
+    todo = [start]
+    while todo:
+        for target in graph.get(todo.pop(), ()):
+            if target not in seen:
+                seen.add(target)
+                todo.append(target)
+    return seen
+
+
+def test_the_actor_side_imports_only_itself_the_core_and_transport() -> None:
+    graph = import_graph(module_files(ROOT, LAYERS))
+    allowed = ("runtime.actor", "runtime.core", "transport")
+    found = {
+        module: sorted(m for m in reachable(graph, module) if not m.startswith(allowed))
+        for module in graph
+        if module.startswith("runtime.actor.")
+    }
+    found = {module: reached for module, reached in found.items() if reached}
+    assert not found, f"the actor's side reaches the caller's side or a feature: {found}"
+
+
+def test_the_core_imports_only_itself_and_transport() -> None:
+    graph = import_graph(module_files(ROOT, LAYERS))
+    found = {
+        module: sorted(m for m in reachable(graph, module) if not m.startswith(("runtime.core", "transport")))
+        for module in graph
+        if module.startswith("runtime.core.")
+    }
+    assert not {m: r for m, r in found.items() if r}, found
+
+
+MAX_MODULES_PER_FOLDER = 30
+
+
+def test_no_folder_holds_more_than_30_modules() -> None:
+    """A folder is a concept a reader can hold; past 30 modules it wants sub-packages (issue 43)."""
+    crowded = {}
+    for package in LAYERS:
+        for folder in [ROOT / package, *(p for p in (ROOT / package).rglob("*") if p.is_dir())]:
+            count = len([f for f in folder.glob("*.py")])
+            if count > MAX_MODULES_PER_FOLDER:
+                crowded[str(folder.relative_to(ROOT))] = count
+    assert not crowded, f"folders over {MAX_MODULES_PER_FOLDER} modules (cut them into sub-packages): {crowded}"
+
+
 def test_no_module_over_400_lines() -> None:
     tracked = subprocess.run(
         ["git", "ls-files", "--cached", "--others", "--exclude-standard", "*.py"],

@@ -12,7 +12,7 @@ the reconnect; a peer behind a partition times the reconnects out slowly, outsid
 its link and emits nothing at all. A failed reconnect does not say why it failed, and a live peer's full listen
 backlog fails a Unix-socket connect at once too, so the owner of the socket confirms with :func:`nothing_listens`
 (a connect of its own, whose error it can read) and checks that the peer did not answer since the drop (see
-``runtime.link_liveness``): a refusal is the kernel's word, an answer is the peer's.
+``runtime.caller.link_liveness``): a refusal is the kernel's word, an answer is the peer's.
 
 ``known_up``: the peer was listening when we were told of it (a handle that names a constructed incarnation),
 so refused first connects count as after a drop. Without it a peer that is not up yet is waited for.

@@ -146,7 +146,7 @@ def _digest(piece: memoryview) -> bytes:
 
 def mac(secret: bytes, parts: list[Buffer], names: list[str | None], bind: bytes = b"") -> bytes:
     """The seal of a pickle stream and its buffers (``parts``: the stream first), bound to ``bind`` (the runtime
-    binds a call's arguments and its result to the call's id and direction: runtime.outcome).
+    binds a call's arguments and its result to the call's id and direction: runtime.core.outcome).
 
     A part that travels through shared memory (``names[i]``: its segment's name, else None) is bound by its name
     and length, not its bytes: a segment is only ever honoured in this user's private directory under a fresh

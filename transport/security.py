@@ -2,7 +2,7 @@
 
 Keys by role, so that no process holds a secret it does not need:
 - **Actor (server) keys**: every actor process has a keypair of its own. Its spawner draws it and hands the
-  secret to that one process on its stdin (with the spawn token, :mod:`runtime.control_auth`); the public key
+  secret to that one process on its stdin (with the spawn token, :mod:`runtime.core.control_auth`); the public key
   travels in the actor's handles. A client checks it in the handshake, so nobody can pose as an actor without
   that actor's own secret, and one compromised worker can impersonate no other actor.
 - **Client keys**: one keypair per cluster, in a key directory (:func:`generate_cluster_keys`) that a launcher

@@ -3,8 +3,8 @@
 It authenticates values that travel pickled (:mod:`transport.sealed_pickle`). ``miles-launch`` draws one per
 launch and hands it to every worker in the spawn command its host agents get (over the same SSH or pipe channel
 as the CURVE keys); a driver run without the launcher draws one the first time it spawns a child
-(``runtime.driver_fork.child_environment``). Either way it reaches children as ``MILES_SESSION_SECRET`` in their
-environment, never on a command line and never over the network in clear. ``MILES_PICKLE=0`` turns pickled
+(``runtime.processes.driver_fork.child_environment``). Either way it reaches children as ``MILES_SESSION_SECRET`` in
+their environment, never on a command line and never over the network in clear. ``MILES_PICKLE=0`` turns pickled
 values off in a process (it neither sends nor accepts them).
 """
 

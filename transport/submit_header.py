@@ -2,7 +2,7 @@
 
 ``[call_id, method, deadline, expected_boot, proof, acks, shm_ok]``: the call's id (the server dedupes by it), the
 method's name, the deadline in unix seconds (or None), the incarnation the call is meant for (a reply from another
-one is refused; None: any), a control call's proof (``runtime.control_auth``; else None), the ids of results the
+one is refused; None: any), a control call's proof (``runtime.core.control_auth``; else None), the ids of results the
 caller received since its last message (acknowledgements ride on calls), and whether the caller shares this
 machine's /dev/shm (then large results may come back through shared memory). The body is the encoded arguments.
 """

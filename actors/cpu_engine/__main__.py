@@ -1,14 +1,6 @@
-"""``python -m actors.cpu_engine --host 127.0.0.1 --port N [--model-path DIR] [--model-config JSON] [--seed S]``.
+"""``python -m actors.cpu_engine --host H --port N [--model-path DIR]``: one CPU engine with SGLang's HTTP API.
 
-Flags are sglang.launch_server's where SGLang has them (``srt/server_args.py``: ``--model-path``,
-``--tokenizer-path``, ``--context-length``, ``--served-model-name``, ``--dtype``, ``--tp-size``,
-``--random-seed``, ``--host``, ``--port``, ``--log-level``). ``--model-path`` of a Hugging Face directory
-(config.json + safetensors + tokenizer files) serves that model as SGLang does (see
-:mod:`actors.cpu_engine.model_source`); the served name defaults to the path. Without a config.json, the
-built-in model of ``--model-config`` is served, with the weights of ``--model-path`` if given, else random ones
-from the ModelConfig's own ``seed``. ``--seed`` seeds sampling, not the weights. The CPU engine is one
-tensor-parallel rank: ``--tp-size`` other than 1 is refused. Stops cleanly on SIGTERM/SIGINT.
-"""
+Its flags are ``sglang.launch_server``'s where SGLang has them (:mod:`actors.cpu_engine.cli`)."""
 
 from __future__ import annotations
 
@@ -32,6 +24,9 @@ class _RouterProbeFilter(logging.Filter):
         return not (isinstance(exc, BadHttpMessage) and "PRI" in str(exc))
 
 
+# Without a config.json in --model-path the built-in model of --model-config is served, with --model-path's
+# weights if given, else random ones from the ModelConfig's seed; --seed seeds sampling, not the weights. One engine
+# is one tensor-parallel rank: --tp-size other than 1 is refused. SIGTERM and SIGINT stop it cleanly.
 def main(argv: list[str] | None = None) -> None:
     args = parse_args(argv, description=__doc__)
     logging.basicConfig(

@@ -1,15 +1,4 @@
-"""What one CPU engine serves: a Hugging Face model directory (as SGLang's ``--model-path``) or the built-in model.
-
-A Hugging Face directory brings everything: the architecture from its config.json (:func:`actors.hf.
-read_model_config`: llama, mistral, qwen2, qwen3), the weights from its safetensors (sharded or not), its
-tokenizer (local files only) with its chat template, and the ids that end a generation (config.json and
-generation_config.json ``eos_token_id``, as SGLang's ``hf_eos_token_id``). ``dtype`` follows SGLang's
-``--dtype`` (``srt/configs/model_config.py``: ``_get_and_verify_dtype``) except that ``auto`` keeps a float32
-checkpoint in float32: SGLang would use float16 on a GPU, which is slow and lossy on CPU.
-
-The built-in model (no config.json) takes its :class:`ModelConfig` from ``--model-config``, random weights from
-its seed or the weights of a directory (see :mod:`actors.cpu_engine.weights`), and the byte tokenizer.
-"""
+"""What one CPU engine serves: a Hugging Face model directory (as SGLang's ``--model-path``) or the built-in model."""
 
 from __future__ import annotations
 
@@ -51,6 +40,8 @@ def is_hf_directory(path: str | Path) -> bool:
     return (Path(path) / CONFIG_FILE).is_file()
 
 
+# As SGLang's --dtype (srt/configs/model_config.py _get_and_verify_dtype), except that "auto" keeps a float32
+# checkpoint in float32: SGLang would pick float16 on a GPU, which is slow and lossy on a CPU.
 def resolve_dtype(dtype: str, declared: str | None) -> torch.dtype:
     """The torch dtype for ``--dtype`` (``auto``: the checkpoint's declared dtype, float32 if none)."""
     name = dtype.lower()
@@ -61,6 +52,9 @@ def resolve_dtype(dtype: str, declared: str | None) -> torch.dtype:
     return TORCH_DTYPES[name]
 
 
+# A Hugging Face directory brings everything: the architecture (config.json), the weights (safetensors, sharded
+# or not), its tokenizer and chat template (local files only), and the ids that end a generation (eos_token_id of
+# config.json and generation_config.json, as SGLang's hf_eos_token_id).
 def load_hf_model(model_path: str, *, tokenizer_path: str | None = None, dtype: str = "auto") -> ServedModel:
     """The model, tokenizer and stop ids of the HF directory ``model_path`` (local files only)."""
     config = read_model_config(model_path)

@@ -1,17 +1,6 @@
-"""OpenAI-compatible ``/v1/models``, ``/v1/completions`` and ``/v1/chat/completions`` as SGLang serves them.
+"""OpenAI-compatible ``/v1/models``, ``/v1/completions`` and ``/v1/chat/completions`` as SGLang 0.5.23 serves them.
 
-Shapes from SGLang 0.5.23's ``srt/entrypoints/openai/protocol.py`` (``ModelCard``, ``CompletionRequest``,
-``ChatCompletionRequest``, ``CompletionResponse``, ``ChatCompletionResponse``, ``UsageInfo``), the handlers in
-``serving_completions.py`` and ``serving_chat.py`` and the ``/v1/models`` routes of ``http_server.py``. The
-request models are in :mod:`actors.cpu_engine.openai_protocol` (unknown fields are ignored, as SGLang's are);
-fields SGLang maps to features the CPU engine lacks (constrained decoding, LoRA, sessions ...) are passed to
-``/generate``'s checks, which refuse any non-neutral value. Requests become ``/generate`` items run by the same
-engine; ``stream=true`` answers as SGLang's SSE (:mod:`actors.cpu_engine.openai_stream`). Chat messages are
-rendered and tokenized by the tokenizer's chat template (a Hugging Face directory's own, as ``serving_chat.py``
-with ``tokenize=True``) unless ``input_ids`` is given; OpenAI's lists of text parts are joined into one string
-first. The served name is SGLang's ``served_model_name`` (default: the model path; it follows
-``/update_weights_from_disk`` to the new path, as ``tokenizer_manager.py`` does).
-"""
+Shapes from its ``srt/entrypoints/openai/`` (``protocol.py``, ``serving_completions.py``, ``serving_chat.py``)."""
 
 from __future__ import annotations
 
@@ -27,7 +16,8 @@ from actors.cpu_engine.protocol import GenerateBatch, GenerationItem, RequestErr
 from actors.cpu_engine.routes import ENGINE, json_body
 from actors.tokenizer import message_text
 
-# Request fields SGLang forwards to GenerateReqInput unchanged; /generate's checks refuse what we lack.
+# Request fields SGLang forwards to GenerateReqInput unchanged; /generate's checks refuse any non-neutral value of
+# what we lack (constrained decoding, LoRA, sessions ...). Unknown fields are ignored, as SGLang's are.
 PASSED_THROUGH = ("rid", "lora_path", "session_id", "custom_logit_processor", "return_hidden_states")
 PASSED_THROUGH += ("return_routed_experts", "extra_key", "cache_salt", "priority", "routed_dp_rank")
 CONSTRAINED_FORMATS = ("json_schema", "json_object", "structural_tag")
@@ -110,6 +100,8 @@ async def model(request: web.Request) -> web.Response:
     return web.json_response(_card(request))
 
 
+# The served name is SGLang's served_model_name (default: the model path); it follows /update_weights_from_disk
+# to the new path, as tokenizer_manager.py does.
 def _card(request: web.Request) -> dict[str, Any]:
     engine = request.app[ENGINE]
     name = engine.weights.served_model_name
@@ -249,6 +241,8 @@ def _chat_choice(body: ChatCompletionRequest, index: int, result: dict[str, Any]
     return choice
 
 
+# Chat messages are rendered and tokenized by the tokenizer's chat template (as serving_chat.py with
+# tokenize=True) unless input_ids is given; OpenAI's lists of text parts are joined into one string first.
 def _chat_input_ids(tokenizer: Any, messages: list[dict[str, Any]]) -> list[int]:
     """The prompt of a chat request: ``messages`` through the tokenizer's chat template; a 400 if it refuses."""
     try:

@@ -1,17 +1,6 @@
 """``stream=true`` on ``/v1/completions`` and ``/v1/chat/completions``: SGLang 0.5.23's SSE answers.
 
-``serving_completions._generate_completion_stream``: one ``text_completion`` chunk per result snapshot with the
-new text (the prompt first when ``echo``), the new tokens' logprobs and the finish reason in the chunk that
-ends the choice. ``serving_chat._generate_chat_stream`` (no reasoning or tool-call parser): per choice a first
-chunk with ``delta.role``, then ``delta.content`` chunks (only when text was added; the logprobs of a step that
-added none are dropped, as SGLang does), then after the last result one chunk per finished choice carrying
-``finish_reason`` (chunks built as ``sse_utils.build_sse_content``). Both: ``usage`` on every chunk with
-``stream_options.continuous_usage_stats``, a final ``choices: []`` usage chunk with ``include_usage``, then
-``data: [DONE]``. Chunk ids are the choice's request id (``meta_info.id``). As SGLang's handlers do, the first
-chunk is produced before the response starts, so an error before any output is an ordinary JSON error; an
-error after it is an ``{"error": ...}`` chunk (as SGLang reports an abort carrying a status code), followed
-by the closing chunks.
-"""
+As ``serving_completions._generate_completion_stream`` and ``serving_chat._generate_chat_stream`` (no parsers)."""
 
 from __future__ import annotations
 
@@ -31,6 +20,9 @@ if TYPE_CHECKING:
 DONE = "data: [DONE]\n\n"
 
 
+# As SGLang's handlers do, the first chunk is produced before the response starts, so an error before any output
+# is an ordinary JSON error; an error after it is an {"error": ...} chunk (as SGLang reports an abort carrying a
+# status code), followed by the closing chunks.
 async def respond(request: web.Request, chunks: AsyncIterator[str]) -> web.StreamResponse:
     """Send ``chunks`` as an event stream; a :class:`RequestError` before the first chunk is raised instead."""
     try:
@@ -145,6 +137,10 @@ def _chat_chunk(chunk_id: str, created: int, model: str, index: int, delta: dict
     return shapes.sse(chunk)
 
 
+# Per choice: a first chunk with delta.role, then delta.content chunks only when text was added (the logprobs of
+# a step that added none are dropped, as SGLang does), then one chunk per finished choice with its finish_reason.
+# Both streams: usage on every chunk with stream_options.continuous_usage_stats, a final "choices: []" usage chunk
+# with include_usage, then [DONE]; chunk ids are the choice's request id (meta_info.id).
 async def chat_chunks(
     engine: CPUEngine, items: list[GenerationItem], body: ChatCompletionRequest
 ) -> AsyncIterator[str]:

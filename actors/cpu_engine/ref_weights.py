@@ -18,8 +18,8 @@ import torch
 
 from actors.cpu_engine.model import LlamaForCausalLM
 from actors.cpu_engine.weights import check_named_tensors, load_named_tensors
-from runtime.tensor_refs import TensorRef
-from runtime.tensor_specs import torch_dtype
+from runtime.tensors.tensor_refs import TensorRef
+from runtime.tensors.tensor_specs import torch_dtype
 
 
 def ref_loader(

@@ -36,7 +36,7 @@ from actors.cpu_engine.weights import (
 )
 from actors.weights_group import WeightsGroup, dtype_from_name
 from actors.weights_wire import decode_named_tensors
-from runtime.tensor_refs import TensorRef
+from runtime.tensors.tensor_refs import TensorRef
 
 logger = logging.getLogger(__name__)
 

@@ -1,17 +1,4 @@
-"""Checking and loading named weights (HF names) into the CPU engine's model.
-
-Updates may be partial (trainers send weights in buckets), but every call is all-or-nothing: all
-tensors are checked before any is copied. Like SGLang's llama/qwen loaders (``srt/models/llama.py``,
-``qwen2.py``, ``qwen3.py``: ``load_weights``), ``rotary_emb.inv_freq`` is ignored, and so is
-``lm_head.weight`` when the embeddings are tied.
-
-On disk (``--model-path``, ``/update_weights_from_disk``) a model directory is a Hugging Face checkpoint:
-``model.safetensors``, or shards listed by ``model.safetensors.index.json`` (read with
-:class:`actors.hf.CheckpointReader`). Its config.json, when present, must describe the architecture the
-engine serves (:func:`check_same_architecture`). Directories without either file may hold other
-``*.safetensors`` files, or torch files (``*.bin``, ``*.pt``, ``*.pth``) each holding a ``{name: tensor}``
-state dict saved with ``torch.save``; shards are merged, safetensors win if both exist.
-"""
+"""Checking and loading named weights (HF names) into the CPU engine's model, all-or-nothing per call."""
 
 from __future__ import annotations
 
@@ -38,6 +25,9 @@ class WeightsError(ValueError):
     """Named tensors that do not fit the model (unknown name, wrong shape, missing, unreadable)."""
 
 
+# Updates may be partial (trainers send buckets), but every call is all-or-nothing: all tensors are checked
+# before any is copied. Like SGLang's llama/qwen load_weights, rotary_emb.inv_freq is ignored, and so is
+# lm_head.weight when the embeddings are tied.
 def check_named_tensors(
     config: ModelConfig, named_tensors: Iterable[tuple[str, torch.Tensor]], *, require_all: bool
 ) -> list[tuple[str, torch.Tensor]]:
@@ -90,8 +80,12 @@ def build_model_from_named_tensors(
     return model
 
 
+# A Hugging Face checkpoint (model.safetensors, or shards listed by model.safetensors.index.json), whose
+# config.json, when present, must describe the architecture served (check_same_architecture). Without either file,
+# other *.safetensors files, or torch files (*.bin, *.pt, *.pth) each a {name: tensor} state dict saved with
+# torch.save; shards are merged, and safetensors win if both exist.
 def read_weights_dir(path: str | Path) -> list[tuple[str, torch.Tensor]]:
-    """All ``(name, tensor)`` pairs stored in a model directory (see the module docstring for formats)."""
+    """All ``(name, tensor)`` pairs stored in a model directory (formats: the comment above)."""
     directory = Path(path)
     if not directory.is_dir():
         raise WeightsError(f"model_path {str(directory)!r} is not a directory")

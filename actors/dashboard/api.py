@@ -1,14 +1,4 @@
-"""The dashboard's JSON API: ``answer(store, path, query)`` -> (HTTP status, JSON body). No exceptions escape.
-
-Routes (every number a non-negative integer below 10^9, every query parameter known and bounded; anything else
-is a 400 naming the parameter):
-
-- ``/api/run``: the run directory's name, step numbers, the collector's counts, the malformed-line report;
-- ``/api/steps``: one summary per step (reward stats, loss, timings, tokens/s, CPU per host);
-- ``/api/steps/{step}?sort=index|reward&order=asc|desc``: the step's summary, metric records and sample list;
-  a step with metrics and no samples answers 200 with ``samples: []`` and a ``note``; an unknown step a 404;
-- ``/api/steps/{step}/samples/{sample_index}?occurrence=K``: one sample, every field (404 if absent).
-"""
+"""The dashboard's JSON API: ``answer(store, path, query)`` -> (HTTP status, JSON body). No exceptions escape."""
 
 from __future__ import annotations
 
@@ -29,6 +19,10 @@ class BadRequest(ValueError):
     """A request input out of bounds: a 400 with this message."""
 
 
+# Routes: /api/run (name, steps, the collector's counts, malformed lines); /api/steps (a summary per step);
+# /api/steps/{step}?sort=index|reward&order=asc|desc (summary, metrics, samples; a step with metrics and no samples
+# answers 200 with "samples": [] and a note); /api/steps/{step}/samples/{index}?occurrence=K (one sample). Every
+# number is a bounded non-negative integer and every query parameter known: anything else is a 400 naming it.
 def answer(store: RunStore, path: str, query: str) -> Answer:
     """Route ``path`` (already known to start with ``/api/``) with its raw ``query`` string."""
     try:

@@ -1,25 +1,6 @@
 """The dashboard's collector actor: appends the records producers send to the run directory's JSONL streams.
 
-Producers never call it directly on their hot path: a :class:`~actors.dashboard.recorder.DashboardRecorder` queues
-records in the producer (bounded, drops counted) and sends them in batches from a thread of its own, so a slow or
-dead collector never holds up generation or training. Place it on the launcher's machine (``hosts =
-["launcher"]``, the built-in host of launcher/pool_expanders.py, as the inference controller's router pool is):
-the run directory is then a local directory of the machine where you run ``miles-dashboard``.
-
-::
-
-    [[pools]]
-    id = "dashboard"
-    hosts = ["launcher"]
-    [pools.worker]
-    kind = "serve"
-    actor_class = "actors.dashboard.collector:DashboardCollector"
-    kwargs = { run_dir = "runs/demo/dashboard" }
-
-Each batch is written with one ``write`` of whole lines and flushed, so a crash leaves at most a torn last line
-(readers skip it). Records arrive over the network: the stream name is checked against :data:`.records.STREAMS`
-(never a path), and a record that does not encode or exceeds ``MAX_LINE_BYTES`` is refused and counted.
-"""
+Place it on the launcher's machine (``hosts = ["launcher"]``) so the run directory is local to ``miles-dashboard``."""
 
 from __future__ import annotations
 
@@ -56,6 +37,9 @@ class DashboardCollector:
         self._write_status()
         logger.info("dashboard collector writing to %s", self.run_dir)
 
+    # Records arrive over the network: the stream name is checked against records.STREAMS (never a path), and a
+    # record that does not encode or exceeds MAX_LINE_BYTES is refused and counted. A batch is one write of whole lines,
+    # flushed, so a crash leaves at most a torn last line, which readers skip.
     def append(self, stream: str, records: list[dict[str, Any]], source: str = "", dropped: int = 0) -> int:
         """Append ``records`` to ``stream`` (``"samples"`` or ``"steps"``); returns how many were written.
         ``dropped``: records ``source`` dropped before sending since its last call (added to the counts)."""

@@ -1,19 +1,4 @@
-"""``[dashboard]`` in hosts.toml: the collector and the dashboard's web server start with the launch.
-
-::
-
-    [dashboard]
-    enabled = true
-    run_dir = "runs/demo/dashboard"    # on the launcher's machine; relative to hosts.toml's directory
-    bind = "127.0.0.1"                 # the server's address (0.0.0.0: reachable from other machines)
-
-Registered in pyproject.toml (entry-point group ``miles.sections``, launcher/section_expanders.py), this turns the
-table into two pools on the built-in host ``"launcher"`` (the machine miles-launch runs on): ``dashboard`` (the
-:class:`~actors.dashboard.collector.DashboardCollector`) and ``dashboard-server`` (``python -m actors.dashboard``
-on a free port, ready when ``/api/run`` answers, its URL said on the console), and gives every host's processes
-``MILES_DASHBOARD = "dashboard-0-0"``, which the rollout executor and the trainer record to. ``enabled = false``
-(or no table) changes nothing.
-"""
+"""``[dashboard]`` in hosts.toml: the collector and the dashboard's web server start with the launch."""
 
 from __future__ import annotations
 
@@ -29,6 +14,10 @@ COLLECTOR_NAME = f"{COLLECTOR_POOL}-0-0"
 FIELDS = {"enabled": bool, "run_dir": str, "bind": str}
 
 
+# Registered in pyproject.toml (entry-point group miles.sections): the table becomes two pools on the built-in
+# host "launcher": the collector, and `python -m actors.dashboard` on a free port (ready when /api/run answers,
+# its URL said on the console); every host's processes get MILES_DASHBOARD naming the collector, which the rollout
+# executor and the trainer record to. enabled = false, or no table, changes nothing.
 def expand_dashboard_section(table: dict[str, Any], data: dict[str, Any], base: Path) -> dict[str, Any]:
     """hosts.toml's tables with the dashboard's pools and env when ``table`` says ``enabled = true``."""
     for key, value in table.items():

@@ -1,17 +1,6 @@
 """The producer's side of the dashboard: ``record`` never blocks; a thread of its own sends batches to the collector.
 
-::
-
-    recorder = DashboardRecorder("dashboard-0-0", source="rollout")   # the collector's actor name
-    recorder.record("samples", {...})          # a dict put on a bounded queue: returns at once, even if the
-                                               # collector is slow, dead or never existed
-    recorder.flush(timeout_s=5)                # optional: wait until what was queued is sent
-
-Past ``max_queued`` records waiting, new ones are dropped and counted (``dropped``); a batch the collector does
-not take (unreachable, an error) is dropped and counted too, and the count travels with the next batch so the
-collector's ``collector.json`` shows it. ``DashboardRecorder(None)`` records nothing (``enabled`` is False). The
-collector's name comes from the producer's constructor (``dashboard_name`` kwargs) or ``MILES_DASHBOARD``.
-"""
+So a slow, dead or absent collector never holds up generation or training."""
 
 from __future__ import annotations
 
@@ -79,6 +68,8 @@ class DashboardRecorder:
                     self._thread = threading.Thread(target=self._run, name="dashboard-recorder", daemon=True)
                     self._thread.start()
 
+    # Past max_queued waiting records new ones are dropped and counted, as is a batch the collector does not take;
+    # the count travels with the next batch so the collector's collector.json shows it.
     def _count_drops(self, count: int) -> None:
         with self._lock:
             self.dropped += count

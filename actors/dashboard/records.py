@@ -1,29 +1,4 @@
-"""The run directory's record format: append-only JSONL streams, one JSON object per line.
-
-``RUN_DIR/samples.jsonl``: one line per sample (a multi-leaf sample, e.g. a multi-turn session trained as several
-rows, has one line per leaf, told apart by ``occurrence``)::
-
-    {"v": 1, "step": 3, "sample_index": 17, "occurrence": 0, "prompt_index": 2, "group_index": 1,
-     "prompt": "copy abcd =", "response": "abcd", "token_ids": [...], "token_texts": [...],
-     "logprobs": [null, ..., -0.41, ...], "loss_mask": [0, ..., 1, ...], "reward": 0.75, "advantage": 0.3,
-     "weight_version": "v2", "engine": null, "router": "http://...", "latency_s": 0.08, "finish_reason": "length",
-     "time": 1764870000.1}
-
-An optional ``messages`` (``[{"role": ..., "content": ...}]``, a multi-turn session) replaces prompt and response
-in the page's conversation view. ``token_ids`` is prompt + response; ``logprobs`` and ``loss_mask`` run along it
-(``null`` logprobs on the prompt).
-``latency_s``: from the sample's request to its completion (retries and waiting for a free slot included).
-``engine``: the engine that served it where the reply names one (SGLang's does not: behind the router it is
-``null`` and ``router`` names the router).
-
-``RUN_DIR/steps.jsonl``: one line per (step, source): ``source`` is ``"rollout"`` (reward stats, tokens/s,
-rollout time) or ``"trainer"`` (one line per rank: loss, tokens, train time); each carries ``host`` and
-``cpu`` (the host's CPU use, :mod:`.host_usage`).
-
-Lines are written whole (one ``write`` of complete lines, then a flush): a crash leaves at most a torn last
-line, which readers never take as data (:mod:`.jsonl_tail`). ``RUN_DIR/collector.json`` is the collector's
-count of written, refused and dropped records (rewritten atomically).
-"""
+"""The run directory's record format: append-only JSONL streams, one JSON object per line."""
 
 from __future__ import annotations
 
@@ -31,6 +6,14 @@ import json
 import math
 from typing import Any
 
+# samples.jsonl: one line per sample, or per leaf of a multi-turn sample (told apart by "occurrence"); token_ids
+# is prompt + response, logprobs (null on the prompt) and loss_mask run along it; an optional "messages" list
+# replaces prompt and response in the conversation view; latency_s runs from the request to completion, retries
+# included; "engine" names the engine where the reply does (behind the router it is null and "router" names it).
+# steps.jsonl: one line per (step, source): "rollout" (reward stats, tokens/s, time) or "trainer" (per rank: loss,
+# tokens, time), each with its host and the host's CPU use. Lines are written whole then flushed: a crash leaves at
+# most a torn last line, never taken as data (jsonl_tail). collector.json (rewritten atomically) counts written,
+# refused and dropped records. sample_record below builds the sample line.
 SCHEMA_VERSION = 1
 STREAMS = {"samples": "samples.jsonl", "steps": "steps.jsonl"}
 STATUS_FILE = "collector.json"

@@ -1,17 +1,5 @@
-"""The demo's fully asynchronous variant (miles' ``train_async.py`` with its fully async rollout): the engines keep
-generating while the trainer trains; ``miles-launch examples/async-demo.toml`` runs it.
-
-Per iteration ``i``: take a batch from the rollout's buffer (samples at most ``max_staleness`` versions older
-than the trainer's ``v{i-1}``), train on it, then push ``v{i}``: the controller pauses the engines (its
-``pause_mode``), the trainer posts the weights, the engines continue. ``in_flight`` says what becomes of the
-requests a push finds running: ``"partial"`` (aborted by the pause and resumed as partial rollouts: tokens keep
-the version that made them), ``"restart"`` (aborted and started over on the new weights), ``"finish"`` (no
-new requests start, the running ones finish on the old version, then the push) or ``"continue"`` (the controller's
-``pause_mode`` is ``"retract"`` or ``"in_place"``: they are paused, not aborted, and go on after the push, their
-later tokens from the new version; retract recomputes their KV with the new weights, in_place keeps it). The
-last line is ``RESULT {json}`` (actors/demo/result.py). Colocation is not supported here (the engines never
-stop generating).
-"""
+"""The demo's fully asynchronous variant (miles' ``train_async.py``): the engines keep generating while the trainer
+trains; ``miles-launch examples/async-demo.toml`` runs it."""
 
 from __future__ import annotations
 
@@ -30,6 +18,12 @@ from actors.trainer.group import TrainerGroup, TrainerGroupError
 from actors.trainer.objective_config import off_policy_problems
 from runtime import ActorHandle
 
+# Per iteration i: take a batch from the rollout's buffer (samples at most max_staleness versions older than the
+# trainer's v{i-1}), train on it, push v{i} (the controller pauses the engines, the trainer posts, the engines go on).
+# in_flight says what becomes of the requests a push finds running: "partial" (aborted, resumed as partial rollouts
+# whose tokens keep the version that made them), "restart" (aborted, started over on the new weights), "finish" (no
+# new request starts; the running ones finish on the old version, then the push) or "continue" (paused, not aborted,
+# their later tokens from the new version). No colocation here: the engines never stop generating.
 IN_FLIGHT = ("partial", "restart", "finish", "continue")
 # in_flight -> the controller pause_modes it works with ("partial"/"restart" handle the requests "abort" aborts;
 # "continue" lets them run through the push, which "retract" and "in_place" do: SGLang's pause_generation)

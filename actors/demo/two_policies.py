@@ -1,16 +1,6 @@
 """Several policies in one launch: each its own trainer group, engine pool, router, rollout and weight versions.
 
-``[job] entrypoint = "actors.demo.two_policies:main"`` with, per policy name ``p`` of ``job.args.policies``, the
-pools ``trainer-{p}``, ``inference-{p}`` and ``rollout-{p}`` (examples/two-policies.toml places them on their own
-GPUs; examples/two-policies-cpu.toml runs them on this machine). Each policy runs the GRPO loop of
-actors/demo/loop.py in its own thread: generate through its own router, train its own trainer group, push to its
-own engines with its own weight versions (``{p}-v0``, ``{p}-v1``, ...). Nothing is shared, so an engine death in one
-policy is that policy's controller's business (it restarts the engine; the rollout retries) and never stops the
-other; a policy that fails for good is reported and the others run to their end. The last console line is
-``RESULT {json}``: per policy its status, iterations done, first and last reward, weight version and engine
-restarts. ``kill_engine = "p"`` (fault injection, for the test and to watch it happen) kills one of ``p``'s engines
-with SIGKILL after its first iteration.
-"""
+Nothing is shared, so one policy's engine death or failure never stops the others."""
 
 from __future__ import annotations
 
@@ -66,6 +56,10 @@ class Policy:
     killed_engine: int | None = None
 
 
+# Each policy p runs the GRPO loop of actors/demo/loop.py in its own thread over its pools trainer-{p},
+# inference-{p} and rollout-{p}, with its own weight versions ({p}-v0, {p}-v1, ...); an engine death is its
+# controller's business (it restarts the engine, the rollout retries), and a policy that fails for good is reported
+# while the others run to their end.
 def run_policy(policy: Policy, settings: TwoPolicySettings) -> None:
     """The GRPO loop of one policy; its outcome goes to ``policy.status`` (never raises)."""
     try:
@@ -112,6 +106,8 @@ def generate_repairing(
             sync.update(version)
 
 
+# kill_engine = "p" (fault injection, for the test and to watch it happen): SIGKILL one of p's engines after
+# its first iteration.
 def kill_one_engine(policy: Policy) -> int:
     """SIGKILL one serving engine of ``policy`` (it runs on this machine in the CPU example); returns its pid."""
     cells = [c for c in policy.controller.cells().result(timeout=30) if c["state"] == "serving" and c["pid"]]

@@ -1,16 +1,4 @@
-"""Hugging Face model directories: config.json, lazily sliced safetensors, tokenizers, and writing them back.
-
-Public surface::
-
-    read_model_config(model_path) -> ModelConfig       config.json as transformers reads it; UnsupportedConfig
-    hf_config_dict(model) -> dict                      a config.json for a ModelConfig (the built-in model)
-    CheckpointReader(model_path)                       .names() .shape(n) .dtype(n) .read(n, dim=, start=, stop=)
-                                                       .read_part(n, dim=, part=, parts=)  (tensor-parallel slices)
-    write_checkpoint(dir, tensors, config, source_dir=, max_shard_bytes=)   shards + index + tokenizer files
-    HfTokenizer(model_path)                            encode / decode / apply_chat_template (local files only)
-    rope_inv_freq(model)                               RoPE inverse frequencies as transformers computes them
-    errors: UnsupportedConfig, CheckpointError, TokenizerError
-"""
+"""Hugging Face model directories: config.json, lazily sliced safetensors, tokenizers, and writing them back."""
 
 from __future__ import annotations
 

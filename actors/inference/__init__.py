@@ -1,23 +1,4 @@
-"""Inference serving for RL: engine cells behind the real sglang-router, run by one controller actor.
-
-Public surface::
-
-    from runtime import spawn
-    from actors.inference import InferenceController, RouterSettings
-
-    controller = spawn(InferenceController, kwargs={"server_id": "rollout", "num_engines": 2, "engine": "cpu",
-                                                   "initial_weights": True})
-    controller.start().result(120)          # router + engines; cells "rollout-0", "rollout-1"
-    controller.router_url().result(5)       # send /generate here
-    controller.cells().result(5)            # id, url, state, weight_version, restarts, pid, ...
-    info = controller.start_update_weights().result(60)   # lock; engines paused and flushed
-    ...                                     # the trainer posts weights to info["engine_urls"]
-    controller.end_update_weights(info["token"], "v1").result(60)
-    controller.shutdown().result(60)
-
-Engines are started through the :class:`EngineLauncher` protocol (:class:`LocalEngineLauncher` here;
-a launcher-provided one for remote hosts later). Errors are listed in :mod:`actors.inference.errors`.
-"""
+"""Inference serving for RL: engine cells behind the real sglang-router, run by one controller actor."""
 
 from typing import TYPE_CHECKING
 

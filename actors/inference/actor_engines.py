@@ -1,17 +1,6 @@
 """CPU engines started as actors, so that they can take weights over collective refs.
 
-The controller's default launcher (:class:`~actors.inference.engine_launcher.LocalEngineLauncher`) runs each CPU
-engine as a ``python -m actors.cpu_engine`` process, which serves HTTP and nothing else. :class:`ActorEngineLauncher`
-starts the same engine (the same flags, :func:`~actors.inference.engine_launcher.engine_argv`) inside a
-:class:`~actors.cpu_engine.engine_actor.CPUEngineActor` on this host: the HTTP API is unchanged, so health checks,
-the router and every update path work as before, and the engine can also be a member of a collective group and
-pull the trainer's buckets (``CPUEngineActor.pull_weights``). Choose it with the controller's
-``launcher = "actors.inference.actor_engines:actor_engine_launcher"``; ``start_update_weights`` then also returns
-the paused engines' handles (``engine_handles``), which the demo's ``weight_sync = "refs"`` uses.
-
-An engine's output goes to the controller's (each line prefixed with the actor's name and pid); a restart is a
-new actor (a new handle), so a collective group with the old one must be formed again.
-"""
+The same engine and HTTP API as a ``python -m actors.cpu_engine`` process; only the weight path is added."""
 
 from __future__ import annotations
 
@@ -63,6 +52,10 @@ class ActorEngineProcess:
         return "\n".join(list(process.recent_output)[-lines:]) if process is not None else ""
 
 
+# Chosen with the controller's launcher = "actors.inference.actor_engines:actor_engine_launcher": each engine
+# runs (engine_argv's flags) in a CPUEngineActor on this host, so health checks, the router and every update path
+# work as before, and start_update_weights also returns the paused engines' handles (engine_handles). A restart is a
+# new actor (a new handle), so a collective group with the old one must be formed again.
 class ActorEngineLauncher:
     """Starts CPU engines as actors on this host (an :class:`~actors.inference.engine_launcher.EngineLauncher`)."""
 

@@ -1,15 +1,4 @@
-"""Engine cells (``{server_id}-{index}``) and their state machine.
-
-A cell keeps its id across restarts; its engine process (and URL) change with each incarnation::
-
-    initializing ──ready──▶ pending_weights ──weights──▶ serving ──dies / unhealthy──▶ initializing ...
-    initializing ──ready, weights restorable──▶ serving ──missed an update──▶ pending_weights
-    any state ──out of restarts, or shutdown──▶ disposed (final)
-
-Only ``serving`` cells are registered with the router; ``pending_weights`` cells are running but hold no
-weights the controller can vouch for, so they take weight updates and no traffic. Every change of state goes
-through :meth:`EngineCell.move`, which refuses one that :data:`TRANSITIONS` does not list.
-"""
+"""Engine cells (``{server_id}-{index}``) and their state machine: one id across restarts, one table of moves."""
 
 from __future__ import annotations
 
@@ -28,6 +17,9 @@ class CellState(str, enum.Enum):
     DISPOSED = "disposed"
 
 
+# initializing -ready-> pending_weights -weights-> serving -dies-> initializing; ready with restorable weights
+# -> serving; a missed update -> pending_weights; out of restarts or shutdown -> disposed (final). Only serving
+# cells are in the router: pending_weights ones run but hold no weights the controller can vouch for.
 _EVERY_STATE = frozenset(CellState)
 TRANSITIONS: dict[CellState, frozenset[CellState]] = {
     CellState.INITIALIZING: _EVERY_STATE,  # launched (again), ready without weights, restored and registered

@@ -1,16 +1,6 @@
 """The inference controller actor: one sglang-router in front of engine cells it starts, watches and restarts.
 
-Spawn it with ``runtime.spawn(InferenceController, kwargs={...})`` and call ``start()``. Everything it does runs
-on the actor's event loop (async methods are tasks there; status methods are control-plane methods that
-answer at once). Weight updates follow SGLang's sequence under one lock held from ``start_update_weights``
-to ``end_update_weights``/``abort_update_weights``: pause generation, flush the cache, update (the trainer
-posts to the returned engine URLs itself, or the controller does it with ``update_weights_from_tensors`` /
-``update_weights_from_disk``), set the version, continue. The controller composes three collaborators, each
-given the frozen :class:`~actors.inference.controller_settings.ControllerSettings`, the cells and what else it
-needs: the :class:`~actors.inference.cell_keeper.CellKeeper` starts, watches and restarts the cells, the
-:class:`~actors.inference.weight_updates.WeightUpdater` runs updates, and the
-:class:`~actors.inference.memory.MemoryReleaser` releases memory for colocated training.
-"""
+It composes a cell keeper, a weight updater and a memory releaser, each given the frozen settings it needs."""
 
 from __future__ import annotations
 
@@ -39,7 +29,7 @@ from actors.inference.weights_cache import WeightsCache
 from actors.model_config import ModelConfig
 from actors.processes import Spawner, advertised_host
 from actors.sglang_config import SGLangConfig
-from launcher.provider_service import ProviderClient
+from launcher.launch.provider_service import ProviderClient
 from runtime import method
 
 logger = logging.getLogger(__name__)
@@ -189,7 +179,7 @@ class InferenceController:
 
     async def _adopt_pool(self, launcher: ProviderEngineLauncher) -> None:
         """One cell per cell of the launcher's engine pool."""
-        count = len(await launcher.cells())
+        count = len(await launcher.launch.cells())
         if self.num_engines is not None and self.num_engines != count:
             raise ValueError(f"num_engines={self.num_engines} but pool {self.engine_pool!r} has {count} cells")
         self._cells[:] = [EngineCell(f"{self.server_id}-{index}", index) for index in range(count)]  # shared list
@@ -236,6 +226,9 @@ class InferenceController:
 
     # ---- weight updates (actors.inference.weight_updates) --------------------------------------------------
 
+    # SGLang's sequence under one lock, held from start_update_weights to end/abort_update_weights: pause
+    # generation, flush the cache, update (the trainer posts to the returned engine URLs, or the controller does it in
+    # update_weights_from_tensors / _from_disk), set the version, continue.
     async def start_update_weights(self, timeout_s: float = 60.0) -> dict[str, Any]:
         """Take the update lock (waiting up to ``timeout_s``), pause and flush every engine; returns ``{"token",
         "engine_urls", "weight_version", "flush_cache", "engine_handles"}``. End with end_update_weights(token,

@@ -1,22 +1,6 @@
-"""How the inference controller starts and stops one engine process.
+"""How the inference controller starts and stops one engine process: the :class:`EngineLauncher` protocol.
 
-The controller only talks to the :class:`EngineLauncher` protocol, so a launcher-provided implementation
-(engines on remote hosts, started by a host agent) can replace :class:`LocalEngineLauncher` later:
-
-- ``await launcher.launch(spec, timeout_s=...)`` starts the engine described by an :class:`EngineSpec`
-  (the SGLangConfig is a template: the launcher picks host, port, GPU ids and NCCL port), waits until
-  ``GET {url}`` :data:`~actors.sglang_config.READINESS_PATH` answers 200 and returns an
-  :class:`EngineProcess`. It raises :class:`EngineStartError` (naming cell, URL and the log tail) when the
-  engine exits first or the deadline passes, and leaves nothing running in that case.
-- An :class:`EngineProcess` reports ``exit_code()`` without blocking (None while running; a remote
-  implementation answers from its host agent), and stops with ``await stop(timeout_s)`` (graceful, then
-  forced) or ``await kill()`` (at once). Both are idempotent. ``pid`` is the engine's pid on its host.
-- ``await launcher.close()`` stops whatever it still runs.
-
-:class:`LocalEngineLauncher` runs engines on this host: each in its own process group, SIGKILLed if the
-controller's process dies (PR_SET_PDEATHSIG, see :mod:`actors.processes`), logging to
-``{log_dir}/{cell_id}.{incarnation}.log``, on free ports of 127.0.0.1.
-"""
+The controller sees only the protocol, so engines may run here, on launcher-placed hosts, or as actors."""
 
 from __future__ import annotations
 
@@ -64,7 +48,8 @@ class EngineSpec(BaseModel):
 
 
 class EngineProcess(Protocol):
-    """One running engine as the controller sees it."""
+    """One running engine as the controller sees it: ``exit_code()`` never blocks (None while running); ``stop()``
+    is graceful then forced, ``kill()`` at once, both idempotent; ``pid`` is the engine's pid on its own host."""
 
     @property
     def cell_id(self) -> str: ...
@@ -88,7 +73,9 @@ class EngineProcess(Protocol):
 
 
 class EngineLauncher(Protocol):
-    """Starts engine processes; see the module docstring for the contract."""
+    """Starts engine processes: ``launch`` fills in the template's host, ports and GPUs, waits until
+    ``READINESS_PATH`` answers 200, and raises EngineStartError (cell, URL, log tail) when the engine exits first or
+    the deadline passes, leaving nothing running; ``close`` stops whatever it still runs."""
 
     async def launch(self, spec: EngineSpec, *, timeout_s: float) -> EngineProcess: ...
 
@@ -113,6 +100,9 @@ def engine_argv(spec: EngineSpec, *, host: str, port: int, nccl_port: int, pytho
     return launch_server_argv(SGLangConfig.model_validate(config.model_dump()), python=python)
 
 
+# LocalEngineLauncher: engines on this host, each in its own process group, SIGKILLed if the controller's process
+# dies (PR_SET_PDEATHSIG, actors.processes), logging to {log_dir}/{cell_id}.{incarnation}.log, on free loopback
+# ports.
 class LocalEngineProcess:
     """An engine subprocess of this process (see :class:`LocalEngineLauncher`)."""
 
@@ -176,7 +166,7 @@ class LocalEngineLauncher:
         return engine_argv(spec, host=self.host, port=port, nccl_port=nccl_port, python=self.python)
 
     async def launch(self, spec: EngineSpec, *, timeout_s: float) -> LocalEngineProcess:
-        """Start ``spec``'s engine and wait until it is ready (see the module docstring)."""
+        """Start ``spec``'s engine and wait until it is ready (the contract: :class:`EngineLauncher`)."""
         deadline = time.monotonic() + timeout_s
         for attempt in range(1, START_ATTEMPTS + 1):
             port, nccl_port = free_port(self.host), free_port(self.host)

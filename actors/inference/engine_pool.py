@@ -1,30 +1,6 @@
 """Engines as launcher-placed workers: the hosts.toml pool of an inference server, rendered from SGLangConfig.
 
-The launcher knows nothing of SGLang: an engine pool is a ``command`` pool whose template this module renders from
-an :class:`~actors.sglang_config.SGLangConfig` (``python -m sglang.launch_server ...``) or, on machines without a GPU,
-the CPU engine's command (``python -m actors.cpu_engine ...``). Per engine:
-
-- ``tp_size`` GPUs on one host (``gpus = tp_size`` per worker): the plan picks them (PACK, SPREAD, the hosts'
-  explicit GPU ids) and sets ``CUDA_VISIBLE_DEVICES``, so the rendered ``--base-gpu-id`` is 0 (the first GPU the
-  engine sees) and a template's ``base_gpu_id`` becomes the pool's ``min_gpu_id`` (only GPU ids at or above it);
-- ``nnodes > 1``: one worker per node (``workers_per_cell = nnodes``, ``tp_size / nnodes`` GPUs each, SPREAD by
-  default), ``--node-rank {rank}`` and ``--dist-init-addr {master_addr}:{master_port}`` (node 0's host and the
-  cell's port), as SGLang's multi-node launch; only node 0 serves HTTP, so the launcher does not probe the other
-  nodes (``ready.kind = "none"``) and the controller waits for node 0's ``/health_generate``;
-- ports ``port`` (HTTP) and ``nccl_port`` allocated free on the engine's host; the HTTP server listens on ``bind``
-  (default every interface, as SGLang deployments usually do: the router and the trainer reach it at the host's
-  address, and the launcher probes its readiness on the host's loopback); ``bind="{host}"`` limits it to the
-  host's address (then give the pool a readiness probe that reaches it).
-
-CPU engines can also be actors (``as_actor=True``): a ``serve`` pool of :data:`ENGINE_ACTOR` whose ``argv`` are the
-same flags, the HTTP port a free one the actor binds (``--port 0``) and reports; the launcher still places, watches
-and restarts them, and the controller gets their handles, for weight sync over collective refs
-(:mod:`actors.inference.provider_engines`).
-
-Use :func:`engine_pool` to build the ``[[pools]]`` table (a dict), or copy a rendered ``command`` into hosts.toml
-(examples/cluster-2x8gpu.toml). The controller finds the pool with ``engine_pool = "<id>"`` and
-``plan_kwargs = ["provider_api"]`` (see :mod:`actors.inference.provider_engines`).
-"""
+The launcher knows nothing of SGLang: an engine pool is a ``command`` (or ``serve``) pool rendered here."""
 
 from __future__ import annotations
 
@@ -99,6 +75,12 @@ def _escape(arg: str) -> str:
     return shlex.quote(arg).replace("{", "{{").replace("}", "}}")
 
 
+# tp_size GPUs on one host: the plan picks them and sets CUDA_VISIBLE_DEVICES, so --base-gpu-id is 0 and a
+# template's base_gpu_id becomes the pool's min_gpu_id. nnodes > 1: one worker per node (tp_size / nnodes GPUs each,
+# SPREAD), --node-rank and --dist-init-addr from node 0's host and the cell's port, as SGLang's multi-node launch;
+# only node 0 serves HTTP, so the others are not probed and the controller waits for node 0's /health_generate.
+# The HTTP server listens on every interface by default (the router and trainer reach it at the host's address,
+# the launcher probes it on loopback); bind="{host}" narrows it, and then the pool needs a probe that reaches it.
 def engine_worker(
     sglang: SGLangConfig,
     *,
@@ -133,6 +115,9 @@ def engine_worker(
     }
 
 
+# as_actor=True: a serve pool of ENGINE_ACTOR with the same flags, the HTTP port one the actor binds (--port 0)
+# and reports; the launcher still places, watches and restarts them, and the controller gets their handles for
+# weight sync over collective refs (actors.inference.provider_engines).
 def engine_actor_worker(
     sglang: SGLangConfig,
     *,
@@ -145,7 +130,7 @@ def engine_actor_worker(
     cpu_args: tuple[str, ...] | list[str] = (),
     bind: str = DEFAULT_BIND,
 ) -> dict[str, Any]:
-    """The ``[pools.worker]`` table of one CPU engine as an actor (see the module docstring)."""
+    """The ``[pools.worker]`` table of one CPU engine as an actor (see the comment above)."""
     if engine != "cpu":
         raise ValueError(f"engine={engine!r}: only the CPU engine runs as an actor (SGLang is its own process)")
     if bind == "{host}":

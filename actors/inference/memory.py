@@ -1,20 +1,6 @@
 """Colocation: the engines give their GPU memory back while the trainer trains on the same GPUs.
 
-SGLang's memory saver (``--enable-memory-saver``) serves ``POST /release_memory_occupation`` and
-``POST /resume_memory_occupation`` with ``{"tags": [...]}`` (``srt/entrypoints/http_server.py``,
-``Release/ResumeMemoryOccupationReqInput`` in ``srt/managers/io_struct.py``; the tags are ``srt/constants.py``'s
-``GPU_MEMORY_ALL_TYPES``). The order miles uses around a train step::
-
-    await controller.release_memory()                 # every tag: kv_cache, weights, cuda_graph
-    ... train ...
-    await controller.resume_memory(["weights"])       # room for the new weights only
-    ... update weights (start_update_weights / end_update_weights, or update_weights_from_*) ...
-    await controller.resume_memory(["kv_cache", "cuda_graph"])
-
-While ``weights`` or ``kv_cache`` is released the controller refuses generation (``router_url()`` raises
-:class:`~actors.inference.errors.MemoryReleased`) and a weight update while ``weights`` is released. An engine
-(re)started meanwhile is released like the others once it holds the current weights.
-"""
+SGLang's memory saver (``/release_memory_occupation``, ``/resume_memory_occupation`` with ``{"tags": [...]}``)."""
 
 from __future__ import annotations
 
@@ -36,6 +22,10 @@ MEMORY_TAGS = ("kv_cache", "weights", "cuda_graph")  # sglang/srt/constants.py: 
 GENERATION_TAGS = frozenset({"kv_cache", "weights"})  # without them an engine cannot generate
 
 
+# miles' order around a train step: release every tag; train; resume ["weights"]; update the weights; resume
+# ["kv_cache", "cuda_graph"]. While weights or kv_cache is released, generation is refused (router_url() raises
+# MemoryReleased), and so is a weight update while weights is released. An engine (re)started meanwhile is released
+# like the others once it holds the current weights.
 class MemoryReleaser:
     """Releases and resumes the memory of every live engine, and says whether generation and updates may run."""
 

@@ -1,6 +1,6 @@
 """Where this process reaches a launcher-placed worker that the provider API reports.
 
-The provider API's cells view gives each worker its host's ``reach_address`` (launcher/cell_starter.py): an SSH
+The provider API's cells view gives each worker its host's ``reach_address`` (launcher/launch/cell_starter.py): an SSH
 host's address, or a loopback address for a ``local`` host (the launcher's own machine, e.g. the built-in host
 "launcher"). A loopback address is right only on the launcher's machine; from an SSH host the launcher's machine is
 reached at the address this process reaches the provider API at (the launcher serves it), so that address is used.
@@ -11,8 +11,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from launcher.hosts_config import LOCAL_ADDRESSES
-from launcher.provider_service import ProviderClient
+from launcher.config.hosts_config import LOCAL_ADDRESSES
+from launcher.launch.provider_service import ProviderClient
 
 
 def reachable_address(address: str, api: ProviderClient) -> str:

@@ -1,21 +1,6 @@
 """Engines the launcher placed: an :class:`~actors.inference.engine_launcher.EngineLauncher` over the provider API.
 
-The engine pool (:mod:`actors.inference.engine_pool`) is started by the launcher with every other pool; the
-controller's cell ``i`` is the pool's cell ``i``. :meth:`ProviderEngineLauncher.launch` adopts the launcher's cell on
-the first start (if it is alive) and otherwise asks the launcher to restart it on its planned host
-(``restart_cell``: new ports, same host and GPUs), then waits for node 0's ``/health_generate``. A background
-poll (``cells`` and ``deaths`` every ``poll_interval_s``) tells each engine when its cell died (killed, crashed, its
-host lost), which the controller's health check sees as ``exit_code()``. A cell whose host is lost cannot be
-restarted (the launcher refuses): the controller disposes it after ``max_restarts`` and serves with the rest.
-An engine on a ``local`` host (the launcher's machine) reports a loopback address: the controller reaches it at the
-address it reaches the provider API at (:mod:`actors.inference.provider_address`), as it does the router.
-
-A pool of engine actors (``kind = "serve"`` workers of :class:`~actors.cpu_engine.engine_actor.CPUEngineActor`,
-:func:`actors.inference.engine_pool.engine_worker` with ``as_actor=True``) is watched the same way; each engine then
-also has its actor handle (looked up by worker id in the launch's name service, again after a restart) and its
-HTTP port is the one the actor bound (``url()``), so ``start_update_weights`` returns the handles for weight sync
-over collective refs.
-"""
+The controller's cell ``i`` is the engine pool's cell ``i``; the launcher restarts it on the controller's word."""
 
 from __future__ import annotations
 
@@ -29,9 +14,9 @@ from actors.inference.engine_launcher import EngineSpec, wait_ready
 from actors.inference.engine_pool import ENGINE_ACTOR
 from actors.inference.errors import EngineStartError
 from actors.inference.provider_address import worker_url_host
-from launcher.provider_service import ProviderApiError, ProviderClient
+from launcher.launch.provider_service import ProviderApiError, ProviderClient
 from runtime import ActorHandle, RemoteError
-from runtime.naming import get_actor_async
+from runtime.names.naming import get_actor_async
 
 logger = logging.getLogger(__name__)
 
@@ -83,6 +68,13 @@ class ProviderEngineProcess:
         return f"(log on host {self.host}: {self.log_path}; `miles-launch logs hosts.toml {self.view['cell_id']}`)"
 
 
+# launch() adopts the launcher's cell on the first start if it is alive, else asks for restart_cell (new ports,
+# same host and GPUs), then waits for node 0's /health_generate. A background poll of cells and deaths tells each
+# engine when its cell died, which the controller's health check sees as exit_code(). A cell on a lost host cannot
+# be restarted: the controller disposes it after max_restarts and serves with the rest. An engine on the launcher's
+# machine reports a loopback address, reached at the provider API's address (actors.inference.provider_address).
+# Engine actors (as_actor=True) are watched the same way, with their handles looked up by worker id in the name
+# service (again after a restart) and the HTTP port the actor bound.
 class ProviderEngineLauncher:
     """Starts and watches the engine cells of one launcher pool through the provider API."""
 

@@ -1,15 +1,4 @@
-"""The router as a launcher-placed worker: hosts.toml says where it runs, the controller finds it by the provider API.
-
-:func:`router_pool` (actors/inference/router_table.py) renders the ``[[pools]]`` table of one sglang-router. The
-controller serves it with ``router_pool = "<id>"`` (and ``plan_kwargs = ["provider_api"]``), which miles-launch sets
-by default, to a router pool on the launcher's own machine (router_table.expand_controller_pool).
-:class:`PoolRouterKeeper` adopts the pool's cell, watches it through the provider API, and when it dies asks the
-launcher to restart the cell on its host (new ports, so a new URL: ``router_url()`` names it; the controller registers
-the serving engines again). A router on a ``local`` host (the launcher's machine) reports a loopback address: the
-controller reaches it at the address it reaches the provider API at (actors/inference/provider_address.py). With
-``router_pool = false``, or spawned without the launcher, the controller runs the router itself, beside it
-(:mod:`actors.inference.router_keeper`).
-"""
+"""The router as a launcher-placed worker: hosts.toml places it, the controller finds it by the provider API."""
 
 from __future__ import annotations
 
@@ -26,7 +15,7 @@ from actors.inference.router_settings import RouterSettings
 from actors.inference.router_table import ROUTER_PORTS, router_command, router_pool
 from actors.processes import Spawner
 from actors.router import RouterError, RouterProcess
-from launcher.provider_service import ProviderApiError, ProviderClient
+from launcher.launch.provider_service import ProviderApiError, ProviderClient
 from runtime import RemoteError
 
 logger = logging.getLogger(__name__)
@@ -64,8 +53,12 @@ class PoolRouter(RouterProcess):
         return f" (its log is on host {self.view['host']}: `miles-launch logs hosts.toml {self.view['cell_id']}`)"
 
 
+# Adopts the pool's cell and watches it through the provider API; when it dies, asks the launcher to restart it
+# on its host (new ports, so a new URL that router_url() names; the controller registers the serving engines again).
+# A router on the launcher's machine is reached at the provider API's address. With router_pool = false, or without
+# the launcher, the controller runs the router beside it (actors.inference.router_keeper).
 class PoolRouterKeeper:
-    """RouterKeeper's interface over a launcher pool's router cell (see the module docstring)."""
+    """RouterKeeper's interface over a launcher pool's router cell (see PoolRouterKeeper)."""
 
     def __init__(
         self, *, api: ProviderClient, pool: str, settings: RouterSettings, poll_interval_s: float = 1.0

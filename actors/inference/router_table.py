@@ -1,22 +1,6 @@
 """The router's ``[[pools]]`` table, and the launcher pool expander that gives a controller one by default.
 
-:func:`router_pool` renders one sglang-router as a launcher pool (a ``command`` worker listening on every interface,
-on free ports of its host; ``hosts = [...]`` places it). :func:`expand_controller_pool` is registered in
-pyproject.toml (entry-point group ``miles.pool_expanders``, launcher/pool_expanders.py) for
-``InferenceController``: at plan time, a controller pool with ``plan_kwargs = ["provider_api"]`` gets a companion
-pool ``{pool_id}-router`` on the launcher's own machine (the built-in host ``"launcher"``) and the kwarg
-``router_pool = "{pool_id}-router"``, unless its kwargs say otherwise:
-
-- ``router_pool = "<id>"``: the router is that pool of hosts.toml (placed where its ``hosts`` say);
-- ``router_pool = false``: the controller runs the router itself, beside it (actors/inference/router_keeper.py);
-- absent or ``true``: the default above (``true`` without the provider API is refused).
-
-Without the provider API (the single-host demo) nothing changes: the router runs beside the controller. A router
-pool serves one controller, so a controller pool of several cells must set ``router_pool = false``; a controller
-serves every cell of its ``engine_pool``, so a controller pool with an engine pool must have one cell (both refused
-at plan time).
-This module imports neither the controller nor torch: the launcher loads it while reading hosts.toml.
-"""
+It imports neither the controller nor torch: the launcher loads it while reading hosts.toml."""
 
 from __future__ import annotations
 
@@ -27,7 +11,7 @@ from pydantic import ValidationError
 
 from actors.inference.router_settings import RouterSettings
 from actors.router import RouterProcess
-from launcher.pool_expanders import LAUNCHER_HOST
+from launcher.config.pool_expanders import LAUNCHER_HOST
 
 _PORT, _PROMETHEUS = 1, 2  # sentinels replaced by the launcher's placeholders
 ROUTER_PORTS = {"port": "worker", "prometheus_port": "worker"}
@@ -77,8 +61,14 @@ def router_pool(
     return pool
 
 
+# Registered in pyproject.toml (entry-point group miles.pool_expanders). A controller pool with plan_kwargs =
+# ["provider_api"] gets a companion pool {pool_id}-router on the built-in host "launcher" and router_pool naming it,
+# unless its kwargs say: router_pool = "<id>" (that pool of hosts.toml), false (the controller runs the router
+# itself), or true/absent (this default; true without the provider API is refused). A router pool serves one
+# controller and a controller serves every cell of its engine_pool, so several controller cells need router_pool =
+# false and a controller pool with an engine pool has one cell (both refused at plan time).
 def expand_controller_pool(pool: dict[str, Any]) -> list[dict[str, Any]]:
-    """A controller pool's tables: itself, and its default router pool on the launcher's host (module docstring).
+    """A controller pool's tables: itself, and its default router pool on the launcher's host (rules above).
 
     Raises ValueError (the launcher names the pool and this expander) for a choice that cannot work.
     """

@@ -1,24 +1,4 @@
-"""The inference controller's weight updater: SGLang's update sequence under one lock.
-
-::
-
-    info = await controller.start_update_weights()           # waits for the lock; pauses and flushes every engine
-    # (flushes unless pause_mode is "in_place"; post with flush_cache=info["flush_cache"])
-    ... trainer posts to info["engine_urls"] (/update_weights_from_tensor, /update_weights_from_distributed ...)
-    await controller.end_update_weights(info["token"], "v7")  # sets the version, continues generation, unlocks
-    # or: await controller.abort_update_weights(info["token"])
-
-    await controller.update_weights_from_tensors({"name": tensor, ...}, "v7")  # the whole sequence at once
-
-The lock is held between the calls (the token proves who holds it) and also while a restarted engine is
-brought to the current weights, so that engine never misses an update. A second ``start_update_weights``
-waits up to its ``timeout_s`` and then fails with UpdateInProgress; an update holding the lock longer than
-``update_lock_timeout_s`` is aborted. Engines that fail a step without refusing it (no answer, 5xx) are
-restarted and left out of the update; a refusal (4xx: weights that do not fit) fails the call. At the end
-every paused engine is checked to report the new version (set it if not), engines that were pending weights
-are registered with the router, and engines that missed the update are brought up to date from the
-controller's copy (see :mod:`actors.inference.weights_cache`).
-"""
+"""The inference controller's weight updater: SGLang's update sequence under one lock."""
 
 from __future__ import annotations
 
@@ -57,6 +37,13 @@ class UpdateSession:
     watchdog: asyncio.Task[None] | None = None
 
 
+# The lock is held between start_update_weights and end/abort (the token proves who holds it), and while a
+# restarted engine is brought to the current weights, so no engine misses an update. A second start waits up to its
+# timeout_s, then fails with UpdateInProgress; an update holding the lock past update_lock_timeout_s is aborted.
+# An engine that fails a step without refusing it (no answer, 5xx) is restarted and left out; a refusal (4xx:
+# weights that do not fit) fails the call. At the end every paused engine must report the new version (set if not),
+# pending engines are registered with the router, and those that missed the update are brought up to date from
+# the weights cache.
 class WeightUpdater:
     """Runs the controller's weight updates on its cells, through its cell keeper, and records them in its
     weights cache."""

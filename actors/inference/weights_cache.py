@@ -1,18 +1,4 @@
-"""The latest weights the controller knows, so that a restarted engine is brought to the current version.
-
-A fresh engine starts from its initial weights (the CPU engine: built from ModelConfig's seed; SGLang: its
-``model_path``). Bringing it to the current version replays what the controller saw since:
-
-- a weights directory (``update_weights_from_disk``, or ``end_update_weights(weights_dir=...)`` after a
-  trainer's own push): replayed with ``/update_weights_from_disk``; it resets the tensor overlay;
-- named tensors pushed through the controller (``update_weights_from_tensors``), merged by name: replayed
-  with one ``/update_weights_from_tensor`` (CPU engine only: real SGLang's tensor payload is CUDA IPC).
-
-Holding tensors costs memory, which is fine for the CPU engine's tiny models; for real models give a
-weights directory instead. When the trainer pushes to the engines itself and names no directory, the
-controller cannot rebuild those weights: the cache is marked not restorable and restarted engines wait in
-``pending_weights`` (unregistered, so they never serve stale weights) until the next update.
-"""
+"""The latest weights the controller knows, so that a restarted engine is brought to the current version."""
 
 from __future__ import annotations
 
@@ -24,8 +10,14 @@ from actors.inference.engine_client import EngineClient
 logger = logging.getLogger(__name__)
 
 
+# A fresh engine starts from its initial weights; bringing it up replays what the controller saw since: a weights
+# directory (replayed with /update_weights_from_disk; it resets the tensor overlay), or named tensors pushed through
+# the controller, merged by name (one /update_weights_from_tensor; CPU engine only, real SGLang's payload is CUDA
+# IPC). Holding tensors costs memory: fine for tiny CPU models, give a directory for real ones. When the trainer
+# pushes itself and names no directory, the cache is not restorable and restarted engines wait in pending_weights
+# (unregistered, never serving stale weights) until the next update.
 class WeightsCache:
-    """Version, base directory and tensor overlay of the newest weights; see the module docstring."""
+    """Version, base directory and tensor overlay of the newest weights (what is replayed: the comment above)."""
 
     def __init__(self, *, version: str, restorable: bool) -> None:
         self.version = version

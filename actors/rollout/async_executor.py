@@ -1,20 +1,6 @@
 """The rollout executor of fully asynchronous training: it keeps generating while the trainer trains.
 
-miles' fully async rollout (``miles/rollout/fully_async_rollout.py``): a producer task keeps prompt groups in
-flight through the router and scores each finished group into a :class:`~actors.rollout.samples.SampleBuffer`;
-the job takes whole batches from it with :meth:`AsyncRolloutExecutor.next_batch`, which applies the staleness
-bound (:mod:`actors.rollout.staleness`). Weight updates pause the engines; aborted requests are resumed as
-partial rollouts or started over (:mod:`actors.rollout.partial_rollout`); :meth:`hold` instead lets the
-requests in flight finish on the old version first (miles' ``train_async.py`` waits for its generation before
-``update_weights``).
-
-::
-
-    rollout = spawn(AsyncRolloutExecutor, kwargs={"controller": c, "reward_fn": ..., "max_staleness": 1})
-    await rollout.start_producer(groups_per_batch=16, samples_per_prompt=8)
-    batch = await rollout.next_batch(current_version=0)      # {"shards": [...], "stats": {...}}
-    rollout.updating_weights(); ...push v1...; await rollout.set_version(1)
-"""
+As miles' ``miles/rollout/fully_async_rollout.py``; :mod:`actors.rollout.staleness` bounds how old a sample may be."""
 
 from __future__ import annotations
 
@@ -36,6 +22,10 @@ from runtime import method, put
 logger = logging.getLogger(__name__)
 
 
+# A producer task keeps prompt groups in flight through the router and scores each finished group into a
+# SampleBuffer; next_batch takes whole batches within the staleness bound. A weight update pauses the engines:
+# aborted requests resume as partial rollouts or start over (actors.rollout.partial_rollout); hold() instead lets
+# the requests in flight finish on the old version first (as miles' train_async.py waits before update_weights).
 class AsyncRolloutExecutor(RolloutExecutor):
     """A RolloutExecutor (same kwargs) with a background producer; see the module docstring."""
 

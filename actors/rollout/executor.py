@@ -1,19 +1,4 @@
-"""The rollout executor actor: generate through the router, score, GRPO advantages, one object ref per DP rank.
-
-::
-
-    executor = spawn(RolloutExecutor, kwargs={"controller": controller, "dp_size": 2,
-                                             "reward_fn": "actors.rollout.tasks:target_sequence_reward",
-                                             "sampling_params": {"temperature": 1.0, "max_new_tokens": 8}})
-    result = executor.generate(make_prompts(4), 4).result(120)
-    shard = result["shards"][rank].get()     # from any process: tokens, loss_mask, advantages, rewards, ...
-
-A prompt is ``{"text": "...", "label": ...}`` or ``{"input_ids": [...], "label": ...}``. Text is encoded by the
-executor's tokenizer: that of ``model_path`` (a Hugging Face directory, local files only; give the directory
-the engines serve) or, without one, the byte tokenizer of the built-in model. Like SGLang's ``text`` input, the
-tokenizer's special tokens are added (``add_special_tokens=True``). The reward function, given as
-``"module:function"``, is called as ``fn(prompt_ids, response_ids, label) -> float`` (it may be async).
-"""
+"""The rollout executor actor: generate through the router, score, GRPO advantages, one object ref per DP rank."""
 
 from __future__ import annotations
 
@@ -67,6 +52,10 @@ _GENERATED = metrics.counter("rollout_generated_tokens", "Tokens generated")
 _TOKENS_PER_S = metrics.gauge("rollout_tokens_per_second", "Generation throughput of the last rollout")
 
 
+# A prompt is {"text": ..., "label": ...} or {"input_ids": [...], "label": ...}. Text is encoded by the tokenizer
+# of model_path (the directory the engines serve, local files only) or the built-in byte tokenizer, with special
+# tokens added as SGLang's text input does. The reward function "module:function" is called as
+# fn(prompt_ids, response_ids, label) -> float, and may be async.
 class RolloutExecutor:
     """Turns prompts into scored, advantage-weighted training shards for ``dp_size`` trainer ranks."""
 

@@ -1,15 +1,4 @@
-"""One sample of the async rollout: requests through the router until it finishes, across weight updates.
-
-A transient failure (a killed engine or router: no answer, 5xx) is sent again until the deadline, on whichever
-engine the router picks. A completion aborted by a weight update (SGLang's ``pause_generation`` with
-``mode="abort"``) is, with ``partial_rollout``, resumed: its tokens are kept with the version that made them and
-the prompt plus those tokens is sent again for the rest (miles' partial rollout, ``--partial-rollout`` in
-``miles/rollout/sglang_rollout.py``); without it the sample starts over, so every token is from one version.
-
-``router_url`` is asked before every request, so whatever serves generation may be replaced between tries: the
-controller's router (restarted on kill -9) today; a session server's URL (issue 25 part 2) plugs in the same
-way, and a killed session server is then retried like a killed router once the callable returns its successor.
-"""
+"""One sample of the async rollout: requests through the router until it finishes, across weight updates."""
 
 from __future__ import annotations
 
@@ -25,6 +14,11 @@ from actors.rollout.samples import SampleRecord
 from runtime import retry_until_deadline_async
 
 
+# A transient failure (a killed engine or router: no answer, 5xx) is sent again until the deadline, on whichever
+# engine the router picks; router_url is asked before every try, so whatever serves generation may be replaced in
+# between. A completion aborted by a weight update is, with partial_rollout, resumed: its tokens keep the version
+# that made them and prompt + tokens is sent for the rest (miles' --partial-rollout); without it the sample starts
+# over, so every token is from one version.
 async def generate_sample(
     session: aiohttp.ClientSession,
     router_url: Callable[[], Awaitable[str]],

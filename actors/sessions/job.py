@@ -1,18 +1,6 @@
 """The agentic GRPO job: calculator-agent episodes through the launch's session servers, trained, weights pushed.
 
-``[job] entrypoint = "actors.sessions.job:main"`` with the pools ``trainer`` (TrainerActor ranks), ``inference``
-(an InferenceController), ``sessions`` (session servers, actors/sessions/pool.py) and ``rollout``
-(:class:`actors.sessions.rollout.AgentRollout` with ``session_pool = "sessions"``); examples/agent-sessions-cpu.toml
-runs it on this machine. Each iteration: episodes (one session each, multi-turn, tool output masked), one train
-step on the sessions' records, a weight push (``v1``, ``v2``, ...). The last console line is ``RESULT {json}``.
-
-``max_staleness`` (``[job.args]``) runs that many iterations' episodes ahead of the trainer (miles' fully async
-rollout, one step off policy with 1): the next episodes already run while the trainer trains and pushes, so a push
-lands mid-episode. The controller's pause (``abort``) cuts the turn in flight and the session server sends it
-again on the new weights (a turn is recorded only once the engine answered it whole); each record keeps the
-weight version of each turn, and a batch is trained only when its oldest turn is within ``max_staleness`` of the
-trainer's version (``max_staleness_seen`` in the RESULT line).
-"""
+``examples/agent-sessions-cpu.toml`` runs it on this machine."""
 
 from __future__ import annotations
 
@@ -45,6 +33,12 @@ class AgentJobSettings:
                              f"iterations - 1 = {self.iterations - 1}")  # fmt: skip
 
 
+# Pools: trainer, inference, sessions (session servers) and rollout (AgentRollout). Each iteration: episodes (one
+# session each, multi-turn, tool output masked), a train step on the sessions' records, a weight push. With
+# max_staleness the next episodes run while the trainer trains, so a push lands mid-episode: the controller's abort
+# cuts the turn in flight and the session server sends it again on the new weights (a turn is recorded only once
+# answered whole); each record keeps its turns' versions, and a batch is trained only when its oldest turn is within
+# max_staleness of the trainer's version.
 def main(ctx: Any) -> int:
     """Entrypoint; ``ctx`` is a launcher.JobContext."""
     settings = job_settings(AgentJobSettings, ctx.args, "settings")

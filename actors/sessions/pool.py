@@ -1,16 +1,6 @@
 """The session servers' ``[[pools]]`` table: N command workers, one session server per port (like the router pool).
 
-::
-
-    [[pools]]            # what session_server_pool("sessions", cells=2, controller="inference") renders
-    id = "sessions"
-    cells = 2
-    worker = {kind = "command", ports = {port = "worker"}, ready = {kind = "http", port = "port", path = "/health"},
-              command = "{python} -m actors.sessions --port {port} --host 0.0.0.0 --controller inference", gpus = 0}
-
-The rollout finds them through the provider API (``AgentRollout(session_pool="sessions")``, with
-``plan_kwargs = ["provider_api"]``). This module imports neither aiohttp nor torch.
-"""
+The rollout finds them through the provider API; this module imports neither aiohttp nor torch."""
 
 from __future__ import annotations
 

@@ -1,19 +1,4 @@
-"""The agentic rollout actor: calculator-agent episodes through session servers, as trainer shards.
-
-::
-
-    rollout = spawn(AgentRollout, kwargs={"session_urls": ["http://127.0.0.1:8001", ...], "dp_size": 2})
-    result = rollout.generate(make_questions(4), 4).result(300)     # {"shards": [ObjectRef per DP rank], "stats"}
-    trainer.train_on_shards(result["shards"])
-
-Each sample runs in its own session, on the session servers in turn (``session_urls``, or the cells of the launch's
-pool ``session_pool`` read through the provider API on every call). The shard rows are the sessions' own records,
-one per leaf, keyed ``(prompt_index, sample_index, occurrence)``: tokens exactly as the engine saw and produced
-them, a loss mask on the engine's tokens only, the engine's logprobs. Advantages are GRPO's over every leaf of a
-prompt. A session server that dies (kill -9) takes its sessions' records with it: each of its samples starts again
-from the beginning on another server (``samples_retried``), and after ``sample_attempts`` tries or with no server
-left it is counted in ``samples_lost``; a sample's rows come from one session only, so nothing is recorded twice.
-"""
+"""The agentic rollout actor: calculator-agent episodes through session servers, as trainer shards."""
 
 from __future__ import annotations
 
@@ -30,12 +15,18 @@ from actors.inference.provider_address import worker_url_host
 from actors.rollout.advantages import EPS, balanced_ranges
 from actors.rollout.executor import load_function
 from actors.sessions.agent import AgentRequestFailed, AgentSettings, SessionUnavailable, post_json, run_agent
-from launcher.provider_service import ProviderClient
+from launcher.launch.provider_service import ProviderClient
 from runtime import put
 
 logger = logging.getLogger(__name__)
 
 
+# Each sample runs in its own session, on the servers in turn (session_urls, or the cells of session_pool read
+# through the provider API on every call). Shard rows are the sessions' own records, one per leaf, keyed
+# (prompt_index, sample_index, occurrence): the engine's exact tokens, a loss mask on its tokens only, its logprobs;
+# GRPO advantages over every leaf of a prompt. A server that dies takes its sessions' records with it: each of its
+# samples starts again on another server (samples_retried), and after sample_attempts tries, or with no server
+# left, counts in samples_lost; a sample's rows come from one session only, so nothing is recorded twice.
 class AgentRollout:
     """Runs agent episodes for prompts ``{"question": ..., "label": ...}`` and returns GRPO shards."""
 

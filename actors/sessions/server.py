@@ -1,22 +1,4 @@
-"""The session server: per-session token state in front of the router (miles' ``session_server.py``, on aiohttp).
-
-Routes (miles' ``miles/router/session/sessions.py``)::
-
-    POST   /sessions                               {"sample_index": 3}  -> {"session_id": "..."}
-    POST   /sessions/{id}/v1/chat/completions      an OpenAI chat request -> an OpenAI chat.completion
-    GET    /sessions/{id}                          -> {"session_id", "sample_index", "records", "samples"}
-    DELETE /sessions/{id}                          -> 204
-    GET    /health                                 -> {"status": "ok", "sessions": n, "instance": "..."}
-
-A chat request is planned by the session's :class:`~actors.sessions.trajectory.SessionTrajectory` (exact prompt
-tokens, never a re-tokenized conversation) and sent to the router as SGLang's ``/generate`` with ``input_ids`` and
-``return_logprob`` (the router client retries a dead or paused engine until ``retry_deadline_s``); the turn is
-recorded only once the engine answered, so a request that fails records nothing. The agent gets the decoded reply
-as an OpenAI ``chat.completion`` (``metadata`` says the turn's leaf, its weight version and token counts). Bodies
-are bounded (``max_body_bytes``), as are sessions (``max_sessions``; idle ones expire after ``session_ttl_s``) and
-turns per session; a bad request is a 400 naming the field. With ``max_context_tokens``, a turn that would not fit
-(prompt + ``max_tokens``) is a 400 with OpenAI's code ``context_length_exceeded``, and the agent ends its episode.
-"""
+"""The session server: per-session token state in front of the router (miles' ``session_server.py``, on aiohttp)."""
 
 from __future__ import annotations
 
@@ -63,6 +45,11 @@ class _Session:
     touched: float = field(default_factory=time.monotonic)
 
 
+# Routes (miles' miles/router/session/sessions.py): POST /sessions {"sample_index"} -> {"session_id"};
+# POST /sessions/{id}/v1/chat/completions (OpenAI chat in and out); GET /sessions/{id} (records, samples);
+# DELETE /sessions/{id}; GET /health. Bodies, sessions (idle ones expire), turns per session and the context are
+# bounded; a bad request is a 400 naming the field, a turn past max_context_tokens a 400 with OpenAI's
+# context_length_exceeded, which ends the agent's episode.
 class SessionServer:
     """The sessions of one server process and the aiohttp application serving them."""
 
@@ -122,6 +109,9 @@ class SessionServer:
         del self.sessions[session_id]
         return web.Response(status=204)
 
+    # Planned by the session's trajectory (exact prompt tokens, never a re-tokenized conversation), sent as SGLang's
+    # /generate with input_ids and return_logprob (the router client retries a dead or paused engine until its
+    # deadline), and recorded only once the engine answered, so a failed request records nothing.
     async def chat(self, request: web.Request) -> web.Response:
         session_id, session = self._session(request)
         body = await _json_object(request, required=True)

@@ -1,18 +1,6 @@
 """Per-session token state: the exact tokens the engine saw and produced, turn by turn (token in, token out).
 
-As miles' session server (``miles/router/session/single_user_turn_trajectory.py`` with ``TITOTokenizer`` of
-``miles/utils/chat_template_utils/tito_tokenizer/base.py``): the first request of a conversation is rendered by the
-chat template; every later request that appends messages to a conversation the session has seen is sent to the
-engine as the stored tokens (the previous prompt and exactly what the engine produced) followed by the tokens of
-the appended messages only. Those are the chat template's text for ``history + appended`` past its text for
-``history`` (so a template that strips or rewrites the history cannot change tokens already recorded), encoded
-without special tokens. The conversation is never re-tokenized as a whole.
-
-A session holds one or more *leaves* (conversations). A request continues the leaf whose whole history it
-extends; one that extends an earlier point of a leaf (the agent went back, or two requests raced on one leaf)
-forks a new leaf sharing the turns up to there; one that extends nothing starts a new leaf. Leaves are numbered in
-order of creation: a training sample is keyed ``(sample_index, occurrence)``.
-"""
+As miles' ``single_user_turn_trajectory.py`` with its TITO tokenizer: a conversation is never re-tokenized whole."""
 
 from __future__ import annotations
 
@@ -119,6 +107,10 @@ def normalize_messages(messages: Any) -> tuple[tuple[str, str], ...]:
     return tuple(out)
 
 
+# A request continues the leaf whose whole history it extends; one that extends an earlier point of a leaf (the
+# agent went back, or two requests raced on one leaf) forks a new leaf sharing the turns up to there; one that
+# extends nothing starts a new leaf. Leaves are numbered in creation order: a sample is keyed (sample_index,
+# occurrence).
 class SessionTrajectory:
     """The leaves of one session and the rule that gives each request its exact prompt tokens."""
 
@@ -180,6 +172,8 @@ class SessionTrajectory:
         except Exception as exc:  # jinja templates raise what they like
             raise TrajectoryError(f"messages: the chat template refused them: {exc}") from None
 
+    # The chat template's text for history + appended past its text for history, encoded without special tokens:
+    # a template that strips or rewrites the history cannot change tokens already recorded.
     def _suffix_ids(self, history: tuple[tuple[str, str], ...], appended: tuple[tuple[str, str], ...]) -> list[int]:
         """Tokens of ``appended`` (and the generation prompt) after ``history``, from the template's text."""
         render = getattr(self.tokenizer, "render_chat", None)

@@ -1,23 +1,6 @@
 """The Megatron trainer role: one :class:`Trainer` per rank, configured by an immutable TrainerConfig.
 
-Public surface::
-
-    Trainer(*, rank, world_size, master_addr, master_port, config)
-        .train_step(tokens, loss_mask, advantages, *, rollout_logprobs=, version_lags=, temperature=)
-            -> loss, grad_norm, tokens, step and the objective's metrics   (collective)
-        .forward_logprobs(tokens) / .forward_logits(tokens)          (collective over TP)
-        .export_hf_weights() -> [(hf_name, tensor)]                  (collective over TP)
-        .save_hf_checkpoint(path) -> path                            (collective; an HF directory)
-        .push_weights_to_engines(urls, weight_version)               (collective; rank 0 posts)
-        .save_checkpoint(path) / .load_checkpoint(path)              (collective)
-        .weights_digest() / .optimizer_digest() / .optimizer_kind / .health() / .close()
-    TrainerActor: the same, as an actor (health and layout on the control lane)
-    TrainerGroup.spawn(world_size=, config=): N ranks as actors; train_step shards the batch over DP ranks
-    TrainerConfig (model_path: a Hugging Face directory to train), ParallelConfig, OptimizerConfig,
-    ObjectiveConfig (the RL objective: actors/trainer/objectives.py)
-    init_distributed(...), teardown_parallel(), dp_shard_bounds(count, dp_rank=, dp_size=)
-    errors: TrainerError, BatchRejected, TrainerFailed, CheckpointError, WeightPushError
-"""
+``TrainerActor`` is a rank as an actor; ``TrainerGroup`` addresses N ranks as one."""
 
 from __future__ import annotations
 

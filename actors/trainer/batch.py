@@ -1,16 +1,4 @@
-"""Turning a rank's rollout shard (token ids, loss mask, advantages) into padded tensors, checked.
-
-Conventions (same for lists and tensors):
-
-- ``tokens``: one sequence of token ids per sample (prompt + response), at least 2 tokens each.
-- ``loss_mask``: per token, aligned with ``tokens``; 1 where the token was produced by the policy and
-  should be trained on. The first token is never predicted, so its entry is ignored. ``None``: all.
-- ``advantages``: one float per sequence, or one per token (aligned with ``tokens`` like the mask).
-- per-token values of the response (the engines' logprobs, weight-version lags): aligned with the *last* tokens of
-  each sequence (:func:`pack_tail_values`), kept in ``PackedBatch.extras``.
-
-Targets are ``tokens[:, 1:]``, so the packed mask and advantages have ``s - 1`` columns.
-"""
+"""Turning a rank's rollout shard (token ids, loss mask, advantages) into padded tensors, checked."""
 
 from __future__ import annotations
 
@@ -96,6 +84,10 @@ def _per_sequence(advantages: Advantages, count: int) -> bool:
     return len(advantages) == count and all(not isinstance(a, (Sequence, Tensor)) for a in advantages)
 
 
+# tokens: prompt + response per sample, at least 2 each. loss_mask: per token, 1 where the policy produced it
+# (the first token is never predicted, so its entry is ignored; None: all). advantages: one per sequence or one per
+# token. Per-token values of the response (logprobs, version lags) align with each sequence's last tokens
+# (pack_tail_values, in PackedBatch.extras). Targets are tokens[:, 1:], so the mask and advantages lose a column.
 def pack_batch(
     tokens: TokenRows,
     loss_mask: FloatRows | None,

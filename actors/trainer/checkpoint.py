@@ -1,19 +1,6 @@
 """Trainer checkpoints: one file per TP rank (weights + optimizer state) and a metadata file, written last.
 
-Layout of a checkpoint directory (must be on a filesystem every rank can reach)::
-
-    metadata.json        format, step, TP size, optimizer kind, the ModelConfig; present once every file is written
-    tp000.pt, tp001.pt   {"step", "model": {megatron name: tensor}, "optimizer": its state (None when per DP rank),
-                          "reference": the reference model's weights (actors/trainer/reference.py), when kept}
-    tp000_dp001.optim.pt with Megatron's distributed optimizer only: each rank's own optimizer shard
-
-DP replicas hold identical weights, so only DP rank 0 of each TP rank writes them, and a checkpoint loads
-at any DP size; the TP size must match. The distributed optimizer shards its state over DP (see
-:mod:`.megatron_optimizer`): every rank writes its shard, and such a checkpoint resumes at the same TP and DP
-size only. The optimizer kind (torch AdamW on CPU, Megatron's on CUDA) must match too: their states differ.
-Both functions are collectives over all ranks; the weights are the unwrapped GPTModel's (DDP keeps the same
-parameter objects).
-"""
+Loads at any DP size with the same TP size (the distributed optimizer's: the same DP size too)."""
 
 from __future__ import annotations
 
@@ -54,6 +41,11 @@ def _atomic_save(obj: object, target: Path) -> None:
     os.replace(tmp, target)
 
 
+# metadata.json (format, step, TP size, optimizer kind, ModelConfig) appears only once every file is written;
+# tp{r}.pt holds the step, the model by Megatron name, the optimizer state (None when sharded per DP rank) and the
+# reference weights when kept; tp{r}_dp{d}.optim.pt each rank's shard of Megatron's distributed optimizer. DP
+# replicas are identical, so only DP rank 0 of each TP rank writes weights. The optimizer kind must match on load
+# (torch AdamW on CPU, Megatron's on CUDA). A collective over all ranks, on a filesystem every rank reaches.
 def save(
     directory: Path,
     *,

@@ -1,17 +1,4 @@
-"""Every error the trainer raises, in one place.
-
-=====================  ==========================================================  ==========================
-error                  what happened                                               what to do
-=====================  ==========================================================  ==========================
-BatchRejected          a rank's shard is malformed, or TP peers got different      fix the batch; the trainer
-                       shards; every rank raises it, nothing was changed           is still usable
-TrainerFailed          a collective failed or timed out (a peer died, hung, or     restart the whole trainer
-                       the network broke); ranks may now disagree                  group from a checkpoint
-CheckpointError        a checkpoint could not be written, or does not fit this     check the path (shared?),
-                       trainer (TP size, model config, missing files)              TP size and model config
-WeightPushError        an engine refused or did not answer a weight update         check the engine; retry
-=====================  ==========================================================  ==========================
-"""
+"""Every error the trainer raises, in one place; each class says what happened and what to do."""
 
 from __future__ import annotations
 
@@ -21,16 +8,19 @@ class TrainerError(RuntimeError):
 
 
 class BatchRejected(TrainerError, ValueError):
-    """A training batch was refused on every rank before any weight changed."""
+    """A rank's shard is malformed, or TP peers got different shards: refused on every rank before any weight
+    changed. Fix the batch; the trainer is still usable."""
 
 
 class TrainerFailed(TrainerError):
-    """The trainer group is broken (failed or timed-out collective); later calls raise this too."""
+    """A collective failed or timed out (a peer died or hung, the network broke) and ranks may now disagree; later
+    calls raise this too. Restart the whole trainer group from a checkpoint."""
 
 
 class CheckpointError(TrainerError):
-    """A checkpoint that cannot be written or does not fit this trainer; raised on every rank."""
+    """A checkpoint that cannot be written or does not fit this trainer (TP size, model config, missing files);
+    raised on every rank. Check the path (shared by every rank?), the TP size and the model config."""
 
 
 class WeightPushError(TrainerError):
-    """An engine refused or did not answer a weight update; says which engine and why."""
+    """An engine refused or did not answer a weight update; says which engine and why. Check it, then retry."""

@@ -1,17 +1,6 @@
 """The CUDA path: Megatron's DistributedDataParallel, ``finalize_model_grads`` and ``get_megatron_optimizer``.
 
-The protocol of Megatron's own training loop (megatron-core 0.16.1, ``training.train_step``): zero the DDP
-grad buffers and the optimizer's grads, run forward/backward per micro-batch (earlier micro-batches under
-``no_sync`` so an overlapped reduction starts only on the last), ``finalize_model_grads`` (DP all-reduce or
-reduce-scatter; qk-norm grads summed over TP), then ``optimizer.step()`` (global norm, clipping, AdamW, and
-the parameter all-gather of the distributed optimizer). Without Megatron's LR scheduler nobody applies the
-param groups' ``wd_mult``/``lr_mult``, so :func:`_apply_group_multipliers` does it once.
-
-Checkpoint state: the plain Megatron optimizer's state is torch AdamW's (DP replicas equal). The distributed
-optimizer's is per DP rank: its ``state_dict()`` (param groups, step) and its ``dp_reshardable`` parameter
-state (this rank's slice of main params and moments), so such a checkpoint resumes at the same TP *and* DP
-size only. Before the first step there is no state (Megatron's ``state_dict()`` needs one), saved as None.
-"""
+It follows megatron-core 0.16.1's own ``training.train_step`` protocol."""
 
 from __future__ import annotations
 
@@ -82,6 +71,10 @@ def _to_cpu(value: Any) -> Any:
     return value
 
 
+# Zero the DDP grad buffers and grads, forward/backward per micro-batch (earlier ones under no_sync, so an
+# overlapped reduction starts only on the last), finalize_model_grads (DP all-reduce or reduce-scatter; qk-norm
+# grads summed over TP), then optimizer.step() (norm, clipping, AdamW, the distributed optimizer's all-gather).
+# Without Megatron's LR scheduler nobody applies the param groups' wd_mult/lr_mult: _apply_group_multipliers does.
 class MegatronDdpOptimizer:
     """``gpt`` wrapped in Megatron's DDP, with Megatron's (distributed) optimizer; CUDA only."""
 
@@ -135,6 +128,9 @@ class MegatronDdpOptimizer:
     def _inner(self) -> list[Any]:
         return list(self._optimizer.chained_optimizers)
 
+    # The plain optimizer's state is torch AdamW's (DP replicas equal); the distributed optimizer's is per DP rank
+    # (its state_dict and its dp_reshardable parameter state), so it resumes at the same TP and DP size only. Before
+    # the first step there is no state (Megatron's state_dict() needs one): saved as None.
     def state_dict(self) -> dict[str, Any] | None:
         if not self._has_state:
             return None

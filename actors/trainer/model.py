@@ -1,17 +1,6 @@
 """A megatron-core GPTModel built from the shared :class:`ModelConfig` (llama/mistral/qwen2/qwen3), runnable on CPU.
 
-megatron-core 0.16 CPU pitfalls handled here (the rest of Megatron's local spec runs on CPU as-is):
-
-- ``use_cpu_initialization=True``: weights are drawn whole on the CPU RNG and then sliced per TP rank, so
-  the initial weights are the same for every TP size.
-- ``DotProductAttention`` takes its score buffer from ``parallel_state.get_global_memory_buffer()``,
-  which allocates on ``torch.cuda.current_device()``; :class:`SdpaCoreAttention` replaces it with
-  ``torch.nn.functional.scaled_dot_product_attention`` (same math, causal, GQA by repeat_interleave).
-- ``RotaryEmbedding.get_emb`` moves ``inv_freq`` to CUDA on first use; :class:`CpuRotaryEmbedding`
-  keeps it on the CPU.
-- every fusion (bias/activation, softmax, rope, grad accumulation) is CUDA-only and turned off; dropout
-  is 0, which also makes the CUDA RNG tracker unnecessary (see ``distributed.setup_parallel``).
-"""
+megatron-core 0.16's CUDA-only pieces are replaced or turned off here; the rest of its local spec runs as-is."""
 
 from __future__ import annotations
 
@@ -35,6 +24,8 @@ from actors.trainer._megatron import (
 )
 
 
+# DotProductAttention takes its score buffer from parallel_state.get_global_memory_buffer(), allocated on
+# torch.cuda.current_device(): this computes the same (causal, GQA by repeat_interleave) with torch SDPA.
 class SdpaCoreAttention(DotProductAttention):
     """Megatron's core attention computed with torch SDPA (no CUDA-only buffer); causal, no mask tensor."""
 
@@ -61,6 +52,7 @@ class SdpaCoreAttention(DotProductAttention):
         return context.permute(2, 0, 1, 3).reshape(seq_len, batch, -1)
 
 
+# RotaryEmbedding.get_emb moves inv_freq to CUDA on first use: this keeps it on the CPU.
 class CpuRotaryEmbedding(RotaryEmbedding):
     """Megatron's RoPE (rotate-half layout, the HF convention) without the move of ``inv_freq`` to CUDA."""
 
@@ -70,6 +62,9 @@ class CpuRotaryEmbedding(RotaryEmbedding):
         return torch.cat((freqs, freqs), dim=-1)[:, None, None, :]
 
 
+# use_cpu_initialization: weights are drawn whole on the CPU RNG, then sliced per TP rank, so the initial
+# weights are the same for every TP size. Every fusion is CUDA-only and off; dropout is 0, which also makes the
+# CUDA RNG tracker unnecessary (distributed.setup_parallel).
 def transformer_config(
     model: ModelConfig, *, tensor_model_parallel_size: int, initialize: bool = True
 ) -> TransformerConfig:

@@ -1,16 +1,6 @@
 """The RL objective as pure functions of [batch, seq] tensors (masked): policy loss, behaviour correction, KL, entropy.
 
-:func:`policy_loss` returns one batch's loss, aggregated over that batch alone as ``config.loss_agg`` says (the
-trainer scales it by the batch's share of the data-parallel batch, :func:`batch_units`), and its metrics. Names
-and formulas follow miles (``--eps-clip``, ``--use-tis``, ``--kl-loss-type``; ``ppo_utils.compute_policy_loss``,
-``compute_approx_kl``, ``loss.vanilla_tis_function``, ``icepop_function``), verl (``core_algos.agg_loss``,
-``compute_policy_loss_gspo``) and AReaL (``ppo_actor_loss_fn``, the proximal interpolation); tests/actors/
-test_objectives.py checks each against its source.
-
-Log-probabilities: ``logprobs`` carry the gradient (the policy being trained); ``old_logprobs`` are the trainer's
-policy before this rollout batch's first update (no gradient; the proximal policy of AReaL's decoupled loss);
-``rollout_logprobs`` are the engines' (the behaviour policy).
-"""
+Names and formulas follow miles, verl and AReaL; ``tests/actors/test_objectives.py`` checks each against its source."""
 
 from __future__ import annotations
 
@@ -131,6 +121,12 @@ def mismatch_metrics(old: Tensor, rollout: Tensor, mask: Tensor) -> dict[str, fl
     }
 
 
+# One batch's loss, aggregated over that batch alone as config.loss_agg says (the trainer scales it by the
+# batch's share of the DP batch, batch_units), and its metrics. Sources: miles (ppo_utils.compute_policy_loss,
+# compute_approx_kl, loss.vanilla_tis_function, icepop_function), verl (core_algos.agg_loss,
+# compute_policy_loss_gspo), AReaL (ppo_actor_loss_fn, the proximal interpolation). logprobs carry the gradient;
+# old_logprobs are the policy before this rollout batch's first update (AReaL's proximal policy); rollout_logprobs
+# are the engines' (the behaviour policy).
 def policy_loss(
     *,
     logprobs: Tensor,

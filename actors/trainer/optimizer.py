@@ -1,20 +1,6 @@
 """The trainer's optimizer and gradient synchronization, chosen per device in one place.
 
-======  ==================================================================  ===========================================
-device  gradients                                                           optimizer
-======  ==================================================================  ===========================================
-cpu     our flat all-reduce over DP, qk-norm TP sum (:mod:`.grads`)         torch AdamW, our global-norm clipping
-cuda    Megatron ``DistributedDataParallel`` (grad buffers, reduce-scatter  ``get_megatron_optimizer``: Megatron's
-        with the distributed optimizer) and ``finalize_model_grads``        ``DistributedOptimizer`` (state sharded
-        (which also sums the qk-norm gradients over TP)                     over DP) by default, else its FP32 AdamW
-======  ==================================================================  ===========================================
-
-Both apply AdamW with decoupled weight decay (none on 1-D weights: norms and biases), clip the global
-gradient norm to ``grad_clip`` and sum gradients over DP (the loss is already divided by the global
-token count; ``calculate_per_token_loss`` tells Megatron's DDP to sum). The model is float32 on both
-paths, so Megatron's ``bf16``/``fp16`` flags are off. Megatron's DDP and optimizer allocate their buffers on
-CUDA, hence the split; asking for a CUDA-only feature on CPU fails at construction, naming the field.
-"""
+CPU: our DP all-reduce (:mod:`.grads`), torch AdamW; CUDA: Megatron's DDP and optimizer (:mod:`.megatron_optimizer`)."""
 
 from __future__ import annotations
 
@@ -33,6 +19,11 @@ from actors.trainer.grads import allreduce_gradients, clip_gradients, sum_qk_nor
 OptimizerKind = Literal["torch_adamw", "megatron", "megatron_distributed"]
 
 
+# Both paths: AdamW with decoupled weight decay (none on 1-D weights), the global gradient norm clipped to
+# grad_clip, gradients summed over DP (the loss is already divided by the global token count;
+# calculate_per_token_loss tells Megatron's DDP to sum). The model is float32 on both, so Megatron's bf16/fp16 are
+# off. Megatron allocates its buffers on CUDA, hence the split: a CUDA-only feature asked for on CPU fails at
+# construction, naming the field.
 def choose_optimizer(config: OptimizerConfig, device: torch.device) -> OptimizerKind:
     """The optimizer path for ``device``; raises ValueError naming the field a device cannot honour."""
     if device.type != "cuda":

@@ -1,14 +1,4 @@
-"""One rollout batch's policy update on a rank: old and reference logprobs, mini-batch steps, the objective, metrics.
-
-The batch is split into ``objective.num_steps_per_rollout`` mini-batches, one optimizer step each (all ranks
-split their shards alike, so the steps line up). Before the first step, when a later step needs them, the
-trainer's own logprobs are recomputed without gradients (``old_logprobs``: the policy the clip is anchored at,
-AReaL's proximal policy); with one step they are the training forward's, detached, which is the same number.
-The reference model's logprobs come from a no-grad forward with the initial weights swapped in. Each
-micro-batch's loss (:func:`actors.trainer.objectives.policy_loss`, aggregated over the micro-batch) is scaled by
-its share of the data-parallel mini-batch's tokens or sequences, so the summed gradient is the global aggregate.
-Metrics are token-weighted means over the whole data-parallel batch.
-"""
+"""One rollout batch's policy update on a rank: old and reference logprobs, mini-batch steps, the objective, metrics."""
 
 from __future__ import annotations
 
@@ -27,6 +17,11 @@ from actors.trainer.optimizer import TrainerOptimizer
 from actors.trainer.reference import ReferenceWeights
 
 
+# num_steps_per_rollout mini-batches, one optimizer step each (all ranks split alike, so steps line up). When a
+# later step needs them, old_logprobs are recomputed without gradients first (with one step, the training
+# forward's, detached, are the same). Reference logprobs: a no-grad forward with the initial weights swapped in.
+# Each micro-batch's loss is scaled by its share of the DP mini-batch's tokens or sequences, so the summed gradient
+# is the global aggregate; metrics are token-weighted over the whole DP batch.
 class PolicyUpdate:
     """Runs :meth:`step` for one rank; composed into the Trainer."""
 

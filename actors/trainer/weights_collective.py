@@ -1,14 +1,4 @@
-"""Sending the trainer's weights to engines over collective refs: no HTTP body, no pickle, no actor transport.
-
-The trainer (global rank 0) and the engines are one collective group (``runtime.collective.create_group``, the
-trainer first). For each bucket of HF-named tensors the trainer puts a device-resident ref
-(``runtime.put(bucket, transport="collective", readers=len(engines))``); every engine pulls it into its live
-parameters (``CPUEngineActor.pull_weights``, :mod:`actors.cpu_engine.ref_weights`) and frees it; the trainer's
-``wait_freed`` then lets the bucket go before the next one is made, so at most one bucket is held. Once every
-bucket is in, the version is set explicitly on each engine with SGLang's ``POST /update_weight_version``
-(``{"new_version": ...}``). Backend gloo moves CPU tensors (the CPU engine); nccl moves CUDA tensors (the
-bucket is moved to the trainer's GPU first; scripts/gpu_collective_check.py).
-"""
+"""Sending the trainer's weights to engines over collective refs: no HTTP body, no pickle, no actor transport."""
 
 from __future__ import annotations
 
@@ -27,6 +17,11 @@ logger = logging.getLogger(__name__)
 VERSION_PATH = "/update_weight_version"
 
 
+# The trainer (global rank 0) and the engines are one collective group, the trainer first. Per bucket of
+# HF-named tensors the trainer puts a device-resident ref with one reader per engine; each engine pulls it into its
+# live parameters and frees it, and wait_freed lets the bucket go before the next, so at most one is held. Then the
+# version is set on each engine (POST /update_weight_version). gloo moves CPU tensors; nccl moves CUDA tensors (the
+# bucket goes to the trainer's GPU first; scripts/gpu_collective_check.py).
 def push_over_refs(
     engines: Sequence[ActorHandle],
     pairs: Sequence[tuple[str, Tensor]],

@@ -1,17 +1,4 @@
-"""Sending exported HF weights to inference engines over SGLang's HTTP API (the CPU path).
-
-``POST {url}/update_weights_from_tensor`` with ``{"serialized_named_tensors": [encode_named_tensors(pairs)],
-"flush_cache": ..., "weight_version": ...}``; weights may go in several requests (buckets), with the cache
-flushed and the version set on the last one only. As SGLang 0.5.23's scheduler requires
-(``srt/managers/scheduler_components/weight_updater.py``), tensor and distributed updates run between
-``/begin_weight_update`` and ``/end_weight_update``; the session is closed even when a bucket fails.
-
-Real SGLang's ``serialized_named_tensors`` carries CUDA IPC handles, valid only on the same host. Across
-hosts, :func:`push_over_group` uses SGLang's distributed protocol: rank 0 hosts a torch.distributed group
-(``/init_weights_update_group``), posts each bucket's metadata to ``/update_weights_from_distributed`` and
-broadcasts its tensors, then ``/destroy_weights_update_group``. Backend ``gloo`` on CPU (the CPU engine),
-``nccl`` with real SGLang on GPUs; the trainer code is the same.
-"""
+"""Sending exported HF weights to inference engines over SGLang's HTTP API (the CPU path)."""
 
 from __future__ import annotations
 
@@ -75,6 +62,9 @@ def post_json(url: str, body: dict[str, object], *, timeout_s: float) -> dict[st
     return reply if isinstance(reply, dict) else {"reply": reply}
 
 
+# POST /update_weights_from_tensor per bucket, the cache flushed and the version set on the last one only. As
+# SGLang 0.5.23's scheduler requires (scheduler_components/weight_updater.py), tensor and distributed updates run
+# between /begin_weight_update and /end_weight_update; the session is closed even when a bucket fails.
 def push_to_engines(
     urls: Sequence[str],
     pairs: Sequence[tuple[str, Tensor]],
@@ -120,6 +110,10 @@ GROUP_NAME = "miles_weight_update"
 POLL_S = 0.02
 
 
+# Real SGLang's serialized_named_tensors carries CUDA IPC handles, valid on one host only. Across hosts, SGLang's
+# distributed protocol: rank 0 hosts a torch.distributed group (/init_weights_update_group), posts each bucket's
+# metadata to /update_weights_from_distributed and broadcasts its tensors, then /destroy_weights_update_group.
+# gloo on CPU (the CPU engine), nccl with real SGLang on GPUs; the trainer code is the same.
 def push_over_group(
     urls: Sequence[str],
     pairs: Sequence[tuple[str, Tensor]],

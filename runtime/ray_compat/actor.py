@@ -5,7 +5,7 @@ from __future__ import annotations
 import atexit
 from typing import NoReturn
 
-from runtime.actor_exit import exit_actor as _leave
+from runtime.actor.actor_exit import exit_actor as _leave
 from runtime.ray_compat import task_interrupt
 from runtime.ray_compat.actors import ActorClass
 from runtime.ray_compat.handles import ActorHandle, ActorMethod

@@ -4,8 +4,8 @@ Ray constructors take positional arguments (``Counter.remote(5)``); this runtime
 carries names only. ``.remote(*args, **kwargs)`` binds the arguments to the constructor's parameter names here,
 with ``inspect.signature``, and the class is spawned as a subclass whose constructor is keyword-only and calls the
 original one (:func:`keyword_class`). What cannot be named (positional-only parameters, ``*args``) travels as a
-list under :data:`POSITIONAL`. The subclass is marked :data:`runtime.called_by_name.CALLED_BY_NAME`: its ``_private``
-methods are callable, and no method name is reserved by this runtime's handles, as in Ray.
+list under :data:`POSITIONAL`. The subclass is marked :data:`runtime.core.called_by_name.CALLED_BY_NAME`: its
+``_private`` methods are callable, and no method name is reserved by this runtime's handles, as in Ray.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ import inspect
 import sys
 from typing import Any
 
-from runtime.called_by_name import CALLED_BY_NAME
+from runtime.core.called_by_name import CALLED_BY_NAME
 
 _POSITIONAL = (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.VAR_POSITIONAL)
 _WRAPPED = "__ray_compat_class__"

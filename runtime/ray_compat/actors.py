@@ -20,19 +20,19 @@ from typing import Any
 
 import cloudpickle
 
-from runtime import naming
-from runtime.client import ClientRuntime
-from runtime.handle_names import checked_class_info
-from runtime.metadata import method as native_method
-from runtime.name_registry import check_name
+from runtime.caller.client import ClientRuntime
+from runtime.caller.handle_names import checked_class_info
+from runtime.core.metadata import method as native_method
+from runtime.names import naming
+from runtime.names.name_registry import check_name
+from runtime.processes.spawn import spawn_async
+from runtime.processes.spawn_names import live_holder, taken
 from runtime.ray_compat import options as opts
 from runtime.ray_compat import placement, state
 from runtime.ray_compat.actor_classes import bind_arguments, keyword_class
 from runtime.ray_compat.calls import Arguments, resolve_args
 from runtime.ray_compat.handles import RAY_METHOD, ActorHandle, ActorMethod, Lease, failed
 from runtime.ray_compat.runtime_context import RAY_GPU_IDS
-from runtime.spawn import spawn_async
-from runtime.spawn_names import live_holder, taken
 from transport.security import FROM_ENV
 
 #: How long an actor's constructor may run (Ray has no limit; verl's workers load models in theirs).

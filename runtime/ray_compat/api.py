@@ -11,10 +11,10 @@ import logging
 import time
 from typing import Any
 
-from runtime import naming
-from runtime import waiting as native_wait
-from runtime.errors import ActorNotFound
-from runtime.naming import get_actor as native_get_actor
+from runtime.caller import waiting as native_wait
+from runtime.core.errors import ActorNotFound
+from runtime.names import naming
+from runtime.names.naming import get_actor as native_get_actor
 from runtime.ray_compat import options as opts
 from runtime.ray_compat import state
 from runtime.ray_compat.exceptions import GetTimeoutError
@@ -87,7 +87,7 @@ def shutdown() -> None:
 
 
 def put(value: Any) -> ObjectRef:
-    from runtime.object_owner import put as keep
+    from runtime.objects.object_owner import put as keep
 
     if isinstance(value, ObjectRef):
         raise TypeError("Calling 'put' on an ray.ObjectRef is not allowed.")

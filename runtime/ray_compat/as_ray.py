@@ -67,7 +67,7 @@ def install_as_ray() -> ModuleType:
     sys.modules.update(_modules())
     if not any(isinstance(finder, _Refuse) for finder in sys.meta_path):
         sys.meta_path.insert(0, _Refuse())
-    if SHIM_DIR not in sys.path:  # spawned processes start with this process's sys.path (runtime.driver_fork)
+    if SHIM_DIR not in sys.path:  # spawned processes start with this process's sys.path (runtime.processes.driver_fork)
         sys.path.insert(0, SHIM_DIR)
     paths = os.environ.get("PYTHONPATH", "").split(os.pathsep)
     if SHIM_DIR not in paths:  # and processes started otherwise (subprocess) with its environment

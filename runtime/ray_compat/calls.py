@@ -16,7 +16,7 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
-from runtime import errors
+from runtime.core import errors
 from runtime.ray_compat.refs import ObjectRef
 
 #: System failures a retry is for (Ray's max_retries / max_task_retries): the process died or restarted.

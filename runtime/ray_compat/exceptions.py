@@ -12,7 +12,7 @@ from __future__ import annotations
 import concurrent.futures
 import functools
 
-from runtime import errors
+from runtime.core import errors
 
 
 class RayError(Exception):

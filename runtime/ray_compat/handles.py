@@ -17,9 +17,9 @@ import weakref
 from collections.abc import Callable
 from typing import Any
 
-from runtime.errors import ActorDied
-from runtime.handle import ActorHandle as NativeHandle
-from runtime.metadata import ActorClassInfo, class_info
+from runtime.caller.handle import ActorHandle as NativeHandle
+from runtime.core.errors import ActorDied
+from runtime.core.metadata import ActorClassInfo, class_info
 from runtime.ray_compat import options as opts
 from runtime.ray_compat import task_interrupt
 from runtime.ray_compat.actor_classes import keyword_class, original_class

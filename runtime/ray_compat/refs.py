@@ -14,12 +14,12 @@ import os
 from collections.abc import AsyncIterator, Callable, Generator, Iterator
 from typing import Any
 
-from runtime.object_owner import put as keep
-from runtime.object_owner import put_pending as keep_pending
-from runtime.object_refs import ObjectRef as StoredRef
+from runtime.caller.stream_call import StreamingCall
+from runtime.objects.object_owner import put as keep
+from runtime.objects.object_owner import put_pending as keep_pending
+from runtime.objects.object_refs import ObjectRef as StoredRef
 from runtime.ray_compat import task_interrupt
 from runtime.ray_compat.exceptions import as_ray_error
-from runtime.stream_call import StreamingCall
 from transport.type_registry import register_type
 
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from runtime import object_owner
+from runtime.objects import object_owner
 from runtime.ray_compat import state
 from runtime.ray_compat.resources import node_id
 

@@ -20,7 +20,7 @@ from typing import Any
 
 import cloudpickle
 
-from runtime.metadata import method
+from runtime.core.metadata import method
 from runtime.ray_compat import task_interrupt
 from runtime.ray_compat.exceptions import CAUSE_CLASS
 

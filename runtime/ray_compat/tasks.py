@@ -19,8 +19,9 @@ from typing import Any
 
 import cloudpickle
 
-from runtime.errors import ActorDied
-from runtime.handle import ActorHandle as NativeHandle
+from runtime.caller.handle import ActorHandle as NativeHandle
+from runtime.core.errors import ActorDied
+from runtime.processes.spawn import spawn
 from runtime.ray_compat import options as opts
 from runtime.ray_compat import placement, state, task_interrupt
 from runtime.ray_compat.calls import RetryingCall, arguments_ready, refs_for, resolve_args, retry_on
@@ -28,7 +29,6 @@ from runtime.ray_compat.exceptions import worker_crashed
 from runtime.ray_compat.refs import ObjectRefGenerator
 from runtime.ray_compat.task_slots import CpuHold
 from runtime.ray_compat.task_worker import TaskWorker, mac_of
-from runtime.spawn import spawn
 
 DEFAULT_MAX_RETRIES = 3  # as Ray's
 

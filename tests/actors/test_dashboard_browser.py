@@ -39,10 +39,11 @@ def demo_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
     tmp = tmp_path_factory.mktemp("demo")
     run_dir = tmp / "dashboard"
     config = demo_config(tmp, iterations=ITERATIONS, run_dir=run_dir)
-    result = subprocess.run([sys.executable, "-m", "launcher.cli", str(config)], capture_output=True, text=True,
+    result = subprocess.run([sys.executable, "-m", "launcher.console.cli", str(config)], capture_output=True, text=True,
                             timeout=300, cwd=ROOT)  # fmt: skip
     assert "teardown complete" in result.stderr, (result.stdout + result.stderr)[-3000:]
-    # between "ready N/N" and the job: the dashboard's URL, construction progress (launcher/construction_progress.py)
+    # between "ready N/N" and the job: the dashboard's URL, construction progress
+    # (launcher/launch/construction_progress.py)
     console = result.stderr.split("running the job")[0]
     assert re.search(r"dashboard: http://127\.0\.0\.1:\d+/ \(run ", console), console[-3000:]
     assert re.search(r"pool trainer: constructed 2/2 in \d+\.\ds", console), console[-3000:]

@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
+from launcher.config.hosts_config import parse_config
 from launcher.errors import ConfigError
-from launcher.hosts_config import parse_config
 
 BASE = """
 [launcher]

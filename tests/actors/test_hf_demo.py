@@ -39,7 +39,7 @@ def test_demo_runs_on_a_hugging_face_checkpoint(tmp_path: Path) -> None:
     model_dir = make_checkpoint("qwen2", tmp_path / "qwen2", seed=3)
     config = hf_variant(tmp_path, model_dir)
     env, marker = marked_env()
-    result = subprocess.run([sys.executable, "-m", "launcher.cli", str(config)], capture_output=True, text=True,
+    result = subprocess.run([sys.executable, "-m", "launcher.console.cli", str(config)], capture_output=True, text=True,
                             timeout=600, cwd=ROOT, env=env)  # fmt: skip
     output = result.stdout + result.stderr
     rows = [m for m in (ROW.match(line) for line in result.stdout.splitlines()) if m]

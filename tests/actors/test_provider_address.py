@@ -1,10 +1,10 @@
 """Engines the launcher placed on a ``local`` host are reached at the launcher's address, as its router is.
 
-The provider API's cells view gives each worker its host's ``reach_address`` (launcher/cell_starter.py builds
-WorkerInfo with it, launcher/provider_service.py ``_worker_view`` reports it): a loopback address for a ``local``
-host such as the built-in host "launcher" (launcher/pool_expanders.py). A controller on an SSH host must reach that
-machine at the address it reaches the provider API at (actors/inference/provider_address.py); engines and the router
-share the rule (actors/inference/provider_engines.py, actors/inference/router_pool.py).
+The provider API's cells view gives each worker its host's ``reach_address`` (launcher/launch/cell_starter.py builds
+WorkerInfo with it, launcher/launch/provider_service.py ``_worker_view`` reports it): a loopback address for a ``local``
+host such as the built-in host "launcher" (launcher/config/pool_expanders.py). A controller on an SSH host must reach
+that machine at the address it reaches the provider API at (actors/inference/provider_address.py); engines and the
+router share the rule (actors/inference/provider_engines.py, actors/inference/router_pool.py).
 """
 
 from __future__ import annotations
@@ -16,8 +16,8 @@ import pytest
 
 from actors.inference.provider_engines import ProviderEngineLauncher, ProviderEngineProcess
 from actors.inference.router_pool import PoolRouter
-from launcher.hosts_config import load_config
-from launcher.provider_service import ProviderClient
+from launcher.config.hosts_config import load_config
+from launcher.launch.provider_service import ProviderClient
 
 CLUSTER = load_config(Path(__file__).resolve().parents[2] / "examples" / "cluster-2x8gpu.toml")
 

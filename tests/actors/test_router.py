@@ -13,7 +13,7 @@ import pytest
 import requests
 
 from actors.router import RouterError, RouterProcess
-from launcher.log_filter import ConsoleLogFilter
+from launcher.console.log_filter import ConsoleLogFilter
 
 if TYPE_CHECKING:
     from tests.actors.conftest import EngineLauncher, EngineProcess

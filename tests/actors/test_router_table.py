@@ -1,5 +1,5 @@
 """The controller's router by default: actors/inference/router_table.py's pool expander, as miles-launch runs it
-(the entry point pyproject.toml registers, found by launcher/pool_expanders.py while hosts.toml is parsed).
+(the entry point pyproject.toml registers, found by launcher/config/pool_expanders.py while hosts.toml is parsed).
 
 With the provider API the controller gets a router pool on the built-in host "launcher"; ``router_pool = false``,
 an explicit pool id, or no provider API (hosts.example.toml, the single-host demo) leave its pool as written, and
@@ -22,10 +22,10 @@ from inference_fixtures import FAST_ROUTER, _descendants, running_controller
 from actors.inference import InferenceController, RouterSettings
 from actors.inference.router_pool import PoolRouter
 from actors.inference.router_table import expand_controller_pool, router_pool
+from launcher.config.hosts_config import load_config, parse_config
+from launcher.config.specs import PoolSpec
 from launcher.errors import ConfigError
-from launcher.hosts_config import load_config, parse_config
-from launcher.provider_service import ProviderClient
-from launcher.specs import PoolSpec
+from launcher.launch.provider_service import ProviderClient
 from tests.launcher import toml_text
 
 REPO = Path(__file__).resolve().parents[2]
@@ -183,7 +183,8 @@ def test_router_pool_false_runs_the_router_beside_the_controller(tmp_path: Path)
 def test_a_router_on_a_local_host_is_reached_at_the_launchers_address(
     worker_address: str, endpoint: str, url: str
 ) -> None:
-    """The provider API's cells view gives a local host's worker a loopback address (launcher/cell_starter.py)."""
+    """The provider API's cells view gives a local host's worker a loopback address
+    (launcher/launch/cell_starter.py)."""
     worker = {"address": worker_address, "ports": {"port": 31000, "prometheus_port": 31001}}
     view = {"workers": [worker], "pid": 1, "cell_id": "r-0", "host": "launcher"}
     router = PoolRouter(view, ProviderClient({"endpoint": endpoint, "server_key": None}))

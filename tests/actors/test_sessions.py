@@ -30,7 +30,7 @@ from actors.sessions.trajectory import PlannedTurn, SessionTrajectory, Trajector
 from actors.tokenizer import BYTE_TOKENIZER, tokenizer_for
 from actors.trainer import OptimizerConfig, TrainerConfig
 from actors.trainer.group import TrainerGroup
-from launcher.specs import PoolSpec
+from launcher.config.specs import PoolSpec
 from runtime import spawn
 
 if TYPE_CHECKING:

@@ -16,11 +16,11 @@ from pathlib import Path
 import psutil
 import pytest
 
-from launcher.log_filter import record_level
+from launcher.console.log_filter import record_level
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLE = ROOT / "hosts.example.toml"
-LAUNCH = [sys.executable, "-m", "launcher.cli"]
+LAUNCH = [sys.executable, "-m", "launcher.console.cli"]
 ROW = re.compile(r"^\s+(\d+)/(\d+)\s+([0-9.]+)\s+(-?[0-9.]+)\s+(\d+)\s")
 
 

@@ -12,7 +12,7 @@ import sys
 import time
 
 from runtime import ActorDied
-from runtime.control_auth import read_ticket
+from runtime.core.control_auth import read_ticket
 from runtime.internals import attach
 
 

@@ -5,7 +5,7 @@ Compared against Ray: there every process holding an actor handle subscribes to 
 DEAD notification, failing pending and later tasks with ActorDiedError; python/ray/tests/test_actor_failures.py
 kills actor processes with SIGKILL and checks that callers, including actors holding a handle and callers of an
 actor whose owner died, get RayActorError. We have no GCS: each caller's DEALER socket monitor sees the link
-drop, a probe PING goes out, and refused reconnects mean the process is gone (runtime.link_liveness,
+drop, a probe PING goes out, and refused reconnects mean the process is gone (runtime.caller.link_liveness,
 transport.link_watch); the spawner's process watcher reports the exit code. These tests time each case with real
 processes: SIGKILL, then the caller's ActorDied within 1 s.
 """
@@ -28,10 +28,10 @@ import pytest
 from fault_helpers import HERE, read_line, stop_process
 
 from runtime import ActorDied, ActorHandle, get_actor, spawn
-from runtime.control_auth import SpawnTicket
+from runtime.core.control_auth import SpawnTicket
 from runtime.internals import attach
-from runtime.naming import REGISTRY_ENV
-from runtime.process import READY_PREFIX, ActorProcess, child_environment, worker_command
+from runtime.names.naming import REGISTRY_ENV
+from runtime.processes.process import READY_PREFIX, ActorProcess, child_environment, worker_command
 
 SEEN_WITHIN_S = 1.0  # the target on one host
 SEEN_ACROSS_HOSTS_WITHIN_S = 2.0

@@ -11,8 +11,9 @@ import pytest
 from fault_helpers import HERE, http_get, read_line, stop_process
 from prometheus_client.parser import text_string_to_metric_families
 
-from runtime import RemoteError, control_auth, metrics, spawn
-from runtime.process import READY_PREFIX
+from runtime import RemoteError, metrics, spawn
+from runtime.core import control_auth
+from runtime.processes.process import READY_PREFIX
 
 
 def scrape(port: int) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:

@@ -26,8 +26,8 @@ from raw_client import RawClient
 from waiting import wait_until
 
 from runtime import ActorDied, ActorHandle, OverCapacity, RemoteError, exit_actor, spawn
+from runtime.actor.lanes import ThreadLane
 from runtime.internals import StoreLimits
-from runtime.lanes import ThreadLane
 from transport import frames as wire
 from transport.protocol import Kind
 
@@ -194,7 +194,7 @@ def test_a_lane_thread_survives_whatever_escapes_a_job(caplog: pytest.LogCapture
 
     lane = ThreadLane("survivor", 1, deliver)
     try:
-        with caplog.at_level(logging.ERROR, logger="runtime.lanes"):
+        with caplog.at_level(logging.ERROR, logger="runtime.actor.lanes"):
             lane.submit(escapes)
             lane.submit(lambda: "next")
             assert done.wait(5)

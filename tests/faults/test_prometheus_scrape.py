@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 from prometheus_server import Prometheus
 
-from launcher.service_discovery import ServiceDiscovery
+from launcher.launch.service_discovery import ServiceDiscovery
 from runtime import spawn
 
 

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from fault_helpers import http_get
 
-from launcher.service_discovery import ServiceDiscovery
+from launcher.launch.service_discovery import ServiceDiscovery
 
 
 def _served(sd: ServiceDiscovery) -> dict[str, dict[str, str]]:

@@ -12,7 +12,7 @@ import torch
 import runtime
 from runtime import collective
 from runtime.collective import create_group, destroy_group
-from runtime.tensor_refs import TensorRef
+from runtime.tensors.tensor_refs import TensorRef
 
 MEMBER = {"kind": "serve", "actor_class": "launch_collective:Member", "kwargs": {}}
 

@@ -157,7 +157,7 @@ def check_names_across(stdout: str, hosts: list[str]) -> dict[str, Any]:
     assert out["if_exists"]["endpoint"] == child["endpoint"] and out["if_exists"]["pid"] == child["pid"]
     assert out["blue"]["host"] == hosts[-1] and out["blue"]["endpoint"] != child["endpoint"]
     assert out["a_blue"] == 1 and out["a_default"] == 6  # the same name in two namespaces: two actors
-    assert out["green"].startswith("runtime.errors.ActorNotFound: no actor named 'shared' in namespace 'green'")
+    assert out["green"].startswith("runtime.core.errors.ActorNotFound: no actor named 'shared' in namespace 'green'")
     assert out["launcher"] == 6
     assert out["killed_pid"] == child["pid"]
     assert out["again"]["host"] == hosts[-1] and out["again"]["endpoint"] != child["endpoint"]
@@ -176,7 +176,7 @@ def run_local_example(
     data["hosts"][0]["workdir"] = str(tmp_path / "host")
     config = tmp_path / "hosts.toml"
     config.write_text(toml_text.dump(data))
-    argv = [PYTHON, "-m", "launcher.cli", str(config), "--no-logs"]
+    argv = [PYTHON, "-m", "launcher.console.cli", str(config), "--no-logs"]
     with subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=cwd,
                           env=subprocess_env()) as launcher:  # fmt: skip
         timer = threading.Timer(300, launcher.kill)  # the deadline of the whole run

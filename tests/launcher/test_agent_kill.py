@@ -16,8 +16,8 @@ import psutil
 import pytest
 from launch_helpers import local_host, ssh_host, wait_for, write_hosts_toml
 
-from launcher.hosts_config import load_config
-from launcher.ssh_provider import make_provider
+from launcher.config.hosts_config import load_config
+from launcher.launch.worker_provider import WorkerProvider
 from runtime import ActorDied
 
 COUNTER = {"kind": "serve", "actor_class": "launch_actors:Counter", "kwargs": {"start": 10}}
@@ -40,7 +40,7 @@ def test_kill9_of_a_host_agent_during_calls(provider_kind: str, tmp_path: Path, 
     path = write_hosts_toml(tmp_path, hosts, [{"id": "c", "cells": 2, "strategy": "SPREAD", "worker": COUNTER}])
     messages: list[str] = []
     reports: list[Any] = []
-    with make_provider(load_config(path), progress=messages.append, on_death=reports.append) as provider:
+    with WorkerProvider(load_config(path), progress=messages.append, on_death=reports.append) as provider:
         provider.start_all(deadline_s=60)
         victim, survivor = provider.handles("c")
         worker = provider.worker_infos("c")[0]

@@ -36,7 +36,7 @@ def write(tmp_path: Path, job: dict[str, Any], pools: list[dict[str, Any]] | Non
 
 def cli(*args: str, timeout: float = 90, **env: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [PYTHON, "-m", "launcher.cli", *args],
+        [PYTHON, "-m", "launcher.console.cli", *args],
         capture_output=True,
         text=True,
         timeout=timeout,
@@ -46,7 +46,7 @@ def cli(*args: str, timeout: float = 90, **env: str) -> subprocess.CompletedProc
 
 def start(*args: str, **env: str) -> subprocess.Popen[str]:
     return subprocess.Popen(
-        [PYTHON, "-m", "launcher.cli", *args],
+        [PYTHON, "-m", "launcher.console.cli", *args],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,

@@ -1,6 +1,6 @@
 """``miles-launch --dry-run`` prints its tables (hosts, pools, placement) with columns sized to their content: a long
 pool id (a pool expander's ``{id}-router``), worker id or host name keeps every row's columns in line
-(launcher/cli.py ``_describe``, launcher/placement.py ``describe``, launcher/text_columns.py)."""
+(launcher/console/cli.py ``_describe``, launcher/config/placement.py ``describe``, launcher/console/text_columns.py)."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import pytest
 from launch_helpers import local_host, write_hosts_toml
 from test_cli import COUNTER, cli
 
-from launcher.text_columns import aligned
+from launcher.console.text_columns import aligned
 
 LONG_POOL = "inference-router-of-the-rollout"  # longer than any fixed width the table had
 LONG_HOST = "a-rather-long-host-name-0"

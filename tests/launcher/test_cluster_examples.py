@@ -17,10 +17,10 @@ import pytest
 from actors.inference.engine_pool import engine_pool
 from actors.inference.router_table import router_pool
 from actors.sglang_config import SGLangConfig
-from launcher.hosts_config import load_config
-from launcher.placement import plan_placement
-from launcher.pool_expanders import ENTRY_POINT_GROUP
-from launcher.worker_command import build_spawn
+from launcher.config.hosts_config import load_config
+from launcher.config.placement import plan_placement
+from launcher.config.pool_expanders import ENTRY_POINT_GROUP
+from launcher.launch.worker_command import build_spawn
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLES = ROOT / "examples"
@@ -33,7 +33,7 @@ ROW = re.compile(
 
 def dry_run(name: str) -> dict[str, tuple[str, str, str]]:
     result = subprocess.run(
-        [sys.executable, "-m", "launcher.cli", str(EXAMPLES / name), "--dry-run"],
+        [sys.executable, "-m", "launcher.console.cli", str(EXAMPLES / name), "--dry-run"],
         capture_output=True, text=True, timeout=60, cwd=ROOT,
     )  # fmt: skip
     assert result.returncode == 0, result.stderr

@@ -1,4 +1,5 @@
-"""The job's code as packages (launcher/code_package.py) and the host's cache of them (launcher/code_cache.py).
+"""The job's code as packages (launcher/launch/code_package.py) and the host's cache of them
+(launcher/agent/code_cache.py).
 
 Mirrors Ray's working_dir packaging (ray/_private/runtime_env/packaging.py): .gitignore files exclude below their
 directory, ``excludes`` use the same syntax, the package is content-addressed (unchanged files, same digest) and
@@ -21,10 +22,10 @@ import pytest
 import toml_text
 from launch_helpers import PYTHON, local_host, subprocess_env
 
-from launcher.code_cache import CodeCache, safe_extract, with_python_path
-from launcher.code_package import code_packages, local_paths
+from launcher.agent.code_cache import CodeCache, safe_extract, with_python_path
+from launcher.config.hosts_config import load_config
 from launcher.errors import ConfigError
-from launcher.hosts_config import load_config
+from launcher.launch.code_package import code_packages, local_paths
 
 
 def project(tmp_path: Path, job: str = "") -> Path:
@@ -229,7 +230,7 @@ def test_local_hosts_import_the_working_dir_in_place(tmp_path: Path) -> None:
     data = {"launcher": {"workdir": str(tmp_path / "run")}, "hosts": [host], "job": {"entrypoint": "myjob:main"},
             "pools": [pool]}  # fmt: skip
     (tmp_path / "hosts.toml").write_text(toml_text.dump(data))
-    argv = [PYTHON, "-m", "launcher.cli", str(tmp_path / "hosts.toml")]
+    argv = [PYTHON, "-m", "launcher.console.cli", str(tmp_path / "hosts.toml")]
     result = subprocess.run(argv, capture_output=True, text=True, timeout=120, env=subprocess_env(), cwd="/")
     assert result.returncode == 0, result.stderr[-3000:]
     out = json.loads(result.stdout.split("LOCAL ", 1)[1].splitlines()[0])
@@ -244,7 +245,7 @@ def test_a_command_job_gets_the_working_dir_first_on_its_pythonpath(tmp_path: Pa
     data = {"launcher": {"workdir": str(tmp_path / "run")}, "hosts": [local_host("h", tmp_path / "h")],
             "job": {"command": command}, "pools": [{"id": "idle", "worker": idle}]}  # fmt: skip
     (tmp_path / "hosts.toml").write_text(toml_text.dump(data))
-    argv = [PYTHON, "-m", "launcher.cli", str(tmp_path / "hosts.toml")]
+    argv = [PYTHON, "-m", "launcher.console.cli", str(tmp_path / "hosts.toml")]
     result = subprocess.run(argv, capture_output=True, text=True, timeout=120, env=subprocess_env(), cwd="/")
     assert result.returncode == 0, result.stderr[-3000:]
     module, pythonpath = result.stdout.split("CMDJOB ", 1)[1].split()[:2]

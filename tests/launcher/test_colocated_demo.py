@@ -49,7 +49,7 @@ def test_colocated_demo_releases_memory_for_every_train_step_and_serves_the_new_
     config = tmp_path / "hosts.toml"
     config.write_text(toml_text.dump(data))
     result = subprocess.run(
-        [PYTHON, "-m", "launcher.cli", str(config), "--no-logs"],
+        [PYTHON, "-m", "launcher.console.cli", str(config), "--no-logs"],
         capture_output=True, text=True, timeout=420, cwd=ROOT, env=subprocess_env(),
     )  # fmt: skip
     output = result.stdout + result.stderr

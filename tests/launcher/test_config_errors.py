@@ -1,12 +1,12 @@
-"""hosts.toml errors with their fix (launcher/config_errors.py): the closest known key for an unknown one, at any
+"""hosts.toml errors with their fix (launcher/config/config_errors.py): the closest known key for an unknown one, at any
 depth (hosts, their ssh table, pools' workers, [launcher]), and an example for a missing [job]."""
 
 from __future__ import annotations
 
 import pytest
 
+from launcher.config.hosts_config import parse_config
 from launcher.errors import ConfigError
-from launcher.hosts_config import parse_config
 
 HOST = '[[hosts]]\nname = "h"\naddress = "localhost"\nprovider = "local"\nworkdir = "/tmp/w"\n'
 JOB = '[job]\nentrypoint = "myjob:main"\n'

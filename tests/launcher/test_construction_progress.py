@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 import threading
 
-from launcher.construction_progress import ConstructionProgress
+from launcher.launch.construction_progress import ConstructionProgress
 
 
 def test_counts_per_pool_and_names_the_slowest_pending() -> None:

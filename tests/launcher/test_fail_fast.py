@@ -18,9 +18,9 @@ import pytest
 import toml_text
 from launch_helpers import local_host, wait_for
 
+from launcher.config.hosts_config import parse_config
 from launcher.errors import WorkerStartError
-from launcher.hosts_config import parse_config
-from launcher.local_provider import LocalProvider
+from launcher.launch.worker_provider import WorkerProvider
 
 SLOW = {"kind": "serve", "actor_class": "launch_actors:SlowStart", "kwargs": {"seconds": 60}}
 TYPO = {"kind": "serve", "actor_class": "launch_actors:Counter", "kwargs": {"strat": 5}}  # Counter takes start=
@@ -41,7 +41,7 @@ def config(tmp_path: Path, pools: list[dict[str, Any]]) -> Any:
 def test_a_constructor_that_fails_stops_the_start_at_once(tmp_path: Path) -> None:
     cfg = config(tmp_path, [{"id": "trainer", "worker": SLOW}, {"id": "inference", "worker": TYPO}])
     said: list[str] = []
-    with LocalProvider(cfg, progress=said.append) as provider:
+    with WorkerProvider(cfg, progress=said.append) as provider:
         started = time.monotonic()
         with pytest.raises(WorkerStartError) as info:
             provider.start_all(deadline_s=120)
@@ -67,7 +67,7 @@ def test_ctrl_c_while_constructing_leaves_no_thread_to_wait_for(tmp_path: Path) 
     cfg = config(tmp_path, [{"id": "trainer", "cells": 2, "worker": SLOW}])
     said: list[str] = []
     before = set(_non_daemon_threads())
-    with LocalProvider(cfg, progress=said.append) as provider:
+    with WorkerProvider(cfg, progress=said.append) as provider:
 
         def ctrl_c_once_constructing() -> None:
             wait_for("the constructors to run", lambda: any(s.startswith("constructing") for s in said), 60)

@@ -15,10 +15,10 @@ import pytest
 import toml_text
 from launch_helpers import PYTHON, local_host, subprocess_env
 
+from launcher.config.hosts_config import parse_config
 from launcher.errors import HostCheckError
-from launcher.gpu_check import detect_gpus, gpu_problem
-from launcher.hosts_config import parse_config
-from launcher.local_provider import LocalProvider
+from launcher.launch.gpu_check import detect_gpus, gpu_problem
+from launcher.launch.worker_provider import WorkerProvider
 
 COUNTER = {"kind": "serve", "actor_class": "launch_actors:Counter", "gpus": 1}
 # `nvidia-smi -L` on a two-GPU machine (its format: "GPU <index>: <name> (UUID: GPU-...)").
@@ -77,7 +77,7 @@ def test_detect_gpus_reads_nvidia_smi_then_proc(tmp_path: Path, monkeypatch: pyt
 
 def test_a_host_without_gpu_refuses_gpu_ids_before_any_worker_starts(tmp_path: Path) -> None:
     path = write_config(tmp_path, [7], no_gpu_path(tmp_path))
-    with LocalProvider(parse_config(path.read_text(), source=path)) as provider:
+    with WorkerProvider(parse_config(path.read_text(), source=path)) as provider:
         with pytest.raises(HostCheckError) as info:
             provider.start_all(deadline_s=60)
         assert provider.worker_infos() == []
@@ -88,15 +88,15 @@ def test_a_host_without_gpu_refuses_gpu_ids_before_any_worker_starts(tmp_path: P
 
 def test_fake_nvidia_smi_two_gpus_and_the_cli_flag(tmp_path: Path) -> None:
     path = write_config(tmp_path, [7], fake_gpu_path(tmp_path))
-    refused = subprocess.run([PYTHON, "-m", "launcher.cli", str(path)], capture_output=True, text=True, timeout=120,
-                             env=subprocess_env())  # fmt: skip
+    refused = subprocess.run([PYTHON, "-m", "launcher.console.cli", str(path)], capture_output=True, text=True,
+                             timeout=120, env=subprocess_env())  # fmt: skip
     assert refused.returncode == 1, refused.stderr
     assert "host 'n0' has 2 GPU(s), ids 0-1 (`" in refused.stderr and "GPU ids [7] ([7] not there)" in refused.stderr
     assert "spawned" not in refused.stderr  # refused before any worker started
-    skipped = subprocess.run([PYTHON, "-m", "launcher.cli", str(path), "--no-gpu-check"], capture_output=True,
+    skipped = subprocess.run([PYTHON, "-m", "launcher.console.cli", str(path), "--no-gpu-check"], capture_output=True,
                              text=True, timeout=120, env=subprocess_env())  # fmt: skip
     assert skipped.returncode == 0, skipped.stderr
     there = write_config(tmp_path, [1], fake_gpu_path(tmp_path))  # a GPU the fake tool lists
-    accepted = subprocess.run([PYTHON, "-m", "launcher.cli", str(there)], capture_output=True, text=True,
+    accepted = subprocess.run([PYTHON, "-m", "launcher.console.cli", str(there)], capture_output=True, text=True,
                               timeout=120, env=subprocess_env())  # fmt: skip
     assert accepted.returncode == 0, accepted.stderr

@@ -16,7 +16,7 @@ import psutil
 import pytest
 from launch_helpers import PYTHON, subprocess_env
 
-from launcher import agent_protocol as proto
+from launcher.agent import agent_protocol as proto
 
 
 class AgentProc:
@@ -27,7 +27,7 @@ class AgentProc:
             [
                 PYTHON,
                 "-m",
-                "launcher.host_agent",
+                "launcher.agent.host_agent",
                 "--host",
                 "testhost",
                 "--workdir",

@@ -6,10 +6,10 @@ from pathlib import Path
 
 import pytest
 
+from launcher.config.hosts_config import load_config, parse_config
+from launcher.config.placement import plan_placement
+from launcher.config.specs import CommandWorkerSpec, ServeWorkerSpec
 from launcher.errors import ConfigError
-from launcher.hosts_config import load_config, parse_config
-from launcher.placement import plan_placement
-from launcher.specs import CommandWorkerSpec, ServeWorkerSpec
 
 REPO = Path(__file__).resolve().parents[2]
 

@@ -22,7 +22,7 @@ COUNTER = {"kind": "serve", "actor_class": "launch_actors:Counter"}
 
 
 def status(config: Path) -> dict[str, Any]:
-    done = subprocess.run([PYTHON, "-m", "launcher.cli", "status", str(config), "--json"], capture_output=True,
+    done = subprocess.run([PYTHON, "-m", "launcher.console.cli", "status", str(config), "--json"], capture_output=True,
                           text=True, timeout=60, env=subprocess_env())  # fmt: skip
     return json.loads(done.stdout) if done.stdout.strip() else {}
 
@@ -30,7 +30,7 @@ def status(config: Path) -> dict[str, Any]:
 @contextlib.contextmanager
 def launched(config: Path, **env: str) -> Iterator[subprocess.Popen[str]]:
     """``miles-launch config`` (stdout and stderr together), killed on the way out if it still runs."""
-    launcher = subprocess.Popen([PYTHON, "-m", "launcher.cli", str(config)], stdout=subprocess.PIPE,
+    launcher = subprocess.Popen([PYTHON, "-m", "launcher.console.cli", str(config)], stdout=subprocess.PIPE,
                                 stderr=subprocess.STDOUT, text=True, env=subprocess_env(**env))  # fmt: skip
     try:
         yield launcher
@@ -57,8 +57,8 @@ def test_heartbeat_timeout_and_status_of_a_hanging_job(tmp_path: Path) -> None:
         assert report["running"] and report["launch"]["phase"] == "running job", report
         assert report["launch"]["last_output_s"] is not None and report["launch"]["last_output_s"] < 30, report
         assert report["hosts"]["n0"]["c-0-0"]["state"] == "attached"
-        table = subprocess.run([PYTHON, "-m", "launcher.cli", "status", str(config)], capture_output=True, text=True,
-                               timeout=60, env=subprocess_env()).stdout  # fmt: skip
+        table = subprocess.run([PYTHON, "-m", "launcher.console.cli", "status", str(config)], capture_output=True,
+                               text=True, timeout=60, env=subprocess_env()).stdout  # fmt: skip
         assert re.search(r"running; running job for \dm\d\ds \(launch up \dm\d\ds\); job output \dm\d\ds ago", table)
         out, _ = launcher.communicate(timeout=90)
     assert launcher.returncode == 124, out[-3000:]

@@ -1,4 +1,5 @@
-"""Checks before anything starts (launcher/launch_checks.py): the job's entrypoint and every actor class are imported
+"""Checks before anything starts (launcher/config/launch_checks.py): the job's entrypoint and every actor class are
+imported
 with the job's code on sys.path, and each pool's kwargs are matched against the constructor, every error at once."""
 
 from __future__ import annotations
@@ -11,9 +12,9 @@ from pathlib import Path
 import pytest
 from launch_helpers import PYTHON, subprocess_env
 
+from launcher.config.hosts_config import load_config
+from launcher.config.launch_checks import check_launch
 from launcher.errors import ConfigError
-from launcher.hosts_config import load_config
-from launcher.launch_checks import check_launch
 
 ACTORS = """
 from typing import Annotated
@@ -118,7 +119,7 @@ def test_every_error_at_once_with_pool_field_line_and_fix(tmp_path: Path) -> Non
 
 
 def test_dict_kwargs_are_validated_as_the_model_the_hint_names(tmp_path: Path) -> None:
-    """runtime.metadata.coerce_constructor_kwargs makes the model on the host; here its own errors are errors, and
+    """runtime.core.metadata.coerce_constructor_kwargs makes the model on the host; here its own errors are errors, and
     its validators' (which may read the host's files) are warnings."""
     bad = pool("c", "useractors:Configured", 'settings = { optim = { lr = "x", weight_decy = 0.1 } }')
     message = problems(write(tmp_path, bad))
@@ -150,7 +151,7 @@ def test_a_dependency_missing_here_is_a_warning_not_an_error(tmp_path: Path) -> 
 
 def test_dry_run_checks_classes_and_shows_the_code(tmp_path: Path) -> None:
     path = write(tmp_path, pool("a", "useractors:Learner", "lr = 0.1\nsteps_ = 3"))
-    argv = [PYTHON, "-m", "launcher.cli", str(path), "--dry-run"]
+    argv = [PYTHON, "-m", "launcher.console.cli", str(path), "--dry-run"]
     result = subprocess.run(argv, capture_output=True, text=True, timeout=60, env=subprocess_env(), cwd="/")
     assert result.returncode == 2, result.stderr
     assert "[miles-launch] error:" in result.stderr and "did you mean 'steps'?" in result.stderr

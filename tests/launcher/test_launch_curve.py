@@ -13,9 +13,8 @@ from launch_helpers import PYTHON, local_host, ssh_host, subprocess_env, write_h
 from sshd_fixture import Sshd, SshKeys
 
 import runtime
-from launcher.hosts_config import load_config
-from launcher.local_provider import LocalProvider
-from launcher.ssh_provider import SSHProvider
+from launcher.config.hosts_config import load_config
+from launcher.launch.worker_provider import WorkerProvider
 from runtime import ActorDied, ActorHandle
 from transport import security
 
@@ -52,7 +51,7 @@ def assert_outsiders_refused(handle: Any, tmp_path: Path) -> None:
 
 def test_local_launch_uses_curve_and_refuses_outsiders(tmp_path: Path) -> None:
     path = write_hosts_toml(tmp_path, [local_host("n0", tmp_path / "n0")], [{"id": "c", "cells": 2, "worker": COUNTER}])
-    with LocalProvider(load_config(path)) as provider:
+    with WorkerProvider(load_config(path)) as provider:
         provider.start_all(deadline_s=60)
         (launcher_keys,) = key_dirs(tmp_path / "run")
         assert provider.curve_dir == str(launcher_keys.resolve())
@@ -71,7 +70,7 @@ def test_local_launch_uses_curve_and_refuses_outsiders(tmp_path: Path) -> None:
 def test_ssh_launch_ships_private_keys_and_removes_them(loopback_sshd: Sshd, ssh_keys: SshKeys, tmp_path: Path) -> None:
     hosts = [ssh_host(name, "127.0.0.1", loopback_sshd.port, ssh_keys, tmp_path / name) for name in ("a", "b")]
     pools = [{"id": "c", "cells": 2, "strategy": "SPREAD", "worker": COUNTER}]
-    with SSHProvider(load_config(write_hosts_toml(tmp_path, hosts, pools))) as provider:
+    with WorkerProvider(load_config(write_hosts_toml(tmp_path, hosts, pools))) as provider:
         provider.start_all(deadline_s=60)
         for name in ("a", "b"):
             (host_keys,) = key_dirs(tmp_path / name)
@@ -94,7 +93,7 @@ def test_opt_out_runs_plain_tcp(tmp_path: Path) -> None:
     path = write_hosts_toml(
         tmp_path, [local_host("n0", tmp_path / "n0")], [{"id": "c", "worker": COUNTER}], curve=False
     )
-    with LocalProvider(load_config(path)) as provider:
+    with WorkerProvider(load_config(path)) as provider:
         provider.start_all(deadline_s=60)
         assert provider.curve_dir is None
         (handle,) = provider.handles("c")
@@ -110,7 +109,7 @@ def test_cli_curve_default_and_no_curve_flag(tmp_path: Path, flag: bool) -> None
     path = write_hosts_toml(
         tmp_path, [local_host("n0", tmp_path / "n0")], [{"id": "c", "worker": COUNTER}], job="launch_jobs:security"
     )
-    argv = [PYTHON, "-m", "launcher.cli", str(path), "--no-logs", *(["--no-curve"] if flag else [])]
+    argv = [PYTHON, "-m", "launcher.console.cli", str(path), "--no-logs", *(["--no-curve"] if flag else [])]
     result = subprocess.run(argv, capture_output=True, text=True, timeout=60, env=subprocess_env())
     assert result.returncode == 0, result.stderr[-3000:]
     report = result.stdout.split("SECURITY ", 1)[1].splitlines()[0]

@@ -18,7 +18,7 @@ SYSTEM_PYTHON = "/usr/bin/python3"
 
 
 def launch(config: Path) -> subprocess.CompletedProcess[str]:
-    argv = [PYTHON, "-m", "launcher.cli", str(config)]
+    argv = [PYTHON, "-m", "launcher.console.cli", str(config)]
     return subprocess.run(argv, capture_output=True, text=True, timeout=90, env=subprocess_env(), cwd="/")
 
 

@@ -18,10 +18,10 @@ import pytest
 from launch_helpers import local_host, wait_for, write_hosts_toml
 from prometheus_server import Prometheus
 
+from launcher.config.hosts_config import load_config, parse_config
 from launcher.errors import ConfigError, LauncherError
-from launcher.hosts_config import load_config, parse_config
-from launcher.job import JobContext
-from launcher.local_provider import LocalProvider
+from launcher.launch.job import JobContext
+from launcher.launch.worker_provider import WorkerProvider
 
 COUNTER = {"kind": "serve", "actor_class": "launch_actors:Counter", "kwargs": {"start": 0}}
 JOB = "launch_jobs:exit_code"
@@ -46,7 +46,7 @@ def test_prometheus_finds_every_worker_and_follows_deaths_and_restarts(
 ) -> None:
     hosts = [local_host(name, tmp_path / name) for name in ("n0", "n1")]
     path = write_hosts_toml(tmp_path, hosts, [{"id": "c", "cells": 2, "strategy": "SPREAD", "worker": COUNTER}])
-    with LocalProvider(load_config(path)) as provider:
+    with WorkerProvider(load_config(path)) as provider:
         provider.start_all(deadline_s=60)
         ctx = JobContext(provider.config, provider, {})
         assert ctx.metrics_sd_url == provider.metrics_sd_url and ctx.metrics_sd_url.startswith("http://127.0.0.1:")
@@ -110,16 +110,16 @@ def test_prometheus_finds_every_worker_and_follows_deaths_and_restarts(
 def test_service_discovery_settings(tmp_path: Path) -> None:
     hosts = [local_host("n0", tmp_path / "n0")]
     off = write_hosts_toml(tmp_path, hosts, [{"id": "c", "worker": COUNTER}], metrics_sd_port=-1, curve=False)
-    with LocalProvider(load_config(off)) as provider:
+    with WorkerProvider(load_config(off)) as provider:
         provider.connect()
         assert provider.metrics_sd_url is None and JobContext(provider.config, provider, {}).metrics_sd_url is None
     with pytest.raises(ConfigError, match=r"launcher.*metrics_sd_port"):
         parse_config(off.read_text().replace("metrics_sd_port = -1", "metrics_sd_port = 70000"))
-    with LocalProvider(load_config(write_hosts_toml(tmp_path, hosts, [], metrics_sd_host="127.0.0.1"))) as first:
+    with WorkerProvider(load_config(write_hosts_toml(tmp_path, hosts, [], metrics_sd_host="127.0.0.1"))) as first:
         first.connect(["n0"])
         taken = first.services.service_discovery.port
         busy = write_hosts_toml(tmp_path, hosts, [], metrics_sd_port=taken, metrics_sd_host="127.0.0.1")
-        with LocalProvider(load_config(busy)) as second, pytest.raises(LauncherError, match=f"127.0.0.1:{taken}"):
+        with WorkerProvider(load_config(busy)) as second, pytest.raises(LauncherError, match=f"127.0.0.1:{taken}"):
             second.connect(["n0"])
 
 
@@ -133,7 +133,7 @@ def test_command_workers_with_a_metrics_port_are_listed(tmp_path: Path) -> None:
     plain = {key: value for key, value in http.items() if key != "metrics_port"}
     pools = [{"id": "web", "worker": http}, {"id": "plain", "worker": plain}]
     path = write_hosts_toml(tmp_path, [local_host("n0", tmp_path / "n0")], pools)
-    with LocalProvider(load_config(path)) as provider:
+    with WorkerProvider(load_config(path)) as provider:
         provider.start_all(deadline_s=60)
         (worker,) = provider.worker_infos("web")
         assert len(provider.worker_infos("plain")) == 1  # runs, but serves no /metrics: not listed

@@ -1,4 +1,5 @@
-"""LocalProvider with real processes: command and serve workers, deaths, start failures, GPU env, kill -9."""
+"""WorkerProvider on local hosts (LocalOpener) with real processes: command and serve workers, deaths, start
+failures, GPU env, kill -9."""
 
 from __future__ import annotations
 
@@ -17,12 +18,12 @@ import pytest
 import toml_text
 from launch_helpers import PYTHON, launch_until_job_runs, local_host
 
-from launcher import agent_protocol as proto
-from launcher.cells import WorkerInfo
+from launcher.agent import agent_protocol as proto
+from launcher.config.hosts_config import parse_config
+from launcher.config.placement import WorkerPlacement
 from launcher.errors import HostCheckError, WorkerStartError
-from launcher.hosts_config import parse_config
-from launcher.local_provider import LocalProvider
-from launcher.placement import WorkerPlacement
+from launcher.launch.cells import WorkerInfo
+from launcher.launch.worker_provider import WorkerProvider
 
 
 def config(tmp_path: Path, pools: list[dict[str, Any]], *, hosts: int = 1, gpus: Any = 0, **launcher: Any) -> Any:
@@ -59,7 +60,7 @@ def test_command_workers_spread_over_two_hosts(tmp_path: Path) -> None:
         tmp_path, [{"id": "web", "cells": 2, "workers_per_cell": 2, "strategy": "SPREAD", "worker": HTTP}], hosts=2
     )
     lines: list[str] = []
-    with LocalProvider(cfg, log_sink=lambda _s, text: lines.append(text)) as provider:
+    with WorkerProvider(cfg, log_sink=lambda _s, text: lines.append(text)) as provider:
         cells = provider.start_all(deadline_s=60)
         assert [c.cell_id for c in cells] == ["web-0", "web-1"] and all(c.alive for c in cells)
         assert [w.host for w in provider.worker_infos("web")] == ["n0", "n1", "n0", "n1"]
@@ -73,7 +74,7 @@ def test_command_workers_spread_over_two_hosts(tmp_path: Path) -> None:
 
 def test_serve_actors_get_plan_env_and_named_lookup(tmp_path: Path) -> None:
     cfg = config(tmp_path, [{"id": "c", "cells": 2, "worker": {**COUNTER, "gpus": 0.5}}], gpus=[3])
-    with LocalProvider(cfg) as provider:
+    with WorkerProvider(cfg) as provider:
         provider.start_all(deadline_s=60)
         first, second = provider.handles("c")
         assert first.add(1).result(timeout=10) == 6
@@ -88,7 +89,7 @@ def test_pickled_values_travel_between_the_processes_of_a_launch(tmp_path: Path)
     """The launcher (this process) and its workers on two hosts share the launch's session secret: an
     argparse.Namespace holding a function goes launcher -> worker -> worker and back (transport.sealed_pickle)."""
     cfg = config(tmp_path, [{"id": "c", "cells": 2, "strategy": "SPREAD", "worker": COUNTER}], hosts=2)
-    with LocalProvider(cfg) as provider:
+    with WorkerProvider(cfg) as provider:
         provider.start_all(deadline_s=60)
         first, second = provider.handles("c")
         value = argparse.Namespace(lr=0.5, scale=functools.partial(pow, 2))
@@ -99,7 +100,7 @@ def test_pickled_values_travel_between_the_processes_of_a_launch(tmp_path: Path)
 def test_dying_worker_marks_cell_dead_and_is_reported(tmp_path: Path) -> None:
     cfg = config(tmp_path, [{"id": "c", "cells": 2, "worker": COUNTER}])
     reports: list[Any] = []
-    with LocalProvider(cfg, on_death=reports.append) as provider:
+    with WorkerProvider(cfg, on_death=reports.append) as provider:
         provider.start_all(deadline_s=60)
         handle = provider.handles("c")[1]
         handle.crash(7)
@@ -124,7 +125,7 @@ def test_start_failure_names_worker_and_shows_output(tmp_path: Path) -> None:
     waiting = {"kind": "command", "command": "{python} -m launch_workers sleep_forever"}
     waiting["ready"] = {"kind": "tcp", "port": "port", "deadline_s": 60}
     cfg = config(tmp_path, [{"id": "ok", "worker": waiting}, {"id": "bad", "worker": {**bad, "ports": {}}}])
-    with LocalProvider(cfg) as provider:
+    with WorkerProvider(cfg) as provider:
         with pytest.raises(WorkerStartError) as info:
             provider.start_all(deadline_s=30)
         assert provider.worker_infos() == []  # the whole batch was stopped
@@ -141,7 +142,7 @@ def test_readiness_deadline(tmp_path: Path) -> None:
     }
     cfg = config(tmp_path, [{"id": "slow", "worker": slow}])
     started = time.monotonic()
-    with LocalProvider(cfg) as provider, pytest.raises(WorkerStartError, match="not ready after 1s"):
+    with WorkerProvider(cfg) as provider, pytest.raises(WorkerStartError, match="not ready after 1s"):
         provider.start_all(deadline_s=30)
     assert time.monotonic() - started < 15
 
@@ -149,11 +150,11 @@ def test_readiness_deadline(tmp_path: Path) -> None:
 def test_ambient_cuda_visible_devices_is_honoured_or_refused(tmp_path: Path, monkeypatch: Any) -> None:
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "5,6")
     cfg = config(tmp_path, [{"id": "c", "worker": {**COUNTER, "gpus": 1}}], gpus=2)  # plan: GPU 0
-    with LocalProvider(cfg) as provider, pytest.raises(HostCheckError) as info:
+    with WorkerProvider(cfg) as provider, pytest.raises(HostCheckError) as info:
         provider.connect()
     assert "host 'n0'" in str(info.value) and "CUDA_VISIBLE_DEVICES='5,6'" in str(info.value)
     cfg = config(tmp_path, [{"id": "c", "worker": {**COUNTER, "gpus": 1}}], gpus=[6])
-    with LocalProvider(cfg) as provider:
+    with WorkerProvider(cfg) as provider:
         provider.start_all(deadline_s=60)
         assert provider.handles("c")[0].where().result(timeout=10)["CUDA_VISIBLE_DEVICES"] == "6"
 
@@ -161,7 +162,7 @@ def test_ambient_cuda_visible_devices_is_honoured_or_refused(tmp_path: Path, mon
 def test_state_file_lists_pids_and_is_removed(tmp_path: Path) -> None:
     cfg = config(tmp_path, [{"id": "web", "worker": HTTP}])
     state = tmp_path / "state.json"
-    with LocalProvider(cfg, state_path=state) as provider:
+    with WorkerProvider(cfg, state_path=state) as provider:
         provider.start_all(deadline_s=60)
         data = json.loads(state.read_text())
         assert data["launcher"]["pid"] == os.getpid()
@@ -179,7 +180,7 @@ def test_kill9_of_launcher_leaves_nothing(tmp_path: Path) -> None:
     text = cfg_path.read_text().replace("launch_jobs:exit_code", "launch_jobs:wait_forever")
     cfg_path.write_text(text)
     launcher = launch_until_job_runs(
-        [PYTHON, "-m", "launcher.cli", str(cfg_path), "--no-logs"], tmp_path / "marker.json"
+        [PYTHON, "-m", "launcher.console.cli", str(cfg_path), "--no-logs"], tmp_path / "marker.json"
     )
     everything = [p.pid for p in psutil.Process(launcher.pid).children(recursive=True)]
     assert len(everything) >= 5  # 2 agents + 3 workers
@@ -192,7 +193,7 @@ def test_kill9_of_launcher_leaves_nothing(tmp_path: Path) -> None:
 
 def test_serve_workers_report_their_metrics_port(tmp_path: Path) -> None:
     cfg = config(tmp_path, [{"id": "c", "worker": COUNTER}])
-    with LocalProvider(cfg) as provider:
+    with WorkerProvider(cfg) as provider:
         provider.start_all(deadline_s=60)
         (worker,) = provider.worker_infos("c")
         assert worker.boot_id and isinstance(worker.metrics_port, int) and worker.metrics_port > 0
@@ -203,7 +204,7 @@ def test_a_ready_event_that_overtakes_spawned_is_kept(tmp_path: Path) -> None:
     agent threads write events): the worker stays ready, never goes back to spawned and waits for a second ready
     line that never comes (it hung launches until their start deadline)."""
     cfg = config(tmp_path, [{"id": "web", "cells": 1, "worker": HTTP}])
-    provider = LocalProvider(cfg)
+    provider = WorkerProvider(cfg)
     placement = WorkerPlacement("web", 0, 0, "n0", (), 0.0, 0, 1)
     worker = WorkerInfo(placement=placement, kind="command", address="127.0.0.1", ports={}, env={})
     provider.table._workers[worker.worker_id] = worker

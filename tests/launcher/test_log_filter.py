@@ -1,6 +1,7 @@
-"""What reaches the launcher's console from a worker stream (launcher.log_filter), on lines as their sources write
-them: Python logging with the worker's format (runtime/worker.py), uvicorn's access log (SGLang's HTTP server),
-SGLang's own ``[timestamp TP0] message`` format (sglang/srt/utils/common.py configure_logger) and sglang-router's
+"""What reaches the launcher's console from a worker stream (launcher.console.log_filter), on lines as their sources
+write them: Python logging with the worker's format (runtime/worker.py), uvicorn's access log (SGLang's HTTP
+server), SGLang's own ``[timestamp TP0] message`` format (sglang/srt/utils/common.py configure_logger) and
+sglang-router's
 tracing lines."""
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ import pytest
 
 from actors.cpu_engine.model_source import load_builtin_model
 from actors.model_config import ModelConfig
-from launcher.log_filter import ConsoleLogFilter, record_level
+from launcher.console.log_filter import ConsoleLogFilter, record_level
 from tests.actors.conftest import free_port
 
 

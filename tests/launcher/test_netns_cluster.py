@@ -53,7 +53,7 @@ def write(
 
 
 def launcher_argv(cluster: NetnsCluster, config: Path) -> list[str]:
-    return [*cluster.exec_argv(), PYTHON, "-m", "launcher.cli", str(config)]
+    return [*cluster.exec_argv(), PYTHON, "-m", "launcher.console.cli", str(config)]
 
 
 def test_actors_on_two_hosts_call_across(netns_cluster: NetnsCluster, ssh_keys: SshKeys, tmp_path: Path) -> None:
@@ -183,7 +183,7 @@ def test_partition_stops_the_cut_off_host_and_is_reported(
                     cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()
                 except OSError:
                     continue
-                if "launcher.host_agent" in cmdline or "runtime.worker" in cmdline:
+                if "launcher.agent.host_agent" in cmdline or "runtime.worker" in cmdline:
                     out.append(pid)
             return out
 

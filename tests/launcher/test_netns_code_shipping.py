@@ -1,6 +1,6 @@
-"""Code shipping over SSH (launcher/code_shipping.py): a job and an actor class that exist only in the job's working
-dir, with a py_modules package beside it, run on two netns SSH hosts. As Ray's ``runtime_env={"working_dir": ...}``
-(ray/_private/runtime_env/packaging.py: a content-addressed zip, cached per node), the second launch of unchanged
+"""Code shipping over SSH (launcher/launch/code_shipping.py): a job and an actor class that exist only in the job's
+working dir, with a py_modules package beside it, run on two netns SSH hosts. As Ray's ``runtime_env={"working_dir":
+...}`` (ray/_private/runtime_env/packaging.py: a content-addressed zip, cached per node), the second launch of unchanged
 code sends nothing."""
 
 from __future__ import annotations
@@ -74,7 +74,7 @@ def write(tmp_path: Path, cluster: NetnsCluster, keys: SshKeys) -> Path:
 
 
 def launch(cluster: NetnsCluster, config: Path) -> subprocess.CompletedProcess[str]:
-    argv = [*cluster.exec_argv(), PYTHON, "-m", "launcher.cli", str(config)]
+    argv = [*cluster.exec_argv(), PYTHON, "-m", "launcher.console.cli", str(config)]
     return subprocess.run(argv, capture_output=True, text=True, timeout=180, env=subprocess_env(), cwd="/")
 
 

@@ -60,7 +60,7 @@ def demo_config(tmp_path: Path, cluster: NetnsCluster, keys: SshKeys) -> Path:
 
 def test_demo_job_on_two_hosts(netns_cluster: NetnsCluster, ssh_keys: SshKeys, tmp_path: Path) -> None:
     config = demo_config(tmp_path, netns_cluster, ssh_keys)
-    launch = [*netns_cluster.exec_argv(), PYTHON, "-m", "launcher.cli", str(config)]
+    launch = [*netns_cluster.exec_argv(), PYTHON, "-m", "launcher.console.cli", str(config)]
     env = subprocess_env(MILES_SHM="0")
     plan = subprocess.run([*launch, "--dry-run"], capture_output=True, text=True, timeout=180, env=env)  # imports torch
     assert plan.returncode == 0, plan.stderr[-3000:]

@@ -1,10 +1,11 @@
 """Launcher-placed CPU engines on both hosts of the two-namespace cluster, behind the controller's sglang-router.
 
 The engine pool is rendered by actors/inference/engine_pool.py (a command pool: the launcher knows nothing of
-SGLang); the controller (on h1) gets the pool's cells from the launcher's provider API (launcher/provider_service.py)
-instead of forking engines. kill -9 of the engine on h2 while requests flow through the router: the launcher reports
-the death, the controller asks it to restart the cell, the new engine runs on h2 again (new pid, new port) and is
-registered with the router, and requests keep succeeding through the router meanwhile (the engine on h1 serves).
+SGLang); the controller (on h1) gets the pool's cells from the launcher's provider API
+(launcher/launch/provider_service.py) instead of forking engines. kill -9 of the engine on h2 while requests flow
+through the router: the launcher reports the death, the controller asks it to restart the cell, the new engine runs on
+h2 again (new pid, new port) and is registered with the router, and requests keep succeeding through the router
+meanwhile (the engine on h1 serves).
 """
 
 from __future__ import annotations
@@ -78,7 +79,7 @@ def launch(cluster: NetnsCluster, keys: SshKeys, tmp_path: Path, entrypoint: str
     config = tmp_path / "hosts.toml"
     config.write_text(toml_text.dump(data))
     result = subprocess.run(
-        [*cluster.exec_argv(), PYTHON, "-m", "launcher.cli", str(config)],
+        [*cluster.exec_argv(), PYTHON, "-m", "launcher.console.cli", str(config)],
         capture_output=True, text=True, timeout=420, env=subprocess_env(MILES_SHM="0"),
     )  # fmt: skip
     assert result.returncode == 0, (result.stdout + result.stderr)[-6000:]
@@ -143,7 +144,7 @@ def test_demo_job_with_launcher_placed_engines_on_both_hosts(
 
     config, _ = demo_with_engine_pool(tmp_path, netns_cluster, ssh_keys)
     result = subprocess.run(
-        [*netns_cluster.exec_argv(), PYTHON, "-m", "launcher.cli", str(config), "--no-logs"],
+        [*netns_cluster.exec_argv(), PYTHON, "-m", "launcher.console.cli", str(config), "--no-logs"],
         capture_output=True, text=True, timeout=300, env=subprocess_env(MILES_SHM="0"),
     )  # fmt: skip
     output = result.stdout + result.stderr
@@ -178,7 +179,7 @@ def test_demo_over_refs_with_launcher_placed_engine_actors_across_hosts(
     config, engines = demo_with_engine_pool(tmp_path, netns_cluster, ssh_keys, as_actor=True, edit=refs_job)
     assert engines["worker"]["kind"] == "serve" and "--port" in engines["worker"]["kwargs"]["argv"]
     result = subprocess.run(
-        [*netns_cluster.exec_argv(), PYTHON, "-m", "launcher.cli", str(config), "--no-logs"],
+        [*netns_cluster.exec_argv(), PYTHON, "-m", "launcher.console.cli", str(config), "--no-logs"],
         capture_output=True, text=True, timeout=360, env=subprocess_env(MILES_SHM="0"),
     )  # fmt: skip
     output = result.stdout + result.stderr

@@ -2,9 +2,9 @@
 there when it dies, and a lost host whose engines the controller drops while it keeps serving with the rest.
 
 Engines: a CPU engine pool SPREAD over h1 and h2 (actors/inference/engine_pool.py); the controller on h1 finds its
-engines, and its router, through the launcher's provider API (launcher/provider_service.py). Its hosts.toml names
+engines, and its router, through the launcher's provider API (launcher/launch/provider_service.py). Its hosts.toml names
 no router pool: the controller pool's expander (actors/inference/router_table.py, found by
-launcher/pool_expanders.py) adds one on the built-in host "launcher", the switch namespace miles-launch runs in.
+launcher/config/pool_expanders.py) adds one on the built-in host "launcher", the switch namespace miles-launch runs in.
 Requests flow through the router all along. (An explicit router pool: tests/launcher/test_cluster_examples.py.)
 """
 

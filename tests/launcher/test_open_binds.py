@@ -19,12 +19,12 @@ from launch_helpers import PYTHON, local_host, ssh_host, subprocess_env, write_h
 from sshd_fixture import Sshd, SshKeys
 
 import runtime
+from launcher.config.hosts_config import check_open_binds, load_config
+from launcher.config.placement import plan_placement
+from launcher.config.specs import PoolSpec, ServeWorkerSpec
 from launcher.errors import ConfigError
-from launcher.hosts_config import check_open_binds, load_config
-from launcher.placement import plan_placement
-from launcher.specs import PoolSpec, ServeWorkerSpec
-from launcher.ssh_provider import SSHProvider
-from launcher.worker_command import bind_address, build_spawn
+from launcher.launch.worker_command import bind_address, build_spawn
+from launcher.launch.worker_provider import WorkerProvider
 
 COUNTER = {"kind": "serve", "actor_class": "launch_actors:Counter", "kwargs": {"start": 10}}
 OPT_IN = "allow_open_binds_without_curve"
@@ -38,7 +38,7 @@ def remote(name: str, port: int = 22) -> dict[str, Any]:
 
 def cli(*args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [PYTHON, "-m", "launcher.cli", *args], capture_output=True, text=True, timeout=60, env=subprocess_env()
+        [PYTHON, "-m", "launcher.console.cli", *args], capture_output=True, text=True, timeout=60, env=subprocess_env()
     )
 
 
@@ -155,7 +155,7 @@ def test_ssh_launch_with_the_opt_in_listens_on_every_interface(
 ) -> None:
     hosts = [ssh_host("a", "127.0.0.1", loopback_sshd.port, ssh_keys, tmp_path / "a")]
     path = write_hosts_toml(tmp_path, hosts, [{"id": "c", "worker": COUNTER}], curve=False, **{OPT_IN: True})
-    with SSHProvider(load_config(path)) as provider:
+    with WorkerProvider(load_config(path)) as provider:
         provider.start_all(deadline_s=60)
         (handle,) = provider.handles("c")
         port = int(handle.endpoint.rsplit(":", 1)[1])

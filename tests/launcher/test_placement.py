@@ -6,10 +6,10 @@ from typing import Any
 
 import pytest
 
+from launcher.config.hosts_config import HostConfig
+from launcher.config.placement import Inventory, plan_placement
+from launcher.config.specs import PoolSpec
 from launcher.errors import PlacementError
-from launcher.hosts_config import HostConfig
-from launcher.placement import Inventory, plan_placement
-from launcher.specs import PoolSpec
 
 
 def hosts(*gpus: int | tuple[int, ...]) -> list[HostConfig]:

@@ -1,5 +1,5 @@
-"""Pool expanders (launcher/pool_expanders.py) and the built-in host "launcher", with expanders registered the way a
-package registers them: a distribution on sys.path whose entry_points.txt names them (importlib.metadata finds it,
+"""Pool expanders (launcher/config/pool_expanders.py) and the built-in host "launcher", with expanders registered the
+way a package registers them: a distribution on sys.path whose entry_points.txt names them (importlib.metadata finds it,
 as it finds pyproject.toml's entry points once `pip install -e .` ran). Errors name the pool, the expander and a fix.
 """
 
@@ -14,10 +14,10 @@ import pytest
 import toml_text
 from launch_helpers import subprocess_env
 
+from launcher.config.hosts_config import ClusterConfig, load_config
+from launcher.config.placement import plan_placement
+from launcher.config.pool_expanders import ENTRY_POINT_GROUP, LAUNCHER_HOST
 from launcher.errors import ConfigError
-from launcher.hosts_config import ClusterConfig, load_config
-from launcher.placement import plan_placement
-from launcher.pool_expanders import ENTRY_POINT_GROUP, LAUNCHER_HOST
 
 EXPANDERS = '''
 def with_sidecar(pool):
@@ -104,7 +104,8 @@ def test_an_expander_rewrites_its_pool_and_adds_a_companion_on_the_built_in_laun
         "class Sidecar:\n    def __init__(self, *, mode: str, sidecar: str) -> None:\n        pass\n"
     )  # its kwargs after the expander: `sidecar` was added, and the check sees it
     dry = subprocess.run(
-        [sys.executable, "-m", "launcher.cli", str(path), "--dry-run"], capture_output=True, text=True, timeout=60,
+        [sys.executable, "-m", "launcher.console.cli", str(path), "--dry-run"], capture_output=True, text=True,
+        timeout=60,
         env=subprocess_env(PYTHONPATH=str(expanders)),
     )  # fmt: skip
     assert dry.returncode == 0, dry.stderr

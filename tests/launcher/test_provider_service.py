@@ -1,5 +1,5 @@
-"""The provider API (launcher/provider_service.py) served by a real LocalProvider: cells of real command workers are
-listed, a kill -9 shows up as a death report and a dead cell, restart/stop/start act on the host, wrong pools and
+"""The provider API (launcher/launch/provider_service.py) served by a real WorkerProvider: cells of real command workers
+are listed, a kill -9 shows up as a death report and a dead cell, restart/stop/start act on the host, wrong pools and
 cells are refused with errors naming them, and a peer without the launch's CURVE keys is refused (nothing it asked
 for happens)."""
 
@@ -13,11 +13,11 @@ from pathlib import Path
 import pytest
 from launch_helpers import local_host, wait_for, write_hosts_toml
 
-from launcher.hosts_config import load_config
-from launcher.local_provider import LocalProvider
-from launcher.provider_service import ProviderApiError, ProviderClient, address_for
+from launcher.config.hosts_config import load_config
+from launcher.launch.provider_service import ProviderApiError, ProviderClient, address_for
+from launcher.launch.worker_provider import WorkerProvider
 from runtime import RemoteError
-from runtime.errors import CallRejected
+from runtime.core.errors import CallRejected
 from transport import security
 
 SERVER = {
@@ -29,18 +29,18 @@ SERVER = {
 
 
 @pytest.fixture
-def provider(tmp_path: Path) -> Iterator[LocalProvider]:
+def provider(tmp_path: Path) -> Iterator[WorkerProvider]:
     path = write_hosts_toml(tmp_path, [local_host("n0", tmp_path / "n0")], [{"id": "w", "cells": 2, "worker": SERVER}])
-    with LocalProvider(load_config(path)) as provider:
+    with WorkerProvider(load_config(path)) as provider:
         provider.start_all(deadline_s=60)
         yield provider
 
 
-def client_of(provider: LocalProvider, curve_dir: object) -> ProviderClient:
+def client_of(provider: WorkerProvider, curve_dir: object) -> ProviderClient:
     return ProviderClient(address_for(provider.services, None), curve_dir=curve_dir, deadline_s=5)  # type: ignore[arg-type]
 
 
-def test_cells_deaths_restart_stop_start(provider: LocalProvider) -> None:
+def test_cells_deaths_restart_stop_start(provider: WorkerProvider) -> None:
     api = client_of(provider, provider.curve_dir)
     assert api.call("pools") == ["w"]
     cells = api.call("cells", "w")
@@ -72,7 +72,7 @@ def test_cells_deaths_restart_stop_start(provider: LocalProvider) -> None:
         api.call("start_cells", "w", [0], deadline_s=30)
 
 
-def test_unknown_pools_and_cells_are_named(provider: LocalProvider) -> None:
+def test_unknown_pools_and_cells_are_named(provider: WorkerProvider) -> None:
     api = client_of(provider, provider.curve_dir)
     with pytest.raises(RemoteError, match=r"no pool 'nope'.*its pools are \['w'\]"):
         api.call("cells", "nope")
@@ -82,7 +82,7 @@ def test_unknown_pools_and_cells_are_named(provider: LocalProvider) -> None:
         api.call("restart_cell", "w", -1, deadline_s=10)
 
 
-def test_peers_without_the_launch_keys_are_refused(provider: LocalProvider, tmp_path: Path) -> None:
+def test_peers_without_the_launch_keys_are_refused(provider: WorkerProvider, tmp_path: Path) -> None:
     assert provider.curve_dir is not None, "CURVE is on by default"
     before = {w.worker_id: w.pid for w in provider.worker_infos("w")}
     other = security.generate_cluster_keys(tmp_path / "other-cluster").directory

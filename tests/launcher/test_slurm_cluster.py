@@ -53,7 +53,7 @@ def counter_config(tmp_path: Path, job: str, *, gpus: float = 1, **job_args: Any
 
 
 def launch_argv(config: Path, *flags: str) -> list[str]:
-    return [PYTHON, "-m", "launcher.cli", str(config), *flags]
+    return [PYTHON, "-m", "launcher.console.cli", str(config), *flags]
 
 
 def tagged(output: str, tag: str) -> Any:
@@ -64,7 +64,7 @@ def test_in_allocation_gpu_ids_restart_targets_and_lost_host(slurm_cluster: Slur
     config = counter_config(tmp_path, "slurm_jobs:placement_restart_lost")
     marker = tmp_path / "marker.json"
     salloc = [*slurm_cluster.exec_argv(), "salloc", "-N2", "--gres=gpu:2", "--time=5"]
-    logs = [PYTHON, "-m", "launcher.cli", "logs", str(config), "c-1-1", "-n", "3"]  # read on node2, through srun
+    logs = [PYTHON, "-m", "launcher.console.cli", "logs", str(config), "c-1-1", "-n", "3"]  # on node2, through srun
     script = f"{' '.join(launch_argv(config, '--dry-run'))} && {' '.join(launch_argv(config))}; code=$?; "
     script += f"echo LOGS; {' '.join(logs)}; exit $code"
     launcher = subprocess.Popen([*salloc, "bash", "-c", script], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
@@ -73,7 +73,8 @@ def test_in_allocation_gpu_ids_restart_targets_and_lost_host(slurm_cluster: Slur
         wait_for("the job to reach its lost-host phase", marker.exists, timeout_s=90)
 
         def node2_agent() -> list[int]:
-            return [pid for pid, cmd in slurm_cluster.stray_pids()["node2"].items() if "launcher.host_agent" in cmd]
+            agents = slurm_cluster.stray_pids()["node2"].items()
+            return [pid for pid, cmd in agents if "launcher.agent.host_agent" in cmd]
 
         (agent,) = node2_agent()
         psutil.Process(agent).kill()
@@ -165,16 +166,18 @@ def test_cancelled_mid_run_by_ctrl_c_or_down_leaves_no_process(slurm_cluster: Sl
             workers = json.loads(marker.read_text())["workers"]
             assert sorted(w["host"] for w in workers.values()) == ["node1", "node1", "node2", "node2"]
             on_nodes = slurm_cluster.stray_pids()
-            assert all(any("runtime.worker" in c or "zygote" in c for c in on_nodes[n].values()) for n in NODES)
+            assert all(any("runtime.worker" in c or "zygote" in c for c in on_nodes[n].values())
+                       for n in NODES)  # fmt: skip
             if how == "ctrl-c":
-                status = subprocess.run([*slurm_cluster.exec_argv(), PYTHON, "-m", "launcher.cli", "status",
+                status = subprocess.run([*slurm_cluster.exec_argv(), PYTHON, "-m", "launcher.console.cli", "status",
                                          str(config)], capture_output=True, text=True, timeout=60,
                                         env=slurm_cluster.env())  # fmt: skip
                 assert status.returncode == 0 and re.match(r"Slurm job \d+: RUNNING", status.stdout), status
                 submitter.send_signal(signal.SIGINT)
             else:
-                down = subprocess.run([*slurm_cluster.exec_argv(), PYTHON, "-m", "launcher.cli", "down", str(config)],
-                                      capture_output=True, text=True, timeout=150, env=slurm_cluster.env())  # fmt: skip
+                down = subprocess.run([*slurm_cluster.exec_argv(), PYTHON, "-m", "launcher.console.cli", "down",
+                                       str(config)], capture_output=True, text=True, timeout=150,
+                                      env=slurm_cluster.env())  # fmt: skip
                 assert down.returncode == 0 and "cancelled (CANCELLED)" in down.stderr, down.stderr
             out, _ = submitter.communicate(timeout=150)
         finally:

@@ -14,12 +14,12 @@ import pytest
 import toml_text
 from launch_helpers import PYTHON
 
-from launcher.cli import main
+from launcher.config.hosts_config import load_config
+from launcher.console.cli import main
+from launcher.console.slurm_launch import batch_script, plan
 from launcher.errors import ConfigError, PlacementError
-from launcher.hosts_config import load_config
-from launcher.slurm_allocation import Allocation, SlurmNode, current_allocation, node_gpus, planned_allocation
-from launcher.slurm_commands import SlurmError
-from launcher.slurm_launch import batch_script, plan
+from launcher.hosts.slurm_allocation import Allocation, SlurmNode, current_allocation, node_gpus, planned_allocation
+from launcher.hosts.slurm_commands import SlurmError
 
 JOB = """JobId=7 JobName=interactive
    NumNodes=3 NumCPUs=3 NumTasks=3 CPUs/Task=1 ReqB:S:C:T=0:0:*:*
@@ -165,7 +165,7 @@ def test_sbatch_script_from_the_cluster_table(tmp_path: Path) -> None:
         f"#SBATCH --output={tmp_path / 'run' / 'slurm-%j.out'}", "#SBATCH --gres=gpu:2", "#SBATCH --partition=gpu",
         "#SBATCH --account=proj", "#SBATCH --qos=high",
     ]  # fmt: skip
-    assert lines[-1] == f"exec /opt/venv/bin/python -m launcher.cli run {path} --no-curve"
+    assert lines[-1] == f"exec /opt/venv/bin/python -m launcher.console.cli run {path} --no-curve"
 
 
 def test_cli_outside_an_allocation_and_submit_without_cluster(

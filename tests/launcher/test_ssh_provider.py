@@ -1,4 +1,4 @@
-"""SSHProvider against a real sshd on 127.0.0.1: agents over SSH, clear errors, deaths, kill -9 of the launcher."""
+"""WorkerProvider against a real sshd on 127.0.0.1: agents over SSH, clear errors, deaths, kill -9 of the launcher."""
 
 from __future__ import annotations
 
@@ -13,9 +13,9 @@ import pytest
 from launch_helpers import PYTHON, launch_until_job_runs, ssh_host, subprocess_env, write_hosts_toml
 from sshd_fixture import Sshd, SshKeys, free_port
 
+from launcher.config.hosts_config import parse_config
 from launcher.errors import HostAuthError, HostCheckError, HostUnreachable, WorkerStartError
-from launcher.hosts_config import parse_config
-from launcher.ssh_provider import SSHProvider
+from launcher.launch.worker_provider import WorkerProvider
 
 COUNTER = {"kind": "serve", "actor_class": "launch_actors:Counter", "kwargs": {"start": 1}}
 
@@ -45,7 +45,7 @@ def test_serve_actors_on_two_ssh_hosts(loopback_sshd: Sshd, ssh_keys: SshKeys, t
     lines: list[str] = []
     steps: list[str] = []
     config = load(path)
-    with SSHProvider(config, log_sink=lambda _s, text: lines.append(text), progress=steps.append) as provider:
+    with WorkerProvider(config, log_sink=lambda _s, text: lines.append(text), progress=steps.append) as provider:
         provider.start_all(deadline_s=60)
         assert provider.services.reach_back == {"a": "127.0.0.1", "b": "127.0.0.1"}  # where hosts reach the launcher
         for host in ("a", "b"):  # per-host progress with timings: SSH, then the agent with the host's versions
@@ -77,7 +77,7 @@ def test_worker_death_over_ssh_is_reported(loopback_sshd: Sshd, ssh_keys: SshKey
         two_hosts(loopback_sshd, ssh_keys, tmp_path),
         [{"id": "c", "cells": 2, "strategy": "SPREAD", "worker": COUNTER}],
     )
-    with SSHProvider(load(path)) as provider:
+    with WorkerProvider(load(path)) as provider:
         provider.start_all(deadline_s=60)
         provider.handles("c")[1].crash(9)
         deadline = time.monotonic() + 10
@@ -91,7 +91,7 @@ def test_bad_key_gives_clear_error_fast(loopback_sshd: Sshd, ssh_keys: SshKeys, 
     host = ssh_host("a", "127.0.0.1", loopback_sshd.port, ssh_keys, tmp_path / "a")
     host["ssh"]["key_file"] = str(ssh_keys.bad_client_key)
     started = time.monotonic()
-    with SSHProvider(load(write_hosts_toml(tmp_path, [host], [{"id": "c", "worker": COUNTER}]))) as provider:
+    with WorkerProvider(load(write_hosts_toml(tmp_path, [host], [{"id": "c", "worker": COUNTER}]))) as provider:
         with pytest.raises(HostAuthError) as info:
             provider.connect()
     assert time.monotonic() - started < 5
@@ -102,7 +102,7 @@ def test_bad_key_gives_clear_error_fast(loopback_sshd: Sshd, ssh_keys: SshKeys, 
 def test_missing_key_file(loopback_sshd: Sshd, ssh_keys: SshKeys, tmp_path: Path) -> None:
     host = ssh_host("a", "127.0.0.1", loopback_sshd.port, ssh_keys, tmp_path / "a")
     host["ssh"]["key_file"] = str(tmp_path / "nope")
-    with SSHProvider(load(write_hosts_toml(tmp_path, [host], [{"id": "c", "worker": COUNTER}]))) as provider:
+    with WorkerProvider(load(write_hosts_toml(tmp_path, [host], [{"id": "c", "worker": COUNTER}]))) as provider:
         with pytest.raises(HostAuthError, match="does not exist"):
             provider.connect()
 
@@ -110,7 +110,7 @@ def test_missing_key_file(loopback_sshd: Sshd, ssh_keys: SshKeys, tmp_path: Path
 def test_refused_port_gives_clear_error_fast(ssh_keys: SshKeys, tmp_path: Path) -> None:
     host = ssh_host("a", "127.0.0.1", free_port(), ssh_keys, tmp_path / "a")
     started = time.monotonic()
-    with SSHProvider(load(write_hosts_toml(tmp_path, [host], [{"id": "c", "worker": COUNTER}]))) as provider:
+    with WorkerProvider(load(write_hosts_toml(tmp_path, [host], [{"id": "c", "worker": COUNTER}]))) as provider:
         with pytest.raises(HostUnreachable, match=r"host 'a' \(root@127.0.0.1:\d+\): cannot connect"):
             provider.connect()
     assert time.monotonic() - started < 5
@@ -130,7 +130,7 @@ def test_host_python_and_package_are_checked(
         pytest.skip("no system python3")
     host = ssh_host("a", "127.0.0.1", loopback_sshd.port, ssh_keys, tmp_path / "a", python=python)
     host["env"] = {}  # no PYTHONPATH: the system python must not see the package
-    with SSHProvider(load(write_hosts_toml(tmp_path, [host], [{"id": "c", "worker": COUNTER}]))) as provider:
+    with WorkerProvider(load(write_hosts_toml(tmp_path, [host], [{"id": "c", "worker": COUNTER}]))) as provider:
         with pytest.raises(HostCheckError, match=expected) as info:
             provider.connect()
     assert "host 'a'" in str(info.value)
@@ -149,7 +149,7 @@ def test_start_failure_over_ssh_cleans_up(loopback_sshd: Sshd, ssh_keys: SshKeys
         two_hosts(loopback_sshd, ssh_keys, tmp_path),
         [{"id": "ok", "worker": COUNTER}, {"id": "bad", "hosts": ["b"], "worker": bad}],
     )
-    with SSHProvider(load(path)) as provider, pytest.raises(WorkerStartError) as info:
+    with WorkerProvider(load(path)) as provider, pytest.raises(WorkerStartError) as info:
         provider.start_all(deadline_s=60)
     assert "bad-0-0 (host=b" in str(info.value) and "boom" in str(info.value)
     assert wait_no_sessions(loopback_sshd) == []
@@ -162,7 +162,8 @@ def test_kill9_of_launcher_leaves_nothing_over_ssh(loopback_sshd: Sshd, ssh_keys
         [{"id": "c", "cells": 4, "strategy": "SPREAD", "worker": COUNTER}],
         job="launch_jobs:wait_forever",
     )
-    launcher = launch_until_job_runs([PYTHON, "-m", "launcher.cli", str(path), "--no-logs"], tmp_path / "marker.json")
+    launcher = launch_until_job_runs([PYTHON, "-m", "launcher.console.cli", str(path), "--no-logs"],
+                                     tmp_path / "marker.json")  # fmt: skip
     assert len(loopback_sshd.session_processes("runtime.worker")) == 4
     launcher.send_signal(signal.SIGKILL)
     launcher.wait(timeout=5)
@@ -176,10 +177,11 @@ def test_status_and_down_over_ssh(loopback_sshd: Sshd, ssh_keys: SshKeys, tmp_pa
         [{"id": "c", "cells": 2, "strategy": "SPREAD", "worker": COUNTER}],
         job="launch_jobs:wait_forever",
     )
-    launcher = launch_until_job_runs([PYTHON, "-m", "launcher.cli", str(path), "--no-logs"], tmp_path / "marker.json")
+    launcher = launch_until_job_runs([PYTHON, "-m", "launcher.console.cli", str(path), "--no-logs"],
+                                     tmp_path / "marker.json")  # fmt: skip
     try:
         status = subprocess.run(
-            [PYTHON, "-m", "launcher.cli", "status", str(path)],
+            [PYTHON, "-m", "launcher.console.cli", "status", str(path)],
             capture_output=True,
             text=True,
             env=subprocess_env(),
@@ -189,7 +191,7 @@ def test_status_and_down_over_ssh(loopback_sshd: Sshd, ssh_keys: SshKeys, tmp_pa
         rows = [line.split()[:6] for line in status.stdout.splitlines()[2:]]
         assert [(r[0], r[3], r[5]) for r in rows] == [("a", "c-0-0", "attached"), ("b", "c-1-0", "attached")]
         logs = subprocess.run(  # read over SSH from host b
-            [PYTHON, "-m", "launcher.cli", "logs", str(path), "c-1"],
+            [PYTHON, "-m", "launcher.console.cli", "logs", str(path), "c-1"],
             capture_output=True,
             text=True,
             env=subprocess_env(),
@@ -201,13 +203,13 @@ def test_status_and_down_over_ssh(loopback_sshd: Sshd, ssh_keys: SshKeys, tmp_pa
         launcher.kill()
         launcher.wait(timeout=10)
         raise
-    agents = loopback_sshd.session_processes("launcher.host_agent")
+    agents = loopback_sshd.session_processes("launcher.agent.host_agent")
     for agent in agents:  # agents that cannot clean up: `down` must reach the workers over SSH itself
         agent.suspend()
     launcher.kill()
     launcher.wait(timeout=10)
     down = subprocess.run(
-        [PYTHON, "-m", "launcher.cli", "down", str(path)],
+        [PYTHON, "-m", "launcher.console.cli", "down", str(path)],
         capture_output=True,
         text=True,
         env=subprocess_env(),

@@ -16,7 +16,7 @@ def test_ctrl_c_ends_the_launcher_even_with_a_thread_the_job_left(tmp_path: Path
     config = write_hosts_toml(tmp_path, [local_host("n0", tmp_path / "n0")],
                               [{"id": "c", "worker": {"kind": "serve", "actor_class": "launch_actors:Counter"}}],
                               job="launch_jobs:leave_a_thread")  # fmt: skip
-    launcher = launch_until_job_runs([PYTHON, "-m", "launcher.cli", str(config)], tmp_path / "marker.json")
+    launcher = launch_until_job_runs([PYTHON, "-m", "launcher.console.cli", str(config)], tmp_path / "marker.json")
     try:
         launcher.send_signal(signal.SIGINT)
         _, err = launcher.communicate(timeout=60)

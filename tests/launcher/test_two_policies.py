@@ -20,7 +20,7 @@ from launch_helpers import result_line, run_local_example
 
 from actors.inference.engine_pool import engine_pool
 from actors.sglang_config import SGLangConfig
-from launcher.hosts_config import load_config
+from launcher.config.hosts_config import load_config
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLES = ROOT / "examples"
@@ -29,7 +29,7 @@ ROW = re.compile(r"(?m)^\s+((?:trainer|engines|inference|rollout)-[ab](?:-router
 
 def test_each_policy_gets_its_own_gpus_engines_router_and_controller_in_the_plan() -> None:
     result = subprocess.run(
-        [sys.executable, "-m", "launcher.cli", str(EXAMPLES / "two-policies.toml"), "--dry-run"],
+        [sys.executable, "-m", "launcher.console.cli", str(EXAMPLES / "two-policies.toml"), "--dry-run"],
         capture_output=True, text=True, timeout=180, cwd=ROOT,  # imports the actor classes: torch, megatron
     )  # fmt: skip
     assert result.returncode == 0, result.stderr

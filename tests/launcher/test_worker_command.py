@@ -6,11 +6,11 @@ from pathlib import Path
 
 import pytest
 
-from launcher import agent_protocol as proto
-from launcher.hosts_config import HostConfig
-from launcher.placement import plan_placement
-from launcher.specs import CommandWorkerSpec, PoolSpec, ServeWorkerSpec
-from launcher.worker_command import build_spawn, port_counts
+from launcher.agent import agent_protocol as proto
+from launcher.config.hosts_config import HostConfig
+from launcher.config.placement import plan_placement
+from launcher.config.specs import CommandWorkerSpec, PoolSpec, ServeWorkerSpec
+from launcher.launch.worker_command import build_spawn, port_counts
 
 
 def _setup(spec: ServeWorkerSpec | CommandWorkerSpec, provider: str = "ssh") -> tuple[HostConfig, object]:
@@ -125,7 +125,7 @@ def test_the_name_service_is_named_for_every_worker_and_wins_over_any_env() -> N
 def test_every_worker_gets_the_launchers_session_secret_which_no_repr_prints(monkeypatch: pytest.MonkeyPatch) -> None:
     """Pickled values travel between the processes of one launch (transport.sealed_pickle): its workers share the
     launcher's secret, even over a host's or a pool's env, and a WorkerInfo printed in a log does not show it."""
-    from launcher.cells import WorkerInfo
+    from launcher.launch.cells import WorkerInfo
     from transport.session_secret import SECRET_ENV
 
     monkeypatch.setenv(SECRET_ENV, "ab" * 32)

@@ -1,8 +1,10 @@
-"""The host agent's fork server (runtime/fork_server.py, launcher/zygote_client.py) with real agents, workers and calls.
+"""The host agent's fork server (runtime/processes/fork_server.py, launcher/agent/zygote_client.py) with real agents,
+workers and calls.
 
-A worker forked by the zygote must be indistinguishable from one ``subprocess.Popen`` started (runtime/worker.py run
-as ``python -m``): it answers calls, sees the request's environment, cwd and ``sys.path``, has its own boot id and
-random streams, its exit code or signal reaches the agent, and it dies with the agent.
+A worker forked by the zygote must be indistinguishable from one ``subprocess.Popen`` started
+(runtime/worker.py run as ``python -m``): it answers calls, sees the request's environment, cwd and
+``sys.path``, has its own boot id and random streams, its exit code or signal reaches the agent, and it dies with the
+agent.
 """
 
 from __future__ import annotations
@@ -23,10 +25,10 @@ from test_host_agent import AgentProc
 from test_host_agent import _gone as gone_within
 
 import runtime
-from launcher import agent_protocol as proto
-from runtime import fork_server as zygote
+from launcher.agent import agent_protocol as proto
 from runtime import internals
-from runtime.control_auth import SpawnTicket
+from runtime.core.control_auth import SpawnTicket
+from runtime.processes import fork_server as zygote
 
 
 @pytest.fixture
@@ -37,7 +39,8 @@ def agent(tmp_path: Path) -> Iterator[AgentProc]:
 
 
 def spawn_worker(agent: AgentProc, wid: str, *, env: dict[str, str] | None = None, **fields: Any) -> dict[str, Any]:
-    """Spawn ``python -m runtime.worker`` through the agent; its spawned event plus ``ticket``, ``ready`` line."""
+    """Spawn ``python -m runtime.worker`` through the agent; its spawned event plus ``ticket``, ``ready``
+    line."""
     ticket = SpawnTicket.new()
     agent.send(
         proto.OP_SPAWN,
@@ -73,7 +76,7 @@ def zygote_pids(agent: AgentProc) -> list[int]:
     found = []
     for child in psutil.Process(agent.proc.pid).children():
         with contextlib.suppress(psutil.NoSuchProcess):  # a worker that just exited
-            if child.pid not in workers and "runtime.fork_server" in " ".join(child.cmdline()):
+            if child.pid not in workers and "runtime.processes.fork_server" in " ".join(child.cmdline()):
                 found.append(child.pid)
     return found
 
@@ -103,7 +106,7 @@ def test_forked_worker_answers_calls_with_the_requested_env_cwd_and_sys_path(age
 
 
 def proto_marker() -> str:
-    from launcher.child_supervisor import PROC_MARKER
+    from launcher.agent.child_supervisor import PROC_MARKER
 
     return PROC_MARKER
 
@@ -236,7 +239,8 @@ def test_import_time_rules(tmp_path: Path) -> None:
     # In an interpreter that loaded what the zygote loads, its own path shadows nothing (this test process holds
     # modules of every other test, some made up at run time, so it is asked in a fresh one).
     check = (
-        "import sys, runtime.worker; from runtime import fork_server as zygote; print(zygote.shadowed_module(sys.path))"
+        "import sys, runtime.worker; from runtime.processes import fork_server as zygote; "
+        "print(zygote.shadowed_module(sys.path))"
     )
     fresh = subprocess.run([sys.executable, "-c", check], capture_output=True, text=True, timeout=60, check=True)
     assert fresh.stdout.strip() == "None", fresh.stdout + fresh.stderr

@@ -8,7 +8,7 @@ import os
 import random
 import sys
 
-from runtime import call_ids
+from runtime.core import call_ids
 
 
 class Inspector:

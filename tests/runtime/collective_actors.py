@@ -10,8 +10,8 @@ import torch.distributed as dist
 
 import runtime
 from runtime import collective
-from runtime.tensor_refs import TensorRef
-from runtime.tensor_store import store
+from runtime.tensors.tensor_refs import TensorRef
+from runtime.tensors.tensor_store import store
 
 
 def seeded(seed: int, shapes: dict[str, list[int]], dtype: str = "float32") -> dict[str, torch.Tensor]:

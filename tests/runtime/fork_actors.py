@@ -6,8 +6,9 @@ import os
 import signal
 import subprocess
 
-from runtime import driver_fork, spawn
-from runtime.fork_client import ForkedWorker
+from runtime import spawn
+from runtime.processes import driver_fork
+from runtime.processes.fork_client import ForkedWorker
 
 
 class Probe:

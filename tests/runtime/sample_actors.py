@@ -196,7 +196,7 @@ class Producer:
         return put({"data": np.arange(size, dtype=np.int64), "size": size})
 
     def held(self) -> int:
-        from runtime.object_store import store
+        from runtime.objects.object_store import store
 
         return len(store)
 

@@ -17,17 +17,8 @@ import torch
 from sample_actors import Color, Counter, Point
 from waiting import wait_until
 
-from runtime import (
-    ActorGroup,
-    ActorHandle,
-    DeadlineExceeded,
-    RemoteError,
-    connection,
-    gather,
-    get_actor,
-    spawn,
-    spawn_many,
-)
+from runtime import ActorGroup, ActorHandle, DeadlineExceeded, RemoteError, gather, get_actor, spawn, spawn_many
+from runtime.caller import connection
 from transport import local_twin, shared_memory
 from transport.endpoints import ZmqEndpoint
 
@@ -145,7 +136,7 @@ def test_each_kind_of_method_runs_on_its_own_thread(counter: ActorHandle) -> Non
     for kind, call in calls:
         names[kind].add(call.result(10))
     assert names["sync"] == {"lane-default-0"}
-    assert names["async"] == {"group-loop-default"}  # the default group's own event loop (runtime.group_loops)
+    assert names["async"] == {"group-loop-default"}  # the default group's own event loop (runtime.actor.group_loops)
     assert names["control"] == {"MainThread"}  # the main loop: the control lane and the socket reader
 
 
@@ -259,7 +250,7 @@ def test_a_callback_that_raises_is_logged_and_later_callbacks_still_run(
         raise SystemExit(3)
 
     seen: list[str] = []
-    with caplog.at_level(logging.ERROR, logger="runtime.call_future"):
+    with caplog.at_level(logging.ERROR, logger="runtime.caller.call_future"):
         # Not done when the callbacks are added, and nobody waits: the loop reads the replies, the callback thread
         # runs the callbacks.
         counter.sleep(0.1).future.add_done_callback(leave)

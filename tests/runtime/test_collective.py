@@ -20,7 +20,7 @@ from collective_actors import seeded
 
 from runtime import ActorHandle, RemoteError, spawn_many
 from runtime.collective import CollectiveError, create_group, destroy_group
-from runtime.tensor_refs import TensorRef
+from runtime.tensors.tensor_refs import TensorRef
 
 SHAPES = {"layer.weight": [64, 32], "layer.bias": [64], "embed": [100, 16]}
 BIG = {**SHAPES, "big": [512, 512]}  # 1 MiB more
@@ -151,7 +151,7 @@ def test_owner_death_during_a_transfer_fails_the_receiver_with_actor_died() -> N
         os.kill(owner.pid, signal.SIGKILL)
         with pytest.raises(RemoteError, match=r"dies-0 \(rank 0\) died during the transfer") as raised:
             pulling.result(20)
-        assert raised.value.remote_type == "runtime.errors.ActorDied"  # what the receiver's ref.get raised
+        assert raised.value.remote_type == "runtime.core.errors.ActorDied"  # what the receiver's ref.get raised
         assert time.monotonic() - started < 10
     finally:
         owner.kill()
@@ -173,7 +173,7 @@ def test_receiver_death_during_a_transfer_fails_the_owner_with_actor_died() -> N
         # the failed send or the member watch, whichever sees it first: both name the receiver
         with pytest.raises(RemoteError, match=r"reader-1 \(rank 1\).* died (during the transfer|while)") as raised:
             waiting.result(20)
-        assert raised.value.remote_type == "runtime.errors.ActorDied"  # what the owner's wait_freed raised
+        assert raised.value.remote_type == "runtime.core.errors.ActorDied"  # what the owner's wait_freed raised
         assert time.monotonic() - started < 10
     finally:
         owner.kill()
@@ -196,7 +196,7 @@ def test_a_reader_that_dies_before_freeing_fails_the_owners_wait_freed_at_once()
             RemoteError, match=pattern + r" still waited for 1 reader\(s\) \(it had pulled the ref\)"
         ) as raised:
             waiting.result(20)
-        assert raised.value.remote_type == "runtime.errors.ActorDied"  # what the owner's wait_freed raised
+        assert raised.value.remote_type == "runtime.core.errors.ActorDied"  # what the owner's wait_freed raised
         assert time.monotonic() - started < 15  # not its 60 s timeout
         assert owner.ref_info(ref).result(10) == {"readers_left": 1, "sends": 1}  # the ref is still held
     finally:

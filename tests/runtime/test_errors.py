@@ -44,7 +44,7 @@ def test_wrong_argument_type_names_the_argument(counter: ActorHandle) -> None:
 
 
 def test_a_remote_exception_keeps_attributes_that_have_no_wire_type(counter: ActorHandle) -> None:
-    """The error state carries the exception's attributes (runtime.outcome); one with no wire type of its own (an
+    """The error state carries the exception's attributes (runtime.core.outcome); one with no wire type of its own (an
     argparse.Namespace) travels as a sealed pickle, and one that cannot be pickled leaves the error as it was."""
     with pytest.raises(HttpError) as info:
         counter.http_fail(429).result(10)

@@ -22,7 +22,7 @@ import pytest
 from raw_client import RawClient
 
 from runtime import ActorHandle, ActorRestarted, spawn
-from runtime.call_ids import made_at_ms, new_call_id
+from runtime.core.call_ids import made_at_ms, new_call_id
 from runtime.internals import StoreLimits
 from transport import frames as wire
 from transport.protocol import Kind
@@ -109,7 +109,7 @@ def test_ids_outside_the_window_are_refused_and_never_run(counter: ActorHandle) 
         for call_id, why in [
             (_id_made_at(now - 545), r"stale call id: made 545"),
             (_id_made_at(now + 120), r"made 120\.\d s in the future"),
-            (b"12345678", r"a call id is 16 bytes made by runtime.call_ids .* got 8 bytes"),
+            (b"12345678", r"a call id is 16 bytes made by runtime.core.call_ids .* got 8 bytes"),
         ]:
             _, frames = raw.submit_frames("add", 100, call_id=call_id)
             raw.send(frames)

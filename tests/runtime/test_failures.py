@@ -14,8 +14,8 @@ from raw_client import RawClient
 from waiting import wait_until
 
 from runtime import ActorDied, ActorHandle, OverCapacity, spawn
-from runtime.call_ids import new_call_id
-from runtime.client import ClientRuntime
+from runtime.caller.client import ClientRuntime
+from runtime.core.call_ids import new_call_id
 from runtime.internals import StoreLimits
 from transport import frames as wire
 from transport.protocol import Kind

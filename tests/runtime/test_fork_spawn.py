@@ -1,4 +1,5 @@
-"""spawn() through this process's fork server (runtime/driver_fork.py, runtime/fork_server.py), its fallbacks, and
+"""spawn() through this process's fork server (runtime/processes/driver_fork.py, runtime/processes/fork_server.py), its
+fallbacks, and
 spawn_many. Real actor processes throughout; behaviour only (how fast is bench/actor_bench.py's business)."""
 
 from __future__ import annotations
@@ -12,9 +13,10 @@ import time
 import psutil
 import pytest
 
-from runtime import ActorGroup, driver_fork, spawn, spawn_many
-from runtime.fork_client import ForkedWorker, become_subreaper
-from runtime.orphan_reaper import reap_orphans, zombie_children
+from runtime import ActorGroup, spawn, spawn_many
+from runtime.processes import driver_fork
+from runtime.processes.fork_client import ForkedWorker, become_subreaper
+from runtime.processes.orphan_reaper import reap_orphans, zombie_children
 
 
 def _gone(pid: int, within_s: float) -> bool:
@@ -78,7 +80,7 @@ def test_a_dead_fork_server_is_restarted_and_the_spawn_meanwhile_uses_popen(
 
 
 def test_what_the_fork_server_cannot_honour_starts_with_popen(no_leaks: None, caplog: pytest.LogCaptureFixture) -> None:
-    caplog.set_level(logging.INFO, logger="runtime.fork_client")
+    caplog.set_level(logging.INFO, logger="runtime.processes.fork_client")
     # A variable read when the fork server imported the runtime: forking would ignore it.
     probe = spawn("fork_actors:Probe", env={"MILES_WAIT_SPIN_US": "0"})
     # The fork server switched off for an actor's own spawns.

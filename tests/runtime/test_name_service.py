@@ -1,4 +1,4 @@
-"""A launch's name service (runtime/name_service.py), served from this process as a launcher serves it.
+"""A launch's name service (runtime/names/name_service.py), served from this process as a launcher serves it.
 
 Real actor processes reach it over a CURVE socket; the registry is strict (claims are atomic, entries checked and
 bounded); a service that does not answer fails within its deadline naming its endpoint; sync naming calls refuse
@@ -18,10 +18,11 @@ from pathlib import Path
 
 import pytest
 
-from runtime import ActorHandle, CallRejected, RemoteError, get_actor, name_service, spawn
-from runtime.name_registry import NameRegistry, NameRegistryFull
-from runtime.name_service import NAME_SERVICE_ENV, NameServer, NameServiceClient, NameServiceUnavailable
-from runtime.service import ServiceAddress
+from runtime import ActorHandle, CallRejected, RemoteError, get_actor, spawn
+from runtime.names import name_service
+from runtime.names.name_registry import NameRegistry, NameRegistryFull
+from runtime.names.name_service import NAME_SERVICE_ENV, NameServer, NameServiceClient, NameServiceUnavailable
+from runtime.names.service import ServiceAddress
 from transport.security import CURVE_DIR_ENV, generate_cluster_keys
 
 
@@ -107,8 +108,9 @@ def test_a_service_that_does_not_answer_fails_within_its_deadline_naming_it(no_l
 
 _CLIENT_SCRIPT = """
 import json, os
-from runtime import ActorNotFound, get_actor, naming
-from runtime.client import ClientRuntime
+from runtime import ActorNotFound, get_actor
+from runtime.names import naming
+from runtime.caller.client import ClientRuntime
 
 out = {"sync": get_actor("on-loop").add(1).result(10)}  # from a plain thread: a sync round trip
 runtime = ClientRuntime.get()

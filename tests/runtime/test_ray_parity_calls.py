@@ -31,7 +31,7 @@ from runtime import (
     spawn,
     wait,
 )
-from runtime.client import ClientRuntime
+from runtime.caller.client import ClientRuntime
 
 
 @pytest.fixture

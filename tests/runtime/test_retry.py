@@ -9,7 +9,7 @@ import time
 import pytest
 
 from runtime import DeadlineExceeded, NotDelivered, OverCapacity, retry_until_deadline, retry_until_deadline_async
-from runtime.retry import backoff_delays
+from runtime.caller.retry import backoff_delays
 
 
 def test_sync_retries_until_success() -> None:

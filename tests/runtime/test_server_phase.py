@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from runtime.server_phase import LEAVING_PHASES, PhaseMachine, ServerPhase
+from runtime.actor.server_phase import LEAVING_PHASES, PhaseMachine, ServerPhase
 
 P = ServerPhase
 

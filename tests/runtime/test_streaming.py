@@ -12,9 +12,9 @@ import pytest
 from stream_actors import Producer
 
 from runtime import ActorHandle, CallRejected, RemoteError, spawn
-from runtime.handle import MethodRef
-from runtime.stream_call import StreamingCall
-from runtime.stream_table import StreamTable, stream_close
+from runtime.actor.stream_table import StreamTable, stream_close
+from runtime.caller.handle import MethodRef
+from runtime.caller.stream_call import StreamingCall
 
 
 @pytest.fixture(scope="module")

@@ -12,9 +12,9 @@ import pytest
 from raw_client import RawClient
 
 from runtime import ActorHandle, CallRejected, RemoteError, spawn
-from runtime.errors import ActorDefinitionError
-from runtime.handle_names import handle_attributes
-from runtime.process import ActorProcess
+from runtime.caller.handle_names import handle_attributes
+from runtime.core.errors import ActorDefinitionError
+from runtime.processes.process import ActorProcess
 
 
 @pytest.fixture(scope="module")

@@ -4,7 +4,7 @@ names the field, nothing is allocated or opened past its bound, and the actor go
 A peer that can reach an actor may call ``__collective_open__`` (rank 0 keeps the group's rendezvous keys in
 memory), ``__collective_store__`` (an operation on those keys), ``__collective_join__``, ``__tensor_send__``,
 ``__tensor_free__``, ``__stream_next__`` and ``__stream_close__``
-(runtime/builtin_methods.py) with whatever it likes.
+(runtime/actor/builtin_methods.py) with whatever it likes.
 """
 
 from __future__ import annotations
@@ -12,8 +12,8 @@ from __future__ import annotations
 import pytest
 
 from runtime import ActorHandle, RemoteError
-from runtime.collective_groups import MAX_GROUPS
-from runtime.collective_store import MAX_TABLE_BYTES, MAX_VALUE_BYTES
+from runtime.tensors.collective_groups import MAX_GROUPS
+from runtime.tensors.collective_store import MAX_TABLE_BYTES, MAX_VALUE_BYTES
 
 
 def refused(target: ActorHandle, method: str, *args: object) -> str:

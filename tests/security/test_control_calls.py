@@ -18,10 +18,11 @@ from typing import Any
 import pytest
 from raw_client import RawClient
 
-from runtime import ActorHandle, CallRejected, control_auth, spawn
-from runtime.call_ids import new_call_id
+from runtime import ActorHandle, CallRejected, spawn
+from runtime.core import control_auth
+from runtime.core.call_ids import new_call_id
 from runtime.internals import attach
-from runtime.process import READY_PREFIX, worker_command
+from runtime.processes.process import READY_PREFIX, worker_command
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -1,4 +1,4 @@
-"""Malformed requests to a fork server (runtime/fork_server.py) are refused; it forks nothing and goes on.
+"""Malformed requests to a fork server (runtime/processes/fork_server.py) are refused; it forks nothing and goes on.
 
 The fork server's only peer is its client (a host agent, or a process that spawns actors), over a socketpair the
 client made, but a bug there (or in whatever wraps the client) must not be able to kill it or make it fork: every
@@ -18,7 +18,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from runtime import fork_server as zygote
+from runtime.processes import fork_server as zygote
 
 REPO = Path(__file__).resolve().parents[2]
 _SO_SNDBUFFORCE = 32  # Linux; as root, past wmem_max
@@ -31,7 +31,7 @@ def fork_server() -> Iterator[tuple[socket.socket, subprocess.Popen[bytes]]]:
         [
             sys.executable,
             "-m",
-            "runtime.fork_server",
+            "runtime.processes.fork_server",
             "--socket-fd",
             str(theirs.fileno()),
             "--death-signal",

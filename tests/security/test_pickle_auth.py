@@ -21,8 +21,8 @@ import pytest
 from raw_client import RawClient
 
 from runtime import ActorHandle
-from runtime.call_ids import new_call_id
-from runtime.outcome import arguments_bind, result_bind
+from runtime.core.call_ids import new_call_id
+from runtime.core.outcome import arguments_bind, result_bind
 from transport import sealed_pickle, session_secret, shared_memory
 from transport.codec import encode, encode_shared
 from transport.codec_types import EXT_PICKLE, DecodeError
@@ -124,7 +124,7 @@ def test_a_shared_memory_part_swapped_for_a_frame_of_the_same_bytes_is_refused(m
 
 
 def test_a_pickle_bound_to_one_call_is_refused_for_another_or_as_its_result(marker: Path) -> None:
-    """runtime.handle binds a call's arguments to its id and direction (runtime.outcome.arguments_bind)."""
+    """runtime.caller.handle binds a call's arguments to its id and direction (runtime.core.outcome.arguments_bind)."""
     first, second = new_call_id(), new_call_id()
     body, buffers = encode(WritesFile(marker), bind=arguments_bind(first))
     _refused("forged", body, buffers, "replayed from another call")  # unbound

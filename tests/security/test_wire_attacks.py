@@ -17,7 +17,7 @@ import psutil
 from raw_client import RawClient
 
 from runtime import ActorHandle, spawn
-from runtime.call_ids import new_call_id
+from runtime.core.call_ids import new_call_id
 from runtime.internals import StoreLimits
 from transport import frames as wire
 from transport.codec import encode

@@ -144,7 +144,7 @@ def test_a_malformed_secret_is_an_error_naming_the_variable(monkeypatch: pytest.
 
 
 def test_ensure_draws_a_secret_once_and_children_inherit_it(monkeypatch: pytest.MonkeyPatch) -> None:
-    from runtime.driver_fork import child_environment
+    from runtime.processes.driver_fork import child_environment
 
     monkeypatch.delenv(SECRET_ENV)
     drawn = session_secret.ensure()

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import importlib
 
-from runtime import naming
+from runtime.names import naming
 from runtime.ray_compat import state
 from runtime.ray_compat.resources import get_node_ip_address
 from runtime.ray_compat.util import placement_group as _placement_group

@@ -16,10 +16,10 @@ import time
 from typing import Any
 
 from runtime import collective as native
-from runtime import naming
-from runtime.client import ClientRuntime
-from runtime.collective_groups import get_group, group_names, join, leave, member, open_store
-from runtime.object_owner import own_handle
+from runtime.caller.client import ClientRuntime
+from runtime.names import naming
+from runtime.objects.object_owner import own_handle
+from runtime.tensors.collective_groups import get_group, group_names, join, leave, member, open_store
 
 DEFAULT_TIMEOUT_S = 300.0
 _POLL_S = 0.05

@@ -1,0 +1,1 @@
+"""What people type and see: ``miles-launch`` and its subcommands, progress, logs, tables."""

@@ -1,0 +1,261 @@
+"""The provider API: jobs and actors list, start, stop and restart the launch's cells through the launcher.
+
+The launcher process serves :class:`ProviderService` (its cell table) as a service (:mod:`runtime.names.service`:
+an in-process actor server) with the launch's CURVE keys: only holders of the launch's client key get through, as
+for every actor (with CURVE off, whoever reaches its port). It listens on every interface when SSH hosts must reach
+it (CURVE on, or ``allow_open_binds_without_curve``), else on loopback.
+
+Who finds it where:
+
+- a serve worker whose spec lists ``plan_kwargs = ["provider_api"]`` gets its address (``{"endpoint",
+  "server_key"}``, the launcher as that worker's host reaches it) as the constructor kwarg ``provider_api``;
+- a job entrypoint uses ``ctx.provider_api`` (a :class:`ProviderClient`); a command job finds the address in
+  ``MILES_PROVIDER_API`` (JSON).
+
+Calls: ``pools()``, ``cells(pool)`` (per cell: host, address, ports, state alive/starting/dead/stopped, pid,
+restarts, death reason, workers, its lost hosts), ``deaths(since)`` (reports numbered from 0, for polling),
+``lost_hosts()``, and
+``restart_cell(pool, index)``, ``start_cells(pool, indices)``, ``stop_cells(pool, indices)`` (they wait for the
+cells to be ready, or stopped; calls for one cell are serialized). A cell on a lost host is dead and is not restarted
+there (the error says so): its host must come back first.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Annotated, Any, Protocol
+
+from pydantic import Field
+
+from launcher.errors import LauncherError
+from runtime.names.service import ServiceAddress, ServiceClient, ServiceServer, serve
+from transport.security import FROM_ENV, CurveDir
+
+if TYPE_CHECKING:
+    from launcher.launch.cell_table import CellTable
+    from launcher.launch.cells import CellInfo, WorkerInfo
+
+#: Environment variable of a command job: the provider API's address (JSON).
+PROVIDER_API_ENV = "MILES_PROVIDER_API"
+CALL_DEADLINE_S = 30.0  # queries; start/restart calls wait for the cells' start deadline on top
+DEFAULT_START_WAIT_S = 300.0  # a start call without deadline_s waits up to [launcher] start_deadline_s (300 s)
+MAX_DEATHS_PER_CALL = 1000
+
+_Pool = Annotated[str, Field(min_length=1, max_length=200)]
+_Index = Annotated[int, Field(ge=0, le=1_000_000)]
+_Indices = Annotated[list[_Index], Field(max_length=10_000)]
+_Deadline = Annotated[float, Field(gt=0, le=86_400)]
+
+
+class ProviderApiError(RuntimeError):
+    """A provider API call was refused (unknown pool or cell, a lost host) or did not get through."""
+
+
+class CellControl(Protocol):
+    """What the provider API has the launcher do to its cells (the provider's methods; they block until done)."""
+
+    def start_cells(
+        self, pool_id: str, indices: list[int] | None = None, *, deadline_s: float | None = None
+    ) -> list[CellInfo]: ...
+
+    def stop_cells(self, pool_id: str, indices: list[int] | None = None, *, grace_s: float | None = None) -> None: ...
+
+    def restart_cell(self, pool_id: str, index: int, *, deadline_s: float | None = None) -> CellInfo: ...
+
+
+class ProviderService:
+    """The launch's cells as the provider API serves them (see the module docstring): it reads the cell table and
+    has ``control`` start, stop and restart cells."""
+
+    def __init__(self, *, table: CellTable, control: CellControl) -> None:
+        self._table = table
+        self._control = control
+        self._locks: dict[tuple[str, int], asyncio.Lock] = {}
+
+    def pools(self) -> list[str]:
+        """Pool ids in hosts.toml order."""
+        return [pool.id for pool in self._table.config.pools]
+
+    def cells(self, pool: _Pool) -> list[dict[str, Any]]:
+        """Every cell of the pool's plan, started or not, in index order (see :func:`cell_view`)."""
+        started = {cell.index: cell for cell in self._table.cells(pool)}  # UnknownPool names the pools
+        return [self._view(pool, index, started.get(index)) for index in self._indices(pool)]
+
+    def deaths(self, since: _Index = 0) -> list[dict[str, Any]]:
+        """Death reports number ``since`` and on (at most 1000), each with its number ``seq``."""
+        reports = list(self._table.deaths)[since : since + MAX_DEATHS_PER_CALL]
+        return [
+            {"seq": since + n, "cell_id": r.cell_id, "worker_id": r.worker_id, "host": r.host, "pid": r.pid,
+             "returncode": r.returncode, "reason": r.reason, "at": r.at}
+            for n, r in enumerate(reports)
+        ]  # fmt: skip
+
+    def lost_hosts(self) -> dict[str, str]:
+        """Hosts whose agent was lost, and why."""
+        return dict(self._table.lost_hosts)
+
+    async def restart_cell(self, pool: _Pool, index: _Index, deadline_s: _Deadline | None = None) -> dict[str, Any]:
+        """Stop the cell (dead or alive) and start it again on its planned hosts; its view once ready."""
+        self._check(pool, [index])
+        async with self._lock(pool, index):
+            info = await asyncio.to_thread(self._control.restart_cell, pool, index, deadline_s=deadline_s)
+        return self._view(pool, index, info)
+
+    async def start_cells(
+        self, pool: _Pool, indices: _Indices | None = None, deadline_s: _Deadline | None = None
+    ) -> list[dict[str, Any]]:
+        """Start stopped cells (all of the pool by default); their views once ready. A started cell is refused:
+        restart it instead."""
+        wanted = self._check(pool, indices)
+        running = sorted(cell.index for cell in self._table.cells(pool) if cell.index in wanted)
+        if running:
+            raise ProviderApiError(f"pool {pool!r}: cells {running} are started; restart_cell replaces one")
+        locks = [self._lock(pool, index) for index in wanted]
+        for lock in locks:
+            await lock.acquire()
+        try:
+            infos = await asyncio.to_thread(self._control.start_cells, pool, wanted, deadline_s=deadline_s)
+        finally:
+            for lock in locks:
+                lock.release()
+        return [self._view(pool, info.index, info) for info in infos]
+
+    async def stop_cells(self, pool: _Pool, indices: _Indices | None = None) -> None:
+        """Stop cells (all of the pool by default): their process trees are killed on their hosts (a lost host's
+        cells are only forgotten)."""
+        wanted = self._check(pool, indices, starting=False)
+        await asyncio.to_thread(self._control.stop_cells, pool, wanted)
+
+    # ---- helpers ------------------------------------------------------------------------------------------------
+
+    def _indices(self, pool: str) -> list[int]:
+        return [cell.index for cell in self._table.plan.cells(pool)]
+
+    def _check(self, pool: str, indices: list[int] | None, *, starting: bool = True) -> list[int]:
+        """The indices asked for (all by default); refuses unknown pools and cells, and starting cells of lost
+        hosts."""
+        self._table.cells(pool)  # UnknownPool, naming the pools
+        known = self._indices(pool)
+        wanted = known if indices is None else sorted(set(indices))
+        unknown = [i for i in wanted if i not in known]
+        if unknown:
+            raise ProviderApiError(f"pool {pool!r} has no cells {unknown} (its cells are 0..{len(known) - 1})")
+        lost = self._table.lost_hosts if starting else {}
+        for cell in self._table.plan.cells(pool):
+            hosts = {w.host for w in cell.workers if w.host in lost}
+            if cell.index in wanted and hosts:
+                host = sorted(hosts)[0]
+                raise ProviderApiError(
+                    f"cell {cell.cell_id}: host {host!r} is lost ({lost[host]}); its cells cannot be started there "
+                    "until the host is back (serve with the other cells meanwhile)"
+                )
+        return wanted
+
+    def _lock(self, pool: str, index: int) -> asyncio.Lock:
+        return self._locks.setdefault((pool, index), asyncio.Lock())
+
+    def _view(self, pool: str, index: int, info: CellInfo | None) -> dict[str, Any]:
+        placement = next(c for c in self._table.plan.cells(pool) if c.index == index)
+        restarts = self._table.restarts.get(placement.cell_id, 0)
+        lost = sorted({w.host for w in placement.workers} & set(self._table.lost_hosts))
+        if info is None:
+            hosts = [w.host for w in placement.workers]
+            return {"pool": pool, "index": index, "cell_id": placement.cell_id, "state": "stopped",
+                    "host": placement.master_host, "hosts": hosts, "address": None, "ports": {}, "pid": None,
+                    "restarts": restarts, "death_reason": None, "workers": [], "lost_hosts": lost}  # fmt: skip
+        with self._table.cond:
+            state = "alive" if info.alive else "dead" if info.death_reason else "starting"
+            workers = [_worker_view(w, w.host in self._table.lost_hosts) for w in info.workers]
+            return {"pool": pool, "index": index, "cell_id": info.cell_id, "state": state,
+                    "host": workers[0]["host"], "hosts": [w["host"] for w in workers],
+                    "address": workers[0]["address"], "ports": workers[0]["ports"], "pid": workers[0]["pid"],
+                    "restarts": restarts, "death_reason": info.death_reason, "workers": workers,
+                    "lost_hosts": lost}  # fmt: skip
+
+
+def _worker_view(worker: WorkerInfo, host_lost: bool) -> dict[str, Any]:
+    return {"worker_id": worker.worker_id, "kind": worker.kind, "host": worker.host, "address": worker.address,
+            "ports": dict(worker.ports), "pid": worker.pid, "state": worker.state.value,
+            "gpu_ids": list(worker.gpu_ids), "error": worker.error, "log_path": worker.log_path,
+            "host_lost": host_lost}  # fmt: skip
+
+
+def serve_provider_api(service: ProviderService, *, curve_dir: str | None, open_bind: bool) -> ServiceServer:
+    """Serve ``service`` with the launch's keys (``curve_dir``), on every interface when ``open_bind`` (its SSH hosts
+    must reach it: with CURVE on, or ``allow_open_binds_without_curve``), else on loopback."""
+    try:
+        return serve(service, "provider-api", curve_dir=curve_dir, open_bind=open_bind, what="the provider API")
+    except (OSError, RuntimeError) as exc:
+        raise LauncherError(f"cannot serve the provider API: {exc}") from None
+
+
+class ServesProviderApi(Protocol):
+    """Where the provider API is served (the launch services): its server, and the launcher's address as each SSH
+    host reaches it."""
+
+    @property
+    def provider_api(self) -> ServiceServer | None: ...  # None until the provider's connect() serves it
+
+    @property
+    def reach_back(self) -> Mapping[str, str]: ...
+
+
+def address_for(services: ServesProviderApi, host: str | None) -> dict[str, Any]:
+    """The provider API's address (``{"endpoint", "server_key"}``) for a process on ``host`` (None: the launcher's
+    host)."""
+    api = services.provider_api
+    if api is None:
+        raise ProviderApiError("the provider API is not served (the provider's connect() starts it)")
+    reach = services.reach_back.get(host, "127.0.0.1") if host is not None else "127.0.0.1"
+    return api.address(reach).as_dict()
+
+
+class ProviderClient:
+    """Calls the provider API at ``address`` (``{"endpoint", "server_key"}``) with deadlines; errors name it.
+
+    ``curve_dir``: the launch's client keys (default: ``MILES_CURVE_DIR``, which the launcher sets everywhere; None:
+    plain TCP)."""
+
+    def __init__(
+        self, address: dict[str, Any], *, curve_dir: CurveDir = FROM_ENV, deadline_s: float = CALL_DEADLINE_S
+    ) -> None:
+        parsed = ServiceAddress.from_dict(address)
+        if parsed is None:
+            raise ValueError(
+                f"provider API address {str(address)[:200]!r}: expected {{'endpoint': 'tcp://host:port', "
+                "'server_key': key or None}} (the launcher fills it: plan_kwargs = ['provider_api'])"
+            )
+        self.address = address
+        self.deadline_s = deadline_s
+        self._client = ServiceClient(
+            parsed, ProviderService, name="provider-api", deadline_s=self._deadline, unavailable=self._unavailable,
+            curve_dir=curve_dir,
+        )  # fmt: skip
+
+    @classmethod
+    def from_env(cls) -> ProviderClient | None:
+        """The client of ``MILES_PROVIDER_API`` (a command job), if set."""
+        text = os.environ.get(PROVIDER_API_ENV, "")
+        return cls(json.loads(text)) if text else None
+
+    def _deadline(self, op: str, kwargs: dict[str, Any]) -> float:
+        if op not in ("restart_cell", "start_cells"):
+            return self.deadline_s
+        return self.deadline_s + (kwargs.get("deadline_s") or DEFAULT_START_WAIT_S)
+
+    def _unavailable(self, op: str, exc: Exception) -> ProviderApiError:
+        return ProviderApiError(
+            f"the provider API at {self.address['endpoint']} did not answer {op}: is the launcher still running, "
+            f"and can this host reach it? ({exc})"
+        )
+
+    async def call_async(self, op: str, *args: Any, **kwargs: Any) -> Any:
+        """``op(*args, **kwargs)`` on the provider API (await it on any loop)."""
+        return await self._client.call_async(op, *args, **kwargs)
+
+    def call(self, op: str, *args: Any, **kwargs: Any) -> Any:
+        """``op(*args, **kwargs)``, blocking (not on the runtime's event loop thread)."""
+        return self._client.call(op, *args, **kwargs)

@@ -1,0 +1,1 @@
+"""The caller's side of a call: handles, the connection to an actor, its liveness, streams, waiting, retries."""

@@ -1,0 +1,214 @@
+"""Named actors: ``spawn(..., name="x", namespace="ns")`` and ``get_actor("x", namespace="ns")``.
+
+Names live in this process (the handles it registered) and in its tree's registry, one of:
+
+- in a launch (``miles-launch``): the launch's name service, which the launcher process keeps and serves
+  (:mod:`runtime.names.name_service`); every worker, command job and actor they spawn finds it in
+  ``MILES_NAME_SERVICE``, so a name is one name on every host of the launch; the launcher process itself uses
+  its registry directly;
+- in a plain driver's tree: a registry directory the first spawning process makes and hands down
+  (:mod:`runtime.names.name_files`; ``MILES_ACTOR_REGISTRY`` names one explicitly). ``get_actor`` works inside any
+  actor of the same launch or driver with no setup.
+
+A name belongs to one live actor: spawning another under it raises ValueError (``get_if_exists=True`` returns
+the live one instead); the name of an actor that died may be taken again (:mod:`runtime.processes.spawn_names` asks the
+holder). ``namespace`` scopes names (as Ray's): the same name in two namespaces is two actors; the default
+namespace is the one the launcher's cells are in. An entry holds no secret (no spawn token): a handle from
+``get_actor`` can call methods, not kill.
+
+The functions that ask the registry are sync; on the runtime's event loop thread (e.g. inside a coroutine run by
+``runtime.spawn``) use their async variants (``get_actor_async``): with a name service, the sync ones refuse to
+block the loop they would wait on.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import threading
+from typing import Any
+
+from runtime.caller.client import ClientRuntime
+from runtime.caller.handle import ActorHandle
+from runtime.core.errors import ActorNotFound
+from runtime.names import name_service
+from runtime.names.name_files import REGISTRY_ENV, FileRegistry, registry_dir
+from runtime.names.name_registry import NameRegistry, check_key
+from runtime.names.name_service import NAME_SERVICE_ENV, NameServiceClient
+
+log = logging.getLogger(__name__)
+
+DEFAULT_NAMESPACE = ""
+
+_names: dict[tuple[str, str], ActorHandle] = {}
+_lock = threading.Lock()
+_background: set[asyncio.Task[Any]] = set()  # forget/refresh sent from the loop thread, kept until done
+
+Backend = NameRegistry | NameServiceClient | FileRegistry
+
+
+def _backend() -> Backend:
+    """This process's registry: the one it serves (a launcher), the launch's service, else its tree's files."""
+    served = name_service.local_server()
+    if served is not None:
+        return served.registry
+    client = name_service.client_from_env()
+    if client is not None:
+        return client
+    return FileRegistry(registry_dir())
+
+
+async def _ask(op: str, *args: Any) -> Any:
+    backend = _backend()
+    if isinstance(backend, NameServiceClient):
+        return await backend.call_async(op, *args)
+    return getattr(backend, op)(*args)
+
+
+def _ask_now(op: str, *args: Any, what: str) -> Any:
+    backend = _backend()
+    if isinstance(backend, NameServiceClient):
+        return backend.call(op, *args, what=what)
+    return getattr(backend, op)(*args)
+
+
+def _ask_soon(op: str, *args: Any, what: str) -> None:
+    """``op`` now, or, on the runtime's loop thread with a name service, as a task of that loop (it must not
+    block): an update whose failure is only logged (forget and refresh must not fail a kill or a restart)."""
+    runtime = ClientRuntime.get()
+    if not runtime.on_loop_thread() or not isinstance(_backend(), NameServiceClient):
+        try:
+            _ask_now(op, *args, what=what)
+        except Exception as exc:
+            log.warning("%s: %s", what, exc)
+        return
+
+    async def send() -> None:
+        try:
+            await _ask(op, *args)
+        except Exception as exc:  # nobody awaits it: say so in the log
+            log.warning("%s: %s", what, exc)
+
+    task = asyncio.ensure_future(send())
+    _background.add(task)
+    task.add_done_callback(_background.discard)
+
+
+def child_env() -> dict[str, str]:
+    """What a process this one spawns needs to share its names (its own spawns and ``get_actor``)."""
+    served = name_service.local_server()
+    if served is not None:
+        return {NAME_SERVICE_ENV: served.address("127.0.0.1").to_json()}  # spawned here: on this host
+    client = name_service.client_from_env()
+    if client is not None:
+        return {NAME_SERVICE_ENV: client.address.to_json()}
+    return {REGISTRY_ENV: str(registry_dir())}
+
+
+def _remember(name: str, namespace: str, handle: ActorHandle) -> None:
+    """Hold ``handle`` under the name here; killing it forgets its names (the hook the handle calls then)."""
+    with _lock:
+        _names[(namespace, name)] = handle
+    handle._on_kill = forget
+
+
+def local_handle(name: str, namespace: str = DEFAULT_NAMESPACE) -> ActorHandle | None:
+    """The live handle this process registered under the name, if any."""
+    with _lock:
+        handle = _names.get((namespace, name))
+    return handle if handle is not None and handle.dead is None else None
+
+
+async def registered_state_async(name: str, namespace: str = DEFAULT_NAMESPACE) -> dict[str, Any] | None:
+    """The registry entry under the name (a handle's state), if any."""
+    return await _ask("lookup", namespace, name)
+
+
+async def claim_async(
+    name: str, handle: ActorHandle, namespace: str, *, replacing: dict[str, Any] | None
+) -> dict[str, Any] | None:
+    """Register ``handle`` under the name unless another actor holds it; returns that holder's entry (the claim then
+    failed). ``replacing``: an entry its caller found dead; it is taken over only if it is still the one there."""
+    holder = await _ask("claim", namespace, name, handle.to_state(), replacing)
+    if holder is None:
+        _remember(name, namespace, handle)
+    return holder
+
+
+async def register_name_async(name: str, handle: ActorHandle, namespace: str = DEFAULT_NAMESPACE) -> None:
+    """Record ``handle`` under the name, whoever held it (``attach``: launchers name their cells; ``spawn``
+    claims names with checks). With a name service this is a claim (only the launcher overwrites names)."""
+    check_key(namespace, name)
+    backend = _backend()
+    if isinstance(backend, NameServiceClient):
+        holder = await backend.call_async("claim", namespace, name, handle.to_state(), None)
+        if holder is not None:
+            raise ValueError(f"actor name {name!r} is taken by the actor at {holder.get('endpoint')}")
+    else:
+        backend.put(namespace, name, handle.to_state())
+    _remember(name, namespace, handle)
+
+
+def _keys_of(handle: ActorHandle, *, drop: bool) -> list[tuple[str, str]]:
+    with _lock:
+        keys = [key for key, held in _names.items() if held is handle]
+        if drop:
+            for key in keys:
+                del _names[key]
+    return keys
+
+
+def refresh(handle: ActorHandle) -> None:
+    """Rewrite the entries of ``handle`` (it restarted: a new boot id), so ``get_actor`` reaches the new one."""
+    for namespace, name in _keys_of(handle, drop=False):
+        _ask_soon("refresh", namespace, name, handle.to_state(), what=f"refresh the name {name!r}")
+
+
+def forget(handle: ActorHandle) -> None:
+    """Drop the names of ``handle`` (it was killed), here and in the registry where they still name it."""
+    for namespace, name in _keys_of(handle, drop=True):
+        _ask_soon("forget", namespace, name, handle.endpoint, what=f"forget the name {name!r}")
+
+
+def _found(name: str, namespace: str, state: dict[str, Any] | None, known: list[str]) -> ActorHandle:
+    if state is not None:
+        try:
+            return ActorHandle(**state)
+        except TypeError:  # not a handle's state: a corrupt entry
+            pass
+    known = sorted(set(known) | {n for ns, n in _names if ns == namespace})
+    where = f"namespace {namespace!r}" if namespace else "the default namespace"
+    raise ActorNotFound(f"no actor named {name!r} in {where}; known names there: {known or 'none'}")
+
+
+def get_actor(name: str, namespace: str = DEFAULT_NAMESPACE) -> ActorHandle:
+    """The actor registered under the name in ``namespace`` (as Ray's ``ray.get_actor``); raises ActorNotFound
+    (a KeyError and a ValueError) listing the names known there. On the runtime's loop thread: ``get_actor_async``.
+    """
+    check_key(namespace, name)
+    handle = local_handle(name, namespace)
+    if handle is not None:
+        return handle
+    what = f"get_actor({name!r}) (use `await runtime.names.naming.get_actor_async(...)` there)"
+    state = _ask_now("lookup", namespace, name, what=what)
+    known = _ask_now("names", namespace, what=what) if state is None else []
+    return _found(name, namespace, state, known)
+
+
+async def get_actor_async(name: str, namespace: str = DEFAULT_NAMESPACE) -> ActorHandle:
+    """:func:`get_actor` for async code (on any event loop, also the runtime's own)."""
+    check_key(namespace, name)
+    handle = local_handle(name, namespace)
+    if handle is not None:
+        return handle
+    state = await _ask("lookup", namespace, name)
+    known = await _ask("names", namespace) if state is None else []
+    return _found(name, namespace, state, known)
+
+
+def list_names(namespace: str = DEFAULT_NAMESPACE) -> list[str]:
+    """The names registered in ``namespace`` (Ray's ``ray.util.list_named_actors``), sorted."""
+    if namespace:
+        check_key(namespace, "x")
+    known = _ask_now("names", namespace, what="list the actor names")
+    return sorted(set(known) | {n for ns, n in _names if ns == namespace})

@@ -1,0 +1,1 @@
+"""Starting actor processes: spawn, the worker entry point, the fork server, supervision and restarts."""

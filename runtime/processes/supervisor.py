@@ -1,0 +1,276 @@
+"""Restart policy of spawned actors: ``spawn(..., max_restarts=N)``.
+
+When a spawned actor's process exits unexpectedly (killed by a signal, or a non-zero exit code), its spawner
+starts a new process on the same endpoint (same port, same metrics port) and runs the constructor again with
+the same keyword arguments. Meanwhile the handle's connection holds: calls in flight fail with ActorRestarted
+(they may or may not have run), calls made during the restart wait for the new incarnation, which then serves
+every later call. A restart that fails (the process does not come up, the constructor raises) counts as one.
+After ``max_restarts`` restarts the next exit is final: calls fail with ActorDied naming every exit code.
+``max_restarts=-1`` (as in Ray): restart without limit. A process that dies inside its constructor counts as an
+exit like any other, also on the first start (``spawn`` starts it again while restarts are left). Restarts that
+keep failing back off (0.1 s doubling up to 5 s between attempts), so an unlimited policy never spins.
+``handle.kill(no_restart=False)`` kills the process and lets this policy bring it back.
+
+Not restarted: an exit after ``handle.kill()``, a clean exit (code 0: ``__shutdown__``, SIGTERM,
+``exit_actor()``) and exits while this process shuts down. A method that raises SystemExit(n) or another
+BaseException exits with a non-zero code (:mod:`runtime.actor.actor_exit`) and is restarted.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import threading
+from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING, Any
+
+from runtime import metrics
+from runtime.caller.client import ClientRuntime
+from runtime.caller.connection import Connection
+from runtime.core.errors import ActorDied
+from runtime.processes.process import ActorProcess
+from runtime.processes.spawn_checks import UNLIMITED, check_max_restarts
+from transport.security import CurveConfig
+
+if TYPE_CHECKING:
+    from runtime.caller.handle import ActorHandle
+
+log = logging.getLogger(__name__)
+
+_BACKOFF_BASE_S = 0.1
+_BACKOFF_MAX_S = 5.0
+
+#: Starts a new process for the actor; its argument is the exit callback to register before it runs.
+Launch = Callable[[Callable[[int], None]], ActorProcess]
+#: Waits for a new process and constructs the actor in it through the given (private) connection, passing the
+#: restart count; returns ``__construct__``'s record (boot_id, pid, host, metrics_port, ...).
+Construct = Callable[[ActorProcess, int, Connection], Awaitable[dict[str, Any]]]
+
+
+class Supervisor:
+    """Watches one spawned actor's process and restarts it up to ``max_restarts`` times."""
+
+    def __init__(
+        self,
+        handle: ActorHandle,
+        process: ActorProcess,
+        *,
+        label: str,
+        max_restarts: int,
+        launch: Launch,
+        construct: Construct,
+        curve: CurveConfig | None,
+        previous_exits: list[int] | None = None,
+        on_restarted: Callable[[ActorHandle], None] | None = None,
+    ) -> None:
+        """``previous_exits``: exit codes of incarnations that died before this one was up (each a restart);
+        ``on_restarted(handle)`` runs once a new incarnation is up (naming re-registers it)."""
+        check_max_restarts(max_restarts)
+        self.handle = handle
+        self.process = process
+        self.label = label
+        self.max_restarts = max_restarts
+        self.exit_codes: list[int] = list(previous_exits or [])
+        self.restarts = len(self.exit_codes)
+        self._launch = launch
+        self._construct = construct
+        self._curve = curve
+        self._on_restarted = on_restarted
+        self._runtime = handle._runtime
+        self._lock = threading.Lock()
+        self._incarnation = 0
+        self._reported: set[int] = set()
+        self._stopping = False
+        self._restarting = False
+        self._bootstrap: Connection | None = None
+        handle.connection.exit_watched = True  # exits are reported here, with the code: not by the link watch
+        process.when_exited(self._exit_callback(0))  # at once if it already exited
+
+    def stop(self) -> None:
+        """Kill the actor for good: no restart follows."""
+        with self._lock:
+            self._stopping = True
+            process = self.process
+        process.kill()
+
+    def kill_for_restart(self) -> None:
+        """Kill the actor's process as a crash would: the restart policy decides what follows."""
+        with self._lock:
+            process = self.process
+        process.kill()
+
+    def _budget_spent(self) -> bool:
+        return self.max_restarts != UNLIMITED and self.restarts >= self.max_restarts
+
+    def _exit_callback(self, incarnation: int) -> Callable[[int], None]:
+        return lambda code: self._on_exit(incarnation, code)
+
+    def _on_exit(self, incarnation: int, code: int) -> None:
+        """A process of this actor exited (runs on its watcher thread)."""
+        with self._lock:
+            if incarnation != self._incarnation or incarnation in self._reported:
+                return
+            if self._restarting:  # the restart in progress sees it: its connection dies now, _adopt re-checks
+                if self._bootstrap is not None:
+                    self._runtime.call_soon(self._bootstrap.mark_dead, f"the new process exited with code {code}")
+                return
+            self._reported.add(incarnation)
+            self.exit_codes.append(code)
+            what = f"actor process {self.label} (pid {self.process.pid}) exited with code {code}"
+            final = self._stopping or self._runtime.closing or code == 0 or self._budget_spent()
+            self._restarting = not final
+        if final:
+            with contextlib.suppress(ValueError):  # the runtime kills only what may still run at shutdown
+                self._runtime.processes.remove(self.process)
+            if not self._stopping:  # else kill() says why
+                self.handle.mark_dead(self._final_reason(what))
+            return
+        log.warning("%s; restarting it (restart %d of %s)", what, self.restarts + 1, self._budget())
+        self._runtime.call_soon(
+            self.handle.connection.hold, f"{what}; calls in flight were lost (the actor is being restarted)"
+        )
+        asyncio.run_coroutine_threadsafe(self._restart(), self._runtime.loop)
+
+    def _budget(self) -> str:
+        return "unlimited" if self.max_restarts == UNLIMITED else str(self.max_restarts)
+
+    def _final_reason(self, what: str) -> str:
+        if self.max_restarts == 0:
+            return what
+        codes = ", ".join(map(str, self.exit_codes))
+        return f"{what} after {self.restarts} restart(s) (max_restarts={self.max_restarts}); exit codes: {codes}"
+
+    async def _restart(self) -> None:
+        try:
+            await self._restart_until_settled()
+        except Exception as exc:  # a bug here must not leave the handle holding calls forever
+            log.exception("restarting actor %s failed unexpectedly", self.label)
+            with self._lock:
+                self._restarting = False
+            self.handle.connection.mark_dead(f"restarting actor {self.label} failed unexpectedly: {exc!r}")
+
+    async def _restart_until_settled(self) -> None:
+        """Start incarnations until one is constructed, the budget is spent, or the actor is stopped."""
+        failures = 0
+        while True:
+            if failures:
+                await asyncio.sleep(min(_BACKOFF_BASE_S * 2 ** (failures - 1), _BACKOFF_MAX_S))
+            with self._lock:
+                if self._stopping or self._runtime.closing:
+                    self._restarting = False
+                    return
+                self.restarts += 1
+                self._incarnation += 1
+                attempt, incarnation = self.restarts, self._incarnation
+            process: ActorProcess | None = None
+            try:
+                process = self._start(incarnation)
+                bootstrap = self._bootstrap
+                try:
+                    built = await self._construct(process, attempt, bootstrap)
+                finally:
+                    bootstrap.close()
+            except Exception as exc:  # not started, died, not ready in time, or the constructor raised
+                if not self._attempt_failed(incarnation, attempt, exc, process):
+                    return
+                failures += 1
+                continue
+            self._adopt(process, incarnation, built)
+            return
+
+    def _start(self, incarnation: int) -> ActorProcess:
+        with self._lock:
+            old = self.process
+            self.process = self._launch(self._exit_callback(incarnation))
+            self._bootstrap = Connection(
+                self._runtime.context, self._runtime.loop_work, self.handle.endpoint, actor=self.label,
+                host=self.handle.host, boot_id=None, curve=self._curve,
+                server_key=self.process.ticket.server_keys.public,
+            )  # fmt: skip
+            self._bootstrap.exit_watched = True  # _on_exit reports its death with the exit code
+            process = self.process
+        processes = self._runtime.processes
+        if old in processes:
+            processes.remove(old)
+        processes.append(process)
+        return process
+
+    def _attempt_failed(self, incarnation: int, attempt: int, exc: Exception, process: ActorProcess | None) -> bool:
+        """Record a failed restart (``process``: the one started, if any); returns whether to try again."""
+        if process is not None:
+            process.kill()
+        with self._lock:
+            if process is not None and incarnation not in self._reported and process.popen.returncode is not None:
+                self._reported.add(incarnation)
+                self.exit_codes.append(process.popen.returncode)
+            again = not (self._stopping or self._runtime.closing or self._budget_spent())
+            self._restarting = again
+            self._bootstrap = None
+            codes = ", ".join(map(str, self.exit_codes))
+        detail = getattr(exc, "remote_message", "") or str(exc)  # a constructor's traceback goes to the log only
+        reason = f"restart {attempt} of actor {self.label} failed: {detail}"
+        log.warning("restart %d of actor %s failed (%s): %s", attempt, self.label, "again" if again else "final", exc)
+        if not again and not self._stopping:
+            self.handle.connection.mark_dead(
+                f"{reason}; gave up after {attempt} restart(s) (max_restarts={self.max_restarts}); exit codes: {codes}"
+            )
+        return again
+
+    def _adopt(self, process: ActorProcess, incarnation: int, built: dict[str, Any]) -> None:
+        handle = self.handle
+        handle.boot_id, handle.pid, handle.process = built["boot_id"], built["pid"], process
+        handle.spawn_token = process.ticket.token
+        handle.metrics_port = built.get("metrics_port")
+        with self._lock:
+            self._restarting = False
+            self._bootstrap = None
+        handle.connection.release(built["boot_id"])
+        if self._on_restarted is not None:
+            self._on_restarted(handle)
+        metrics.runtime_counter(
+            "miles_spawned_actor_restarts", "Restarts of actors this process spawned", labels=["actor"]
+        ).labels(actor=self.label).inc()
+        log.warning(
+            "restarted actor %s: pid %d, boot %s (restart %d of %s)",
+            self.label,
+            process.pid,
+            built["boot_id"],
+            self.restarts,
+            self._budget(),
+        )
+        code = process.popen.poll()
+        if code is not None:  # it died while being adopted: handle that exit as any other
+            self._on_exit(incarnation, code)
+
+
+async def start_first(
+    start: Callable[..., ActorProcess],
+    first: Callable[[ActorProcess], Awaitable[ActorHandle]],
+    label: str,
+    max_restarts: int,
+    metrics_port: int | None,
+) -> tuple[ActorProcess, ActorHandle, list[int]]:
+    """Start the first incarnation; one whose process dies in its constructor (not one that raises: that is the
+    caller's error) is started again while ``max_restarts`` allows. Returns it, its handle and the exit codes."""
+    runtime = ClientRuntime.get()
+    exits: list[int] = []
+    while True:
+        process = start(metrics_port=metrics_port)
+        runtime.processes.append(process)
+        try:
+            return process, await first(process), exits
+        except ActorDied:
+            code = await asyncio.get_running_loop().run_in_executor(None, process.wait_exited, 2.0)
+            process.kill()
+            runtime.processes.remove(process)
+            if not code or (max_restarts != UNLIMITED and len(exits) >= max_restarts):
+                raise
+            exits.append(code)
+            log.warning("actor %s died in its constructor (code %d); starting it again (restart %d)", label, code,
+                        len(exits))  # fmt: skip
+            await asyncio.sleep(min(_BACKOFF_BASE_S * 2 ** (len(exits) - 1), _BACKOFF_MAX_S))
+        except BaseException:
+            process.kill()
+            runtime.processes.remove(process)
+            raise

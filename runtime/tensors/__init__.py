@@ -1,0 +1,1 @@
+"""Collective groups (gloo, NCCL) and the device-resident tensor refs sent over them (API: runtime.collective)."""
