@@ -19,7 +19,7 @@ from runtime.objects.object_owner import put as keep
 from runtime.objects.object_owner import put_pending as keep_pending
 from runtime.objects.object_refs import ObjectRef as StoredRef
 from runtime.ray_compat import task_interrupt
-from runtime.ray_compat.exceptions import as_ray_error
+from runtime.ray_compat.exceptions import GetTimeoutError, as_ray_error
 from transport.type_registry import register_type
 
 
@@ -89,12 +89,14 @@ class ObjectRef:
                     task_interrupt.wait(fetch.future, timeout)
                     return fetch.result(timeout=0)
                 return self._stored.get(timeout=timeout)
-            task_interrupt.wait(self.future, timeout)
+            if task_interrupt.in_task():  # waited so that ray.cancel of the task wakes it (KeyboardInterrupt)
+                task_interrupt.wait(self.future, timeout)
+                return self.future.result(0)
             return self.future.result(timeout)
         except concurrent.futures.TimeoutError:
-            if self.future.done():
+            if self._stored is None and self.future.done():  # the call's own TimeoutError
                 raise as_ray_error(self.future.exception()) from None
-            raise
+            raise GetTimeoutError(f"Get timed out: some object(s) not ready (timeout={timeout} s)") from None
         except BaseException as exc:
             raise as_ray_error(exc) from exc
 

@@ -188,3 +188,45 @@ def test_a_task_whose_worker_dies_raises_worker_crashed_error() -> None:
 
     with pytest.raises(ray.exceptions.WorkerCrashedError, match="The worker died unexpectedly"):
         ray.get(die.remote(), timeout=60)
+
+
+def test_get_with_timeout_in_a_task_waits_the_timeout_once() -> None:
+    """ray.get(ref, timeout=) in a task waits (interruptibly) once: GetTimeoutError after the timeout, for a call's
+    ref and for a ref passed in a list (a stored value); the driver's get of such a ref times out alike."""
+    from runtime.ray_compat.exceptions import GetTimeoutError
+
+    signaler = SignalActor.remote()
+
+    @ray.remote
+    def get_late(refs, own):
+        import time
+
+        waited = []
+        for ref in (refs[0], own.remote() if own else None):
+            if ref is None:
+                continue
+            started = time.monotonic()
+            try:
+                ray.get(ref, timeout=0.5)
+            except GetTimeoutError:
+                waited.append(time.monotonic() - started)
+        return waited
+
+    @ray.remote
+    def pending():
+        import time
+
+        time.sleep(3)
+
+    waited = ray.get(get_late.remote([signaler.wait.remote()], pending), timeout=30)
+    assert len(waited) == 2 and all(0.4 < w < 1.4 for w in waited), waited
+
+    @ray.remote
+    def hand_out(refs):
+        return [refs[0]]
+
+    (kept,) = ray.get(hand_out.remote([signaler.wait.remote()]), timeout=30)
+    with pytest.raises(GetTimeoutError):
+        ray.get(kept, timeout=0.3)
+    signaler.send.remote()
+    assert ray.get(kept, timeout=10) is None
