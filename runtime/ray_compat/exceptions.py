@@ -109,8 +109,8 @@ def actor_died(exc: errors.ActorDied, actor_id: str) -> ActorDiedError:
     text = str(exc)
     if "killed by its owner" in text:
         why = "The actor is dead because it was killed by `ray.kill`."
-    elif "exit_actor" in text:
-        why = "The actor is dead because it called exit_actor()."
+    elif "exit_actor" in text or "exited with code 0" in text:  # a clean exit is an intended one (runtime.actor_exit)
+        why = "The actor is dead because it exited on purpose: User requested to exit the actor (exit_actor())."
     else:
         why = "The actor is dead because its worker process has died."
     error = ActorDiedError(f"{why} {text}")
