@@ -69,8 +69,6 @@ def test_refused_apis() -> None:
     with pytest.raises(RuntimeError, match=r"ray\.init twice"):
         ray.init()
     ref = ray.put(1)
-    with pytest.raises(NotImplementedError, match="force=True"):
-        ray.cancel(ref, force=True)
     with pytest.raises(ValueError, match=r"only supported for actors\. For tasks, try ray\.cancel"):
         ray.kill(ref)
     with pytest.raises(TypeError, match=r"Calling 'put' on an ray\.ObjectRef"):
