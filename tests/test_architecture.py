@@ -178,6 +178,7 @@ def test_no_folder_holds_more_than_30_modules() -> None:
     assert not crowded, f"folders over {MAX_MODULES_PER_FOLDER} modules (cut them into sub-packages): {crowded}"
 
 
+@pytest.mark.processes
 def test_no_module_over_400_lines() -> None:
     tracked = subprocess.run(
         ["git", "ls-files", "--cached", "--others", "--exclude-standard", "*.py"],

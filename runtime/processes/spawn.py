@@ -4,8 +4,11 @@ already running at an endpoint, e.g. a fresh handle after another holder's actor
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
-from typing import Any
+import difflib
+import functools
+import inspect
+from collections.abc import Awaitable, Callable
+from typing import Any, ParamSpec
 
 from runtime.actor.call_store import StoreLimits
 from runtime.caller.client import ClientRuntime
@@ -27,6 +30,8 @@ from runtime.processes.supervisor import Supervisor, start_first
 from transport import security
 from transport.security import CURVE_DIR_ENV, FROM_ENV, CurveDir
 
+P = ParamSpec("P")
+
 
 async def spawn_async(
     actor_class: type | str,
@@ -47,6 +52,10 @@ async def spawn_async(
     lifetime: str | None = None,
 ) -> ActorHandle:
     """Start a local actor process and construct ``actor_class(**kwargs)`` in it.
+
+    The process runs ``python -m runtime.worker`` (forked by this process's fork server,
+    :mod:`runtime.processes.driver_fork`, else started with subprocess: :mod:`runtime.processes.process`); the actor
+    is constructed as a launcher's ``attach`` does (:mod:`runtime.processes.construction`).
 
     ``max_restarts``: when the process exits unexpectedly (also inside its constructor), start it again on the same
     endpoint and re-run the constructor with the same kwargs, at most this many times (-1: no limit); the handle
@@ -136,18 +145,32 @@ async def spawn_async(
     return handle
 
 
-def spawn(actor_class: type | str, **options: Any) -> ActorHandle:
-    """Blocking :func:`spawn_async`.
+def _blocking(spawn_coroutine: Callable[P, Awaitable[ActorHandle]]) -> Callable[P, ActorHandle]:
+    """``spawn_coroutine`` run to its end from a thread that is not the runtime's loop, with its own signature (a
+    typo in an option is a TypeError naming it, and type checkers see every option)."""
 
-    Starts ``python -m runtime.worker`` locally (forked by this process's fork server,
-    :mod:`runtime.processes.driver_fork`, else with subprocess: :mod:`runtime.processes.process`), constructs the
-    actor in it as a launcher's ``attach`` does (:mod:`runtime.processes.construction`) and restarts it when it
-    dies (``max_restarts``: :mod:`runtime.processes.supervisor`). Every function here takes ``curve_dir`` as
-    :func:`spawn_async` does."""
-    deadline = options.get("deadline_s", DEFAULT_SPAWN_DEADLINE_S)
-    return ClientRuntime.get().run(
-        spawn_async(actor_class, **options), timeout_s=2 * deadline + 5, what=f"spawn {actor_class!r}"
-    )
+    signature = inspect.signature(spawn_coroutine)
+
+    @functools.wraps(spawn_coroutine)
+    def blocking(*args: P.args, **kwargs: P.kwargs) -> ActorHandle:
+        try:
+            signature.bind(*args, **kwargs)
+        except TypeError as exc:
+            known = [name for name in signature.parameters if name != "actor_class"]
+            close = [m for k in kwargs if k not in signature.parameters for m in difflib.get_close_matches(k, known, 1)]
+            hint = f" (did you mean {', '.join(map(repr, close))}?)" if close else ""
+            raise TypeError(f"spawn(): {exc}{hint}; its options: {', '.join(known)}") from None
+        deadline = kwargs.get("deadline_s", DEFAULT_SPAWN_DEADLINE_S)
+        assert isinstance(deadline, int | float)
+        what = f"spawn {args[0] if args else kwargs.get('actor_class')!r}"
+        return ClientRuntime.get().run(spawn_coroutine(*args, **kwargs), timeout_s=2 * deadline + 5, what=what)
+
+    return blocking
+
+
+spawn = _blocking(spawn_async)
+spawn.__name__ = spawn.__qualname__ = "spawn"
+spawn.__doc__ = "Blocking :func:`spawn_async`: the same options, the handle once the actor is constructed."
 
 
 def spawn_many(

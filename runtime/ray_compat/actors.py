@@ -5,8 +5,11 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import functools
 import os
 from typing import Any
+
+import cloudpickle
 
 from runtime.caller.client import ClientRuntime
 from runtime.caller.handle_names import checked_class_info
@@ -95,6 +98,10 @@ class ActorClass:
     def bind(self, *args: Any, **kwargs: Any) -> Any:
         raise NotImplementedError("Ray DAGs (.bind) are not supported by runtime.ray_compat; call .remote()")
 
+    def _remote(self, args: Any = None, kwargs: Any = None, **options: Any) -> ActorHandle:
+        """Ray's ``A._remote(args=, kwargs=, **options)``: ``A.options(**options).remote(*args, **kwargs)``."""
+        return self.options(**options).remote(*(args or ()), **(kwargs or {}))
+
     def remote(self, *args: Any, **kwargs: Any) -> ActorHandle:
         """Start the actor; its handle comes back at once (construction goes on in the background). What can be
         checked here raises here: the class, the options, the arguments, the resources, a name already taken.
@@ -113,6 +120,7 @@ class ActorClass:
                 raise TypeError(f"{what}: {option} must be None or a string, got {type(value).__name__}")
             if value:
                 check_name(option, value)
+        _check_size(cls)
         wrapper = keyword_class(cls)
         checked_class_info(wrapper, options.get("concurrency_groups"))
         bind_arguments(cls, args, kwargs)  # a bad call raises here; bound again once top-level refs have values
@@ -144,6 +152,12 @@ class ActorClass:
         if group is not None:
             group.actors.append(lease)
         return ActorHandle(None, cls=cls, max_task_retries=int(options.get("max_task_retries", 0)), lease=lease)
+
+
+@functools.lru_cache(maxsize=256)
+def _check_size(cls: type) -> None:
+    """Ray's "is too large" for a class that travels by value (defined in a function) with a large capture."""
+    opts.check_pickled_size(len(cloudpickle.dumps(cls)), f"The actor {cls.__name__}")
 
 
 def _named(session: state.Session, name: str, namespace: str, cls: type, what: str) -> ActorHandle | None:

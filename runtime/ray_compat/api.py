@@ -129,15 +129,13 @@ def kill(actor: ActorHandle, *, no_restart: bool = True) -> None:
 
 
 def cancel(ref: Any, *, force: bool = False, recursive: bool = True) -> None:
-    """Cancel a call (a queued one never runs; a running async one is cancelled) or close a stream."""
-    if force:
-        raise NotImplementedError(
-            "ray.cancel(force=True) (killing the worker) is not supported: a queued call never runs and a running "
-            "async one is cancelled without it; kill an actor with ray.kill"
-        )
+    """Cancel a task or actor call, as Ray does. Queued: it never runs. A running task gets KeyboardInterrupt
+    (``force``: its worker ends); a running async actor method is cancelled (asyncio); a running sync actor method
+    runs on (``force`` raises ValueError for actor calls, as in Ray). ``recursive``: the calls a task made are
+    cancelled too. ``ray.get`` of it then raises TaskCancelledError. A stream is closed."""
     if not isinstance(ref, (ObjectRef, ObjectRefGenerator)):
         raise TypeError(f"ray.cancel() only supported for object refs, got {type(ref).__name__}")
-    ref.cancel()
+    ref.cancel(force, recursive)
 
 
 def get_actor(name: str, namespace: str | None = None) -> ActorHandle:

@@ -100,13 +100,18 @@ class RetryingCall:
         retries: int,
         should_retry: Callable[[BaseException], bool],
         arguments: Arguments | concurrent.futures.Future[Arguments],
+        *,
+        forcible: bool = False,
+        failure: Callable[[BaseException], BaseException] | None = None,
     ) -> None:
+        self.forcible = forcible  # a task's (ray.cancel(force=True) ends its worker); an actor call's is not
+        self._failure = failure  # the error the caller sees for the call's last failure (ray.exceptions ones)
         self.future: concurrent.futures.Future[Any] = concurrent.futures.Future()
         self.submitted: concurrent.futures.Future[None] = concurrent.futures.Future()
         self._submit, self._left, self._should_retry = submit, retries, should_retry
         self._lock = threading.Lock()
         self._call: Any = None
-        self._starting = False  # its arguments are there: it is being sent
+        self._cancel: tuple[bool, bool] | None = None  # ray.cancel's (force, recursive), once it was called
         self._arguments: Arguments = ((), {})
         if isinstance(arguments, concurrent.futures.Future):
             arguments.add_done_callback(self._when_ready)
@@ -115,10 +120,8 @@ class RetryingCall:
             self._start()
 
     def _when_ready(self, ready: concurrent.futures.Future[Arguments]) -> None:
-        with self._lock:
-            if self.future.done():  # cancelled while it waited
-                return
-            self._starting = True
+        if self.future.done():  # cancelled while it waited
+            return
         try:
             self._arguments = ready.result()
         except BaseException as exc:
@@ -131,10 +134,15 @@ class RetryingCall:
             call = self._submit(*self._arguments)
         except BaseException as exc:
             self._settle(None, exc)
+            if isinstance(exc, KeyboardInterrupt):  # ray.cancel of the task sending it (task_interrupt): its own
+                raise
             return
         with self._lock:
             self._call = call
+            cancel = self._cancel
         _set(self.submitted)
+        if cancel is not None:  # ray.cancel came while it was being sent: cancelled there now
+            self._cancel_sent(call, *cancel)
         call.future.add_done_callback(self._done)
 
     def _done(self, future: concurrent.futures.Future[Any]) -> None:
@@ -152,6 +160,8 @@ class RetryingCall:
         self._settle(value, None)
 
     def _settle(self, value: Any, error: BaseException | None) -> None:
+        if error is not None and self._failure is not None:
+            error = self._failure(error)
         with contextlib.suppress(concurrent.futures.InvalidStateError):
             if error is not None:
                 self.future.set_exception(error)
@@ -159,19 +169,26 @@ class RetryingCall:
                 self.future.set_result(value)
         _set(self.submitted)
 
-    def cancel(self) -> bool:
+    def cancel(self, force: bool = False, recursive: bool = True) -> bool:
+        """Ray's ``ray.cancel``: one waiting for its arguments is never sent, one sent is cancelled there
+        (``submit``'s call: a task's ``cancel(force, recursive)``, an actor call's ``cancel()``)."""
+        if force and not self.forcible:
+            raise ValueError("force=True is not supported for actor tasks.")  # Ray's words
         self._left = 0
-        cancelled_error = errors.CallCancelled("the call was cancelled (ray.cancel)")
         with self._lock:
-            call = self._call
-            if call is None and not self._starting:  # still waiting for its arguments: it is never sent
-                if self.future.done():
+            call, first = self._call, self._cancel is None
+            self._cancel = (force, recursive)
+            if call is None:  # waiting for its arguments (never sent), or being sent (cancelled once it is)
+                if self.future.done() or not first:
                     return False
-                self._settle(None, cancelled_error)
+                self._settle(None, errors.CallCancelled("the call was cancelled (ray.cancel)"))
                 return True
-        cancelled = call.cancel() if call is not None else False
+        return self._cancel_sent(call, force, recursive)
+
+    def _cancel_sent(self, call: Any, force: bool, recursive: bool) -> bool:
+        cancelled = call.cancel(force, recursive) if self.forcible else call.cancel()
         if cancelled:
-            self._settle(None, cancelled_error)
+            self._settle(None, errors.CallCancelled("the call was cancelled (ray.cancel)"))
         return cancelled
 
 

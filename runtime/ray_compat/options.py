@@ -115,3 +115,18 @@ def num_returns(value: Any, what: str) -> int | str:
     if value == "dynamic":
         raise NotImplementedError(f"{what}: num_returns='dynamic' is deprecated in Ray; use num_returns='streaming'")
     raise ValueError(f"{what}: num_returns must be an int >= 0 or 'streaming', got {value!r}")
+
+
+#: Ray's FUNCTION_SIZE_ERROR_THRESHOLD (python/ray/_private/ray_constants.py): a pickled function or actor class
+#: above it is refused, as it most likely captured a large object by accident.
+FUNCTION_SIZE_ERROR_THRESHOLD = 10**8
+
+
+def check_pickled_size(size: int, what: str) -> None:
+    """Ray's "is too large" ValueError for ``what`` ("The remote function m.f", "The actor A") pickled to ``size``."""
+    if size > FUNCTION_SIZE_ERROR_THRESHOLD:
+        raise ValueError(
+            f"{what} is too large ({size // 2**20} MiB > FUNCTION_SIZE_ERROR_THRESHOLD="
+            f"{FUNCTION_SIZE_ERROR_THRESHOLD // 2**20} MiB). Check that its definition is not implicitly capturing a "
+            "large array or other object in scope. Tip: use ray.put() to put large objects in the Ray object store."
+        )

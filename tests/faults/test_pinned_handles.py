@@ -33,6 +33,8 @@ from runtime.core.outcome import arguments_bind
 from transport.codec import encode
 from transport.submit_header import SubmitHeader
 
+pytestmark = pytest.mark.processes
+
 
 def _restarted(actor: ActorHandle, old_pid: int, within_s: float = 30.0) -> None:
     """Wait until the spawner's handle calls a new incarnation (its calls wait for it: runtime.processes.supervisor)."""

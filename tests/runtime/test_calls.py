@@ -22,6 +22,8 @@ from runtime.caller import wait_spin
 from transport import local_twin, shared_memory
 from transport.endpoints import ZmqEndpoint
 
+pytestmark = pytest.mark.processes
+
 
 def test_sync_result_and_await(counter: ActorHandle) -> None:
     assert counter.add(5).result(timeout=10) == 15

@@ -27,6 +27,8 @@ from runtime.internals import StoreLimits
 from transport import frames as wire
 from transport.protocol import Kind
 
+pytestmark = pytest.mark.processes
+
 ROOT = Path(__file__).resolve().parents[2]
 
 

@@ -20,6 +20,8 @@ import pytest
 
 from runtime import ActorDied, ActorHandle, spawn
 
+pytestmark = pytest.mark.processes
+
 
 def _wait_for_new_pid(handle: ActorHandle, old_pid: int, within_s: float = 30.0) -> int:
     deadline = time.monotonic() + within_s
