@@ -110,7 +110,8 @@ def create_group(
 
 
 def destroy_group(group: CollectiveGroup) -> None:
-    """Every member leaves ``group`` (a dead member is skipped); the name may be used again afterwards."""
+    """Every member leaves ``group`` (a dead member is skipped); the name may be used again afterwards. As Ray's
+    ``ray.experimental.collective.destroy_collective_group``."""
     _leave(group, ranks=set(range(group.world_size)), quiet=False)
 
 
