@@ -1,10 +1,4 @@
-"""The per-process client runtime: the event loop that carries calls, the ZeroMQ context, the connections.
-
-In an actor process it is the actor's own loop. In a driver script it is a loop on a background thread, so the
-same handles serve plain synchronous code (``call.result()``) and asyncio code (``await call``). Calls are
-encoded and sent on the caller's thread (see :class:`~runtime.caller.connection.Connection`); replies arrive on the
-loop.
-"""
+"""The per-process client runtime: the event loop that carries calls, the ZeroMQ context, the connections."""
 
 from __future__ import annotations
 
@@ -34,7 +28,11 @@ class SpawnedProcess(Protocol):
 
 
 class ClientRuntime:
-    """Owns the loop thread (if any), the ZeroMQ context and one Connection per actor endpoint."""
+    """Owns the loop thread (if any), the ZeroMQ context and one Connection per actor endpoint.
+
+    In an actor process the loop is the actor's own; in a driver script it runs on a background thread, so the same
+    handles serve plain synchronous code (``call.result()``) and asyncio code (``await call``). Calls are encoded
+    and sent on the caller's thread (:class:`~runtime.caller.connection.Connection`); replies arrive on the loop."""
 
     _current: ClassVar[ClientRuntime | None] = None
     _lock: ClassVar[threading.Lock] = threading.Lock()

@@ -1,11 +1,5 @@
-"""An actor's incarnations as a caller sees them: which are gone, the errors for calls pinned to one, the current one.
-
-An actor restarted by its spawner keeps its endpoint but is a new process with a new boot id (an incarnation).
-A handle that does not follow restarts pins each call to the incarnation it reached (``Call.boot_id``); the
-actor refuses a SUBMIT pinned to another (:mod:`runtime.actor.call_routing`), and a connection that has already seen
-the incarnation go refuses such a call without sending it. Such a handle moves on when its holder asks
-(``ActorHandle.follow_restart``), to the incarnation :func:`current_incarnation` finds.
-"""
+"""An actor's incarnations as a caller sees them: which are gone, the errors for calls pinned to one, the current one
+(a restarted actor keeps its endpoint but is a new process with a new boot id, an incarnation)."""
 
 from __future__ import annotations
 
@@ -53,7 +47,12 @@ def pinned_to_gone(call: Call, boot_id: str | None, site: CallSite) -> ActorRest
 
 class GoneIncarnations:
     """Boot ids known to be gone, the ``MAX_REMEMBERED`` most recent. Read on any thread, changed under the
-    connection's lock."""
+    connection's lock.
+
+    A handle that does not follow restarts pins each call to the incarnation it reached (``Call.boot_id``); the
+    actor refuses a SUBMIT pinned to another (:mod:`runtime.actor.call_routing`), and a connection that has seen the
+    incarnation go (here) refuses such a call without sending it. The handle moves on when its holder asks
+    (``ActorHandle.follow_restart``), to the incarnation :func:`current_incarnation` finds."""
 
     __slots__ = ("_ids",)
 

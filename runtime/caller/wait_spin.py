@@ -1,10 +1,5 @@
 """A thread blocked on a result reads replies off the socket itself (:func:`wait_here`): how long it polls the socket
-before it sleeps, and when it does at all.
-
-Polling catches a reply that comes within microseconds with no wake-up (on a virtual machine a wake-up costs tens
-of microseconds). It only pays right after a result: an actor silent for longer has gone to sleep and takes longer
-to wake than the spin lasts, and on a small machine the spinning core is one its threads need.
-"""
+before it sleeps, and when it does at all."""
 
 from __future__ import annotations
 
@@ -32,7 +27,10 @@ def _wait_spin_s() -> float:
 
 
 WAIT_SPIN_S = _wait_spin_s()
-#: A waiting thread spins only if the actor answered this recently (see the module docstring).
+#: A waiting thread spins only if the actor answered this recently. Polling catches a reply that comes within
+#: microseconds with no wake-up (on a virtual machine a wake-up costs tens of microseconds); it only pays right after a
+#: result: an actor silent for longer has gone to sleep and takes longer to wake than the spin lasts, and on a small
+#: machine the spinning core is one its threads need.
 SPIN_AFTER_RESULT_S = 0.0003
 
 

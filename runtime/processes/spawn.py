@@ -1,15 +1,5 @@
-"""Starting actors: ``spawn`` (a local process, restarted when it dies), ``spawn_many``, and ``connect``.
-
-``spawn`` starts ``python -m runtime.worker`` locally (forked by this process's fork server,
-:mod:`runtime.processes.driver_fork`, else with subprocess: :mod:`runtime.processes.process`), then constructs
-the actor in it as a launcher's ``attach`` does (:mod:`runtime.processes.construction`), and can restart the process
-when it dies (``max_restarts``, see :mod:`runtime.processes.supervisor`). ``connect`` reaches an actor already running
-at an endpoint (e.g. a fresh handle after another holder's actor restarted).
-
-Security: every function takes ``curve_dir`` (default: ``MILES_CURVE_DIR`` when set; None: plain TCP), the
-directory of the cluster's CURVE keys (:mod:`transport.security`). A spawned process gets it as
-``MILES_CURVE_DIR``, so the actors it spawns and calls use the same keys.
-"""
+"""Starting actors: ``spawn`` (a local process, restarted when it dies), ``spawn_many``, and ``connect`` (an actor
+already running at an endpoint, e.g. a fresh handle after another holder's actor restarted)."""
 
 from __future__ import annotations
 
@@ -63,11 +53,17 @@ async def spawn_async(
 ) -> ActorHandle:
     """Start a local actor process and construct ``actor_class(**kwargs)`` in it.
 
+    The process runs ``python -m runtime.worker`` (forked by this process's fork server,
+    :mod:`runtime.processes.driver_fork`, else started with subprocess: :mod:`runtime.processes.process`); the actor
+    is constructed as a launcher's ``attach`` does (:mod:`runtime.processes.construction`).
+
     ``max_restarts``: when the process exits unexpectedly (also inside its constructor), start it again on the same
     endpoint and re-run the constructor with the same kwargs, at most this many times (-1: no limit); the handle
     keeps working, calls in flight fail with ActorRestarted (:mod:`runtime.processes.supervisor`); copies of the
-    handle sent elsewhere stay pinned to their incarnation (``follow_restart()`` moves them on). ``curve_dir``: CURVE
-    keys (see the module doc). ``metrics_port``: port of the actor's Prometheus ``/metrics`` (0: any free port, kept
+    handle sent elsewhere stay pinned to their incarnation (``follow_restart()`` moves them on). ``curve_dir``: the
+    cluster's CURVE keys (default: ``MILES_CURVE_DIR`` when set; None: plain TCP; :mod:`transport.security`), passed
+    on to the process as ``MILES_CURVE_DIR`` so the actors it spawns and calls use the same keys. ``metrics_port``:
+    port of the actor's Prometheus ``/metrics`` (0: any free port, kept
     across restarts; None: no metrics endpoint).
     ``name``/``namespace``: register the actor for ``get_actor`` (:mod:`runtime.names.naming`); a name a live actor
     holds raises ValueError, unless ``get_if_exists=True``, which returns a handle to that actor (nothing is spawned).

@@ -1,14 +1,5 @@
-"""``@ray.remote`` classes: ``Cls.options(...).remote(*args)`` starts the actor and returns its handle at once.
-
-Ray sources read: python/ray/actor.py (ActorClass.options/remote, ``_ray_from_modified_class``: the actor class
-derives from the user's class, so its attributes, static methods and ``dir()`` are the class's; ActorMethod,
-``ray.method``, generator methods streaming by default, ``max_task_retries``), python/ray/_private/ray_option_utils.py.
-The actor is a ``runtime.spawn`` actor on this machine; its resources come from the session's ledger or a
-placement-group bundle (:mod:`runtime.ray_compat.placement`), reserved at once (a request that cannot be met
-raises here); ``runtime_env`` env vars and its GPUs (``CUDA_VISIBLE_DEVICES``) go into its environment. It is
-constructed in the background, as in Ray: calls made meanwhile queue behind construction
-(:mod:`runtime.ray_compat.handles`).
-"""
+"""``@ray.remote`` classes: ``Cls.options(...).remote(*args)`` starts the actor and returns its handle at once (Ray's
+python/ray/actor.py and python/ray/_private/ray_option_utils.py)."""
 
 from __future__ import annotations
 
@@ -113,7 +104,12 @@ class ActorClass:
 
     def remote(self, *args: Any, **kwargs: Any) -> ActorHandle:
         """Start the actor; its handle comes back at once (construction goes on in the background). What can be
-        checked here raises here: the class, the options, the arguments, the resources, a name already taken."""
+        checked here raises here: the class, the options, the arguments, the resources, a name already taken.
+
+        The actor is a ``runtime.spawn`` actor on this machine; its resources come from the session's ledger or a
+        placement-group bundle (:mod:`runtime.ray_compat.placement`), reserved at once; ``runtime_env`` env vars and
+        its GPUs (``CUDA_VISIBLE_DEVICES``) go into its environment. As in Ray, calls made while it is constructed
+        queue behind construction (:mod:`runtime.ray_compat.handles`)."""
         options, cls = self._ray_options, self._ray_cls
         name = options.get("name")
         what = f"actor {name if isinstance(name, str) else cls.__qualname__}"

@@ -1,9 +1,5 @@
-"""``ray.init``, ``get``, ``put``, ``wait``, ``kill``, ``cancel``, ``get_actor``, ``nodes``, ``cluster_resources``.
-
-Ray source read: python/ray/_private/worker.py (init's parameters, ``get`` of a ref or a list with ``timeout``
-raising GetTimeoutError, ``wait(refs, *, num_returns=1, timeout=None, fetch_local=True)``, ``kill(actor, *,
-no_restart=True)``, ``cancel(ref, *, force=False, recursive=True)``, ``get_actor(name, namespace=None)``).
-"""
+"""``ray.init``, ``get``, ``put``, ``wait``, ``kill``, ``cancel``, ``get_actor``, ``nodes``, ``cluster_resources``, with
+the signatures of Ray's python/ray/_private/worker.py (``get`` raising GetTimeoutError past ``timeout``)."""
 
 from __future__ import annotations
 

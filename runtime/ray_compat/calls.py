@@ -1,12 +1,4 @@
-"""What ``.remote()`` does around a call: arguments resolved as Ray resolves them, retries, ``num_returns``.
-
-Ray resolves an ObjectRef passed as a top-level argument (positional or keyword) to its value before the task
-runs, and passes nested ones (inside a list, a dict) as refs. Here ``.remote()`` returns at once as in Ray: a call
-with a top-level ref still pending is sent once every such ref has its value (:func:`arguments_ready`; a
-resolver thread takes the values and sends it), and one whose ref failed fails with that error without being
-sent. Calls to one actor keep their order: a call waits until the caller's previous call to that actor was sent
-(``after``). Nested refs cross as refs (:mod:`runtime.ray_compat.refs`).
-"""
+"""What ``.remote()`` does around a call: arguments resolved as Ray resolves them, retries, ``num_returns``."""
 
 from __future__ import annotations
 
@@ -32,7 +24,10 @@ def _top_level_refs(args: tuple[Any, ...], kwargs: dict[str, Any]) -> list[Objec
 
 
 def resolve_args(args: tuple[Any, ...], kwargs: dict[str, Any]) -> Arguments:
-    """Top-level refs become their values (waiting for them); anything nested is left as it is."""
+    """Top-level refs become their values (waiting for them); anything nested is left as it is.
+
+    As Ray: an ObjectRef passed as a top-level argument (positional or keyword) is resolved to its value before the
+    call runs; nested ones (inside a list, a dict) cross as refs (:mod:`runtime.ray_compat.refs`)."""
     if not _top_level_refs(args, kwargs):
         return args, kwargs
     args = tuple(a.result(None) if isinstance(a, ObjectRef) else a for a in args)
@@ -45,7 +40,10 @@ def arguments_ready(
 ) -> concurrent.futures.Future[Arguments] | None:
     """None when the call can go now (no top-level ref, ``after`` done); else a future of the resolved arguments,
     set (on a resolver thread: a stored ref's value may be fetched) once every top-level ref is done and ``after``
-    too, or failed with the first ref's error."""
+    too, or failed with the first ref's error.
+
+    So ``.remote()`` returns at once, as in Ray; a call whose ref failed fails with that error unsent, and ``after``
+    (the caller's previous call to the same actor, sent) keeps calls to one actor in order."""
     waits = [ref.future for ref in _top_level_refs(args, kwargs)]
     if after is not None and not after.done():
         waits.append(after)

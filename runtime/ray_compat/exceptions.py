@@ -1,11 +1,5 @@
-"""``ray.exceptions`` names, and how this runtime's errors become them (:func:`as_ray_error`).
-
-Ray source read: python/ray/exceptions.py. ``RayTaskError.as_instanceof_cause`` makes a class deriving from both
-RayTaskError and the cause's class, so ``except ValueError`` catches a task's ValueError; here the error raised is
-a class deriving from RayTaskError and this runtime's ``RemoteError[ValueError]`` (itself a ValueError), so
-``except ValueError``, ``except RayTaskError`` and ``except RemoteError`` all catch it. ActorDiedError is a
-RayActorError, as in Ray; GetTimeoutError a TimeoutError; TaskCancelledError a CancelledError.
-"""
+"""``ray.exceptions`` names (Ray's python/ray/exceptions.py), and how this runtime's errors become them
+(:func:`as_ray_error`)."""
 
 from __future__ import annotations
 
@@ -84,7 +78,12 @@ def _with_cause_class(exc: errors.RemoteError) -> type[errors.RemoteError]:
 
 
 def as_ray_error(exc: BaseException) -> BaseException:
-    """The ``ray.exceptions`` error for an error of this runtime (others are returned as they are)."""
+    """The ``ray.exceptions`` error for an error of this runtime (others are returned as they are).
+
+    Ray's ``RayTaskError.as_instanceof_cause`` derives from RayTaskError and the cause's class; here the error is
+    of a class deriving from RayTaskError and this runtime's ``RemoteError[ValueError]`` (itself a ValueError), so
+    ``except ValueError``, ``except RayTaskError`` and ``except RemoteError`` all catch it. ActorDiedError is a
+    RayActorError, as in Ray; GetTimeoutError a TimeoutError; TaskCancelledError a CancelledError."""
     if isinstance(exc, RayError):
         return exc
     if isinstance(exc, errors.RemoteError):

@@ -1,10 +1,6 @@
-"""Ray-shaped actor handles: ``handle.m.remote(x)`` calls the actor, in the order the calls were made.
-
-Ray source read: python/ray/actor.py (ActorHandle, ActorMethod.options/remote, ``__ray_ready__``,
-``__ray_terminate__``, an actor ending once its handles are gone unless named or detached). A handle from
-``Cls.remote()`` exists before its actor is constructed (Ray returns at once): its calls queue behind construction
-(:class:`Lease`), so constructors that wait for each other (``init_process_group`` among peers) do not deadlock.
-"""
+"""Ray-shaped actor handles: ``handle.m.remote(x)`` calls the actor, in the order the calls were made (Ray's
+python/ray/actor.py: ActorHandle, ActorMethod, ``__ray_ready__``, ``__ray_terminate__``, actors ending with their
+handles unless named or detached)."""
 
 from __future__ import annotations
 
@@ -36,7 +32,11 @@ class Lease:
     """One actor as this process knows it: its construction, the calls in flight to it, the resources it holds.
     ``owner``: started here by ``.remote()``; the session and its placement group keep it (to end it at shutdown or
     removal), and its first handle ends it when collected (after the calls in flight), unless the actor is named or
-    detached, or a handle to it left this process (another may hold it)."""
+    detached, or a handle to it left this process (another may hold it).
+
+    A handle from ``Cls.remote()`` exists before its actor is constructed (Ray returns at once): its calls queue
+    behind construction here, so constructors that wait for each other (``init_process_group`` among peers) do not
+    deadlock."""
 
     def __init__(
         self, spawning: concurrent.futures.Future[NativeHandle], label: str, *, owner: bool, keep: bool = True

@@ -1,10 +1,5 @@
-"""The options ``@ray.remote`` / ``.options()`` take, checked: supported ones mapped, the rest refused by name.
-
-Ray sources read: python/ray/_private/ray_option_utils.py (the actor and task option sets and their defaults),
-python/ray/runtime_env (the runtime_env fields). An option Ray accepts but this runtime cannot honour raises
-NotImplementedError naming it and what to do instead; nothing is silently ignored. An unknown option raises
-ValueError, as Ray's does.
-"""
+"""The options ``@ray.remote`` / ``.options()`` take, checked: supported ones mapped, the rest refused by name, never
+silently ignored (Ray's python/ray/_private/ray_option_utils.py and python/ray/runtime_env)."""
 
 from __future__ import annotations
 
@@ -56,7 +51,8 @@ _ENV_REFUSED = {
 
 
 def check(options: dict[str, Any], allowed: set[str], what: str) -> dict[str, Any]:
-    """``options`` if every key is allowed; NotImplementedError for a refused one, ValueError for an unknown one."""
+    """``options`` if every key is allowed; NotImplementedError for a refused one (an option Ray accepts that this
+    runtime cannot honour: the message says what to do instead), ValueError for an unknown one, as Ray's."""
     for key in options:
         if key in allowed:
             continue

@@ -1,10 +1,4 @@
-"""``ObjectRef`` and ``ObjectRefGenerator`` as Ray code sees them: ``ray.get(ref)``, ``await ref``, ``ray.wait``.
-
-A ref is one of: a call in flight (a task's or an actor method's result), a value ``ray.put`` keeps
-(:class:`runtime.ObjectRef`, fetched from its owner), or one item of a stream. Passed inside another argument
-(nested, as Ray passes it), a ref crosses the wire as a :class:`runtime.ObjectRef`: a call's result is waited for
-and kept in this process first (``runtime.put``), so the receiver's ``ray.get`` fetches it from here.
-"""
+"""``ObjectRef`` and ``ObjectRefGenerator`` as Ray code sees them: ``ray.get(ref)``, ``await ref``, ``ray.wait``."""
 
 from __future__ import annotations
 
@@ -57,7 +51,12 @@ def _awaitable(future: concurrent.futures.Future[Any]) -> asyncio.Future[Any]:
 
 
 class ObjectRef:
-    """A future value: ``ray.get(ref)``, ``await ref``, ``ray.wait([ref])``, ``ray.cancel(ref)``."""
+    """A future value: ``ray.get(ref)``, ``await ref``, ``ray.wait([ref])``, ``ray.cancel(ref)``.
+
+    A call in flight (a task's or an actor method's result), a value ``ray.put`` keeps (:class:`runtime.ObjectRef`,
+    fetched from its owner), or one item of a stream. Passed nested inside another argument (as Ray passes it), it
+    crosses the wire as a :class:`runtime.ObjectRef`: a call's result is waited for and kept in this process first
+    (``runtime.put``), so the receiver's ``ray.get`` fetches it from here."""
 
     def __init__(
         self,

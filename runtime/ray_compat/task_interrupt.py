@@ -1,17 +1,4 @@
-"""``ray.cancel`` of a running task: KeyboardInterrupt raised in it, as Ray does (or its worker ended: ``force``).
-
-Ray runs a task on its worker's main thread and sends it SIGINT. Here a task runs on a thread of its task worker
-(:class:`runtime.ray_compat.task_worker.TaskWorker`), so the worker raises KeyboardInterrupt in that thread
-(``PyThreadState_SetAsyncExc``): Python raises it at the thread's next bytecode, so a task busy in Python code or
-looping over short sleeps stops at once; one blocked in a single long C call (``time.sleep(600)``, a socket read)
-stops when that call returns. A ``ray.get`` in the task waits through :func:`wait`, which wakes on the interrupt
-and raises it there, so a task blocked on a ref stops at once too. The task's own calls (tasks and actor calls it
-made, :func:`adopt`) are cancelled with it (``recursive``, Ray's default).
-
-Each running task is registered under a token the pool made; the interrupt fires only while that task runs on
-that thread (the lock makes registration, interruption and leaving exclusive), at most once, and a KeyboardInterrupt
-still pending when the task ends is withdrawn, so it never lands in the runtime's own code.
-"""
+"""``ray.cancel`` of a running task: KeyboardInterrupt raised in it, as Ray does (or its worker ended: ``force``)."""
 
 from __future__ import annotations
 
@@ -52,6 +39,9 @@ class RunningTask:
                 _raise_in(self.ident, None)  # one still pending is withdrawn: it never lands after the task
 
 
+# Each running task is registered under a token the pool made; the interrupt fires only while that task runs on that
+# thread (the lock makes registration, interruption and leaving exclusive), at most once, and a KeyboardInterrupt still
+# pending when the task ends is withdrawn, so it never lands in the runtime's own code.
 _lock = threading.Lock()
 _tasks: dict[bytes, RunningTask] = {}
 _here = threading.local()
@@ -62,7 +52,14 @@ def _raise_in(ident: int, error: type[BaseException] | None) -> None:
 
 
 def interrupt(token: bytes, recursive: bool) -> bool:
-    """Raise KeyboardInterrupt in the task running under ``token`` (once); False when none runs."""
+    """Raise KeyboardInterrupt in the task running under ``token`` (once); False when none runs.
+
+    Ray runs a task on its worker's main thread and sends it SIGINT. Here a task runs on a thread of its task worker
+    (:class:`runtime.ray_compat.task_worker.TaskWorker`), so this raises KeyboardInterrupt in that thread
+    (``PyThreadState_SetAsyncExc``): Python raises it at the thread's next bytecode, so a task busy in Python code
+    or looping over short sleeps stops at once; one blocked in a single long C call (``time.sleep(600)``, a socket
+    read) stops when that call returns; one blocked in ``ray.get`` waits through :func:`wait`, which wakes on the
+    interrupt. The task's own calls (:func:`adopt`) are cancelled with it (``recursive``, Ray's default)."""
     with _lock:
         task = _tasks.get(token)
         if task is None or task.interrupted:

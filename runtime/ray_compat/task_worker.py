@@ -1,13 +1,4 @@
-"""The actor that runs Ray tasks: one process of a task pool (:mod:`runtime.ray_compat.tasks`).
-
-A task's function travels cloudpickled with each call, so it is unpickled only when it carries the MAC made with
-the pool's secret, which only the pool's owner holds (it reached this process in the constructor, a control call
-only the spawner can make): a peer that can reach this actor cannot make it unpickle anything.
-
-``ray.cancel`` of a running task reaches :meth:`TaskWorker.interrupt` (a control-plane method, so it is answered
-while the task runs): KeyboardInterrupt in the task (:mod:`runtime.ray_compat.task_interrupt`), or with ``force``
-the worker ends, as Ray's does.
-"""
+"""The actor that runs Ray tasks: one process of a task pool (:mod:`runtime.ray_compat.tasks`)."""
 
 from __future__ import annotations
 
@@ -47,7 +38,11 @@ class TaskCancelled(Exception):
 
 
 class TaskWorker:
-    """Runs the functions its pool sends (each with the pool's MAC)."""
+    """Runs the functions its pool sends (each with the pool's MAC).
+
+    A task's function travels cloudpickled with each call, so it is unpickled only when it carries the MAC made
+    with the pool's secret, which only the pool's owner holds (it reached this process in the constructor, a
+    control call only the spawner can make): a peer that can reach this actor cannot make it unpickle anything."""
 
     def __init__(self, *, secret: bytes) -> None:
         if not isinstance(secret, bytes) or len(secret) < 16:
@@ -89,7 +84,10 @@ class TaskWorker:
     def interrupt(self, token: bytes, recursive: bool = True, force: bool = False) -> bool:
         """``ray.cancel`` of the task running under ``token``: KeyboardInterrupt in it, or (``force``) this worker
         ends at once, as Ray's does; its own calls are cancelled too (``recursive``). False: it does not run here
-        (it finished, or never started: a queued call is cancelled by the runtime and never runs)."""
+        (it finished, or never started: a queued call is cancelled by the runtime and never runs).
+
+        A control-plane method, so it is answered while the task runs; the interrupt itself is
+        :mod:`runtime.ray_compat.task_interrupt`'s."""
         if not isinstance(token, bytes) or len(token) != _TOKEN_BYTES:
             raise ValueError(f"interrupt takes the task's {_TOKEN_BYTES}-byte token, got {token!r:.40}")
         if force and task_interrupt.running(token):

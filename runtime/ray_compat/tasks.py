@@ -1,13 +1,5 @@
-"""``@ray.remote`` functions: tasks, run on a pool of worker processes of this machine.
-
-Ray sources read: python/ray/remote_function.py (``.remote``, ``.options``, ``num_returns``, ``max_retries``
-(default 3, system failures), ``retry_exceptions``, generator functions streaming). A pool has as many worker
-processes as the session has CPUs (``ray.init(num_cpus=)``), started as tasks need them; each runs one task at a
-time, and a task goes to the least busy worker once the CPUs it asks for are free (``num_cpus``, default 1, held
-while it runs: :mod:`runtime.ray_compat.task_slots`; a streaming task takes none). A worker that dies is
-replaced; its task is retried (``max_retries``). Task workers hold no GPUs: a task asking ``num_gpus`` is refused
-(use an actor, which gets its GPUs). One pool per distinct ``runtime_env``.
-"""
+"""``@ray.remote`` functions: tasks, run on a pool of worker processes of this machine (Ray's
+python/ray/remote_function.py: ``.remote``, ``.options``, ``num_returns``, ``max_retries``, ``retry_exceptions``)."""
 
 from __future__ import annotations
 
@@ -34,7 +26,13 @@ DEFAULT_MAX_RETRIES = 3  # as Ray's
 
 
 class TaskPool:
-    """Worker processes for tasks with one environment."""
+    """Worker processes for tasks with one environment (one pool per distinct ``runtime_env``).
+
+    As many workers as the session has CPUs (``ray.init(num_cpus=)``), started as tasks need them; each runs one
+    task at a time, and a task goes to the least busy worker once the CPUs it asks for are free (``num_cpus``,
+    default 1, held while it runs: :mod:`runtime.ray_compat.task_slots`; a streaming task takes none). A worker that
+    dies is replaced and its task retried (``max_retries``, default 3, system failures). Task workers hold no GPUs:
+    a task asking ``num_gpus`` is refused (use an actor, which gets its GPUs)."""
 
     def __init__(self, size: int, env: dict[str, str], cwd: str | None) -> None:
         self.size = max(1, size)
