@@ -42,7 +42,7 @@ class LaunchServices:
         self.launch_id = curve_keys.new_launch_id()
         self.keys: curve_keys.LaunchKeys | None = None  # None: CURVE off (or not started yet)
         self.reach_back: dict[str, str] = {}  # remote host -> the launcher's address as that host reaches it
-        self.name_server: name_service.NameServer | None = None
+        self.name_server: ServiceServer | None = None
         self.provider_api: ServiceServer | None = None
         self.service_discovery: ServiceDiscovery | None = None
 
