@@ -13,8 +13,9 @@ from actors.inference.engine_launcher import EngineSpec, wait_ready
 from actors.inference.engine_pool import ENGINE_ACTOR
 from actors.inference.errors import EngineStartError
 from actors.inference.provider_address import worker_url_host
+from launcher.launch.cells import DeathReport
 from launcher.launch.provider_service import ProviderApiError
-from launcher.launch.provider_views import CellView, DeathView
+from launcher.launch.provider_views import CellView
 from runtime import ActorHandle, RemoteError
 from runtime.names.naming import get_actor_async
 
@@ -148,7 +149,7 @@ class ProviderEngineLauncher:
             except (RemoteError, ProviderApiError) as exc:
                 logger.warning("pool %s: cannot poll the launcher's cells: %s", self.pool, exc)
 
-    def _update(self, views: list[CellView], deaths: list[DeathView], began: float) -> None:
+    def _update(self, views: list[CellView], deaths: list[DeathReport], began: float) -> None:
         """Mark engines whose cell died (a death report names one of their pids) or was replaced or stopped."""
         self._deaths_seen += len(deaths)
         for engine in self._engines.values():

@@ -16,7 +16,7 @@ calls: the cells' start deadline on top). Who finds it where:
   (JSON: :func:`from_env`).
 
 Calls: ``pools()``, ``cells(pool)`` (a :class:`~launcher.launch.provider_views.CellView` per cell),
-``deaths(since)`` (:class:`~launcher.launch.provider_views.DeathView`, numbered from 0, for polling),
+``deaths(since)`` (:class:`~launcher.launch.cells.DeathReport`, numbered from 0, for polling),
 ``lost_hosts()``, and ``restart_cell(pool, index)``, ``start_cells(pool, indices)``, ``stop_cells(pool, indices)``
 (they wait for the cells to be ready, or stopped; calls for one cell are serialized). A cell on a lost host is dead
 and is not restarted there (the error says so): its host must come back first.
@@ -32,7 +32,8 @@ from typing import TYPE_CHECKING, Annotated, Any, Protocol
 from pydantic import Field
 
 from launcher.errors import LauncherError
-from launcher.launch.provider_views import CellView, DeathView, WorkerView
+from launcher.launch.cells import DeathReport
+from launcher.launch.provider_views import CellView, WorkerView
 from runtime.caller.call_policy import CallPolicy
 from runtime.caller.handle import ActorHandle
 from runtime.names import service
@@ -89,14 +90,10 @@ class ProviderService:
         started = {cell.index: cell for cell in self._table.cells(pool)}  # UnknownPool names the pools
         return [self._view(pool, index, started.get(index)) for index in self._indices(pool)]
 
-    def deaths(self, since: _Index = 0) -> list[DeathView]:
-        """Death reports number ``since`` and on (at most 1000), each with its number ``seq``."""
-        reports = list(self._table.deaths)[since : since + MAX_DEATHS_PER_CALL]
-        return [
-            DeathView(seq=since + n, cell_id=r.cell_id, worker_id=r.worker_id, host=r.host, pid=r.pid,
-                      returncode=r.returncode, reason=r.reason, at=r.at)
-            for n, r in enumerate(reports)
-        ]  # fmt: skip
+    def deaths(self, since: _Index = 0) -> list[DeathReport]:
+        """Death reports number ``since`` and on (at most 1000; the launch's reports are numbered from 0: poll with
+        ``since`` + the number seen)."""
+        return list(self._table.deaths)[since : since + MAX_DEATHS_PER_CALL]
 
     def lost_hosts(self) -> dict[str, str]:
         """Hosts whose agent was lost, and why."""

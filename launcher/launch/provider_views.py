@@ -1,4 +1,4 @@
-"""What the provider API answers: frozen, registered views of the launch's cells, workers and death reports.
+"""What the provider API answers about cells: frozen, registered views of the launch's cells and their workers.
 
 They cross the wire by name (:func:`transport.register_type`) and are validated field by field when they arrive
 (pydantic), so a caller reads ``cell.workers[0].ports["port"]`` with its types checked, not a dict of anything.
@@ -56,20 +56,3 @@ class CellView(BaseModel):
     death_reason: str | None
     workers: list[WorkerView]
     lost_hosts: list[str]
-
-
-@register_type
-class DeathView(BaseModel):
-    """A worker that died while its cell was meant to run; ``seq`` numbers the launch's reports from 0 (poll with
-    ``deaths(since=last seq + 1)``)."""
-
-    model_config = _FROZEN
-
-    seq: int
-    cell_id: str
-    worker_id: str
-    host: str
-    pid: int | None
-    returncode: int | None
-    reason: str
-    at: float

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import signal
@@ -100,7 +101,7 @@ def engine_failover(ctx: Any) -> int:
         "ok_during": traffic.ok_since(killed) - traffic.ok_since(back),
         "failed_during": traffic.failed_between(killed, back),
         "failed_after": traffic.failed_between(back),
-        "deaths": [d.model_dump() for d in api.deaths(since=0).result()],
+        "deaths": [dataclasses.asdict(d) for d in api.deaths(since=0).result()],
     }
     print("FAILOVER " + json.dumps(report), flush=True)
     controller.shutdown().result(timeout=60)
@@ -223,7 +224,7 @@ def router_failover(ctx: Any) -> int:
         "router_workers": sorted(w["url"] for w in workers),
         "ok_after": traffic.ok_since(back),
         "failed_after": traffic.failed_between(back),
-        "deaths": [d.model_dump() for d in api.deaths(since=0).result()],
+        "deaths": [dataclasses.asdict(d) for d in api.deaths(since=0).result()],
     }
     print("ROUTER " + json.dumps(report), flush=True)
     controller.shutdown().result(timeout=60)
@@ -266,7 +267,7 @@ def lost_host(ctx: Any) -> int:
         "cut_to_dropped_s": dropped_at - cut,
         "ok_after": traffic.ok_since(dropped_at),
         "failed_after": traffic.failed_between(dropped_at),
-        "deaths": [d.model_dump() for d in api.deaths(since=0).result()],
+        "deaths": [dataclasses.asdict(d) for d in api.deaths(since=0).result()],
     }
     print("LOST " + json.dumps(report), flush=True)
     controller.shutdown().result(timeout=60)

@@ -9,8 +9,9 @@ import pydantic
 import pytest
 
 from launcher.launch import provider_service
+from launcher.launch.cells import DeathReport
 from launcher.launch.provider_service import CALL_DEADLINE_S, DEFAULT_START_WAIT_S, PROVIDER_API_ENV
-from launcher.launch.provider_views import CellView, DeathView, WorkerView
+from launcher.launch.provider_views import CellView, WorkerView
 from runtime.core.errors import CallRejected
 from runtime.names.name_service import HandleState
 from transport.codec import decode, encode
@@ -33,9 +34,7 @@ def _round_trip(value: object) -> object:
 
 
 def test_the_views_cross_the_codec_as_themselves() -> None:
-    death = DeathView(
-        seq=0, cell_id="w-1", worker_id="w-1-0", host="n0", pid=41, returncode=-9, reason="SIGKILL", at=1.5
-    )
+    death = DeathReport(cell_id="w-1", worker_id="w-1-0", host="n0", pid=41, returncode=-9, reason="SIGKILL", at=1.5)
     state = HandleState(
         endpoint="tcp://h:1", name="x", class_path="m:C", boot_id=None, host="h", pid=1, machine_id="",
         metrics_port=None, server_key=None,
@@ -59,6 +58,10 @@ def test_a_view_that_is_not_one_is_refused_where_it_arrives() -> None:
             decode(body, buffers)
     with pytest.raises(pydantic.ValidationError, match="Extra inputs are not permitted"):
         CellView(**CELL.model_dump(), secret="x")
+    report = {"cell_id": "w-1", "worker_id": "w-1-0", "host": "n0", "pid": 41, "returncode": None, "reason": "x"}
+    with pytest.raises(pydantic.ValidationError, match="pid"):
+        DeathReport(**{**report, "pid": "41; rm -rf /"})  # a DeathReport is rebuilt with its checks where it arrives
+    assert DeathReport(**report).pid == 41
 
 
 def test_a_bad_argument_is_refused_before_the_wire() -> None:
