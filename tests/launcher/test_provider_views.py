@@ -5,12 +5,20 @@ is tested in test_provider_service.py (a real WorkerProvider)."""
 
 from __future__ import annotations
 
+import asyncio
+import time
+
 import pydantic
 import pytest
 
 from launcher.launch import provider_service
 from launcher.launch.cells import DeathReport
-from launcher.launch.provider_service import CALL_DEADLINE_S, DEFAULT_START_WAIT_S, PROVIDER_API_ENV
+from launcher.launch.provider_service import (
+    CALL_DEADLINE_S,
+    DEFAULT_START_WAIT_S,
+    PROVIDER_API_ENV,
+    ProviderApiError,
+)
 from launcher.launch.provider_views import CellView, WorkerView
 from runtime.core.errors import CallRejected
 from runtime.names.name_service import HandleState
@@ -83,6 +91,22 @@ def test_each_call_carries_its_deadline() -> None:
     assert api.policy.deadline_s("restart_cell", {"deadline_s": 20}) == 27  # the cell's start on top
     assert api.policy.deadline_s("start_cells", {}) == 7 + DEFAULT_START_WAIT_S
     assert provider_service.connect(UNSERVED).policy.deadline_s("pools", {}) == CALL_DEADLINE_S  # type: ignore[union-attr]
+
+
+def test_a_call_that_does_not_get_through_raises_the_services_error_within_its_deadline() -> None:
+    """Awaited (an actor's event loop) as well as blocking (a job): ProviderApiError naming the endpoint, not the
+    runtime's DeadlineExceeded or ActorDied."""
+    api = provider_service.connect(UNSERVED, deadline_s=0.5)
+    started = time.monotonic()
+    with pytest.raises(ProviderApiError, match=r"provider API at tcp://127.0.0.1:9 did not answer cells: is the"):
+        asyncio.run(_awaited(api.cells("w")))
+    with pytest.raises(ProviderApiError, match="did not answer lost_hosts"):
+        api.lost_hosts().result()
+    assert time.monotonic() - started < 5
+
+
+async def _awaited(call: object) -> object:
+    return await call  # type: ignore[misc]
 
 
 def test_an_address_that_is_not_one_names_what_it_should_be(monkeypatch: pytest.MonkeyPatch) -> None:
