@@ -29,7 +29,7 @@ from actors.inference.weights_cache import WeightsCache
 from actors.model_config import ModelConfig
 from actors.processes import Spawner, advertised_host
 from actors.sglang_config import SGLangConfig
-from launcher.launch.provider_service import ProviderClient
+from launcher.launch import provider_service
 from runtime import method
 
 logger = logging.getLogger(__name__)
@@ -188,7 +188,7 @@ class InferenceController:
         if self.engine_pool is not None:
             assert self.provider_api is not None
             interval = min(1.0, self.settings.health_check_interval_s)
-            return ProviderEngineLauncher(api=ProviderClient(self.provider_api), pool=self.engine_pool,
+            return ProviderEngineLauncher(api=provider_service.connect(self.provider_api), pool=self.engine_pool,
                                           poll_interval_s=interval)  # fmt: skip
         if self.launcher_factory is None:
             return LocalEngineLauncher(log_dir=self.log_dir, spawner=spawner, host=advertised_host())

@@ -9,21 +9,21 @@ Workers on local hosts must listen on an interface other hosts reach (engine and
 
 from __future__ import annotations
 
-from typing import Any
-
 from launcher.config.hosts_config import LOCAL_ADDRESSES
-from launcher.launch.provider_service import ProviderClient
+from launcher.launch.provider_views import WorkerView
+from runtime import ActorHandle
 
 
-def reachable_address(address: str, api: ProviderClient) -> str:
+def reachable_address(address: str, api: ActorHandle) -> str:
     """``address`` (a worker's, from the provider API), or for a loopback one the provider API's host."""
     if address not in LOCAL_ADDRESSES:
         return address
-    endpoint = str(api.address["endpoint"]).removeprefix("tcp://")
+    endpoint = api.endpoint.removeprefix("tcp://")
     return endpoint.rsplit(":", 1)[0].strip("[]")
 
 
-def worker_url_host(worker: dict[str, Any], api: ProviderClient) -> str:
-    """The host part of a URL of ``worker`` (a provider API worker view), an IPv6 address in brackets."""
-    address = reachable_address(str(worker["address"]), api)
+def worker_url_host(worker: WorkerView, api: ActorHandle) -> str:
+    """The host part of a URL of ``worker`` (a provider API worker view), an IPv6 address in brackets; ``api``: the
+    provider API's handle."""
+    address = reachable_address(worker.address, api)
     return f"[{address}]" if ":" in address else address

@@ -8,13 +8,14 @@ import asyncio
 import contextlib
 import logging
 import time
-from typing import Any
 
 from actors.inference.engine_launcher import EngineSpec, wait_ready
 from actors.inference.engine_pool import ENGINE_ACTOR
 from actors.inference.errors import EngineStartError
 from actors.inference.provider_address import worker_url_host
-from launcher.launch.provider_service import ProviderApiError, ProviderClient
+from launcher.launch.cells import DeathReport
+from launcher.launch.provider_service import ProviderApiError
+from launcher.launch.provider_views import CellView
 from runtime import ActorHandle, RemoteError
 from runtime.names.naming import get_actor_async
 
@@ -27,7 +28,7 @@ class ProviderEngineProcess:
     """One incarnation of a launcher-placed engine cell (node 0 serves its HTTP API)."""
 
     def __init__(
-        self, launcher: ProviderEngineLauncher, cell_id: str, view: dict[str, Any], *,
+        self, launcher: ProviderEngineLauncher, cell_id: str, view: CellView, *,
         handle: ActorHandle | None = None, port: int | None = None,
     ) -> None:  # fmt: skip
         """``handle``: node 0's actor, for a pool of engine actors, and ``port`` the HTTP port it bound (a command
@@ -36,20 +37,20 @@ class ProviderEngineProcess:
         self.cell_id = cell_id
         self.view = view
         self.handle = handle
-        worker = view["workers"][0]
-        self.url = f"http://{worker_url_host(worker, launcher.api)}:{port or worker['ports']['port']}"
-        self.host = str(view["host"])
-        self.pids = {w["pid"] for w in view["workers"]}
+        worker = view.workers[0]
+        self.url = f"http://{worker_url_host(worker, launcher.api)}:{port or worker.ports['port']}"
+        self.host = view.host
+        self.pids = {w.pid for w in view.workers}
         self.code: int | None = None
         self.since = time.monotonic()  # a poll that began earlier saw an older incarnation of the cell
 
     @property
     def pid(self) -> int | None:
-        return self.view["pid"]
+        return self.view.pid
 
     @property
     def log_path(self) -> str | None:
-        path = self.view["workers"][0].get("log_path")
+        path = self.view.workers[0].log_path
         return f"{self.host}:{path}" if path else None
 
     def exit_code(self) -> int | None:
@@ -57,7 +58,7 @@ class ProviderEngineProcess:
 
     async def stop(self, timeout_s: float = 10.0) -> int | None:
         if self.code is None:
-            await self._launcher.stop_cell(self.view["index"])
+            await self._launcher.stop_cell(self.view.index)
             self.code = DEAD_CODE
         return self.code
 
@@ -65,7 +66,7 @@ class ProviderEngineProcess:
         return await self.stop()
 
     def log_tail(self, lines: int = 20) -> str:
-        return f"(log on host {self.host}: {self.log_path}; `miles-launch logs hosts.toml {self.view['cell_id']}`)"
+        return f"(log on host {self.host}: {self.log_path}; `miles-launch logs hosts.toml {self.view.cell_id}`)"
 
 
 # launch() adopts the launcher's cell on the first start if it is alive, else asks for restart_cell (new ports,
@@ -78,7 +79,8 @@ class ProviderEngineProcess:
 class ProviderEngineLauncher:
     """Starts and watches the engine cells of one launcher pool through the provider API."""
 
-    def __init__(self, *, api: ProviderClient, pool: str, poll_interval_s: float = 1.0) -> None:
+    def __init__(self, *, api: ActorHandle, pool: str, poll_interval_s: float = 1.0) -> None:
+        """``api``: a handle to the provider API (launcher.launch.provider_service.connect)."""
         self.api = api
         self.pool = pool
         self.poll_interval_s = poll_interval_s
@@ -86,22 +88,22 @@ class ProviderEngineLauncher:
         self._deaths_seen = 0
         self._poller: asyncio.Task[None] | None = None
 
-    async def cells(self) -> list[dict[str, Any]]:
+    async def cells(self) -> list[CellView]:
         """The pool's cells as the launcher sees them."""
-        return list(await self.api.call_async("cells", self.pool))
+        return list(await self.api.cells(self.pool))
 
     async def launch(self, spec: EngineSpec, *, timeout_s: float) -> ProviderEngineProcess:
         """Adopt (first start) or restart the pool's cell ``spec.index`` and wait until node 0 is ready."""
         deadline = time.monotonic() + timeout_s
         try:
             view = (await self.cells())[spec.index]
-            if spec.incarnation > 0 or view["state"] != "alive":
-                logger.info("engine %s: asking the launcher to restart %s on %s", spec.cell_id, view["cell_id"],
-                            view["host"])  # fmt: skip
-                view = await self.api.call_async("restart_cell", self.pool, spec.index, deadline_s=timeout_s)
+            if spec.incarnation > 0 or view.state != "alive":
+                logger.info("engine %s: asking the launcher to restart %s on %s", spec.cell_id, view.cell_id,
+                            view.host)  # fmt: skip
+                view = await self.api.restart_cell(pool=self.pool, index=spec.index, deadline_s=timeout_s)
         except (RemoteError, ProviderApiError, IndexError) as exc:
             raise EngineStartError(f"engine {spec.cell_id} (pool {self.pool!r} cell {spec.index}): {exc}") from None
-        if view["workers"][0].get("kind") == "serve":
+        if view.workers[0].kind == "serve":
             handle = await self._engine_actor(spec, view, deadline)
             port = await _http_port(spec, handle, deadline)
             engine = ProviderEngineProcess(self, spec.cell_id, view, handle=handle, port=port)
@@ -113,9 +115,9 @@ class ProviderEngineLauncher:
         await wait_ready(engine, deadline)
         return engine
 
-    async def _engine_actor(self, spec: EngineSpec, view: dict[str, Any], deadline: float) -> ActorHandle:
+    async def _engine_actor(self, spec: EngineSpec, view: CellView, deadline: float) -> ActorHandle:
         """Node 0's actor of an engine-actor cell, from the launch's name service (where the launcher put it)."""
-        worker_id = view["workers"][0]["worker_id"]
+        worker_id = view.workers[0].worker_id
         try:
             return await asyncio.wait_for(get_actor_async(worker_id), max(0.1, deadline - time.monotonic()))
         except Exception as exc:
@@ -127,7 +129,7 @@ class ProviderEngineLauncher:
     async def stop_cell(self, index: int) -> None:
         """Stop the pool's cell ``index`` (its engine is retired)."""
         try:
-            await self.api.call_async("stop_cells", self.pool, [index])
+            await self.api.stop_cells(pool=self.pool, indices=[index])
         except (RemoteError, ProviderApiError) as exc:
             logger.warning("stopping %s cell %d: %s", self.pool, index, exc)
 
@@ -143,24 +145,24 @@ class ProviderEngineLauncher:
             await asyncio.sleep(self.poll_interval_s)
             try:
                 began = time.monotonic()
-                self._update(await self.cells(), await self.api.call_async("deaths", self._deaths_seen), began)
+                self._update(await self.cells(), await self.api.deaths(since=self._deaths_seen), began)
             except (RemoteError, ProviderApiError) as exc:
                 logger.warning("pool %s: cannot poll the launcher's cells: %s", self.pool, exc)
 
-    def _update(self, views: list[dict[str, Any]], deaths: list[dict[str, Any]], began: float) -> None:
+    def _update(self, views: list[CellView], deaths: list[DeathReport], began: float) -> None:
         """Mark engines whose cell died (a death report names one of their pids) or was replaced or stopped."""
         self._deaths_seen += len(deaths)
         for engine in self._engines.values():
             if engine.code is not None or engine.since >= began:
                 continue
             for death in deaths:
-                if death["pid"] in engine.pids:
-                    code = death["returncode"]
-                    engine.code = code if isinstance(code, int) else DEAD_CODE
-                    logger.warning("engine %s on %s: %s", engine.cell_id, death["host"], death["reason"])
-            view = views[engine.view["index"]] if engine.view["index"] < len(views) else None
-            if engine.code is None and (view is None or view["state"] != "alive" or view["pid"] != engine.pid):
-                state = view["state"] if view else "gone"
+                if death.pid in engine.pids:
+                    engine.code = death.returncode if death.returncode is not None else DEAD_CODE
+                    logger.warning("engine %s on %s: %s", engine.cell_id, death.host, death.reason)
+            index = engine.view.index
+            view = views[index] if index < len(views) else None
+            if engine.code is None and (view is None or view.state != "alive" or view.pid != engine.pid):
+                state = view.state if view else "gone"
                 if state != "starting":
                     engine.code = DEAD_CODE
                     logger.warning("engine %s: its cell is %s on %s", engine.cell_id, state, engine.host)

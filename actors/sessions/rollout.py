@@ -15,7 +15,7 @@ from actors.inference.provider_address import worker_url_host
 from actors.rollout.advantages import EPS, balanced_ranges
 from actors.rollout.executor import load_function
 from actors.sessions.agent import AgentRequestFailed, AgentSettings, SessionUnavailable, post_json, run_agent
-from launcher.launch.provider_service import ProviderClient
+from launcher.launch import provider_service
 from runtime import put
 
 logger = logging.getLogger(__name__)
@@ -55,7 +55,7 @@ class AgentRollout:
             raise ValueError("dp_size, sample_attempts and max_concurrency must be at least 1")
         self.session_urls = [u.rstrip("/") for u in session_urls or []]
         self.session_pool = session_pool
-        self.api = ProviderClient(provider_api) if provider_api is not None else None
+        self.api = provider_service.connect(provider_api) if provider_api is not None else None
         self.reward_path = reward_fn
         self.reward_fn = load_function(reward_fn)
         self.dp_size = dp_size
@@ -154,10 +154,10 @@ class AgentRollout:
             servers = list(self.session_urls)
         else:
             assert self.api is not None
-            cells = await self.api.call_async("cells", self.session_pool)
+            cells = await self.api.cells(self.session_pool)
             servers = [
-                f"http://{worker_url_host(c['workers'][0], self.api)}:{c['workers'][0]['ports']['port']}"
-                for c in cells if c["state"] == "alive"
+                f"http://{worker_url_host(c.workers[0], self.api)}:{c.workers[0].ports['port']}"
+                for c in cells if c.state == "alive"
             ]  # fmt: skip
             if not servers:
                 raise RuntimeError(f"session pool {self.session_pool!r} has no live cell: {cells}")

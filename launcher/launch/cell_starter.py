@@ -201,11 +201,11 @@ class CellStarter:
     def _publish_names(self) -> None:
         """Register every attached actor of the batch in the launch's name service (``runtime.get_actor`` by its
         worker id on every host), whoever held the name before (a cell that was restarted)."""
-        server = self.services.name_server
-        assert server is not None, "connect() starts the name service"
+        registry = self.services.name_registry
+        assert registry is not None, "connect() starts the name service"
         for worker in (w for cell in self.infos for w in cell.workers):
             if worker.handle is not None:
-                server.registry.put(DEFAULT_NAMESPACE, worker.worker_id, worker.handle.to_state())
+                registry.put(DEFAULT_NAMESPACE, worker.worker_id, worker.handle.to_state())
 
     def _on_every_host(self, work: Callable[[str], T], hosts: list[str]) -> list[T]:
         """``work(host)`` on the hosts in parallel (one agent round trip each, at most ``max_parallel_hosts`` at

@@ -7,8 +7,12 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import Any
 
+import pydantic
+import pydantic.dataclasses
+
 from launcher.config.placement import WorkerPlacement
 from launcher.launch.worker_state import WorkerState
+from transport import register_type
 
 
 @dataclass
@@ -100,9 +104,11 @@ class CellInfo:
         return [f"{w.address}:{w.port}" for w in self.workers if w.port is not None]
 
 
-@dataclass(frozen=True)
+@register_type
+@pydantic.dataclasses.dataclass(frozen=True, config=pydantic.ConfigDict(extra="forbid"))
 class DeathReport:
-    """A worker that died while its cell was meant to run."""
+    """A worker that died while its cell was meant to run (also what the provider API's ``deaths`` answers: checked
+    field by field where it arrives)."""
 
     cell_id: str
     worker_id: str

@@ -23,8 +23,8 @@ from launcher.errors import ConfigError, LauncherError
 from launcher.launch import provider_service
 from launcher.launch.cells import CellInfo, DeathReport, WorkerInfo
 from launcher.launch.code_package import local_paths
-from launcher.launch.provider_service import ProviderClient
 from launcher.launch.worker_provider import WorkerProvider
+from runtime.caller.handle import ActorHandle
 from runtime.names.name_service import NAME_SERVICE_ENV
 from runtime.processes.parent_death import die_with_parent_preexec
 from transport import session_secret
@@ -88,9 +88,11 @@ class JobContext:
         return self.provider.curve_dir
 
     @property
-    def provider_api(self) -> ProviderClient:
-        """The launch's provider API (list, start, stop, restart cells; see launcher.launch.provider_service)."""
-        return ProviderClient(provider_service.address_for(self.provider.services, None), curve_dir=self.curve_dir)
+    def provider_api(self) -> ActorHandle:
+        """A handle to the launch's provider API (``ctx.provider_api.cells(pool).result()``: list, start, stop,
+        restart cells; see launcher.launch.provider_service)."""
+        address = provider_service.address_for(self.provider.services, None)
+        return provider_service.connect(address, curve_dir=self.curve_dir)
 
     @property
     def deaths(self) -> list[DeathReport]:

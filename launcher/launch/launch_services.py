@@ -26,6 +26,7 @@ from launcher.launch import curve_keys
 from launcher.launch.provider_service import ProviderService, serve_provider_api
 from launcher.launch.service_discovery import ServiceDiscovery
 from runtime.names import name_service
+from runtime.names.name_registry import NameRegistry
 from runtime.names.service import ServiceServer
 
 SD_FILE = "prometheus-targets.json"  # file_sd JSON under the launcher workdir
@@ -42,7 +43,8 @@ class LaunchServices:
         self.launch_id = curve_keys.new_launch_id()
         self.keys: curve_keys.LaunchKeys | None = None  # None: CURVE off (or not started yet)
         self.reach_back: dict[str, str] = {}  # remote host -> the launcher's address as that host reaches it
-        self.name_server: name_service.NameServer | None = None
+        self.name_server: ServiceServer | None = None
+        self.name_registry: NameRegistry | None = None  # the names it serves (the launcher's own go here directly)
         self.provider_api: ServiceServer | None = None
         self.service_discovery: ServiceDiscovery | None = None
 
@@ -84,7 +86,9 @@ class LaunchServices:
         """Serve this launch's name registry (on every interface or on loopback: :meth:`_open_bind`)."""
         open_bind = self._open_bind()
         try:
-            self.name_server = name_service.serve(curve_dir=self.curve_dir, open_bind=open_bind)
+            registry = NameRegistry()
+            self.name_server = name_service.serve(curve_dir=self.curve_dir, open_bind=open_bind, registry=registry)
+            self.name_registry = registry
         except (OSError, RuntimeError) as exc:
             raise LauncherError(f"cannot serve the launch's actor names: {exc}") from None
         where = "every interface" if open_bind else "loopback"

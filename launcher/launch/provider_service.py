@@ -1,29 +1,30 @@
 """The provider API: jobs and actors list, start, stop and restart the launch's cells through the launcher.
 
-The launcher process serves :class:`ProviderService` (its cell table) as a service (:mod:`runtime.names.service`:
-an in-process actor server) with the launch's CURVE keys: only holders of the launch's client key get through, as
+The launcher process serves :class:`ProviderService` (its cell table) as an actor in-process
+(:mod:`runtime.names.service`) with the launch's CURVE keys: only holders of the launch's client key get through, as
 for every actor (with CURVE off, whoever reaches its port). It listens on every interface when SSH hosts must reach
 it (CURVE on, or ``allow_open_binds_without_curve``), else on loopback.
 
-Who finds it where:
+Callers hold an :class:`~runtime.caller.handle.ActorHandle` to it (:func:`connect`) and call its methods as any
+actor's, arguments checked before the wire: ``await api.cells(pool)``, ``api.pools().result()``. A call that does
+not get through raises :class:`ProviderApiError` naming the endpoint; each carries a deadline (start and restart
+calls: the cells' start deadline on top). Who finds it where:
 
 - a serve worker whose spec lists ``plan_kwargs = ["provider_api"]`` gets its address (``{"endpoint",
   "server_key"}``, the launcher as that worker's host reaches it) as the constructor kwarg ``provider_api``;
-- a job entrypoint uses ``ctx.provider_api`` (a :class:`ProviderClient`); a command job finds the address in
-  ``MILES_PROVIDER_API`` (JSON).
+- a job entrypoint uses ``ctx.provider_api`` (a handle); a command job finds the address in ``MILES_PROVIDER_API``
+  (JSON: :func:`from_env`).
 
-Calls: ``pools()``, ``cells(pool)`` (per cell: host, address, ports, state alive/starting/dead/stopped, pid,
-restarts, death reason, workers, its lost hosts), ``deaths(since)`` (reports numbered from 0, for polling),
-``lost_hosts()``, and
-``restart_cell(pool, index)``, ``start_cells(pool, indices)``, ``stop_cells(pool, indices)`` (they wait for the
-cells to be ready, or stopped; calls for one cell are serialized). A cell on a lost host is dead and is not restarted
-there (the error says so): its host must come back first.
+Calls: ``pools()``, ``cells(pool)`` (a :class:`~launcher.launch.provider_views.CellView` per cell),
+``deaths(since)`` (:class:`~launcher.launch.cells.DeathReport`, numbered from 0, for polling),
+``lost_hosts()``, and ``restart_cell(pool, index)``, ``start_cells(pool, indices)``, ``stop_cells(pool, indices)``
+(they wait for the cells to be ready, or stopped; calls for one cell are serialized). A cell on a lost host is dead
+and is not restarted there (the error says so): its host must come back first.
 """
 
 from __future__ import annotations
 
 import asyncio
-import json
 import os
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Annotated, Any, Protocol
@@ -31,7 +32,12 @@ from typing import TYPE_CHECKING, Annotated, Any, Protocol
 from pydantic import Field
 
 from launcher.errors import LauncherError
-from runtime.names.service import ServiceAddress, ServiceClient, ServiceServer, serve
+from launcher.launch.cells import DeathReport
+from launcher.launch.provider_views import CellView, WorkerView
+from runtime.caller.call_policy import CallPolicy
+from runtime.caller.handle import ActorHandle
+from runtime.names import service
+from runtime.names.service import ServiceAddress, ServiceServer
 from transport.security import FROM_ENV, CurveDir
 
 if TYPE_CHECKING:
@@ -79,25 +85,21 @@ class ProviderService:
         """Pool ids in hosts.toml order."""
         return [pool.id for pool in self._table.config.pools]
 
-    def cells(self, pool: _Pool) -> list[dict[str, Any]]:
-        """Every cell of the pool's plan, started or not, in index order (see :func:`cell_view`)."""
+    def cells(self, pool: _Pool) -> list[CellView]:
+        """Every cell of the pool's plan, started or not, in index order."""
         started = {cell.index: cell for cell in self._table.cells(pool)}  # UnknownPool names the pools
         return [self._view(pool, index, started.get(index)) for index in self._indices(pool)]
 
-    def deaths(self, since: _Index = 0) -> list[dict[str, Any]]:
-        """Death reports number ``since`` and on (at most 1000), each with its number ``seq``."""
-        reports = list(self._table.deaths)[since : since + MAX_DEATHS_PER_CALL]
-        return [
-            {"seq": since + n, "cell_id": r.cell_id, "worker_id": r.worker_id, "host": r.host, "pid": r.pid,
-             "returncode": r.returncode, "reason": r.reason, "at": r.at}
-            for n, r in enumerate(reports)
-        ]  # fmt: skip
+    def deaths(self, since: _Index = 0) -> list[DeathReport]:
+        """Death reports number ``since`` and on (at most 1000; the launch's reports are numbered from 0: poll with
+        ``since`` + the number seen)."""
+        return list(self._table.deaths)[since : since + MAX_DEATHS_PER_CALL]
 
     def lost_hosts(self) -> dict[str, str]:
         """Hosts whose agent was lost, and why."""
         return dict(self._table.lost_hosts)
 
-    async def restart_cell(self, pool: _Pool, index: _Index, deadline_s: _Deadline | None = None) -> dict[str, Any]:
+    async def restart_cell(self, pool: _Pool, index: _Index, deadline_s: _Deadline | None = None) -> CellView:
         """Stop the cell (dead or alive) and start it again on its planned hosts; its view once ready."""
         self._check(pool, [index])
         async with self._lock(pool, index):
@@ -106,7 +108,7 @@ class ProviderService:
 
     async def start_cells(
         self, pool: _Pool, indices: _Indices | None = None, deadline_s: _Deadline | None = None
-    ) -> list[dict[str, Any]]:
+    ) -> list[CellView]:
         """Start stopped cells (all of the pool by default); their views once ready. A started cell is refused:
         restart it instead."""
         wanted = self._check(pool, indices)
@@ -157,37 +159,42 @@ class ProviderService:
     def _lock(self, pool: str, index: int) -> asyncio.Lock:
         return self._locks.setdefault((pool, index), asyncio.Lock())
 
-    def _view(self, pool: str, index: int, info: CellInfo | None) -> dict[str, Any]:
+    def _view(self, pool: str, index: int, info: CellInfo | None) -> CellView:
         placement = next(c for c in self._table.plan.cells(pool) if c.index == index)
         restarts = self._table.restarts.get(placement.cell_id, 0)
         lost = sorted({w.host for w in placement.workers} & set(self._table.lost_hosts))
         if info is None:
-            hosts = [w.host for w in placement.workers]
-            return {"pool": pool, "index": index, "cell_id": placement.cell_id, "state": "stopped",
-                    "host": placement.master_host, "hosts": hosts, "address": None, "ports": {}, "pid": None,
-                    "restarts": restarts, "death_reason": None, "workers": [], "lost_hosts": lost}  # fmt: skip
+            return CellView(
+                pool=pool, index=index, cell_id=placement.cell_id, state="stopped", host=placement.master_host,
+                hosts=[w.host for w in placement.workers], address=None, ports={}, pid=None, restarts=restarts,
+                death_reason=None, workers=[], lost_hosts=lost,
+            )  # fmt: skip
         with self._table.cond:
             state = "alive" if info.alive else "dead" if info.death_reason else "starting"
             workers = [_worker_view(w, w.host in self._table.lost_hosts) for w in info.workers]
-            return {"pool": pool, "index": index, "cell_id": info.cell_id, "state": state,
-                    "host": workers[0]["host"], "hosts": [w["host"] for w in workers],
-                    "address": workers[0]["address"], "ports": workers[0]["ports"], "pid": workers[0]["pid"],
-                    "restarts": restarts, "death_reason": info.death_reason, "workers": workers,
-                    "lost_hosts": lost}  # fmt: skip
+            return CellView(
+                pool=pool, index=index, cell_id=info.cell_id, state=state, host=workers[0].host,
+                hosts=[w.host for w in workers], address=workers[0].address, ports=workers[0].ports,
+                pid=workers[0].pid, restarts=restarts, death_reason=info.death_reason, workers=workers,
+                lost_hosts=lost,
+            )  # fmt: skip
 
 
-def _worker_view(worker: WorkerInfo, host_lost: bool) -> dict[str, Any]:
-    return {"worker_id": worker.worker_id, "kind": worker.kind, "host": worker.host, "address": worker.address,
-            "ports": dict(worker.ports), "pid": worker.pid, "state": worker.state.value,
-            "gpu_ids": list(worker.gpu_ids), "error": worker.error, "log_path": worker.log_path,
-            "host_lost": host_lost}  # fmt: skip
+def _worker_view(worker: WorkerInfo, host_lost: bool) -> WorkerView:
+    return WorkerView(
+        worker_id=worker.worker_id, kind=worker.kind, host=worker.host, address=worker.address,
+        ports=dict(worker.ports), pid=worker.pid, state=worker.state.value, gpu_ids=list(worker.gpu_ids),
+        error=worker.error, log_path=worker.log_path, host_lost=host_lost,
+    )  # fmt: skip
 
 
-def serve_provider_api(service: ProviderService, *, curve_dir: str | None, open_bind: bool) -> ServiceServer:
-    """Serve ``service`` with the launch's keys (``curve_dir``), on every interface when ``open_bind`` (its SSH hosts
+def serve_provider_api(provider: ProviderService, *, curve_dir: str | None, open_bind: bool) -> ServiceServer:
+    """Serve ``provider`` with the launch's keys (``curve_dir``), on every interface when ``open_bind`` (its SSH hosts
     must reach it: with CURVE on, or ``allow_open_binds_without_curve``), else on loopback."""
     try:
-        return serve(service, "provider-api", curve_dir=curve_dir, open_bind=open_bind, what="the provider API")
+        return service.serve(
+            provider, "provider-api", curve_dir=curve_dir, open_bind=open_bind, what="the provider API"
+        )
     except (OSError, RuntimeError) as exc:
         raise LauncherError(f"cannot serve the provider API: {exc}") from None
 
@@ -213,49 +220,44 @@ def address_for(services: ServesProviderApi, host: str | None) -> dict[str, Any]
     return api.address(reach).as_dict()
 
 
-class ProviderClient:
-    """Calls the provider API at ``address`` (``{"endpoint", "server_key"}``) with deadlines; errors name it.
+def connect(
+    address: ServiceAddress | dict[str, Any], *, curve_dir: CurveDir = FROM_ENV, deadline_s: float = CALL_DEADLINE_S
+) -> ActorHandle:
+    """A handle to the provider API at ``address`` (``{"endpoint", "server_key"}``, or a ServiceAddress): each call
+    waits ``deadline_s`` (start and restart calls: their ``deadline_s``, or 300 s, on top) and raises
+    ProviderApiError naming the endpoint when it does not get through. ``curve_dir``: the launch's client keys
+    (default: ``MILES_CURVE_DIR``, which the launcher sets everywhere; None: plain TCP)."""
+    parsed = address if isinstance(address, ServiceAddress) else ServiceAddress.from_dict(address)
+    if parsed is None:
+        raise ValueError(
+            f"provider API address {str(address)[:200]!r}: expected {{'endpoint': 'tcp://host:port', "
+            "'server_key': key or None}} (the launcher fills it: plan_kwargs = ['provider_api'])"
+        )
 
-    ``curve_dir``: the launch's client keys (default: ``MILES_CURVE_DIR``, which the launcher sets everywhere; None:
-    plain TCP)."""
+    def deadline(method: str, kwargs: dict[str, Any]) -> float:
+        if method not in ("restart_cell", "start_cells"):
+            return deadline_s
+        return deadline_s + (kwargs.get("deadline_s") or DEFAULT_START_WAIT_S)
 
-    def __init__(
-        self, address: dict[str, Any], *, curve_dir: CurveDir = FROM_ENV, deadline_s: float = CALL_DEADLINE_S
-    ) -> None:
-        parsed = ServiceAddress.from_dict(address)
-        if parsed is None:
-            raise ValueError(
-                f"provider API address {str(address)[:200]!r}: expected {{'endpoint': 'tcp://host:port', "
-                "'server_key': key or None}} (the launcher fills it: plan_kwargs = ['provider_api'])"
-            )
-        self.address = address
-        self.deadline_s = deadline_s
-        self._client = ServiceClient(
-            parsed, ProviderService, name="provider-api", deadline_s=self._deadline, unavailable=self._unavailable,
-            curve_dir=curve_dir,
-        )  # fmt: skip
-
-    @classmethod
-    def from_env(cls) -> ProviderClient | None:
-        """The client of ``MILES_PROVIDER_API`` (a command job), if set."""
-        text = os.environ.get(PROVIDER_API_ENV, "")
-        return cls(json.loads(text)) if text else None
-
-    def _deadline(self, op: str, kwargs: dict[str, Any]) -> float:
-        if op not in ("restart_cell", "start_cells"):
-            return self.deadline_s
-        return self.deadline_s + (kwargs.get("deadline_s") or DEFAULT_START_WAIT_S)
-
-    def _unavailable(self, op: str, exc: Exception) -> ProviderApiError:
+    def unavailable(method: str, exc: Exception) -> ProviderApiError:
         return ProviderApiError(
-            f"the provider API at {self.address['endpoint']} did not answer {op}: is the launcher still running, "
+            f"the provider API at {parsed.endpoint} did not answer {method}: is the launcher still running, "
             f"and can this host reach it? ({exc})"
         )
 
-    async def call_async(self, op: str, *args: Any, **kwargs: Any) -> Any:
-        """``op(*args, **kwargs)`` on the provider API (await it on any loop)."""
-        return await self._client.call_async(op, *args, **kwargs)
+    policy = CallPolicy(deadline_s=deadline, unavailable=unavailable)
+    return service.connect(parsed, ProviderService, name="provider-api", policy=policy, curve_dir=curve_dir)
 
-    def call(self, op: str, *args: Any, **kwargs: Any) -> Any:
-        """``op(*args, **kwargs)``, blocking (not on the runtime's event loop thread)."""
-        return self._client.call(op, *args, **kwargs)
+
+def from_env() -> ActorHandle | None:
+    """A handle to the provider API ``MILES_PROVIDER_API`` names (a command job), if set."""
+    text = os.environ.get(PROVIDER_API_ENV, "")
+    if not text:
+        return None
+    address = ServiceAddress.from_json(text)
+    if address is None:
+        raise ValueError(
+            f"{PROVIDER_API_ENV}={text[:200]!r} is not a provider API address: expected JSON "
+            '{"endpoint": "tcp://host:port", "server_key": "<z85 key>" or null} (the launcher sets it)'
+        )
+    return connect(address)

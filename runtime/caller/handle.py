@@ -17,6 +17,7 @@ only the holder knows whether its calls still make sense). ``runtime.ray_compat`
 
 from __future__ import annotations
 
+import functools
 import inspect
 import itertools
 import time
@@ -26,6 +27,7 @@ from typing import Any
 from runtime.actor.call_store import request_fingerprint
 from runtime.caller.argument_errors import UNSENDABLE, argument_error
 from runtime.caller.call import Call
+from runtime.caller.call_policy import CallPolicy
 from runtime.caller.client import ClientRuntime
 from runtime.caller.connection import DEFAULT_LIVENESS_TIMEOUT_S, Connection
 from runtime.caller.incarnations import current_incarnation
@@ -123,6 +125,8 @@ class ActorHandle:
     ``curve_dir``: the CURVE client keys to call it with (default ``MILES_CURVE_DIR``; None: plain TCP).
     ``server_key``: the actor's own CURVE public key (z85), which it must prove in the handshake.
     ``metrics_port``: where the actor process serves Prometheus ``/metrics`` (None if unknown or off).
+    ``policy``: a deadline per call and the error a call that did not get through raises (a service's handle:
+    :mod:`runtime.caller.call_policy`); it stays with this handle (a copy sent or pickled has none).
     """
 
     def __init__(
@@ -143,6 +147,7 @@ class ActorHandle:
         connection: Connection | None = None,
         spawn_token: bytes | None = None,
         server_key: str | None = None,
+        policy: CallPolicy | None = None,
     ) -> None:
         self.endpoint = endpoint
         self.actor_name = name
@@ -162,6 +167,7 @@ class ActorHandle:
         self._curve_dir = curve_dir
         self._connection = connection  # opened on first use: a handle that is only passed along costs nothing
         self._follows = False  # set through follows_restarts
+        self.policy = policy
         # Called with this handle once kill() has stopped the actor: runtime.names.naming sets it when it registers a
         # name for this handle, to forget its names (the handle knows nothing of names).
         self._on_kill: Callable[[ActorHandle], None] | None = None
@@ -252,6 +258,9 @@ class ActorHandle:
                 payload = encode([list(args), kwargs], bind=arguments_bind(call_id))
         except UNSENDABLE as exc:
             raise argument_error(self.actor_name, method, args, kwargs, exc, self._parameter_names(method)) from None
+        policy = self.policy
+        if deadline_s is None and policy is not None:
+            deadline_s = policy.deadline_s(method, kwargs)
         deadline = time.time() + deadline_s if deadline_s is not None else None
         proof = None
         if method in control_auth.CONTROL_METHODS:
@@ -259,7 +268,10 @@ class ActorHandle:
         pin = None if self.follows_restarts else self.boot_id  # a pinned call is refused by any other incarnation
         call = Call(call_id, method, payload, deadline, proof, shared, boot_id=pin)
         conn.submit(call)
-        return PendingCall(call, conn, self._runtime, site)
+        unavailable = None
+        if policy is not None:
+            unavailable = functools.partial(policy.unavailable, method)
+        return PendingCall(call, conn, self._runtime, site, unavailable)
 
     def _parameter_names(self, method: str) -> tuple[str, ...]:
         """The names of ``method``'s parameters after ``self``, where the class is known here."""

@@ -5,29 +5,40 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import time
-from collections.abc import Generator
+from collections.abc import Callable, Generator
 from typing import Any
 
 from runtime.caller.call import Call
 from runtime.caller.call_future import CallFuture, follow
+from runtime.caller.call_policy import NOT_ANSWERED
 from runtime.caller.client import ClientRuntime
 from runtime.caller.connection import Connection
 from runtime.core.call_ids import new_call_id
-from runtime.core.errors import DeadlineExceeded
+from runtime.core.errors import DeadlineExceeded, RemoteError
 from transport.codec import encode
 
 
 class PendingCall:
     """A call in flight. ``await call`` in async code, ``call.result(timeout)`` in plain code."""
 
-    __slots__ = ("_call", "_conn", "_future", "_runtime", "_site")
+    __slots__ = ("_call", "_conn", "_future", "_runtime", "_site", "_unavailable")
 
-    def __init__(self, call: Call, conn: Connection, runtime: ClientRuntime, site: str) -> None:
+    def __init__(
+        self,
+        call: Call,
+        conn: Connection,
+        runtime: ClientRuntime,
+        site: str,
+        unavailable: Callable[[Exception], Exception] | None = None,
+    ) -> None:
         self._call = call
         self._conn = conn
         self._runtime = runtime
         self._site = site
         self._future: CallFuture | None = None
+        # The handle's policy (runtime.caller.call_policy): what `await` and result() raise for a call that did not
+        # get through; `future` stays the runtime's own.
+        self._unavailable = unavailable
 
     @property
     def call_id(self) -> str:
@@ -59,12 +70,32 @@ class PendingCall:
         return True
 
     def __await__(self) -> Generator[Any, None, Any]:
-        return asyncio.wrap_future(self._call.future).__await__()
+        if self._unavailable is None:
+            return asyncio.wrap_future(self._call.future).__await__()
+        return self._mapped().__await__()
+
+    async def _mapped(self) -> Any:
+        try:
+            return await asyncio.wrap_future(self._call.future)
+        except RemoteError:
+            raise
+        except NOT_ANSWERED as exc:
+            raise self._unavailable(exc) from None  # type: ignore[misc]
 
     def result(self, timeout: float | None = None) -> Any:
         """Block until the result arrives; ``timeout`` (s) bounds the wait (the call itself may go on)."""
         if self._runtime.on_loop_thread():
             raise RuntimeError(f"{self._site}: .result() would block the event loop it waits on; use await")
+        try:
+            return self._result(timeout)
+        except RemoteError:
+            raise
+        except NOT_ANSWERED as exc:
+            if self._unavailable is None:
+                raise
+            raise self._unavailable(exc) from None
+
+    def _result(self, timeout: float | None) -> Any:
         started = time.monotonic()
         self._conn.wait(self._call, timeout)
         left = None if timeout is None else max(0.0, timeout - (time.monotonic() - started))

@@ -24,8 +24,11 @@ block the loop they would wait on.
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
+import os
 import threading
+from collections.abc import Callable
 from typing import Any
 
 from runtime.caller.client import ClientRuntime
@@ -34,7 +37,7 @@ from runtime.core.errors import ActorNotFound
 from runtime.names import name_service
 from runtime.names.name_files import REGISTRY_ENV, FileRegistry, registry_dir
 from runtime.names.name_registry import NameRegistry, check_key
-from runtime.names.name_service import NAME_SERVICE_ENV, NameServiceClient
+from runtime.names.name_service import NAME_SERVICE_ENV, HandleState
 
 log = logging.getLogger(__name__)
 
@@ -44,48 +47,67 @@ _names: dict[tuple[str, str], ActorHandle] = {}
 _lock = threading.Lock()
 _background: set[asyncio.Task[Any]] = set()  # forget/refresh sent from the loop thread, kept until done
 
-Backend = NameRegistry | NameServiceClient | FileRegistry
+#: This process's registry: the one it serves (a launcher), a handle to the launch's name service, or its tree's
+#: files. The three answer the same methods; the handle's answers are calls to await (or ``.result()``).
+Backend = NameRegistry | ActorHandle | FileRegistry
 
 
 def _backend() -> Backend:
     """This process's registry: the one it serves (a launcher), the launch's service, else its tree's files."""
-    served = name_service.local_server()
-    if served is not None:
-        return served.registry
-    client = name_service.client_from_env()
-    if client is not None:
-        return client
+    registry = name_service.local_registry()
+    if registry is not None:
+        return registry
+    handle = name_service.handle_from_env()
+    if handle is not None:
+        return handle
     return FileRegistry(registry_dir())
 
 
-async def _ask(op: str, *args: Any) -> Any:
+def _entry(answer: Any) -> Any:
+    """An answer as the registries give it: a HandleState (the name service's) as the dict a registry holds."""
+    return answer.model_dump() if isinstance(answer, HandleState) else answer
+
+
+def _sent(backend: Backend, state: dict[str, Any] | None) -> Any:
+    """A handle's state as ``backend`` takes it: a HandleState for the name service (checked before the wire)."""
+    return HandleState.of(state) if isinstance(backend, ActorHandle) else state
+
+
+async def _ask(ask: Callable[[Backend], Any]) -> Any:
+    """``ask(registry)`` on this process's registry (awaited when it is the launch's name service)."""
     backend = _backend()
-    if isinstance(backend, NameServiceClient):
-        return await backend.call_async(op, *args)
-    return getattr(backend, op)(*args)
+    answer = ask(backend)
+    return _entry(await answer) if isinstance(backend, ActorHandle) else answer
 
 
-def _ask_now(op: str, *args: Any, what: str) -> Any:
+def _ask_now(ask: Callable[[Backend], Any], *, what: str) -> Any:
+    """``ask(registry)``, blocking; with a name service refused on the runtime's event loop thread (it would wait
+    on itself): ``what`` names the caller and its async variant in that error."""
     backend = _backend()
-    if isinstance(backend, NameServiceClient):
-        return backend.call(op, *args, what=what)
-    return getattr(backend, op)(*args)
+    if not isinstance(backend, ActorHandle):
+        return ask(backend)
+    if ClientRuntime.get().on_loop_thread():
+        raise RuntimeError(
+            f"{what} asks the launch's name service and would block the runtime's event loop it runs on; "
+            "use the async variant there (await it)"
+        )
+    return _entry(ask(backend).result())
 
 
-def _ask_soon(op: str, *args: Any, what: str) -> None:
-    """``op`` now, or, on the runtime's loop thread with a name service, as a task of that loop (it must not
+def _ask_soon(ask: Callable[[Backend], Any], *, what: str) -> None:
+    """``ask`` now, or, on the runtime's loop thread with a name service, as a task of that loop (it must not
     block): an update whose failure is only logged (forget and refresh must not fail a kill or a restart)."""
     runtime = ClientRuntime.get()
-    if not runtime.on_loop_thread() or not isinstance(_backend(), NameServiceClient):
+    if not runtime.on_loop_thread() or not isinstance(_backend(), ActorHandle):
         try:
-            _ask_now(op, *args, what=what)
+            _ask_now(ask, what=what)
         except Exception as exc:
             log.warning("%s: %s", what, exc)
         return
 
     async def send() -> None:
         try:
-            await _ask(op, *args)
+            await _ask(ask)
         except Exception as exc:  # nobody awaits it: say so in the log
             log.warning("%s: %s", what, exc)
 
@@ -99,9 +121,9 @@ def child_env() -> dict[str, str]:
     served = name_service.local_server()
     if served is not None:
         return {NAME_SERVICE_ENV: served.address("127.0.0.1").to_json()}  # spawned here: on this host
-    client = name_service.client_from_env()
-    if client is not None:
-        return {NAME_SERVICE_ENV: client.address.to_json()}
+    handle = name_service.handle_from_env()
+    if handle is not None:
+        return {NAME_SERVICE_ENV: os.environ[NAME_SERVICE_ENV]}
     return {REGISTRY_ENV: str(registry_dir())}
 
 
@@ -121,7 +143,7 @@ def local_handle(name: str, namespace: str = DEFAULT_NAMESPACE) -> ActorHandle |
 
 async def registered_state_async(name: str, namespace: str = DEFAULT_NAMESPACE) -> dict[str, Any] | None:
     """The registry entry under the name (a handle's state), if any."""
-    return await _ask("lookup", namespace, name)
+    return await _ask(lambda registry: registry.lookup(namespace, name))
 
 
 async def claim_async(
@@ -129,7 +151,8 @@ async def claim_async(
 ) -> dict[str, Any] | None:
     """Register ``handle`` under the name unless another actor holds it; returns that holder's entry (the claim then
     failed). ``replacing``: an entry its caller found dead; it is taken over only if it is still the one there."""
-    holder = await _ask("claim", namespace, name, handle.to_state(), replacing)
+    state = handle.to_state()
+    holder = await _ask(lambda r: r.claim(namespace, name, _sent(r, state), _sent(r, replacing)))
     if holder is None:
         _remember(name, namespace, handle)
     return holder
@@ -140,10 +163,10 @@ async def register_name_async(name: str, handle: ActorHandle, namespace: str = D
     claims names with checks). With a name service this is a claim (only the launcher overwrites names)."""
     check_key(namespace, name)
     backend = _backend()
-    if isinstance(backend, NameServiceClient):
-        holder = await backend.call_async("claim", namespace, name, handle.to_state(), None)
+    if isinstance(backend, ActorHandle):
+        holder = await backend.claim(namespace, name, HandleState.of(handle.to_state()), None)
         if holder is not None:
-            raise ValueError(f"actor name {name!r} is taken by the actor at {holder.get('endpoint')}")
+            raise ValueError(f"actor name {name!r} is taken by the actor at {holder.endpoint}")
     else:
         backend.put(namespace, name, handle.to_state())
     _remember(name, namespace, handle)
@@ -160,14 +183,25 @@ def _keys_of(handle: ActorHandle, *, drop: bool) -> list[tuple[str, str]]:
 
 def refresh(handle: ActorHandle) -> None:
     """Rewrite the entries of ``handle`` (it restarted: a new boot id), so ``get_actor`` reaches the new one."""
+    state = handle.to_state()
     for namespace, name in _keys_of(handle, drop=False):
-        _ask_soon("refresh", namespace, name, handle.to_state(), what=f"refresh the name {name!r}")
+        ask = functools.partial(_refresh, namespace, name, state)
+        _ask_soon(ask, what=f"refresh the name {name!r}")
 
 
 def forget(handle: ActorHandle) -> None:
     """Drop the names of ``handle`` (it was killed), here and in the registry where they still name it."""
     for namespace, name in _keys_of(handle, drop=True):
-        _ask_soon("forget", namespace, name, handle.endpoint, what=f"forget the name {name!r}")
+        ask = functools.partial(_forget, namespace, name, handle.endpoint)
+        _ask_soon(ask, what=f"forget the name {name!r}")
+
+
+def _refresh(namespace: str, name: str, state: dict[str, Any], registry: Backend) -> Any:
+    return registry.refresh(namespace, name, _sent(registry, state))
+
+
+def _forget(namespace: str, name: str, endpoint: str, registry: Backend) -> Any:
+    return registry.forget(namespace, name, endpoint)
 
 
 def _found(name: str, namespace: str, state: dict[str, Any] | None, known: list[str]) -> ActorHandle:
@@ -190,8 +224,8 @@ def get_actor(name: str, namespace: str = DEFAULT_NAMESPACE) -> ActorHandle:
     if handle is not None:
         return handle
     what = f"get_actor({name!r}) (use `await runtime.names.naming.get_actor_async(...)` there)"
-    state = _ask_now("lookup", namespace, name, what=what)
-    known = _ask_now("names", namespace, what=what) if state is None else []
+    state = _ask_now(lambda registry: registry.lookup(namespace, name), what=what)
+    known = _ask_now(lambda registry: registry.names(namespace), what=what) if state is None else []
     return _found(name, namespace, state, known)
 
 
@@ -201,8 +235,8 @@ async def get_actor_async(name: str, namespace: str = DEFAULT_NAMESPACE) -> Acto
     handle = local_handle(name, namespace)
     if handle is not None:
         return handle
-    state = await _ask("lookup", namespace, name)
-    known = await _ask("names", namespace) if state is None else []
+    state = await _ask(lambda registry: registry.lookup(namespace, name))
+    known = await _ask(lambda registry: registry.names(namespace)) if state is None else []
     return _found(name, namespace, state, known)
 
 
@@ -210,5 +244,5 @@ def list_names(namespace: str = DEFAULT_NAMESPACE) -> list[str]:
     """The names registered in ``namespace`` (Ray's ``ray.util.list_named_actors``), sorted."""
     if namespace:
         check_key(namespace, "x")
-    known = _ask_now("names", namespace, what="list the actor names")
+    known = _ask_now(lambda registry: registry.names(namespace), what="list the actor names")
     return sorted(set(known) | {n for ns, n in _names if ns == namespace})

@@ -1,41 +1,32 @@
-"""One object a process serves to the other processes of its launch, its address, and the client that calls it.
+"""One object a process serves to the other processes of its launch as an actor, its address, and a handle to it.
 
 What the launch's name service (:mod:`runtime.names.name_service`) and the launcher's provider API
 (:mod:`launcher.launch.provider_service`) share. The object is served from an in-process actor server
 (:func:`runtime.processes.driver_server.start_server`: its public methods and the built-ins, no control calls) with the
 launch's CURVE keys, on every interface when other hosts must reach it, else on loopback. A process finds it by a
 :class:`ServiceAddress` (its endpoint as that process's host reaches the server, and the server's CURVE public key),
-which travels as JSON (an environment variable, a constructor kwarg). A :class:`ServiceClient` calls it with a
-deadline per call; a call that does not get through (ActorDied, DeadlineExceeded, NotDelivered) raises the error
-its service makes of it (the error factory), which names the endpoint and the call. The service's own refusals
-(RemoteError, CallRejected) pass as they are.
+which travels as JSON (an environment variable, a constructor kwarg), and calls it through an
+:class:`~runtime.caller.handle.ActorHandle` (:func:`connect`) as any actor: arguments and results checked against
+the class's hints, with the service's :class:`~runtime.caller.call_policy.CallPolicy` (a deadline per call; a call
+that does not get through raises the service's error, naming the endpoint and the fix).
 """
 
 from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from runtime.actor.actor_server import ActorServer
+from runtime.caller.call_policy import CallPolicy
 from runtime.caller.handle import ActorHandle
-from runtime.core.errors import ActorDied, DeadlineExceeded, NotDelivered, RemoteError
 from runtime.core.metadata import class_info, class_path
 from runtime.processes import driver_server
 from transport import security
 from transport.security import FROM_ENV, CurveDir
 
 log = logging.getLogger(__name__)
-
-#: What a call that did not get through raises (the client turns it into its service's error).
-_NOT_ANSWERED = (ActorDied, DeadlineExceeded, NotDelivered)
-
-#: ``deadline_s(op, kwargs)``: the deadline (s) of a call of ``op`` with these keyword arguments.
-DeadlineOf = Callable[[str, dict[str, Any]], float]
-#: ``unavailable(op, exc)``: the error a call of ``op`` that did not get through (``exc``) raises.
-UnavailableError = Callable[[str, Exception], Exception]
 
 
 @dataclass(frozen=True)
@@ -78,6 +69,8 @@ class ServiceServer:
     server: ActorServer
     port: int
     what: str
+    instance: Any  # the object served (callers in this process may use it directly, without a round trip)
+    closed: bool = field(default=False, init=False)
 
     @property
     def server_key(self) -> str | None:
@@ -90,6 +83,7 @@ class ServiceServer:
 
     def close(self) -> None:
         """Stop serving (calls in flight are answered ActorDied)."""
+        self.closed = True
         try:
             driver_server.stop_server(self.server, what=f"stop {self.what}")
         except Exception as exc:  # e.g. at exit, with the runtime's loop already stopped: nothing is served then
@@ -103,58 +97,16 @@ def serve(instance: object, name: str, *, curve_dir: CurveDir, open_bind: bool, 
         instance, name, bind="tcp://0.0.0.0:0" if open_bind else "tcp://127.0.0.1:0",
         curve=security.resolve(curve_dir), what=f"start {what}",
     )  # fmt: skip
-    return ServiceServer(server=server, port=int(server.address.rsplit(":", 1)[1]), what=what)
+    return ServiceServer(server=server, port=int(server.address.rsplit(":", 1)[1]), what=what, instance=instance)
 
 
-class ServiceClient:
-    """Calls the service at ``address`` as an instance of ``service`` (its class: arguments are checked against its
-    hints before the wire) named ``name``, with ``deadline_s(op, kwargs)`` per call; a call that does not get
-    through raises ``unavailable(op, exc)``. ``curve_dir``: the client keys (default ``MILES_CURVE_DIR``)."""
-
-    def __init__(
-        self,
-        address: ServiceAddress,
-        service: type[Any],
-        *,
-        name: str,
-        deadline_s: DeadlineOf,
-        unavailable: UnavailableError,
-        curve_dir: CurveDir = FROM_ENV,
-    ) -> None:
-        self.address = address
-        self._service = service
-        self._name = name
-        self._deadline_s = deadline_s
-        self._unavailable = unavailable
-        self._curve_dir = curve_dir
-        self._handle: ActorHandle | None = None
-
-    @property
-    def handle(self) -> ActorHandle:
-        """The service's handle, made on first use (a client that is only passed along costs nothing)."""
-        if self._handle is None:
-            self._handle = ActorHandle(
-                endpoint=self.address.endpoint, name=self._name, class_path=class_path(self._service), boot_id=None,
-                host=self.address.endpoint, pid=0, info=class_info(self._service), server_key=self.address.server_key,
-                curve_dir=self._curve_dir,
-            )  # fmt: skip
-        return self._handle
-
-    async def call_async(self, op: str, *args: Any, **kwargs: Any) -> Any:
-        """``op(*args, **kwargs)`` on the service (await it on any loop)."""
-        try:
-            return await self.handle.method(op).options(deadline_s=self._deadline_s(op, kwargs))(*args, **kwargs)
-        except RemoteError:
-            raise
-        except _NOT_ANSWERED as exc:
-            raise self._unavailable(op, exc) from None
-
-    def call(self, op: str, *args: Any, **kwargs: Any) -> Any:
-        """``op(*args, **kwargs)`` on the service, blocking (not on the runtime's event loop thread)."""
-        deadline = self._deadline_s(op, kwargs)
-        try:
-            return self.handle.method(op).options(deadline_s=deadline)(*args, **kwargs).result(deadline + 2)
-        except RemoteError:
-            raise
-        except _NOT_ANSWERED as exc:
-            raise self._unavailable(op, exc) from None
+def connect(
+    address: ServiceAddress, service: type[Any], *, name: str, policy: CallPolicy, curve_dir: CurveDir = FROM_ENV
+) -> ActorHandle:
+    """A handle to the service at ``address``: an instance of ``service`` (its class: arguments are checked against
+    its hints before the wire, and the types they name registered) served as the actor ``name``, called with
+    ``policy``. ``curve_dir``: the client keys (default ``MILES_CURVE_DIR``). Its connection opens on first call."""
+    return ActorHandle(
+        endpoint=address.endpoint, name=name, class_path=class_path(service), boot_id=None, host=address.endpoint,
+        pid=0, info=class_info(service), server_key=address.server_key, curve_dir=curve_dir, policy=policy,
+    )  # fmt: skip

@@ -25,7 +25,8 @@ from actors.inference.router_table import expand_controller_pool, router_pool
 from launcher.config.hosts_config import load_config, parse_config
 from launcher.config.specs import PoolSpec
 from launcher.errors import ConfigError
-from launcher.launch.provider_service import ProviderClient
+from launcher.launch import provider_service
+from launcher.launch.provider_views import CellView, WorkerView
 from tests.launcher import toml_text
 
 REPO = Path(__file__).resolve().parents[2]
@@ -186,7 +187,14 @@ def test_a_router_on_a_local_host_is_reached_at_the_launchers_address(
 ) -> None:
     """The provider API's cells view gives a local host's worker a loopback address
     (launcher/launch/cell_starter.py)."""
-    worker = {"address": worker_address, "ports": {"port": 31000, "prometheus_port": 31001}}
-    view = {"workers": [worker], "pid": 1, "cell_id": "r-0", "host": "launcher"}
-    router = PoolRouter(view, ProviderClient({"endpoint": endpoint, "server_key": None}))
+    ports = {"port": 31000, "prometheus_port": 31001}
+    worker = WorkerView(
+        worker_id="r-0-0", kind="command", host="launcher", address=worker_address, ports=ports, pid=1, state="ready",
+        gpu_ids=[], error=None, log_path=None, host_lost=False,
+    )  # fmt: skip
+    view = CellView(
+        pool="r", index=0, cell_id="r-0", state="alive", host="launcher", hosts=["launcher"], address=worker_address,
+        ports=ports, pid=1, restarts=0, death_reason=None, workers=[worker], lost_hosts=[],
+    )  # fmt: skip
+    router = PoolRouter(view, provider_service.connect({"endpoint": endpoint, "server_key": None}))
     assert router.url == url

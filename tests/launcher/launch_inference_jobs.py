@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import signal
@@ -51,6 +52,11 @@ class Traffic:
         self._thread.join(60)
 
 
+def pool_cells(api: Any, pool: str) -> list[dict[str, Any]]:
+    """The pool's cells from the provider API (a handle), as the dicts a report carries."""
+    return [cell.model_dump() for cell in api.cells(pool).result()]
+
+
 def wait(what: str, probe: Any, timeout_s: float) -> Any:
     deadline = time.monotonic() + timeout_s
     while not (found := probe()):
@@ -67,7 +73,7 @@ def engine_failover(ctx: Any) -> int:
     controller.start().result(timeout=240)
     router = controller.router_url().result(timeout=10)
     api = ctx.provider_api
-    before = api.call("cells", "engines")
+    before = pool_cells(api, "engines")
     victim = next(cell for cell in before if cell["host"] == "h2")
     traffic = Traffic(router)
     try:
@@ -89,13 +95,13 @@ def engine_failover(ctx: Any) -> int:
     report = {
         "before": before,
         "victim": victim,
-        "after": api.call("cells", "engines"),
+        "after": pool_cells(api, "engines"),
         "controller_cell": cell,
         "router_workers": sorted(w["url"] for w in workers),
         "ok_during": traffic.ok_since(killed) - traffic.ok_since(back),
         "failed_during": traffic.failed_between(killed, back),
         "failed_after": traffic.failed_between(back),
-        "deaths": api.call("deaths", 0),
+        "deaths": [dataclasses.asdict(d) for d in api.deaths(since=0).result()],
     }
     print("FAILOVER " + json.dumps(report), flush=True)
     controller.shutdown().result(timeout=60)
@@ -185,7 +191,7 @@ def router_failover(ctx: Any) -> int:
     (controller,) = ctx.handles("inference")
     controller.start().result(timeout=240)
     api = ctx.provider_api
-    (before,) = api.call("cells", pool)
+    (before,) = pool_cells(api, pool)
     first = controller.status().result(timeout=10)
     beside_launcher = [in_my_netns(before["pid"])]
     traffic = Traffic(lambda: controller.router_url().result(timeout=10), timeout_s=20)
@@ -206,19 +212,19 @@ def router_failover(ctx: Any) -> int:
     finally:
         traffic.stop()
     workers = requests.get(status["router_url"] + "/workers", timeout=10).json()["workers"]
-    (after,) = api.call("cells", pool)
+    (after,) = pool_cells(api, pool)
     beside_launcher.append(in_my_netns(after["pid"]))
     report = {
         "before": before,
         "after": after,
         "beside_launcher": beside_launcher,
-        "engines": api.call("cells", "engines"),
+        "engines": pool_cells(api, "engines"),
         "first_url": first["router_url"],
         "status": status,
         "router_workers": sorted(w["url"] for w in workers),
         "ok_after": traffic.ok_since(back),
         "failed_after": traffic.failed_between(back),
-        "deaths": api.call("deaths", 0),
+        "deaths": [dataclasses.asdict(d) for d in api.deaths(since=0).result()],
     }
     print("ROUTER " + json.dumps(report), flush=True)
     controller.shutdown().result(timeout=60)
@@ -233,7 +239,7 @@ def lost_host(ctx: Any) -> int:
     controller.start().result(timeout=240)
     router = controller.router_url().result(timeout=10)
     api = ctx.provider_api
-    before = api.call("cells", "engines")
+    before = pool_cells(api, "engines")
     traffic = Traffic(router, timeout_s=10)
     try:
         started = time.monotonic()
@@ -255,13 +261,13 @@ def lost_host(ctx: Any) -> int:
     report = {
         "before": before,
         "cells": cells,
-        "lost_hosts": api.call("lost_hosts"),
-        "after": api.call("cells", "engines"),
+        "lost_hosts": api.lost_hosts().result(),
+        "after": pool_cells(api, "engines"),
         "router_workers": sorted(w["url"] for w in workers),
         "cut_to_dropped_s": dropped_at - cut,
         "ok_after": traffic.ok_since(dropped_at),
         "failed_after": traffic.failed_between(dropped_at),
-        "deaths": api.call("deaths", 0),
+        "deaths": [dataclasses.asdict(d) for d in api.deaths(since=0).result()],
     }
     print("LOST " + json.dumps(report), flush=True)
     controller.shutdown().result(timeout=60)
@@ -302,7 +308,7 @@ def refs_demo(ctx: Any) -> int:
         board = run_loop(settings, trainer, controller, rollout)
         report: dict[str, Any] = {"after_loop": engines_equal_trainer(f"v{settings.iterations}")}
         before = controller.cells().result(timeout=10)
-        victim = next(cell for cell, view in zip(before, ctx.provider_api.call("cells", "engines"), strict=True)
+        victim = next(cell for cell, view in zip(before, pool_cells(ctx.provider_api, "engines"), strict=True)
                       if view["host"] == "h2")  # fmt: skip
         os.kill(victim["pid"], signal.SIGKILL)
 

@@ -25,9 +25,9 @@ def placement_restart_lost(ctx: Any) -> int:
     api = ctx.provider_api
     on_node2 = next(cell for cell in ctx.cells("c") if cell.workers[0].host == "node2")
     before = [w.pid for w in on_node2.workers]
-    view = api.call("restart_cell", "c", on_node2.index)
-    _emit("RESTART", {"before": before, "after": [w["pid"] for w in view["workers"]],
-                      "hosts": [w["host"] for w in view["workers"]], "state": view["state"]})  # fmt: skip
+    view = api.restart_cell(pool="c", index=on_node2.index).result()
+    _emit("RESTART", {"before": before, "after": [w.pid for w in view.workers],
+                      "hosts": [w.host for w in view.workers], "state": view.state})  # fmt: skip
     with open(str(ctx.metrics_sd_file)) as fh:
         _emit("TARGETS", sorted(t for group in json.load(fh) for t in group["targets"]))
     marker = os.environ["MILES_TEST_MARKER"]
@@ -35,9 +35,9 @@ def placement_restart_lost(ctx: Any) -> int:
         json.dump({"launcher_pid": os.getpid()}, fh)
     deadline = time.monotonic() + 30
     while time.monotonic() < deadline:
-        lost = api.call("lost_hosts")
+        lost = api.lost_hosts().result()
         if lost:
-            deaths = [d["reason"] for d in api.call("deaths") if d["host"] == "node2"]
+            deaths = [d.reason for d in api.deaths().result() if d.host == "node2"]
             node1 = [c.alive for c in ctx.cells("c") if c.workers[0].host == "node1"]
             _emit("LOST", {"lost_hosts": lost, "deaths": deaths, "node1_alive": node1})
             return 0

@@ -21,15 +21,15 @@ import pytest
 from runtime import ActorHandle, CallRejected, RemoteError, get_actor, spawn
 from runtime.names import name_service
 from runtime.names.name_registry import NameRegistry, NameRegistryFull
-from runtime.names.name_service import NAME_SERVICE_ENV, NameServer, NameServiceClient, NameServiceUnavailable
-from runtime.names.service import ServiceAddress
+from runtime.names.name_service import NAME_SERVICE_ENV, HandleState, NameServiceUnavailable
+from runtime.names.service import ServiceAddress, ServiceServer
 from transport.security import CURVE_DIR_ENV, generate_cluster_keys
 
 pytestmark = pytest.mark.processes
 
 
 @pytest.fixture
-def served(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, no_leaks: None) -> Iterator[NameServer]:
+def served(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, no_leaks: None) -> Iterator[ServiceServer]:
     """This process as a launcher: it serves a registry (at most 3 names) with CURVE, as a launch's keys."""
     keys = tmp_path / "keys"
     generate_cluster_keys(keys)
@@ -41,16 +41,16 @@ def served(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, no_leaks: None) -> I
         server.close()
 
 
-def _client(server: NameServer) -> NameServiceClient:
-    return NameServiceClient(server.address("127.0.0.1"))
+def _client(server: ServiceServer) -> ActorHandle:
+    return name_service.connect(server.address("127.0.0.1"))
 
 
-def test_actors_spawned_by_the_name_authority_register_through_its_service(served: NameServer) -> None:
+def test_actors_spawned_by_the_name_authority_register_through_its_service(served: ServiceServer) -> None:
     relay = spawn("ray_parity_actors:Relay")
     try:
-        assert served.registry.lookup("", "svc-child") is None
+        assert served.instance.registry.lookup("", "svc-child") is None
         relay.spawn_named("svc-child", "").result(30)  # claimed by the relay's process, over the service's socket
-        entry = served.registry.lookup("", "svc-child")
+        entry = served.instance.registry.lookup("", "svc-child")
         assert entry is not None and "spawn_token" not in entry  # a handle's state, no secret
         assert get_actor("svc-child").add(3).result(10) == 3  # this process: its own registry, no round trip
         assert relay.add_by_name("svc-child", "", 1).result(10) == 4
@@ -60,29 +60,35 @@ def test_actors_spawned_by_the_name_authority_register_through_its_service(serve
         relay.kill()  # its child dies with it
 
 
-def test_the_registry_refuses_what_is_too_big_too_many_or_not_a_handle_state(served: NameServer) -> None:
+def test_the_registry_refuses_what_is_too_big_too_many_or_not_a_handle_state(served: ServiceServer) -> None:
     client = _client(served)
     state = {
         "endpoint": "tcp://127.0.0.1:1", "name": "x", "class_path": "m:C", "boot_id": None, "host": "h", "pid": 1,
         "machine_id": "", "metrics_port": None, "server_key": None,
     }  # fmt: skip
     for i in range(3):
-        assert client.call("claim", "", f"n{i}", {**state, "endpoint": f"tcp://h:{i}"}, None, what="t") is None
+        entry = HandleState(**{**state, "endpoint": f"tcp://h:{i}"})
+        assert client.claim("", f"n{i}", entry, None).result() is None
+    assert client.lookup("", "n1").result() == HandleState(**{**state, "endpoint": "tcp://h:1"})  # typed, frozen
     with pytest.raises(NameRegistryFull, match=r"holds 3 names \(max_names=3\)"):
-        client.call("claim", "", "n3", state, None, what="t")
-    assert client.call("forget", "", "n0", "tcp://h:0", what="t") is True
+        client.claim("", "n3", HandleState(**state), None).result()
+    assert client.forget("", "n0", "tcp://h:0").result() is True
     big = {**state, "class_path": "c" * 1000, "host": "h" * 1000, "machine_id": "m" * 1000, "name": "n" * 1000}
     with pytest.raises(ValueError, match=r"is [0-9]+ bytes, over the limit of 4096"):
-        client.call("claim", "", "big", big, None, what="t")
+        client.claim("", "big", HandleState(**big), None).result()
+    with pytest.raises(CallRejected, match=r"argument 'state' of name-service\.claim expects HandleState, got dict"):
+        client.claim("", "n4", state, None)  # refused before the wire: a dict is not a HandleState
     # Checked by the service itself (a caller without the class's hints): exactly a handle's fields, bounded.
     raw = ActorHandle(
         endpoint=served.address("127.0.0.1").endpoint, name="raw", class_path="?", boot_id=None, host="", pid=0,
         server_key=served.server_key,
     )  # fmt: skip
-    with pytest.raises(CallRejected, match="spawn_token"):
-        raw.method("claim")("", "secret", {**state, "spawn_token": "t"}, None).result(10)
-    with pytest.raises(CallRejected):
-        raw.method("claim")("", "long", {**state, "host": "h" * 2000}, None).result(10)
+    with pytest.raises(CallRejected, match="expects HandleState, got dict"):
+        raw.method("claim")("", "plain", state, None).result(10)
+    long = HandleState.model_construct(**{**state, "host": "h" * 2000})  # skips the checks here: the service's own
+    with pytest.raises(RemoteError, match=r"(?s)cannot rebuild an object of type .*HandleState.*host.*at most 1024"):
+        raw.method("claim")("", "long", long, None).result(10)  # refused where it arrives
+    assert served.instance.registry.lookup("", "long") is None
     with pytest.raises(RemoteError, match="is not allowed"):
         raw.method("lookup")("", "../escape").result(10)
     with pytest.raises(CallRejected, match="has no public method 'put'; methods: claim, forget, lookup, names"):
@@ -95,10 +101,10 @@ def test_a_service_that_does_not_answer_fails_within_its_deadline_naming_it(no_l
     with socket.socket() as sock:  # a port nobody serves
         sock.bind(("127.0.0.1", 0))
         port = sock.getsockname()[1]
-    client = NameServiceClient(ServiceAddress(f"tcp://127.0.0.1:{port}", None), deadline_s=1.0)
+    client = name_service.connect(ServiceAddress(f"tcp://127.0.0.1:{port}", None), deadline_s=1.0)
     started = time.monotonic()
-    with pytest.raises(NameServiceUnavailable, match=rf"at tcp://127.0.0.1:{port} \(MILES_NAME_SERVICE\)"):
-        client.call("lookup", "", "x", what="t")
+    with pytest.raises(NameServiceUnavailable, match=rf"at tcp://127.0.0.1:{port} \(MILES_NAME_SERVICE\) did not"):
+        client.lookup("", "x").result()
     assert time.monotonic() - started < 5
     with pytest.raises(ValueError, match="MILES_NAME_SERVICE='nonsense' is not a name service address"):
         name_service.address_from_env("nonsense")
@@ -134,11 +140,11 @@ print(json.dumps(out))
 """
 
 
-def test_sync_calls_refuse_to_block_the_runtime_loop_and_async_ones_work_there(served: NameServer) -> None:
+def test_sync_calls_refuse_to_block_the_runtime_loop_and_async_ones_work_there(served: ServiceServer) -> None:
     """Another process of the launch (a command job's): it reaches the service through MILES_NAME_SERVICE."""
     counter = spawn("sample_actors:Counter", kwargs={"start": 7})
     try:
-        served.registry.put("", "on-loop", counter.to_state())
+        served.instance.registry.put("", "on-loop", counter.to_state())
         env = {**os.environ, NAME_SERVICE_ENV: served.address("127.0.0.1").to_json()}
         env["PYTHONPATH"] = os.pathsep.join([str(Path(__file__).parent), *sys.path])
         done = subprocess.run([sys.executable, "-c", _CLIENT_SCRIPT], env=env, capture_output=True, timeout=60)
