@@ -45,7 +45,7 @@ class RawClient:
 
     def result(self, message: wire.Message) -> Any:
         assert message.kind is Kind.RESULT, message
-        head = Result.parse(message.meta)  # a value is bound to its call (as runtime.core.outcome.decode_result reads it)
+        head = Result.parse(message.meta)  # a value is bound to its call (runtime.core.outcome.decode_result)
         return head.ok, decode(message.body, message.buffers, bind=result_bind(head.call_id) if head.ok else b"")
 
     def call(self, method: str, *args: Any, **kwargs: Any) -> Any:
