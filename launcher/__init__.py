@@ -13,9 +13,7 @@ Public surface::
         provider.metrics_sd_url                               # Prometheus HTTP service discovery of the workers
         provider.curve_dir                                    # this launch's CURVE keys (None: curve = false)
 
-The CLI (``miles-launch hosts.toml``) does the same, then runs the job entrypoint with a JobContext.
-Every launch is CURVE-authenticated with fresh keys shipped to the hosts (``[launcher] curve = false`` or
-``--no-curve`` to opt out on trusted networks) and serves Prometheus service discovery (``metrics_sd_port``).
+``miles-launch hosts.toml`` does the same (CURVE keys fresh per launch), then runs the job with a JobContext.
 """
 
 import importlib

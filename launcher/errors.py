@@ -1,16 +1,4 @@
-"""Launcher errors: each says what happened, where (host, pool, cell, field) and what to do.
-
-| error              | raised when                                                          |
-|--------------------|----------------------------------------------------------------------|
-| ConfigError        | hosts.toml or a spec is invalid (names file, host/pool and field)    |
-| PlacementError     | the plan cannot reserve every bundle (all-or-nothing, nothing starts) |
-| HostUnreachable    | SSH connect/handshake fails or times out                             |
-| HostAuthError      | the SSH key is rejected or cannot be read                            |
-| HostCheckError     | Python / miles-actors version or GPU env on a host does not match    |
-| AgentError         | the host agent died, refused a command or did not answer in time     |
-| WorkerStartError   | a worker exited, failed readiness or attach before its deadline      |
-| UnknownPool        | a job asks for a pool hosts.toml does not define (names the pools)   |
-"""
+"""Launcher errors: each says what happened, where (host, pool, cell, field) and what to do."""
 
 from __future__ import annotations
 
@@ -20,19 +8,19 @@ class LauncherError(Exception):
 
 
 class ConfigError(LauncherError):
-    """Invalid hosts.toml or worker spec."""
+    """Invalid hosts.toml or worker spec (the message names the file, host/pool and field)."""
 
 
 class PlacementError(LauncherError):
-    """The placement plan cannot be satisfied; nothing was started."""
+    """The placement plan cannot reserve every bundle (all-or-nothing); nothing was started."""
 
 
 class HostUnreachable(LauncherError):
-    """A host cannot be reached over SSH before the connect deadline."""
+    """A host cannot be reached over SSH (connect or handshake fails, or times out)."""
 
 
 class HostAuthError(LauncherError):
-    """SSH authentication to a host failed."""
+    """SSH authentication to a host failed: the key is rejected or cannot be read."""
 
 
 class HostCheckError(LauncherError):
@@ -44,11 +32,12 @@ class AgentError(LauncherError):
 
 
 class WorkerStartError(LauncherError):
-    """A worker did not become ready (exited, readiness timeout, attach failure)."""
+    """A worker did not become ready before its deadline (exited, failed readiness or attach)."""
 
 
 class UnknownPool(LauncherError, KeyError):
-    """A pool id that hosts.toml does not define (also a KeyError, as a missing mapping key)."""
+    """A pool id a job asks for that hosts.toml does not define (the message names the pools; also a KeyError, as a
+    missing mapping key)."""
 
     def __str__(self) -> str:
         return str(self.args[0]) if self.args else ""

@@ -1,6 +1,7 @@
 """The actor model: spawn a class in another process, call its methods, survive failures.
 
-Public surface::
+Public surface (plus ``runtime.metrics``: actor metrics on /metrics; ``runtime.internals``: the launcher's plumbing;
+``MILES_CURVE_DIR``: CURVE on every socket, :mod:`transport.security`)::
 
     from runtime import spawn, method, ActorGroup
 
@@ -22,10 +23,6 @@ Public surface::
     exit_actor()                     # inside a method: leave on purpose (exit code 0, not restarted); calls in
                                      # flight get ActorDied (runtime.actor.actor_exit: SystemExit and other exits)
 
-Errors: RemoteError, ActorDied, ActorRestarted, DeadlineExceeded, NotDelivered, OverCapacity, CallRejected,
-CallCancelled, ActorNotFound. A remote exception of a class loaded here is also an instance of that class
-(``except ValueError`` catches a remote ValueError; see :mod:`runtime.core.errors`).
-
 Coming from Ray (names kept so code ports line by line; README "Coming from Ray")::
 
     spawn(Cls, kwargs=..., name="x", namespace="ns", get_if_exists=True, lifetime="detached",
@@ -41,14 +38,6 @@ Coming from Ray (names kept so code ports line by line; README "Coming from Ray"
     handle.kill(no_restart=False)                        # ray.kill
     exit_actor()                                         # ray.actor.exit_actor
     import runtime.ray_compat as ray                     # or: Ray's own API, unchanged (runtime/ray_compat)
-
-Metrics: every actor process serves Prometheus ``/metrics`` (``handle.metrics_port``); actor code adds its own
-series with ``from runtime import metrics; metrics.counter(...)`` (see :mod:`runtime.metrics`).
-Security: with ``MILES_CURVE_DIR`` set (or ``curve_dir=``), every socket uses CURVE (see :mod:`transport.security`).
-Construction and shutdown are control calls that only the spawner can make: ``spawn`` does it all; a launcher
-that starts ``python -m runtime.worker`` itself writes a ``SpawnTicket`` to its stdin and passes the same
-ticket to ``attach`` (both in :mod:`runtime.internals`, the launcher-facing plumbing; see
-:mod:`runtime.core.control_auth`).
 """
 
 from runtime.actor.actor_exit import exit_actor
@@ -68,7 +57,7 @@ from runtime.core.errors import (
     DeadlineExceeded,
     NotDelivered,
     OverCapacity,
-    RemoteError,
+    RemoteError,  # also an instance of the remote exception's class when loaded here (except ValueError catches it)
 )
 from runtime.core.metadata import method
 from runtime.names.naming import get_actor

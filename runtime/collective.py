@@ -9,14 +9,6 @@
     collective.wait_freed([ref], timeout=60)                # the owner may reuse w now
     collective.destroy_group(group)                         # from anywhere holding the handles
 
-The rendezvous: rank 0 (the first handle) keeps the group's keys (``__collective_open__``; no port of its own:
-members reach them over the actor transport, :mod:`runtime.tensors.collective_store`), then every member joins as its
-rank (``__collective_join__``, on its collective lane, so a member busy in a method still joins).
-``create_group`` waits at most ``timeout_s``; a member that dies or refuses fails it at once with
-:class:`CollectiveError` naming the member, one that never joins fails it at the deadline, naming the members
-that had not joined; the members that did join leave again. As Ray's
-``ray.experimental.collective.create_collective_group`` / ``destroy_collective_group``
-(``python/ray/experimental/collective/collective.py``) and ``ray.util.collective.create_collective_group``.
 Members are actors (a driver is not one); torch is imported only in the members.
 """
 
@@ -81,7 +73,15 @@ class CollectiveGroup:
 def create_group(
     handles: Sequence[ActorHandle], backend: str = "gloo", name: str = "default", timeout_s: float = 60.0
 ) -> CollectiveGroup:
-    """Make ``handles`` one collective group ``name`` (rank ``i`` is ``handles[i]``); returns once all joined."""
+    """Make ``handles`` one collective group ``name`` (rank ``i`` is ``handles[i]``); returns once all joined.
+
+    As Ray's ``ray.experimental.collective.create_collective_group`` (``python/ray/experimental/collective/
+    collective.py``) and ``ray.util.collective.create_collective_group``. The rendezvous: rank 0 keeps the group's
+    keys (``__collective_open__``; no port of its own: members reach them over the actor transport,
+    :mod:`runtime.tensors.collective_store`), then every member joins as its rank (``__collective_join__``, on its
+    collective lane, so a member busy in a method still joins). Waits at most ``timeout_s``; a member that dies or
+    refuses fails it at once with :class:`CollectiveError` naming the member, one that never joins fails it at the
+    deadline naming the members that had not joined; the members that did join leave again."""
     handles = tuple(handles)
     check_group_options(name, backend, len(handles), timeout_s)
     endpoints = [handle.endpoint for handle in handles]
@@ -110,7 +110,8 @@ def create_group(
 
 
 def destroy_group(group: CollectiveGroup) -> None:
-    """Every member leaves ``group`` (a dead member is skipped); the name may be used again afterwards."""
+    """Every member leaves ``group`` (a dead member is skipped); the name may be used again afterwards. As Ray's
+    ``ray.experimental.collective.destroy_collective_group``."""
     _leave(group, ranks=set(range(group.world_size)), quiet=False)
 
 

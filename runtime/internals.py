@@ -1,14 +1,11 @@
 """The runtime's plumbing, for the launcher and other runtimes that start workers themselves: not for user code.
 
-User code spawns actors and calls them through :mod:`runtime` (its ``__all__``). A launcher that starts
-``python -m runtime.worker`` on a host itself uses these: ``worker_command`` (the command line), a
-``SpawnTicket`` written to the worker's stdin, then ``attach``/``attach_async`` with the same ticket to construct
-the actor in it (:mod:`runtime.core.control_auth`, :mod:`runtime.processes.construction`). ``StoreLimits`` sizes an
-actor's call store (spawn's ``limits=``); ``MethodRef`` is the type of ``handle.method(name)``.
+A launcher starting ``python -m runtime.worker`` itself runs ``worker_command``, writes a ``SpawnTicket`` to the
+worker's stdin, then constructs the actor with ``attach``/``attach_async`` and the same ticket.
 """
 
-from runtime.actor.call_store import StoreLimits
-from runtime.caller.handle import MethodRef
+from runtime.actor.call_store import StoreLimits  # sizes an actor's call store (spawn's limits=)
+from runtime.caller.handle import MethodRef  # the type of handle.method(name)
 from runtime.core.control_auth import SpawnTicket
 from runtime.processes.construction import attach, attach_async
 from runtime.processes.process import worker_command

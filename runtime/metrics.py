@@ -1,8 +1,4 @@
-"""Prometheus metrics: every actor process serves ``/metrics``; actors add their own series.
-
-Each process has one CollectorRegistry of its own (never prometheus-client's global one). An actor process
-serves it on the port given by ``python -m runtime.worker --metrics-port`` (0: any free port; reported as
-``metrics_port`` in the ready line, in ``__health__`` and on the handle). Actor code adds series with::
+"""Prometheus metrics: every actor process serves ``/metrics``; actors add their own series::
 
     from runtime import metrics
 
@@ -11,12 +7,8 @@ serves it on the port given by ``python -m runtime.worker --metrics-port`` (0: a
     STEP = metrics.histogram("step_seconds", "Time per step", buckets=[0.1, 1, 10, 60])
     REWARD.labels(task="math").inc(0.5)
 
-These return prometheus-client objects. Asking again for a name returns the same object (so a constructor
-that runs twice is fine); asking for it with another type or labels is an error. ``miles_`` is reserved.
-
-Runtime series of an actor process (see :mod:`runtime.server_metrics`) are named ``miles_actor_*``; the
-process also exports prometheus-client's ``process_*`` (CPU, resident memory, descriptors) and ``python_*``.
-A driver may serve its own registry with :func:`serve` (e.g. the spawner's ``miles_spawned_actor_restarts``).
+Asking again for a name returns the same object (a constructor that runs twice is fine); another type or labels is
+an error. The runtime's own series are ``miles_actor_*`` (:mod:`runtime.server_metrics`).
 """
 
 from __future__ import annotations
@@ -49,7 +41,13 @@ _series: dict[str, tuple[type, tuple[str, ...], Any]] = {}
 
 
 def registry() -> CollectorRegistry:
-    """This process's registry (created on first use, with process, platform and GC collectors)."""
+    """This process's registry (created on first use, with process, platform and GC collectors: prometheus-client's
+    ``process_*`` and ``python_*`` series).
+
+    One per process, never prometheus-client's global one. An actor process serves it on the port given by
+    ``python -m runtime.worker --metrics-port`` (0: any free port; reported as ``metrics_port`` in the ready line,
+    in ``__health__`` and on the handle); a driver may serve it with :func:`serve` (e.g. the spawner's
+    ``miles_spawned_actor_restarts``)."""
     global _registry
     with _lock:
         if _registry is None:
@@ -88,7 +86,7 @@ def _check_user_name(name: str) -> None:
 
 
 def counter(name: str, documentation: str, labels: Sequence[str] = ()) -> Counter:
-    """A counter in this process's registry (``name`` may end in ``_total``)."""
+    """A counter in this process's registry (``name`` may end in ``_total``); a prometheus-client object."""
     _check_user_name(name)
     return _series_for(Counter, name, documentation, labels)
 

@@ -1,25 +1,7 @@
 """The runtime's series of an actor process, read from the ActorServer when Prometheus scrapes.
 
-| series                                   | type      | labels                        |
-|------------------------------------------|-----------|-------------------------------|
-| miles_actor_calls_total                  | counter   | actor_class, method, outcome  |
-| miles_actor_call_seconds                 | histogram | actor_class, method           |
-| miles_actor_calls_in_flight              | gauge     | actor_class (accepted, not finished) |
-| miles_actor_calls_running / _queued      | gauge     | lane (a concurrency group, or async) |
-| miles_actor_calls_refused_total          | counter   | (unknown method, not constructed, over capacity) |
-| miles_actor_duplicate_submits_total      | counter   | (resent SUBMITs answered without running) |
-| miles_actor_bytes_received/sent_total    | counter   | (on the actor's socket; shared memory not counted) |
-| miles_actor_messages_received/sent_total | counter   |                               |
-| miles_actor_dropped_messages_total       | counter   | reason                        |
-| miles_actor_pickles_refused_total        | counter   | reason (forged, oversized, no_secret, disabled, malformed) |
-| miles_actor_call_store_bytes / _records / _tombstones | gauge |                       |
-| miles_actor_object_refs                  | gauge     | (values held for ObjectRefs)  |
-| miles_actor_restarts                     | gauge     | (restarts before this incarnation) |
-| miles_actor_info                         | info      | actor, actor_class, boot_id, host, pid |
-
-Outcomes are ``ok``, ``error`` (the method raised), ``deadline``, ``rejected`` (bad arguments). The call path
-pays one dict lookup and three increments on a shard owned by the calling thread (no lock); merging shards and
-everything else happens at scrape time.
+README "Prometheus" lists the ``miles_actor_*`` series. The call path pays one dict lookup and three increments on
+a shard its thread owns (no lock); merging shards and everything else happens at scrape time.
 """
 
 from __future__ import annotations
@@ -124,6 +106,7 @@ class ActorServerCollector(Collector):
         yield identity
 
     def _calls(self, actor_class: str) -> Iterator[Any]:
+        # outcome: ok, error (the method raised), deadline, rejected (bad arguments)
         labels = ["actor_class", "method", "outcome"]
         total = CounterMetricFamily("miles_actor_calls", "Calls finished, by outcome", labels=labels)
         latency = HistogramMetricFamily(
@@ -176,6 +159,7 @@ class ActorServerCollector(Collector):
         )
 
     def _traffic(self) -> Iterator[Any]:
+        # the actor's socket only: bytes that went through shared memory are not counted
         endpoint = self.server.endpoint
         if endpoint is None:
             return

@@ -1,16 +1,5 @@
-"""Entry point of an actor process: ``python -m runtime.worker --bind tcp://HOST:PORT [--metrics-port N]``.
-
-The process first reads its spawn ticket, one JSON line on stdin (:mod:`runtime.core.control_auth`): only requests
-proven with its token may construct the actor or shut the process down, and with CURVE its socket proves the
-ticket's keypair, the actor's own. It then binds its ROUTER socket, starts serving
-Prometheus ``/metrics`` and prints one line ``MILES_ACTOR_READY {json}`` (endpoint, boot id, pid, host,
-metrics_port) on stdout; the spawner then sends ``__construct__`` with the class and keyword arguments. It exits on
-``__shutdown__``, SIGTERM/SIGINT, or, when ``--parent-pid`` is given, as soon as that parent is gone (code 0), and
-when a method calls ``exit_actor()`` or raises SystemExit or another BaseException (the code
-:mod:`runtime.actor.actor_exit` gives). With
-``MILES_CURVE_DIR`` set, its socket admits only clients holding the cluster's CURVE client key (see
-:mod:`transport.security`).
-"""
+"""Entry point of an actor process: ``python -m runtime.worker --bind tcp://HOST:PORT [--metrics-port N]``, started
+by ``runtime.spawn`` or a launcher, which then constructs the actor in it."""
 
 from __future__ import annotations
 
@@ -98,7 +87,15 @@ async def serve(
     metrics_host: str | None = None,
 ) -> int:
     """Run an actor server until it is stopped; returns the exit code (runtime.actor.actor_exit).
-    ``metrics_port=None`` serves no metrics."""
+    ``metrics_port=None`` serves no metrics.
+
+    The spawn ticket (read from stdin by ``main``, :mod:`runtime.core.control_auth`) gates the control calls: only
+    requests proven with its token may construct the actor or shut the process down, and with CURVE
+    (``MILES_CURVE_DIR``, :mod:`transport.security`) the socket proves the ticket's keypair, the actor's own, and
+    admits only clients holding the cluster's client key. Once bound and serving ``/metrics`` it prints one
+    ``MILES_ACTOR_READY {json}`` line; the spawner then sends ``__construct__``. It stops on ``__shutdown__``,
+    SIGTERM/SIGINT, when ``parent_pid`` is gone (code 0), and when a method calls ``exit_actor()`` or raises
+    SystemExit or another BaseException (the code :mod:`runtime.actor.actor_exit` gives)."""
     from runtime.caller.client import ClientRuntime
 
     ClientRuntime.install_on_running_loop()  # calls made by this actor share its loop

@@ -15,9 +15,15 @@ from prometheus_server import Prometheus, prometheus_binary, start_prometheus
 
 from runtime.processes import driver_fork
 
+pytest_plugins = ["process_guard"]  # the `processes` marker, checked in runs without marked tests
+
 ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
+
+# The suite runs many torch processes on a machine of few cores (CI has two): each takes one thread unless a test
+# says otherwise (two threads each slowed a tiny model by up to 30x under load). Actors inherit it.
+os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 # The suite is one long-lived driver that connects to well over a thousand actors: let it open as many files as
 # the machine allows (the shared ZeroMQ context sizes itself by this limit, transport.sockets.shared_context).

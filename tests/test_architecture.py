@@ -178,6 +178,7 @@ def test_no_folder_holds_more_than_30_modules() -> None:
     assert not crowded, f"folders over {MAX_MODULES_PER_FOLDER} modules (cut them into sub-packages): {crowded}"
 
 
+@pytest.mark.processes
 def test_no_module_over_400_lines() -> None:
     tracked = subprocess.run(
         ["git", "ls-files", "--cached", "--others", "--exclude-standard", "*.py"],
@@ -304,3 +305,71 @@ def test_the_field_checker_flags_a_mixin_and_passes_declarative_classes(tmp_path
         "class Sub(Request):\n    y: int\n"
     )
     assert fields_set_elsewhere([source]) == [f"{source}: Half.server_id"]
+
+
+MAX_DOCSTRING_LINES = 3
+#: Package entries and programs whose module docstring is their usage example or their ``--help``: longer on purpose.
+_DOCSTRING_USAGE = frozenset({
+    "launcher/__init__.py", "launcher/console/cli.py", "runtime/__init__.py", "runtime/collective.py",
+    "runtime/metrics.py", "runtime/ray_compat/__init__.py",
+})  # fmt: skip
+#: Module docstrings still over the limit (issue 43 item 6 not done there yet): files other work was changing while
+#: runtime/ and launcher/ were cut, then actors/ (cut only where it was longest). Remove each entry once it is short.
+_DOCSTRING_NOT_YET_SHORT = frozenset({
+    "launcher/agent/agent_protocol.py", "launcher/agent/child_supervisor.py", "launcher/agent/code_cache.py",
+    "launcher/agent/host_agent.py", "launcher/hosts/agent_opener.py", "launcher/hosts/agent_pool.py",
+    "launcher/launch/cell_starter.py", "launcher/launch/code_shipping.py", "launcher/launch/launch_services.py",
+    "launcher/launch/provider_service.py", "launcher/launch/service_discovery.py",
+    "launcher/launch/worker_provider.py", "runtime/actor/actor_server.py", "runtime/actor/admission.py",
+    "runtime/actor/call_routing.py", "runtime/actor/call_store.py", "runtime/caller/connection.py",
+    "runtime/caller/handle.py", "runtime/caller/link_liveness.py", "runtime/names/name_files.py",
+    "runtime/names/name_registry.py", "runtime/names/name_service.py", "runtime/names/naming.py",
+    "runtime/names/service.py", "transport/__init__.py", "transport/codec.py", "transport/decoder.py",
+    "transport/direct_links.py", "transport/direct_stream.py", "transport/endpoint_monitor.py",
+    "transport/endpoints.py", "transport/frames.py", "transport/link_watch.py",
+    "transport/local_twin.py", "transport/peer_queues.py", "transport/protocol.py", "transport/reader_handoff.py",
+    "transport/sealed_pickle.py", "transport/security.py", "transport/session_secret.py", "transport/shared_memory.py",
+    "transport/shm_names.py", "transport/shm_pool.py", "transport/sockets.py", "transport/stream_frames.py",
+    "transport/waker.py", "transport/zap_gate.py",
+    "actors/cpu_engine/__init__.py", "actors/cpu_engine/engine.py", "actors/cpu_engine/engine_actor.py",
+    "actors/cpu_engine/generation.py", "actors/cpu_engine/io_struct.py", "actors/cpu_engine/metrics.py",
+    "actors/cpu_engine/model.py", "actors/cpu_engine/openai_protocol.py", "actors/cpu_engine/openai_shapes.py",
+    "actors/cpu_engine/prefix_cache.py", "actors/cpu_engine/protocol.py", "actors/cpu_engine/ref_weights.py",
+    "actors/cpu_engine/sampling.py", "actors/cpu_engine/server.py", "actors/cpu_engine/update_lock.py",
+    "actors/cpu_engine/weight_sync.py", "actors/cpu_engine/weight_versions.py", "actors/dashboard/__init__.py",
+    "actors/dashboard/jsonl_tail.py", "actors/dashboard/run_store.py", "actors/dashboard/server.py",
+    "actors/demo/__init__.py", "actors/demo/engine_busy.py", "actors/demo/ref_group.py", "actors/demo/result.py",
+    "actors/demo/run_state.py", "actors/demo/task.py", "actors/hf/config.py", "actors/inference/cell_keeper.py",
+    "actors/inference/engine_client.py", "actors/inference/provider_address.py", "actors/inference/router_keeper.py",
+    "actors/model_config.py", "actors/processes.py", "actors/rollout/__init__.py", "actors/rollout/advantages.py",
+    "actors/rollout/prompt_plan.py", "actors/rollout/router_client.py", "actors/rollout/samples.py",
+    "actors/rollout/staleness.py", "actors/rollout/tasks.py", "actors/router.py", "actors/sessions/__init__.py",
+    "actors/sessions/__main__.py", "actors/sessions/agent.py", "actors/sessions/calculator.py",
+    "actors/sessions/chat_request.py", "actors/sglang_config.py", "actors/tokenizer.py", "actors/trainer/actor.py",
+    "actors/trainer/grads.py", "actors/trainer/group.py", "actors/trainer/hf_export.py", "actors/trainer/hf_import.py",
+    "actors/trainer/hf_layout.py", "actors/trainer/reference.py", "actors/trainer/rollout_extras.py",
+    "actors/trainer/trainer.py", "actors/weights_group.py", "actors/weights_wire.py",
+})  # fmt: skip
+
+
+def _docstring_lines(path: Path) -> int:
+    docstring = ast.get_docstring(ast.parse(path.read_text()))
+    return len([line for line in (docstring or "").splitlines() if line.strip()])
+
+
+def test_module_docstrings_are_short() -> None:
+    """A module docstring says what the module is and why in one to three lines; mechanism is a comment where it
+    bites, or the docstring of the class or function it concerns (shared STYLE.md, issue 43 item 6)."""
+    allowed = _DOCSTRING_USAGE | _DOCSTRING_NOT_YET_SHORT
+    long = {}
+    for package in LAYERS:
+        for path in sorted((ROOT / package).rglob("*.py")):
+            name = path.relative_to(ROOT).as_posix()
+            if name not in allowed and (count := _docstring_lines(path)) > MAX_DOCSTRING_LINES:
+                long[name] = count
+    assert not long, f"module docstrings over {MAX_DOCSTRING_LINES} lines (move the mechanism to the code): {long}"
+    stale = sorted(
+        name for name in _DOCSTRING_NOT_YET_SHORT
+        if not (ROOT / name).exists() or _docstring_lines(ROOT / name) <= MAX_DOCSTRING_LINES
+    )  # fmt: skip
+    assert not stale, f"short now (or gone): remove from _DOCSTRING_NOT_YET_SHORT: {stale}"

@@ -1,8 +1,6 @@
-"""Type and size checks on single header (meta) fields, the pieces of each message's ``parse`` (transport.messages).
+"""Type and size checks on single header fields, the pieces of each message's ``parse`` (transport.messages).
 
-A field not exactly of the expected type and size raises BadHeader with the drop counter's reason (``bad_call_id``,
-``bad_header``): a peer sending it is broken or hostile, and an answer would only help it probe. The limits here are
-far above what the runtime itself ever sends.
+A wrong field raises BadHeader with the drop counter's reason: the receiver drops and counts it, never answers.
 """
 
 from __future__ import annotations

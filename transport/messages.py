@@ -1,8 +1,6 @@
-"""Every wire message: one type per kind, its ``pack`` and its ``parse`` side by side, and a SUBMIT's fingerprint.
+"""Every wire message: one type per kind with its ``pack`` and its ``parse`` side by side, and a SUBMIT's fingerprint.
 
-A message's meta is the msgpack array of its type's fields (a NamedTuple packs as one). ``parse`` takes the meta
-list :func:`transport.frames.unpack` gives and checks each field's exact type and size (transport.header_checks);
-a wrong one raises BadHeader, which the receiver drops and counts, never answers.
+A type packs as the msgpack array of its fields; ``parse`` checks each field's type and size, raising BadHeader.
 """
 
 from __future__ import annotations

@@ -179,7 +179,7 @@ class InferenceController:
 
     async def _adopt_pool(self, launcher: ProviderEngineLauncher) -> None:
         """One cell per cell of the launcher's engine pool."""
-        count = len(await launcher.launch.cells())
+        count = len(await launcher.cells())
         if self.num_engines is not None and self.num_engines != count:
             raise ValueError(f"num_engines={self.num_engines} but pool {self.engine_pool!r} has {count} cells")
         self._cells[:] = [EngineCell(f"{self.server_id}-{index}", index) for index in range(count)]  # shared list

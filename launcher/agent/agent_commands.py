@@ -1,8 +1,6 @@
-"""The host agent's commands as types: the launcher builds one and sends its ``fields()``; the agent ``parse``s it.
+"""The host agent's commands as types: the launcher builds one and sends it as a JSON line; the agent ``parse``s it.
 
-A command is one JSON line ``{"op": OP, "req"?: int, **fields}`` (launcher.agent_protocol). ``parse`` checks every
-field's type and bound and raises ValueError naming the command and the field, which the agent answers with an
-``error`` event.
+``parse`` checks every field's type and bound and raises ValueError naming the field (answered ``error``).
 """
 
 from __future__ import annotations

@@ -1,11 +1,5 @@
-"""The host agent's fork server ("zygote", :mod:`runtime.processes.fork_server`): every child of the agent starts here.
-
-``ZygoteClient.launch`` forks a ``python -m runtime.worker`` of this interpreter through the agent's fork
-server (:class:`runtime.processes.fork_client.ForkClient`, workers re-parented to the agent, a child subreaper, and
-killed when it dies) and uses ``Popen`` otherwise: another command or interpreter, zygote disabled (``MILES_ZYGOTE=0``
-in the agent's environment, e.g. a host's ``env`` in hosts.toml), or the fork server not up, refusing, or dead. Call it
-from the agent's main thread only: the death signals and the workers' re-parenting are tied to that thread.
-"""
+"""The host agent's fork server ("zygote", :mod:`runtime.processes.fork_server`): every child of the agent starts
+here, in milliseconds, or with ``Popen`` when it cannot."""
 
 from __future__ import annotations
 
@@ -22,7 +16,8 @@ ENABLE_ENV = "MILES_ZYGOTE"
 
 
 class ZygoteClient(ForkClient):
-    """The agent's fork server client, with the Popen fallback."""
+    """The agent's fork server client, with the Popen fallback. Call it from the agent's main thread only: the death
+    signals and the workers' re-parenting are tied to that thread."""
 
     def __init__(self, agent_pid: int, *, ready_wait_s: float = READY_WAIT_S, enabled: bool | None = None) -> None:
         on = os.environ.get(ENABLE_ENV, "1") != "0" if enabled is None else enabled
@@ -32,7 +27,11 @@ class ZygoteClient(ForkClient):
         self, argv: list[str], env: dict[str, str], cwd: Path, *, stdin: bool
     ) -> subprocess.Popen[bytes] | ForkedWorker:
         """Start a worker with piped stdout/stderr (and stdin if ``stdin``), its own session and a death signal
-        tied to the agent: forked by the zygote when it can, else executed with ``subprocess.Popen``."""
+        tied to the agent: forked by the zygote when it can, else executed with ``subprocess.Popen``.
+
+        Forked workers are re-parented to the agent (a child subreaper) and killed when it dies. Popen serves
+        another command or interpreter, the zygote disabled (``MILES_ZYGOTE=0`` in the agent's environment, e.g. a
+        host's ``env`` in hosts.toml), or the fork server not up, refusing, or dead."""
         forked = self.spawn(argv, env, cwd, stdin=stdin)
         if forked is not None:
             return forked

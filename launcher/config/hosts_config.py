@@ -1,16 +1,5 @@
-"""hosts.toml: hosts, the job, pools and launcher settings, parsed once into frozen pydantic models.
-
-``load_config(path)`` reads the file with tomllib and raises ``ConfigError`` whose message names the file, the line
-(best effort), the host or pool (by name) and the field. ``[host_defaults]`` is merged into every ``[[hosts]]``
-entry before validation. Relative ``workdir``/``key_file`` paths are resolved against the file's directory.
-Pool expanders rewrite their pools, and the built-in host "launcher" is added where a pool names it
-(launcher/config/pool_expanders.py). ``[cluster] provider = "slurm"`` takes the hosts from a Slurm allocation
-(launcher/config/slurm_config.py). Where in the file an error is: launcher/config/config_lines.py.
-
-With CURVE off (``[launcher] curve = false``), actors of SSH hosts listen on every interface without
-authentication, so ``parse_config`` refuses such a file unless ``[launcher] allow_open_binds_without_curve = true``
-says so explicitly; ``check_open_binds`` runs the same check on a config changed after parsing (``--no-curve``).
-"""
+"""hosts.toml: hosts, the job, pools and launcher settings, parsed once into frozen pydantic models whose errors
+name the file, line, host or pool, and field."""
 
 from __future__ import annotations
 
@@ -288,7 +277,12 @@ def load_config(path: str | Path, *, allocation: Allocation | None = None) -> Cl
 
 
 def parse_config(text: str, *, source: Path | None = None, allocation: Allocation | None = None) -> ClusterConfig:
-    """Validate hosts.toml text (see load_config)."""
+    """Validate hosts.toml text (see load_config).
+
+    ``[host_defaults]`` is merged into every ``[[hosts]]`` entry before validation; relative ``workdir``/``key_file``
+    paths are resolved against the file's directory; ``[cluster] provider = "slurm"`` takes the hosts from a Slurm
+    allocation (slurm_config.py); pool expanders rewrite their pools and the built-in host "launcher" is added
+    where a pool names it (pool_expanders.py). Where in the file an error is: config_lines.py."""
     label = str(source) if source else "<hosts.toml>"
     try:
         raw = tomllib.loads(text)
@@ -313,6 +307,10 @@ def open_bind_hosts(config: ClusterConfig) -> list[HostConfig]:
 
 def check_open_binds(config: ClusterConfig, *, text: str | None = None, curve_off_by: str | None = None) -> None:
     """Refuse CURVE off with actors listening beyond loopback unless hosts.toml opts in explicitly.
+
+    With CURVE off, actors of SSH hosts listen on every interface without authentication, hence
+    ``[launcher] allow_open_binds_without_curve = true``; parse_config runs this on the file, the CLI again on a
+    config changed after parsing (``--no-curve``).
 
     ``text``: the file's text, to name the line (read from ``config.source`` when None); ``curve_off_by``: what
     turned CURVE off when not the file (e.g. ``--no-curve``). Raises ConfigError saying which hosts, which field

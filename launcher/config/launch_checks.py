@@ -1,13 +1,5 @@
-"""Checks before anything starts (``--dry-run`` and every launch): the job's code, its entrypoint, every actor class.
-
-With the job's code first on ``sys.path`` (as the job and every worker will have it), the launcher imports the job's
-entrypoint and each serve pool's actor class and checks the pool's constructor kwargs (after pool expanders and
-``plan_kwargs``) against the constructor's signature and type hints, with the runtime's own checks
-(runtime.core.metadata: keyword-only constructors; runtime.core.type_checks: isinstance, pydantic for constraints), so
-what passes here is what the actor would accept. Every error is reported at once, each naming the pool, the field, the
-line of hosts.toml when it can be found, and the fix. A class whose module imports a package this machine lacks
-(installed on the GPU hosts only) is not an error: it is said, and checked when the actor is constructed.
-"""
+"""Checks before anything starts (``--dry-run`` and every launch): the job's code, its entrypoint, every actor class,
+so a typo or a wrong constructor argument fails before any host is touched."""
 
 from __future__ import annotations
 
@@ -52,7 +44,14 @@ class LaunchCheck:
 
 
 def check_launch(config: ClusterConfig) -> LaunchCheck:
-    """Run every check; one ConfigError listing every problem (with the file, pool, field and fix)."""
+    """Run every check; one ConfigError listing every problem (with the file, pool, field, line and fix).
+
+    With the job's code first on ``sys.path`` (as the job and every worker will have it), imports the job's
+    entrypoint and each serve pool's actor class and checks the pool's constructor kwargs (after pool expanders and
+    ``plan_kwargs``) against the constructor's signature and type hints with the runtime's own checks
+    (runtime.core.metadata: keyword-only constructors; runtime.core.type_checks: isinstance, pydantic for
+    constraints), so what passes here is what the actor would accept. A class whose module imports a package this
+    machine lacks (installed on the GPU hosts only) is not an error: it is said, and checked at construction."""
     result, errors = LaunchCheck(), []
     try:
         result.packages = code_packages(config)

@@ -1,21 +1,5 @@
-"""Placement: reserve (host, gpu) slots for every worker of every cell, all-or-nothing, before anything starts.
-
-Inventory: one slot per (host, gpu id), hosts in hosts.toml order, GPU ids ascending; each slot has capacity 1.
-A worker is a bundle of ``gpus`` GPUs: 0 (CPU only, placed on a host), a fraction < 1 (shares one GPU), or a whole
-number (that many free GPUs on one host). A cell's bundles are reserved as a gang:
-
-- PACK: the whole cell on the first host where it fits; otherwise fill hosts in order.
-- SPREAD: bundles round-robin over hosts (the cursor carries over between cells of a pool); fractions go to the
-  emptiest GPU of the host (PACK puts them on the first GPU with room).
-- ``colocate_with``: worker (i, j) uses the same host and GPUs as worker (i, j) of the other pool, consuming its
-  own (fractional) share of those GPUs; pools of other shapes pair their workers in (cell, worker) order (8 engine
-  cells of one worker beside a trainer cell of 8 ranks), as long as both have as many workers.
-
-Each worker is told its GPU ids explicitly: the launcher sets CUDA_VISIBLE_DEVICES from the plan (empty for CPU
-workers) and LOCAL_RANK = its index among its cell's workers on the same host. CUDA_VISIBLE_DEVICES is never
-rewritten silently: hosts.toml/spec ``env`` may not set it (ConfigError), and if a host's own environment already
-sets it, every GPU planned on that host must be listed there or the launch fails (HostCheckError).
-"""
+"""Placement: reserve (host, gpu) slots for every worker of every cell, all-or-nothing, before anything starts, so
+that a launch that cannot fit fails at once, saying what is short."""
 
 from __future__ import annotations
 
@@ -30,7 +14,12 @@ from launcher.errors import PlacementError
 
 @dataclass(frozen=True)
 class WorkerPlacement:
-    """Where one worker runs and what it is told."""
+    """Where one worker runs and what it is told.
+
+    The launcher sets CUDA_VISIBLE_DEVICES from ``gpu_ids`` (empty for CPU workers) and LOCAL_RANK = ``local_rank``
+    (its index among its cell's workers on the same host). CUDA_VISIBLE_DEVICES is never rewritten silently:
+    hosts.toml/spec ``env`` may not set it (ConfigError), and if a host's own environment sets it, every GPU planned
+    on that host must be listed there or the launch fails (HostCheckError)."""
 
     pool_id: str
     cell_index: int
@@ -102,7 +91,7 @@ class PlacementPlan:
 
 @dataclass
 class Inventory:
-    """Free GPU capacity per (host, gpu) slot, ordered by host then gpu."""
+    """Free GPU capacity per (host, gpu) slot (capacity 1 each), ordered by host (hosts.toml order) then gpu id."""
 
     hosts: list[str]
     free: dict[str, dict[int, Fraction]] = field(default_factory=dict)
@@ -156,7 +145,17 @@ def _amount(gpus: float) -> Fraction:
 def plan_placement(
     hosts: tuple[HostConfig, ...] | list[HostConfig], pools: tuple[PoolSpec, ...] | list[PoolSpec]
 ) -> PlacementPlan:
-    """Reserve every worker of every pool; raise PlacementError (nothing reserved) if any bundle does not fit."""
+    """Reserve every worker of every pool; raise PlacementError (nothing reserved) if any bundle does not fit.
+
+    A worker is a bundle of ``gpus`` GPUs: 0 (CPU only, placed on a host), a fraction < 1 (shares one GPU), or a
+    whole number (that many free GPUs on one host). A cell's bundles are reserved as a gang:
+
+    - PACK: the whole cell on the first host where it fits; otherwise fill hosts in order.
+    - SPREAD: bundles round-robin over hosts (the cursor carries over between cells of a pool); fractions go to the
+      emptiest GPU of the host (PACK puts them on the first GPU with room).
+    - ``colocate_with``: worker (i, j) uses the same host and GPUs as worker (i, j) of the other pool, consuming its
+      own (fractional) share of those GPUs; pools of other shapes pair their workers in (cell, worker) order (8
+      engine cells of one worker beside a trainer cell of 8 ranks), as long as both have as many workers."""
     inventory = Inventory.from_hosts(hosts)
     ordered = _colocation_order(list(pools))
     placed: dict[str, tuple[CellPlacement, ...]] = {}

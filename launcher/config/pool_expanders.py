@@ -1,18 +1,5 @@
-"""Pool expanders (packages rewrite their own pools of hosts.toml at plan time) and the built-in host "launcher".
-
-A package registers a function in the entry-point group ``miles.pool_expanders``: the entry point's name is an actor
-class written ``pkg.module.Class``, its value the function, ``pkg.module:function``. For each serve pool whose
-``actor_class`` (``'pkg.module:Class'``) has one, :func:`expand_pools` calls it with the pool's raw table (before
-validation) and puts the tables it returns in the pool's place: the table with the pool's own id where the pool was,
-the others (companion pools) after every pool of the file. Companion pools are not expanded again. Only the
-expander's module is imported, never the actor class, and the launcher knows nothing of what the pools do: the
-expanded plan is what ``miles-launch --dry-run`` shows and what runs.
-
-The host ``"launcher"`` is the machine miles-launch runs on. When hosts.toml defines no host of that name and a pool
-lists it in ``hosts``, :func:`add_launcher_host` adds one: ``provider = "local"``, no GPUs, the launcher's own Python,
-a workdir under ``[launcher].workdir``, no extra env. It only takes the pools that name it: a pool without ``hosts``
-is placed on the file's own hosts, as before. A host called "launcher" in hosts.toml is used as written.
-"""
+"""Pool expanders (packages rewrite their own pools of hosts.toml at plan time, so the launcher knows nothing of
+what the pools do) and the built-in host "launcher"."""
 
 from __future__ import annotations
 
@@ -55,7 +42,14 @@ def _actor_class(name: str) -> str:
 
 
 def expand_pools(data: dict[str, Any], *, label: str) -> dict[str, Any]:
-    """``data`` (hosts.toml's tables) with every pool that has an expander replaced by what the expander returns."""
+    """``data`` (hosts.toml's tables) with every pool that has an expander replaced by what the expander returns.
+
+    A package registers a function in the entry-point group ``miles.pool_expanders``: the entry point's name is an
+    actor class written ``pkg.module.Class``, its value the function, ``pkg.module:function``. For each serve pool
+    whose ``actor_class`` (``'pkg.module:Class'``) has one, the function gets the pool's raw table (before
+    validation); the table it returns with the pool's own id takes the pool's place, the others (companion pools,
+    not expanded again) go after every pool of the file. Only the expander's module is imported, never the actor
+    class; the expanded plan is what ``miles-launch --dry-run`` shows and what runs."""
     pools = data.get("pools")
     if not isinstance(pools, list):
         return data
@@ -128,7 +122,11 @@ def _check_companion_ids(pools: list[Any], companions: list[PoolTable], label: s
 
 
 def add_launcher_host(data: dict[str, Any]) -> dict[str, Any]:
-    """``data`` with the built-in host "launcher" when a pool names it and hosts.toml does not define it."""
+    """``data`` with the built-in host "launcher" when a pool names it and hosts.toml does not define it.
+
+    That host is the machine miles-launch runs on: ``provider = "local"``, no GPUs, the launcher's own Python, a
+    workdir under ``[launcher].workdir``, no extra env. It only takes the pools that name it (a pool without
+    ``hosts`` is placed on the file's own hosts); a host called "launcher" in hosts.toml is used as written."""
     hosts, pools = data.get("hosts"), data.get("pools")
     if not isinstance(hosts, list) or not hosts or not isinstance(pools, list):
         return data

@@ -1,10 +1,5 @@
-"""Section expanders: a package turns a top-level table of hosts.toml it owns into pools and settings at plan time.
-
-A package registers a function in the entry-point group ``miles.sections``; the entry point's name is the table's
-name (e.g. ``dashboard``), its value ``pkg.module:function``. When hosts.toml has that table, :func:`expand_sections`
-calls ``function(table, data, base)`` (the table, hosts.toml's other tables, the file's directory) and continues
-with the tables it returns, without that section. The launcher knows nothing of what a section means: the result is
-plain pools and hosts, which ``--dry-run`` shows. A table no package registered is left for validation to refuse.
+"""Section expanders: a package turns a top-level table of hosts.toml it owns into pools and settings at plan time,
+so the launcher knows nothing of what a section means (the result is plain pools and hosts, which ``--dry-run`` shows).
 """
 
 from __future__ import annotations
@@ -20,7 +15,13 @@ ENTRY_POINT_GROUP = "miles.sections"
 
 
 def expand_sections(data: dict[str, Any], *, base: Path, label: str) -> dict[str, Any]:
-    """``data`` with every registered section expanded (module docstring); ConfigError naming the section."""
+    """``data`` with every registered section expanded; ConfigError naming the section.
+
+    A package registers a function in the entry-point group ``miles.sections``; the entry point's name is the
+    table's name (e.g. ``dashboard``), its value ``pkg.module:function``. When hosts.toml has that table, the
+    function is called as ``function(table, data, base)`` (the table, hosts.toml's other tables, the file's
+    directory) and expansion continues with the tables it returns, without that section. A table no package
+    registered is left for validation to refuse."""
     points = {point.name: point for point in entry_points(group=ENTRY_POINT_GROUP)}
     for name in [key for key in data if key in points]:
         point = points[name]

@@ -1,10 +1,4 @@
-"""``[cluster] provider = "slurm"``: hosts.toml's Slurm table, and the ``[[hosts]]`` it stands for.
-
-Inside an allocation the hosts are the allocation's nodes (launcher/hosts/slurm_allocation.py): one ``provider =
-"slurm"`` host per node, named like the node, at its ``NodeAddr``, with its GPU ids; ``[host_defaults]`` (python,
-workdir, env) applies to each. ``--submit`` plans with the nodes it will ask for (``nodes`` x ``gpus_per_node``) before
-it submits, so a plan that does not fit fails on the login node.
-"""
+"""``[cluster] provider = "slurm"``: hosts.toml's Slurm table, and the ``[[hosts]]`` it stands for."""
 
 from __future__ import annotations
 
@@ -71,7 +65,12 @@ def cluster_settings(table: Any, label: str) -> SlurmCluster:
 
 def expand_cluster(raw: dict[str, Any], *, label: str, allocation: Allocation | None = None) -> dict[str, Any]:
     """hosts.toml's tables with ``[cluster]`` validated and its hosts added (the allocation's nodes: ``allocation``,
-    else the one this process runs in); unchanged without ``[cluster]``."""
+    else the one this process runs in); unchanged without ``[cluster]``.
+
+    One ``provider = "slurm"`` host per node (launcher/hosts/slurm_allocation.py), named like the node, at its
+    ``NodeAddr``, with its GPU ids; ``[host_defaults]`` (python, workdir, env) applies to each. ``--submit`` plans
+    with the nodes it will ask for (``nodes`` x ``gpus_per_node``) before it submits, so a plan that does not fit
+    fails on the login node."""
     if "cluster" not in raw:
         return raw
     cluster = cluster_settings(raw["cluster"], label)

@@ -1,15 +1,4 @@
-"""Worker specs and pools: what runs in each process, and how processes group into cells.
-
-A pool has ``cells`` cells; every cell is a gang of ``workers_per_cell`` identical workers (a trainer with N
-ranks, an engine with its TP ranks, ...). Cell ids are ``"{pool_id}-{index}"``; worker ids are
-``"{pool_id}-{index}-{worker}"``.
-
-- ``ServeWorkerSpec``: an actor class by dotted path (``"pkg.module:Class"``) built inside a
-  ``python -m runtime.worker`` process with keyword-only constructor kwargs.
-- ``CommandWorkerSpec``: a command template (``python -m sglang.launch_server --port {port} ...``) with named
-  ports, each allocated free on the target host per worker or once per cell (on the cell master host), and a
-  readiness check (TCP connect or HTTP GET path) with a deadline.
-"""
+"""Worker specs and pools: what runs in each process, and how processes group into cells."""
 
 from __future__ import annotations
 
@@ -127,7 +116,8 @@ class _ProcessSpec(BaseModel):
 
 
 class ServeWorkerSpec(_ProcessSpec):
-    """An actor (class by dotted path, keyword-only constructor) hosted in a ``runtime.worker`` process."""
+    """An actor (class by dotted path ``"pkg.module:Class"``, keyword-only constructor kwargs) hosted in a
+    ``python -m runtime.worker`` process."""
 
     model_config = _FROZEN
 
@@ -173,7 +163,9 @@ class ServeWorkerSpec(_ProcessSpec):
 
 
 class CommandWorkerSpec(_ProcessSpec):
-    """A process started from a command template, with named ports and a readiness check."""
+    """A process started from a command template (``python -m sglang.launch_server --port {port} ...``), with named
+    ports, each allocated free on the target host per worker or once per cell (on the cell master host), and a
+    readiness check (TCP connect or HTTP GET path) with a deadline."""
 
     model_config = _FROZEN
 
@@ -227,7 +219,9 @@ WorkerSpec = Annotated[ServeWorkerSpec | CommandWorkerSpec, Field(discriminator=
 
 
 class PoolSpec(BaseModel):
-    """A pool of ``cells`` cells, each a gang of ``workers_per_cell`` workers of one spec."""
+    """A pool of ``cells`` cells, each a gang of ``workers_per_cell`` identical workers of one spec (a trainer with N
+    ranks, an engine with its TP ranks, ...). Cell ids are ``"{pool_id}-{index}"``, worker ids
+    ``"{pool_id}-{index}-{worker}"``."""
 
     model_config = _FROZEN
 

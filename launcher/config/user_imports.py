@@ -1,9 +1,4 @@
-"""Import the user's objects named in hosts.toml (``module:attr``), with errors that say where and how to fix.
-
-A module that is not found says where it was looked for (the job's working dir first: ``[job] working_dir`` and
-``py_modules``); a module that raises while it is imported shows the user's own frames (file and line), not the
-launcher's or importlib's, as a configuration error rather than a launcher crash.
-"""
+"""Import the user's objects named in hosts.toml (``module:attr``), with errors that say where and how to fix."""
 
 from __future__ import annotations
 
@@ -23,7 +18,11 @@ class MissingDependency(ConfigError):
 
 def import_object(path: str, *, field: str) -> Any:
     """``module:attr`` (``attr`` may be dotted); ConfigError naming ``field``, MissingDependency when the module
-    itself exists but imports a package that is not installed here."""
+    itself exists but imports a package that is not installed here.
+
+    A module not found says where it was looked for (the job's working dir first: ``[job] working_dir`` and
+    ``py_modules``); a module that raises while imported shows the user's own frames (file and line), not the
+    launcher's or importlib's, as a configuration error rather than a launcher crash."""
     module_name, _, attr = path.partition(":")
     module = import_module(module_name, path=path, field=field)
     value: Any = module

@@ -5,24 +5,8 @@
     miles-launch logs hosts.toml POOL[-CELL[-WORKER]] [-n LINES] [-f]
     miles-launch down hosts.toml
 
-Every launch makes fresh CURVE keys, ships them to the hosts and authenticates every actor socket with them;
-``--no-curve`` (or ``[launcher] curve = false``) turns that off for trusted networks (large transfers between
-hosts are about 4x faster without it). With CURVE off, actors of SSH hosts listen on every interface, so the
-launch is refused unless hosts.toml says ``[launcher] allow_open_binds_without_curve = true``; a launch with CURVE
-off warns at start who can then call the actors. The launcher prints its Prometheus service discovery URL at start.
-
-With ``[cluster] provider = "slurm"`` the hosts are the nodes of the Slurm allocation it runs in and each host agent
-is an srun step; ``--submit`` (on a login node) sbatch's the launch instead, streams the job's console and cancels
-the job on Ctrl-C; ``down`` there cancels it (launcher/console/slurm_launch.py).
-
-Ctrl-C, SIGTERM and errors tear everything down (SIGTERM, grace, SIGKILL on every host) before exiting.
 Exit codes: the job's code, 1 on launcher errors, 2 on bad configuration, 124 past ``[job] timeout_s``, 130 when
-interrupted. While the job runs a line every ``[job] heartbeat_s`` (60 s) says how long it has run and when it last
-printed (launcher/launch/job_watch.py);
-The console shows the launcher's progress, the job's output and the warnings, errors and prints of workers; every
-line a worker writes is in its log file on its host (``logs`` reads it; ``-v`` or ``[launcher] stream_logs = "all"``
-streams everything). ``status`` prints a table (``--json``: JSON) and exits 0 while the launch runs, 3 when it does
-not.
+interrupted; ``status`` exits 0 while the launch runs, 3 when it does not. README "The two commands" has the rest.
 """
 
 from __future__ import annotations
@@ -127,6 +111,11 @@ def main(argv: list[str] | None = None) -> int:
                 printer.step(message)
             return 0
         config = _console_overrides(config, args)
+        # Every launch makes fresh CURVE keys, ships them to the hosts and authenticates every actor socket with them;
+        # --no-curve (or [launcher] curve = false) is for trusted networks (large transfers between hosts are about
+        # 4x faster without it). With CURVE off, SSH hosts' actors listen on every interface, so the launch is refused
+        # unless hosts.toml says [launcher] allow_open_binds_without_curve = true (check_open_binds); the launch then
+        # warns at start who can call the actors (curve_off_warning).
         if getattr(args, "no_curve", False):
             config = config.model_copy(update={"launcher": config.launcher.model_copy(update={"curve": False})})
             check_open_binds(config, curve_off_by="--no-curve")  # the file was checked with CURVE on
@@ -163,6 +152,10 @@ def _passed_on(args: argparse.Namespace) -> list[str]:
 
 
 def _submit(config: ClusterConfig, cluster: SlurmCluster, launcher_args: list[str], printer: ProgressPrinter) -> int:
+    """``--submit`` on a login node: sbatch the launch, stream the job's console, cancel the job on Ctrl-C.
+
+    (With ``[cluster] provider = "slurm"`` the hosts are the allocation's nodes, each host agent an srun step;
+    ``down`` on a login node cancels the job: launcher/console/slurm_launch.py.)"""
     def interrupt(_signum: int, _frame: Any) -> None:
         raise KeyboardInterrupt
 
@@ -181,7 +174,10 @@ def _submit(config: ClusterConfig, cluster: SlurmCluster, launcher_args: list[st
 
 def _console_overrides(config: ClusterConfig, args: argparse.Namespace) -> ClusterConfig:
     """``-v`` streams every worker line, ``--no-logs`` none; otherwise hosts.toml's ``stream_logs`` holds;
-    ``--no-gpu-check`` turns ``[launcher] gpu_check`` off."""
+    ``--no-gpu-check`` turns ``[launcher] gpu_check`` off.
+
+    The console shows the launcher's progress, the job's output and workers' warnings, errors and prints; every line
+    a worker writes is in its log file on its host (``miles-launch logs`` reads it)."""
     if getattr(args, "no_gpu_check", False):
         config = config.model_copy(update={"launcher": config.launcher.model_copy(update={"gpu_check": False})})
     if getattr(args, "no_logs", False):
@@ -299,6 +295,8 @@ def _run(config: ClusterConfig, plan: PlacementPlan, printer: ProgressPrinter) -
         provider.start_all()
         workers = len(plan.workers())
         printer.step(f"all {workers} worker(s) ready in {time.monotonic() - started:.1f}s; running the job")
+        # Ctrl-C, SIGTERM and errors tear everything down (SIGTERM, grace, SIGKILL on every host) before exiting;
+        # while the job runs, a line every [job] heartbeat_s (60 s) says how long it has run and when it last printed.
         with JobWatch(config.job, provider.phase, say=printer.step, save_state=provider.save_state):
             code = run_job(config.job, JobContext(config, provider, dict(config.job.args)), state_path=state_path)
         printer.step(f"job finished with exit code {code}")

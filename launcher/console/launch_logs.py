@@ -1,9 +1,4 @@
-"""``miles-launch logs hosts.toml POOL[-CELL[-WORKER]]``: a worker's log file, read on its host.
-
-Every worker's output goes whole to ``{host workdir}/logs/{worker id}.log`` on its host (the console shows only
-warnings and errors by default). This reads the last lines of those files, locally or over SSH, during a launch or
-after it ended (the paths follow from hosts.toml's plan), and with ``--follow`` keeps printing what is appended.
-"""
+"""``miles-launch logs hosts.toml POOL[-CELL[-WORKER]]``: a worker's log file, read on its host."""
 
 from __future__ import annotations
 
@@ -55,7 +50,11 @@ def find_logs(config: ClusterConfig, target: str) -> list[WorkerLog]:
 def print_logs(
     config: ClusterConfig, target: str, *, lines: int = 50, follow: bool = False, write: Write | None = None
 ) -> None:
-    """Print the last ``lines`` lines of each log (with a header per worker); ``follow`` until interrupted."""
+    """Print the last ``lines`` lines of each log (with a header per worker); ``follow`` until interrupted.
+
+    Every worker's output goes whole to ``{host workdir}/logs/{worker id}.log`` on its host (the console shows
+    only warnings and errors by default); this reads those files locally or over SSH, during a launch or after it
+    ended (the paths follow from hosts.toml's plan)."""
     out = write or _stdout
     logs = find_logs(config, target)
     if not follow:

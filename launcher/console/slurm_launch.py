@@ -1,13 +1,4 @@
 """The CLI's Slurm paths: plan on a login node, ``--submit`` (sbatch, stream the console, Ctrl-C cancels), ``down``.
-
-``miles-launch hosts.toml --submit`` plans with the nodes ``[cluster]`` asks for (so a plan that does not fit fails
-before anything is queued), writes ``{launcher.workdir}/slurm-submit.sh`` (nodes, gres, time, partition, account,
-job name, extra sbatch options; the script runs ``miles-launch hosts.toml`` inside the allocation) and submits it
-with ``sbatch --parsable``. It records the job in ``{launcher.workdir}/slurm-job.json``, prints the job's output file
-(``slurm-<job id>.out`` in the workdir, which must be on a filesystem the login node shares with the nodes) as it
-grows, and exits with the job's exit code. Ctrl-C / SIGTERM, or ``miles-launch down hosts.toml`` from another
-shell, ``scancel`` the job and wait until Slurm says it ended: Slurm signals every step (the launcher tears down,
-the agents kill their trees) and kills what is left.
 """
 
 from __future__ import annotations
@@ -92,7 +83,14 @@ def batch_script(config: ClusterConfig, cluster: SlurmCluster, launcher_args: li
 
 
 def submit(config: ClusterConfig, cluster: SlurmCluster, launcher_args: list[str]) -> tuple[str, Path]:
-    """Write and sbatch the script; (job id, its output file). The job is recorded for ``down``."""
+    """Write and sbatch the script; (job id, its output file). The job is recorded for ``down``.
+
+    ``--submit`` plans first with the nodes ``[cluster]`` asks for (a plan that does not fit fails before anything
+    is queued), then writes ``{launcher.workdir}/slurm-submit.sh`` (nodes, gres, time, partition, account, job name,
+    extra sbatch options; it runs ``miles-launch hosts.toml`` inside the allocation), submits it with ``sbatch
+    --parsable`` and records the job in ``{launcher.workdir}/slurm-job.json``. The CLI then prints the job's output
+    file (``slurm-<job id>.out`` in the workdir, which must be on a filesystem the login node shares with the
+    nodes) as it grows and exits with the job's exit code."""
     workdir = Path(config.launcher.workdir)
     workdir.mkdir(parents=True, exist_ok=True)
     script = workdir / SCRIPT_FILE
@@ -180,7 +178,10 @@ def follow(job_id: str, console: JobConsole, say: Write, *, poll_s: float = 0.5)
 
 
 def cancel(job_id: str, *, console: JobConsole | None = None, timeout_s: float = CANCEL_WAIT_S) -> list[str]:
-    """scancel the job and wait (bounded) until Slurm says it ended; what happened, as messages."""
+    """scancel the job and wait (bounded) until Slurm says it ended; what happened, as messages.
+
+    On Ctrl-C / SIGTERM of ``--submit`` or ``miles-launch down`` from another shell: Slurm signals every step (the
+    launcher tears down, the agents kill their trees) and kills what is left."""
     state, _ = job_state(job_id)
     if state in ENDED or state == GONE:
         return [f"Slurm job {job_id} already ended ({state})"]

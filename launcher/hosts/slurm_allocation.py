@@ -1,12 +1,4 @@
-"""The Slurm allocation miles-launch runs in: its nodes, their addresses and GPUs, read from Slurm itself.
-
-Nodes come from ``SLURM_JOB_NODELIST`` expanded by ``scontrol show hostnames``; each node's address (``NodeAddr``)
-and state from ``scontrol show node``; its GPUs from the job's per-node GRES (``scontrol show job -d``:
-``GRES=gpu:2(IDX:0-1)``), else ``SLURM_GPUS_ON_NODE`` (ids 0..n-1), and their ids as a step of the job sees them
-(one ``srun`` over the nodes prints ``CUDA_VISIBLE_DEVICES``: Slurm numbers them from 0 where cgroups constrain
-devices, by the node's indices otherwise), so the ids given to workers are the ones their step can use. A node
-that is down, failing or not responding is refused, naming it and the fix.
-"""
+"""The Slurm allocation miles-launch runs in: its nodes, their addresses and GPUs, read from Slurm itself."""
 
 from __future__ import annotations
 
@@ -45,7 +37,13 @@ def _run(argv: Sequence[str]) -> str:
 
 
 def current_allocation(env: Mapping[str, str] | None = None, run: Runner = _run) -> Allocation:
-    """The allocation this process runs in; SlurmError saying how to get one when there is none."""
+    """The allocation this process runs in; SlurmError saying how to get one when there is none.
+
+    Nodes come from ``SLURM_JOB_NODELIST`` expanded by ``scontrol show hostnames``; each node's address
+    (``NodeAddr``) and state from ``scontrol show node`` (a node down, failing or not responding is refused, naming
+    it and the fix); its GPUs from the job's per-node GRES (``scontrol show job -d``: ``GRES=gpu:2(IDX:0-1)``), else
+    ``SLURM_GPUS_ON_NODE`` (ids 0..n-1), and their ids as a step sees them (:func:`step_gpus`), so the ids given to
+    workers are the ones their step can use."""
     env = os.environ if env is None else env
     job_id, nodelist = env.get("SLURM_JOB_ID"), env.get("SLURM_JOB_NODELIST")
     if not job_id or not nodelist:
@@ -88,6 +86,8 @@ def node_gpus(job_detail: str, run: Runner) -> dict[str, tuple[int, ...]]:
     return found
 
 
+# One srun over the nodes prints CUDA_VISIBLE_DEVICES: Slurm numbers the GPUs from 0 where cgroups constrain
+# devices, by the node's indices otherwise.
 def step_gpus(job_id: str, names: Sequence[str], run: Runner) -> dict[str, tuple[int, ...]]:
     """Node -> the GPU ids a step of the job sees there (its ``CUDA_VISIBLE_DEVICES``, which Slurm numbers from 0
     where cgroups constrain the devices, else by the node's indices): the ids the node's workers are given."""

@@ -1,9 +1,4 @@
-"""Slurm's client tools, run with a deadline: ``scontrol``, ``srun``, ``sbatch``, ``scancel``.
-
-Every call has a timeout and turns a missing tool, a non-zero exit or a timeout into a ``SlurmError`` that names the
-command and what Slurm said. ``step_argv`` is the one place an ``srun`` step on one node of the allocation is spelled
-(host agents, ``miles-launch down``'s leftover check, key removal).
-"""
+"""Slurm's client tools, run with a deadline: ``scontrol``, ``srun``, ``sbatch``, ``scancel``."""
 
 from __future__ import annotations
 
@@ -32,7 +27,8 @@ def tool(name: str) -> str:
 
 
 def run_tool(argv: Sequence[str], *, timeout_s: float = DEFAULT_TIMEOUT_S, stdin: str | None = None) -> str:
-    """Run a Slurm tool (``argv[0]`` looked up on PATH) and return its stdout; SlurmError on failure."""
+    """Run a Slurm tool (``argv[0]`` looked up on PATH) and return its stdout; SlurmError on failure (a missing tool,
+    a non-zero exit, the timeout), naming the command and what Slurm said."""
     command = [tool(argv[0]), *argv[1:]]
     try:
         done = subprocess.run(command, input=stdin, capture_output=True, text=True, timeout=timeout_s, check=False)
@@ -48,7 +44,8 @@ def run_tool(argv: Sequence[str], *, timeout_s: float = DEFAULT_TIMEOUT_S, stdin
 
 def step_argv(node: str, *, job_id: str | None = None, name: str = "miles", extra: Sequence[str] = ()) -> list[str]:
     """``srun`` options of a one-task step on ``node`` that shares the allocation with every other step
-    (``--overlap``) and ends when its task fails (``--kill-on-bad-exit``); the command follows."""
+    (``--overlap``) and ends when its task fails (``--kill-on-bad-exit``); the command follows. The one place such
+    a step is spelled (host agents, ``miles-launch down``'s leftover check, key removal)."""
     argv = [tool("srun"), "--overlap", "--kill-on-bad-exit=1", f"--nodelist={node}", "-N1", "-n1"]
     if job_id:
         argv.append(f"--jobid={job_id}")

@@ -1,10 +1,4 @@
 """SrunOpener: inside a Slurm allocation, a ``provider = "slurm"`` host's agent runs as an ``srun`` step on its node.
-
-The step (``srun --overlap --kill-on-bad-exit --nodelist=NODE -N1 -n1``) runs the same shell command as an SSH
-channel would (launcher/hosts/agent_process.py ``agent_shell_command``) and its pipes carry the JSON lines, so the
-agents, their fork servers, GPU ids and LOCAL_RANK, lost hosts, restarts through the provider API and the metrics
-targets are the ones every host shares. When the launcher dies srun's stdin closes and the agent kills its tree; when
-the allocation ends Slurm kills every step.
 """
 
 from __future__ import annotations
@@ -35,7 +29,13 @@ def address_towards(address: str) -> str:
 
 
 class SrunOpener:
-    """Starts a node's host agent as an srun step of the allocation this launcher runs in."""
+    """Starts a node's host agent as an srun step of the allocation this launcher runs in.
+
+    The step (``srun --overlap --kill-on-bad-exit --nodelist=NODE -N1 -n1``) runs the same shell command as an SSH
+    channel would (launcher/hosts/agent_process.py ``agent_shell_command``) and its pipes carry the JSON lines, so
+    the agents, their fork servers, GPU ids and LOCAL_RANK, lost hosts, restarts through the provider API and the
+    metrics targets are the ones every host shares. When the launcher dies srun's stdin closes and the agent kills
+    its tree; when the allocation ends Slurm kills every step."""
 
     def __init__(self, wiring: AgentWiring, *, srun_args: Sequence[str] = ()) -> None:
         self.wiring = wiring

@@ -1,10 +1,4 @@
-"""SshOpener: a ``provider = "ssh"`` host's agent runs over a paramiko exec channel, which carries the JSON lines.
-
-The agent's hello carries the host's Python and miles-actors versions (the agent pool checks them); only when the
-agent does not start is the host probed, to say why (no Python, no miles-actors). When the launcher dies the TCP
-connection drops, sshd closes the channel, and the agent (stdin EOF) kills its tree; a partition that keeps the
-connection half-open is caught by the agent's heartbeat timeout.
-"""
+"""SshOpener: a ``provider = "ssh"`` host's agent runs over a paramiko exec channel, which carries the JSON lines."""
 
 from __future__ import annotations
 
@@ -22,7 +16,12 @@ from launcher.hosts.ssh_remote import check_host, remove_remote_keys, ssh_connec
 
 
 class SshOpener:
-    """Starts a host's agent over one SSH connection per host."""
+    """Starts a host's agent over one SSH connection per host.
+
+    The agent's hello carries the host's Python and miles-actors versions (the agent pool checks them); only when
+    the agent does not start is the host probed, to say why (no Python, no miles-actors). When the launcher dies the
+    TCP connection drops, sshd closes the channel, and the agent (stdin EOF) kills its tree; a partition that keeps
+    the connection half-open is caught by the agent's heartbeat timeout."""
 
     def __init__(self, wiring: AgentWiring) -> None:
         self.wiring = wiring

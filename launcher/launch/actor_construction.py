@@ -1,14 +1,4 @@
-"""Constructing the actors of a start's serve workers: all at once, and the first that fails stops the start.
-
-Each construction is a coroutine on the client runtime's loop (``runtime.internals.attach_async``), not a thread:
-when one fails, the start stops at once with its error (its traceback, pool, cell, host), the progress line says
-``failed`` and the constructions still running are cancelled. A Ctrl-C cancels them the same way, so nothing is
-left running that the interpreter would wait for at exit (a thread blocked in a constructor call kept the launcher
-alive for seconds after its teardown).
-
-Every worker's state moves (ready -> attached, or failed) in the cell table and the state file as the console
-reports it, so ``miles-launch status`` shows what the console shows.
-"""
+"""Constructing the actors of a start's serve workers: all at once, and the first that fails stops the start."""
 
 from __future__ import annotations
 
@@ -58,7 +48,14 @@ class ActorConstruction:
         self._say = say
 
     def run(self) -> None:
-        """Construct every worker's actor; on the first failure (or an interrupt) cancel the others and raise."""
+        """Construct every worker's actor; on the first failure (or an interrupt) cancel the others and raise.
+
+    Each construction is a coroutine on the client runtime's loop (``runtime.internals.attach_async``), not a
+    thread: on a failure the start stops at once with its error (traceback, pool, cell, host), the progress line
+    says ``failed`` and the constructions still running are cancelled, as on Ctrl-C, so nothing is left running
+    that the interpreter would wait for at exit (a thread blocked in a constructor call kept the launcher alive
+    for seconds after its teardown). Every worker's state moves (ready -> attached, or failed) in the cell table
+    and the state file as the console reports it, so ``miles-launch status`` shows what the console shows."""
         progress = ConstructionProgress([(w.placement.pool_id, w.worker_id) for w in self.workers], self._say)
         loop = ClientRuntime.get().loop
         with self.table.cond:

@@ -1,10 +1,4 @@
-"""The cell table: the launch's started cells and their workers, its death reports, restarts and lost hosts.
-
-One table per provider, shared by what drives it: the cell starter registers cells, the agents' events
-(:mod:`launcher.launch.worker_events`) move worker states and append deaths, the provider API
-(:mod:`launcher.launch.provider_service`) reads it. Agent events arrive on reader threads, so every change happens under
-``table.cond`` (a re-entrant lock; waiting for workers to get ready waits on it).
-"""
+"""The cell table: the launch's started cells and their workers, its death reports, restarts and lost hosts."""
 
 from __future__ import annotations
 
@@ -19,7 +13,12 @@ from launcher.launch.worker_state import WorkerState
 
 
 class CellTable:
-    """Started cells by pool and index, their workers by id, and what happened to them (see the module docstring)."""
+    """Started cells by pool and index, their workers by id, and what happened to them.
+
+    One per provider, shared by what drives it: the cell starter registers cells, the agents' events
+    (:mod:`launcher.launch.worker_events`) move worker states and append deaths, the provider API
+    (:mod:`launcher.launch.provider_service`) reads it. Agent events arrive on reader threads, so every change
+    happens under ``table.cond`` (a re-entrant lock; waiting for workers to get ready waits on it)."""
 
     def __init__(self, config: ClusterConfig, plan: PlacementPlan) -> None:
         self.config = config

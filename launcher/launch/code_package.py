@@ -1,14 +1,5 @@
-"""The job's own code as packages: ``[job] working_dir`` and ``py_modules``, listed, size-checked and zipped.
-
-What Ray's ``runtime_env={"working_dir": ..., "py_modules": [...]}`` does (ray/_private/runtime_env/packaging.py),
-for the launcher: every ``.gitignore`` under a directory excludes what it names below it, so do ``[job] excludes``
-(same syntax, relative to the directory) and a few defaults (``.git``, ``__pycache__``, ``*.pyc``); the launcher's
-and the hosts' workdirs are left out when they lie inside (their logs change every launch). The total is refused
-past ``[job] max_code_mib`` (Ray's limit: 500 MiB) naming the largest files. A package is a deterministic zip
-(sorted entries, fixed dates and modes), so its sha256 is its content address: unchanged code has the same digest
-launch after launch and a host that holds it is sent nothing (launcher/launch/code_shipping.py,
-launcher/agent/code_cache.py).
-"""
+"""The job's own code as packages: ``[job] working_dir`` and ``py_modules``, listed, size-checked and zipped, as Ray's
+``runtime_env={"working_dir": ..., "py_modules": [...]}`` does (ray/_private/runtime_env/packaging.py)."""
 
 from __future__ import annotations
 
@@ -33,7 +24,11 @@ MIB = 1024 * 1024
 
 @dataclass
 class CodePackage:
-    """One directory (or module file) of the job's code: its files, and once zipped, its digest and zip."""
+    """One directory (or module file) of the job's code: its files, and once zipped, its digest and zip.
+
+    The zip is deterministic (sorted entries, fixed dates and modes), so its sha256 is its content address:
+    unchanged code has the same digest launch after launch and a host that holds it is sent nothing
+    (launcher/launch/code_shipping.py, launcher/agent/code_cache.py)."""
 
     source: Path  # the working dir, or a py_modules package directory / module file
     field: str  # the hosts.toml field that names it (job.working_dir, job.py_modules)
@@ -75,7 +70,12 @@ class CodePackage:
 
 
 def code_packages(config: ClusterConfig) -> list[CodePackage]:
-    """The job's working dir and py_modules as packages (files listed, not zipped); ConfigError past the limit."""
+    """The job's working dir and py_modules as packages (files listed, not zipped); ConfigError past the limit.
+
+    Every ``.gitignore`` under a directory excludes what it names below it, so do ``[job] excludes`` (same syntax,
+    relative to the directory) and a few defaults (``.git``, ``__pycache__``, ``*.pyc``); the launcher's and the
+    hosts' workdirs are left out when they lie inside (their logs change every launch). The total is refused past
+    ``[job] max_code_mib`` (Ray's limit: 500 MiB), naming the largest files."""
     job = config.job
     skip = _run_dirs(config)
     packages = []

@@ -1,17 +1,5 @@
-"""Progress while the actors' constructors run (between "ready N/N" and "attached N actor(s)").
-
-Constructors can take many seconds (a trainer imports torch and Megatron and joins its process group), so the
-console says what is going on: one line per pool as its last actor is constructed, and every ``interval_s``
-while any is pending, the count per pool and the slowest actor still pending with its elapsed time::
-
-    constructing 5 actor(s): trainer 0/2, inference 1/1, rollout 0/1, dashboard 1/1; slowest: trainer-0-1 (4.0s)
-    pool trainer: constructed 2/2 in 9.3s
-
-An actor that fails to construct is said at once (its pool shows ``failed``); the start stops there
-(launcher/launch/actor_construction.py)::
-
-    constructing 5 actor(s): trainer 0/2, inference 0/1 failed (inference-0-0 after 0.4s), rollout 0/1, ...
-"""
+"""Progress while the actors' constructors run (between "ready N/N" and "attached N actor(s)"): constructors can
+take many seconds (a trainer imports torch and Megatron and joins its process group), so the console says why."""
 
 from __future__ import annotations
 
@@ -23,7 +11,19 @@ from launcher.console.progress import Say
 
 
 class ConstructionProgress:
-    """Counts constructed actors per pool and reports them through ``say`` (module docstring)."""
+    """Counts constructed actors per pool and reports them through ``say``.
+
+    One line per pool as its last actor is constructed, and every ``interval_s`` while any is pending, the count
+    per pool and the slowest actor still pending::
+
+        constructing 5 actor(s): trainer 0/2, inference 1/1, rollout 0/1, dashboard 1/1; slowest: trainer-0-1 (4.0s)
+        pool trainer: constructed 2/2 in 9.3s
+
+    An actor that fails to construct is said at once (its pool shows ``failed``); the start stops there
+    (launcher/launch/actor_construction.py)::
+
+        constructing 5 actor(s): trainer 0/2, inference 0/1 failed (inference-0-0 after 0.4s), rollout 0/1, ...
+    """
 
     def __init__(self, worker_ids: Sequence[tuple[str, str]], say: Say, *, interval_s: float = 2.0) -> None:
         """``worker_ids``: (pool id, worker id) of every actor being constructed."""

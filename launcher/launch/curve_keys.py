@@ -1,10 +1,4 @@
-"""The launcher's CURVE keys: one fresh set per launch, kept in the launch workdir and shipped to every host.
-
-``{launcher.workdir}/curve-{launch id}/`` (mode 0700, files 0600) holds the keys the launcher's own process uses;
-each host agent gets the same files over its (SSH or pipe) channel into ``{host workdir}/curve-{launch id}-{host}/``
-and removes them when it exits; the launcher removes its copy at teardown. Key directories left by a launcher that
-was killed are swept at the next launch from the same workdir (their pid is gone).
-"""
+"""The launcher's CURVE keys: one fresh set per launch, kept in the launch workdir and shipped to every host."""
 
 from __future__ import annotations
 
@@ -26,7 +20,13 @@ log = logging.getLogger(__name__)
 
 @dataclass(frozen=True)
 class LaunchKeys:
-    """This launch's keys on the launcher host: its id, their directory, and the files every host agent gets."""
+    """This launch's keys on the launcher host: its id, their directory, and the files every host agent gets.
+
+    ``{launcher.workdir}/curve-{launch id}/`` (mode 0700, files 0600) holds the keys the launcher's own process
+    uses; each host agent gets the same files over its (SSH or pipe) channel into
+    ``{host workdir}/curve-{launch id}-{host}/`` and removes them when it exits; the launcher removes its copy at
+    teardown. Directories left by a killed launcher are swept at the next launch from the same workdir (their pid
+    is gone)."""
 
     launch_id: str
     directory: str

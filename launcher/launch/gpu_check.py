@@ -1,13 +1,5 @@
-"""GPU ids checked on each host before any worker starts: the ids the plan gives a host's workers must be GPUs the
-host has, or the launch is refused naming the host, the ids it has and the ids asked for.
-
-Without it, ``gpus = [7]`` on a machine without that GPU plans, starts and hands a worker ``CUDA_VISIBLE_DEVICES=7``,
-and the failure comes later inside torch or NCCL, far from the cause. The host agent reports what it sees in its
-hello (:func:`detect_gpus`): ``nvidia-smi -L``, else the entries of ``/proc/driver/nvidia/gpus``; its own
-``CUDA_VISIBLE_DEVICES`` (a Slurm step's, or the user's) is checked by the agent pool as before. ``--no-gpu-check``
-(or ``[launcher] gpu_check = false``) skips the check: GPU ids that are only labels on a CPU machine (tests, dry
-runs of a GPU cluster's file on a laptop).
-"""
+"""GPU ids checked on each host before any worker starts, so ``gpus = [7]`` on a machine without that GPU is refused
+naming the host and its ids, instead of failing later inside torch or NCCL, far from the cause."""
 
 from __future__ import annotations
 
@@ -21,7 +13,10 @@ _NVIDIA_SMI_TIMEOUT_S = 15.0
 
 
 def detect_gpus(proc_gpus: Path = PROC_GPUS) -> dict[str, Any]:
-    """What this machine has: ``{"count": N, "source": how it was found, "names": nvidia-smi's lines}``."""
+    """What this machine has: ``{"count": N, "source": how it was found, "names": nvidia-smi's lines}``.
+
+    The host agent reports it in its hello: ``nvidia-smi -L``, else the entries of ``/proc/driver/nvidia/gpus``.
+    The agent's own ``CUDA_VISIBLE_DEVICES`` (a Slurm step's, or the user's) is checked by the agent pool."""
     nvidia_smi = shutil.which("nvidia-smi")
     problem = ""
     if nvidia_smi is not None:
@@ -48,7 +43,8 @@ def detect_gpus(proc_gpus: Path = PROC_GPUS) -> dict[str, Any]:
 
 def gpu_problem(host: str, planned: list[int], seen: dict[str, Any] | None) -> str | None:
     """Why the plan's GPU ids ``planned`` cannot run on ``host`` (which reported ``seen``); None when they can
-    (or the host's agent did not report its GPUs)."""
+    (or the host's agent did not report its GPUs). ``--no-gpu-check`` (``[launcher] gpu_check = false``) skips
+    this: GPU ids that are only labels on a CPU machine (tests, dry runs of a GPU cluster's file on a laptop)."""
     if not planned or not isinstance(seen, dict) or not isinstance(seen.get("count"), int):
         return None
     count, source = seen["count"], seen.get("source", "?")

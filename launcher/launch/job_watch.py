@@ -1,12 +1,6 @@
 """While the job runs: a console line every ``[job] heartbeat_s`` (its elapsed time and the time since its last
-output line), ``[job] timeout_s`` (none by default), and the state file kept current for ``miles-launch status``.
-
-A job that hangs otherwise runs forever without a word. The last output is the last line the job printed (an
-entrypoint's prints: its ``sys.stdout``/``sys.stderr`` are watched while it runs) or one of its workers' lines
-on the console; a command job's own output goes straight to the terminal and is not seen, its workers' is.
-Past ``timeout_s`` the job is interrupted (:class:`JobTimedOut` raised in it, like a Ctrl-C) and the launch
-tears down with exit code 124, as ``timeout(1)`` does.
-"""
+output line), ``[job] timeout_s`` (none by default), and the state file kept current for ``miles-launch status``;
+a job that hangs otherwise runs forever without a word."""
 
 from __future__ import annotations
 
@@ -44,7 +38,12 @@ class _Watched:
 
 
 class JobWatch:
-    """Context manager around the job's run (module docstring)."""
+    """Context manager around the job's run.
+
+    The last output is the last line the job printed (an entrypoint's prints: its ``sys.stdout``/``sys.stderr`` are
+    watched while it runs) or one of its workers' lines on the console; a command job's own output goes straight to
+    the terminal and is not seen, its workers' is. Past ``timeout_s`` the job is interrupted (:class:`JobTimedOut`
+    raised in it, like a Ctrl-C) and the launch tears down with exit code 124, as ``timeout(1)`` does."""
 
     def __init__(
         self, job: JobConfig, phase: LaunchPhase, *, say: Callable[[str], None], save_state: Callable[[], None]

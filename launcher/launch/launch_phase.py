@@ -1,9 +1,5 @@
 """Where a launch is (connecting, starting, running the job, tearing down), since when, and when the job last
-printed: kept by the launcher, written into its state file, read by ``miles-launch status``.
-
-The console and ``status`` read the same record (the launcher's steps set it; the worker states next to it in the
-state file are the cell table's), so ``status`` says what the console says.
-"""
+printed: one record the console's steps set and ``miles-launch status`` reads from the state file, so both agree."""
 
 from __future__ import annotations
 

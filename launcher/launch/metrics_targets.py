@@ -1,9 +1,4 @@
-"""The metrics targets: every live worker's ``/metrics``, published to the launch's Prometheus service discovery.
-
-A target is labelled with its pool, cell, worker, host and ``miles_job``; a worker leaves the list when it exits or
-is stopped, and a restarted one joins again. A serve worker's port comes from its ready line; a command worker's
-from the port its spec names as ``metrics_port``.
-"""
+"""The metrics targets: every live worker's ``/metrics``, published to the launch's Prometheus service discovery."""
 
 from __future__ import annotations
 
@@ -19,7 +14,11 @@ log = logging.getLogger(__name__)
 
 
 class MetricsTargets:
-    """Computes the targets from the cell table and publishes them when they change."""
+    """Computes the targets from the cell table and publishes them when they change.
+
+    A target is labelled with its pool, cell, worker, host and ``miles_job``; a worker leaves the list when it exits
+    or is stopped, and a restarted one joins again. A serve worker's port comes from its ready line; a command
+    worker's from the port its spec names as ``metrics_port``."""
 
     def __init__(self, table: CellTable, services: LaunchServices) -> None:
         self._table = table

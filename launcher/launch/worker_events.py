@@ -1,9 +1,4 @@
 """Worker events: what the host agents report (spawned, ready, exited, output, a lost agent), applied to the cell table.
-
-Each event moves its worker's state (:mod:`launcher.launch.worker_state` refuses what the table does not allow, so
-events that crossed on two agent threads do no harm); a worker that exits while its cell is meant to run (not stopped,
-the provider not closing) makes the cell dead and files a :class:`~launcher.launch.cells.DeathReport`: it is logged, its
-handle is marked dead, and ``on_death`` gets it on a thread of its own. Called on the agents' reader threads.
 """
 
 from __future__ import annotations
@@ -29,7 +24,13 @@ _TARGETS_CHANGE = (proto.EV_READY, proto.EV_NOT_READY, proto.EV_SPAWN_FAILED, pr
 
 
 class WorkerEvents:
-    """The handler of every agent's events (``AgentLink(on_event=events.on_event)``)."""
+    """The handler of every agent's events (``AgentLink(on_event=events.on_event)``), called on the agents' reader
+    threads.
+
+    Each event moves its worker's state (:mod:`launcher.launch.worker_state` refuses what the table does not allow,
+    so events that crossed on two agent threads do no harm); a worker that exits while its cell is meant to run (not
+    stopped, the provider not closing) makes the cell dead and files a :class:`~launcher.launch.cells.DeathReport`:
+    it is logged, its handle is marked dead, and ``on_death`` gets it on a thread of its own."""
 
     def __init__(
         self,

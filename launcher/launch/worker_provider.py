@@ -7,10 +7,11 @@ launch together from its parts and drives them:
 - :class:`~launcher.launch.cell_table.CellTable` (``provider.table``): the started cells and their workers, the deaths,
   restarts and lost hosts, under one lock;
 - :class:`~launcher.hosts.agent_opener.AgentOpeners` (``provider.openers``): how each host's agent starts (its
-``provider``); - :class:`~launcher.hosts.agent_pool.AgentPool` (``provider.agents``): one host agent per host, checked
-and given the keys; - :class:`~launcher.launch.launch_services.LaunchServices` (``provider.services``): this launch's
-CURVE keys, name service,
-  provider API and Prometheus service discovery;
+  ``provider``);
+- :class:`~launcher.hosts.agent_pool.AgentPool` (``provider.agents``): one host agent per host, checked and given
+  the keys;
+- :class:`~launcher.launch.launch_services.LaunchServices` (``provider.services``): this launch's CURVE keys, name
+  service, provider API and Prometheus service discovery;
 - :class:`~launcher.launch.worker_events.WorkerEvents`: the agents' events applied to the table (deaths reported);
 - :class:`~launcher.launch.metrics_targets.MetricsTargets`: the live workers' ``/metrics`` published to the discovery;
 - :class:`~launcher.launch.cell_starter.CellStarter`: one start of a batch of cells, all-or-nothing.

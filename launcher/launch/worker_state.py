@@ -1,11 +1,4 @@
-"""A started worker's state machine: the states and, in one table, the moves between them.
-
-pending -> spawned -> ready -> constructing -> attached (a serve worker's actor is constructed); failed (its start
-failed) and exited (its process is gone) are reached from every state. The values are the strings the provider API
-and the state file show. A move the table does not allow is refused and the state stays: the host agent writes
-events from two threads, so a fast worker's ready event may be read before its spawned event, and the worker stays
-ready.
-"""
+"""A started worker's state machine: the states and, in one table, the moves between them."""
 
 from __future__ import annotations
 
@@ -13,7 +6,8 @@ from enum import Enum
 
 
 class WorkerState(str, Enum):
-    """Where a worker is in its start and life (see the module docstring); a str, so it is shown as its value."""
+    """Where a worker is in its start and life; a str, so it is shown as its value (the provider API and the state
+    file show these strings)."""
 
     PENDING = "pending"  # registered; its spawn is sent
     SPAWNED = "spawned"  # the agent started its process
@@ -31,6 +25,9 @@ class WorkerState(str, Enum):
         return new is self or new in _MOVES[self]
 
 
+# pending -> spawned -> ready -> constructing -> attached; failed and exited are reached from every state. A move the
+# table does not allow is refused and the state stays: the host agent writes events from two threads, so a fast worker's
+# ready event may be read before its spawned event, and the worker stays ready.
 _MOVES: dict[WorkerState, frozenset[WorkerState]] = {
     WorkerState.PENDING: frozenset(
         {WorkerState.SPAWNED, WorkerState.READY, WorkerState.FAILED, WorkerState.EXITED}

@@ -1,20 +1,5 @@
 """Leaving an actor process: ``exit_actor()`` on purpose, or a method that raises SystemExit or another
-BaseException (KeyboardInterrupt, GeneratorExit, ...).
-
-Either way the process leaves cleanly and at once, as with Ray's ``exit_actor``: calls in flight and queued
-are answered with ActorDied (wire code ``exited``) before it goes, later calls are refused the same way, and
-it exits with a code the spawner's restart policy reads (:mod:`runtime.processes.supervisor`):
-
-| how it leaves                      | exit code                      | restarted under max_restarts? |
-|------------------------------------|--------------------------------|-------------------------------|
-| ``exit_actor()``                   | 0                              | no (a clean exit)             |
-| ``raise SystemExit(n)``/``sys.exit``| ``n`` (None: 0; not an int: 1) | when ``n`` is not 0           |
-| KeyboardInterrupt                  | 130 (128 + SIGINT)             | yes                           |
-| any other BaseException            | 1                              | yes                           |
-
-The process ends with ``os._exit``: threads still inside user code are not waited for, and ``atexit``
-handlers do not run (put cleanup in the method that calls ``exit_actor()``).
-"""
+BaseException; either way at once and cleanly, as Ray's ``exit_actor``, with an exit code the restart policy reads."""
 
 from __future__ import annotations
 
@@ -34,8 +19,11 @@ class ActorExit(SystemExit):
 
 def exit_actor() -> NoReturn:
     """Leave this actor on purpose, from a sync or an async method: the process exits with code 0 once it has
-    answered every call in flight (the caller of this method, too, gets ActorDied); the spawner does not
-    restart it. Raises TypeError outside an actor process."""
+    answered every call in flight and queued (the caller of this method, too, gets ActorDied, wire code ``exited``;
+    later calls are refused the same way); the spawner does not restart it. Raises TypeError outside an actor.
+
+    The process ends with ``os._exit``: threads still inside user code are not waited for, and ``atexit`` handlers
+    do not run (put cleanup in the method that calls ``exit_actor()``)."""
     if _serving is None:
         raise TypeError("exit_actor() was called outside an actor; call it inside an actor's method")
     raise ActorExit()
@@ -48,7 +36,9 @@ def mark_serving(name: str) -> None:
 
 
 def exit_code_of(exc: BaseException) -> int:
-    """The exit code a process leaving because of ``exc`` ends with (see the table above)."""
+    """The exit code a process leaving because of ``exc`` ends with: SystemExit(n) gives ``n`` (None: 0; not an
+    int: 1), KeyboardInterrupt 130 (128 + SIGINT), any other BaseException 1. The supervisor restarts (under
+    max_restarts) every non-zero code, so ``exit_actor()`` (0) is never restarted."""
     if isinstance(exc, SystemExit):
         code = exc.code
         if code is None:

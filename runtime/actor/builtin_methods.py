@@ -1,9 +1,6 @@
 """Methods every actor process answers, whatever its class (construct, health, stats, shutdown, cancel, streams),
-and the registry where the features above the actor's side (object refs, collective groups) add theirs.
-
-Their names start with ``__`` so they never clash with a user's methods. Each gets the server as a
-:class:`BuiltinHost`: exactly what the built-ins read and do of it.
-"""
+and the registry where the features above the actor's side (object refs, collective groups) add theirs; their
+names start with ``__`` so they never clash with a user's methods."""
 
 from __future__ import annotations
 
@@ -30,7 +27,8 @@ _MAX_CANCELS = 1024  # call ids in one __cancel__
 
 
 class BuiltinHost(Protocol):
-    """What the built-in methods need of their server (:class:`runtime.actor.actor_server.ActorServer` is one)."""
+    """What the built-in methods need of their server (:class:`runtime.actor.actor_server.ActorServer` is one):
+    exactly what the built-ins read and do of it."""
 
     name: str
     boot_id: str

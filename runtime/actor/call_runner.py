@@ -1,9 +1,4 @@
-"""Running one accepted call: the deadline and argument checks, the method itself, its outcome as RESULT frames.
-
-A sync call runs on the lane thread that takes it, an async one as a task on its concurrency group's loop; either
-way the outcome (the value, or an error with its code) comes back as the frames the server records and sends, and
-the method's name, outcome and duration go to the server's hooks (the metrics).
-"""
+"""Running one accepted call: the deadline and argument checks, the method itself, its outcome as RESULT frames."""
 
 from __future__ import annotations
 
@@ -40,7 +35,11 @@ class RunnerHost(BuiltinHost, Protocol):
 
 
 class CallRunner:
-    """Runs the calls of one actor server: its instance, name, boot id, hooks and error count."""
+    """Runs the calls of one actor server: its instance, name, boot id, hooks and error count.
+
+    A sync call runs on the lane thread that takes it, an async one as a task on its concurrency group's loop;
+    either way the outcome (the value, or an error with its code) comes back as the frames the server records and
+    sends, and the method's name, outcome and duration go to the server's hooks (the metrics)."""
 
     def __init__(self, server: RunnerHost) -> None:
         self._server = server

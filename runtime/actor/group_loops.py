@@ -1,9 +1,5 @@
-"""Event loops of concurrency groups: each group's async methods run on a loop and thread of their own.
-
-So a coroutine that blocks (a sync call inside an ``async def``, a long CPU step) stalls only its own group:
-neither another group, nor the actor's main loop, which reads the socket and answers the control lane (health,
-polls, control-plane methods), as in Ray, where each concurrency group of an async actor has its own loop.
-"""
+"""Event loops of concurrency groups: each group's async methods run on a loop and thread of their own, so a coroutine
+that blocks stalls only its own group, not another, nor the actor's main loop (socket, control lane), as in Ray."""
 
 from __future__ import annotations
 

@@ -1,15 +1,5 @@
-"""Where actor methods run: thread lanes for sync methods, one per concurrency group.
-
-A lane with one thread runs its calls one at a time in submission order (the default group is such a lane).
-Each finished job goes to ``deliver`` on the thread that ran it: the server records the result and sends it
-from there, so a call's answer does not wait for a hand-off back to the event loop.
-
-A lane may also be given ``idle_receive``: its idle threads then read the actor's socket themselves, so a call
-that arrives for an idle lane is taken off the socket and run by the same thread, with no hand-off at all.
-
-A lane thread never dies while its lane is open: whatever escapes a job, its delivery or an idle read is
-logged and counted (``failures``), and the thread goes on to the next job.
-"""
+"""Where actor methods run: thread lanes for sync methods, one per concurrency group (the default group is a lane
+of one thread: its calls run one at a time, in submission order)."""
 
 from __future__ import annotations
 
@@ -27,11 +17,13 @@ Job = Callable[[], Any]
 
 
 class ThreadLane:
-    """``threads`` worker threads sharing one FIFO queue; each result goes to ``deliver`` on its own thread.
+    """``threads`` worker threads sharing one FIFO queue; each result goes to ``deliver`` on its own thread (the
+    server records and sends the result from there: an answer does not wait for a hand-off back to the loop).
 
     ``idle_receive(waker)``: what an idle thread does instead of sleeping on the queue; it must return soon
     after ``waker`` is woken (a job was queued) and may queue jobs itself. It returns False when it cannot
-    receive any more (the socket closed): idle threads then sleep on the queue.
+    receive any more (the socket closed): idle threads then sleep on the queue. A call that arrives for an idle
+    lane is so taken off the socket and run by the same thread, with no hand-off at all.
     """
 
     def __init__(
@@ -93,6 +85,8 @@ class ThreadLane:
                     self._idle.remove(waker)
 
     def _work(self) -> None:
+        # A lane thread never dies while its lane is open: whatever escapes a job, its delivery or an idle read is
+        # logged and counted (failures), and the thread goes on to the next job.
         waker = Waker.for_this_thread()
         while True:
             job = self._next_job(waker)

@@ -1,12 +1,4 @@
-"""Where one actor server runs the calls it accepts: its thread lanes, async slots and group loops.
-
-Each concurrency group of the actor's class gets a thread lane for its sync methods (:mod:`runtime.actor.lanes`) and,
-when the class has async methods, a semaphore of slots (how many of its coroutines run at once) and an event loop
-of its own (:mod:`runtime.actor.group_loops`). The constructor (and ``__prepare__``) runs on a lane of its own,
-:data:`CONSTRUCT_LANE`, open from the start. Call routing (:mod:`runtime.actor.call_routing`) holds the three tables
-and reads them directly, once per call; this class fills them (in place, never replacing them) and answers for
-all of them at once (load, cancel, stop).
-"""
+"""Where one actor server runs the calls it accepts: its thread lanes, async slots and group loops."""
 
 from __future__ import annotations
 
@@ -28,7 +20,13 @@ BUILTIN_LANES = (CONSTRUCT_LANE, COLLECTIVE_LANE)
 
 class ServerLanes:
     """The lanes of one server. Each opens with ``deliver``, which records and sends a finished sync call (on the
-    lane's thread)."""
+    lane's thread).
+
+    Each concurrency group of the actor's class gets a thread lane for its sync methods (:mod:`runtime.actor.lanes`)
+    and, when the class has async methods, a semaphore of slots (how many of its coroutines run at once) and an
+    event loop of its own (:mod:`runtime.actor.group_loops`). The constructor (and ``__prepare__``) runs on its own
+    lane, :data:`CONSTRUCT_LANE`, open from the start. Call routing (:mod:`runtime.actor.call_routing`) reads the
+    three tables directly, once per call: they are filled in place, never replaced."""
 
     def __init__(self) -> None:
         self.threads: dict[str, ThreadLane] = {}  # sync methods, by group (and the constructor's lane)

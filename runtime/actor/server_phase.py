@@ -1,15 +1,5 @@
-"""The phase of an actor server, and the one table of moves between phases (``_NEXT``).
-
-- CREATED -> LISTENING: ``start()`` bound the socket;
-- LISTENING -> CONSTRUCTING: a ``__construct__`` was accepted; -> SERVING: ``configure()`` installed the instance
-  (an actor once its constructor returned; a driver's in-process server at once, with no constructor call);
-- LISTENING, CONSTRUCTING, SERVING -> LEAVING: ``leave()`` (``exit_actor()``, or a BaseException out of a method);
-- any phase before STOPPING -> STOPPING: ``stop()`` (a shutdown call, a signal, the parent left, or after leave);
-- STOPPING -> STOPPED: the last answers were acknowledged (or their grace ran out), lanes and socket closed.
-
-A constructor that fails leaves the server CONSTRUCTING: no second ``__construct__`` is accepted. One that returns
-after the server began to leave installs its instance, but the phase stays where it is.
-"""
+"""The phase of an actor server, and the one table of moves between phases (``_NEXT``), so that no code path can
+construct twice, or serve after leaving."""
 
 from __future__ import annotations
 
@@ -29,6 +19,14 @@ class ServerPhase(enum.Enum):
 
 
 _P = ServerPhase
+# - CREATED -> LISTENING: start() bound the socket;
+# - LISTENING -> CONSTRUCTING: a __construct__ was accepted; -> SERVING: configure() installed the instance (an actor
+#   once its constructor returned; a driver's in-process server at once, with no constructor call);
+# - LISTENING, CONSTRUCTING, SERVING -> LEAVING: leave() (exit_actor(), or a BaseException out of a method);
+# - any phase before STOPPING -> STOPPING: stop() (a shutdown call, a signal, the parent left, or after leave);
+# - STOPPING -> STOPPED: the last answers were acknowledged (or their grace ran out), lanes and socket closed.
+# A constructor that fails leaves the server CONSTRUCTING: no second __construct__ is accepted. One that returns after
+# the server began to leave installs its instance, but the phase stays where it is.
 _NEXT: dict[ServerPhase, frozenset[ServerPhase]] = {
     _P.CREATED: frozenset({_P.LISTENING, _P.STOPPING}),
     _P.LISTENING: frozenset({_P.CONSTRUCTING, _P.SERVING, _P.LEAVING, _P.STOPPING}),

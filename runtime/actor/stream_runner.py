@@ -1,12 +1,4 @@
-"""Running a streaming call on the actor: the generator method, its items into the call's stream.
-
-A sync generator runs on its group's thread lane, an async one as a task on its group's loop, as any call of the
-method would; each item is checked against the items' type (``-> Iterator[int]``) and put into the call's
-:class:`runtime.actor.stream_table.Stream`, waiting while the caller is a window behind. The call's own RESULT comes
-once the generator is done: ``{"items": n, "closed": why or None}``, or the error it raised (the caller raises it
-after the items before it). A caller that closes the stream makes the generator close (``GeneratorExit`` at its
-``yield``; an async one is cancelled where it waits).
-"""
+"""Running a streaming call on the actor: the generator method, its items into the call's stream."""
 
 from __future__ import annotations
 
@@ -29,7 +21,14 @@ Finish = Callable[[tuple[CallRecord, list[Buffer]]], None]
 
 
 class StreamRunner:
-    """Starts the streaming calls of one server on its lanes; ``finish`` records and sends a call's RESULT."""
+    """Starts the streaming calls of one server on its lanes; ``finish`` records and sends a call's RESULT.
+
+    A sync generator runs on its group's thread lane, an async one as a task on its group's loop, as any call of
+    the method would; each item is checked against the items' type (``-> Iterator[int]``) and put into the call's
+    :class:`runtime.actor.stream_table.Stream`, waiting while the caller is a window behind. The RESULT comes once
+    the generator is done: ``{"items": n, "closed": why or None}``, or the error it raised. A caller that closes
+    the stream makes the generator close (``GeneratorExit`` at its ``yield``; an async one is cancelled where it
+    waits)."""
 
     def __init__(self, runner: CallRunner, lanes: ServerLanes, finish: Finish) -> None:
         self._runner = runner

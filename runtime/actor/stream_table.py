@@ -1,14 +1,5 @@
-"""The streams of one actor server: the items a generator method produced that its caller has not taken yet.
-
-A streaming call (:mod:`runtime.core.stream_hints`) gets a :class:`Stream` under its call id as soon as it is accepted.
-Its producer (:mod:`runtime.actor.stream_runner`, on a lane thread or a group loop) puts items in; its caller takes them
-with ``__stream_next__`` calls, each a long poll answered on the server's loop as soon as an item is there (or
-after ``wait_s``, empty). Backpressure is a window: the producer waits while ``window`` items it produced are not
-yet consumed by the caller (each ``__stream_next__`` says how many it consumed), so a slow caller holds the
-producer at most ``window`` items ahead. ``__stream_close__`` (the caller stopped) closes it: the producer closes
-the generator at its next item. A producer nobody pulls from for :data:`IDLE_S` closes it too, so nothing waits
-forever. Every argument from the wire is checked before use.
-"""
+"""The streams of one actor server: the items a generator method produced that its caller has not taken yet,
+held behind a window so a slow caller holds its producer back instead of filling memory."""
 
 from __future__ import annotations
 
@@ -26,7 +17,15 @@ _MAX_ID = 128
 
 
 class Stream:
-    """One streaming call's items and flow control, shared by its producer thread or loop and the server's loop."""
+    """One streaming call's items and flow control, shared by its producer thread or loop and the server's loop.
+
+    Opened under the call id as soon as a streaming call (:mod:`runtime.core.stream_hints`) is accepted. The
+    producer (:mod:`runtime.actor.stream_runner`, on a lane thread or a group loop) puts items in; the caller takes
+    them with ``__stream_next__`` calls, each a long poll answered on the server's loop as soon as an item is there
+    (or after ``wait_s``, empty). Backpressure: the producer waits while ``window`` items it produced are not yet
+    consumed (each ``__stream_next__`` says how many it consumed). ``__stream_close__`` (the caller stopped) closes
+    it, and so does :data:`IDLE_S` without a pull, so nothing waits forever: the producer closes the generator at
+    its next item. Every argument from the wire is checked before use."""
 
     def __init__(self, peer: bytes, window: int = 1) -> None:
         self.peer = peer

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from functools import partial
 from typing import Any
 
-from runtime.core.errors import ActorRestarted, CallSite, DeadlineExceeded, NotDelivered
+from runtime.core.errors import CallSite, DeadlineExceeded, NotDelivered
 from transport import shared_memory
 from transport.codec import Buffer
 
@@ -35,7 +35,10 @@ class Call:
     sent_at: float = 0.0
     polled_at: float = 0.0
     timer: asyncio.TimerHandle | None = None
-    boot_id: str | None = None  # the incarnation the SUBMIT was pinned to: only its reply is the result
+    #: The incarnation the call is pinned to: set by a handle that does not follow restarts, else by the connection
+    #: when it sends the SUBMIT (the one it knows then). The actor refuses a call pinned to another; only its reply is
+    #: the result.
+    boot_id: str | None = None
 
     def arm_deadline(self, expire: Callable[[Call], None]) -> None:
         """Call ``expire(self)`` when the deadline passes (once; on the running loop, which owns the timer)."""
@@ -66,15 +69,6 @@ def set_exception(future: concurrent.futures.Future[Any], error: BaseException) 
 
 def deadline_passed(site: CallSite) -> DeadlineExceeded:
     return DeadlineExceeded("the deadline passed with no result; the call may still run on the actor", site=site)
-
-
-def refused_reply(call: Call, boot_id: str, site: CallSite) -> ActorRestarted:
-    """The error for a reply from incarnation ``boot_id`` to a call pinned to another: never taken as its result."""
-    return ActorRestarted(
-        f"the reply came from incarnation {boot_id}, but the call was sent to incarnation {call.boot_id}: "
-        "the actor restarted, so its reply was refused",
-        site=site,
-    )
 
 
 def not_delivered(state: str, site: CallSite) -> NotDelivered:

@@ -1,11 +1,4 @@
-"""The future a caller gets from ``PendingCall.future``: its done-callbacks never run on an event loop's thread.
-
-A call is settled by whichever thread reads its reply: a thread blocked in ``.result()``, or the runtime's event
-loop (and a death or a deadline is settled by the loop). A callback that ran on the loop could not wait for another
-call (``.result()`` there would block the loop that must read the reply) and would stall every other call while it
-ran. So a callback that would run on a loop's thread runs on this process's callback thread instead; anywhere
-else (a thread waiting in ``.result()``), it runs on the spot, as ``concurrent.futures`` does.
-"""
+"""The future a caller gets from ``PendingCall.future``: its done-callbacks never run on an event loop's thread."""
 
 from __future__ import annotations
 
@@ -25,7 +18,13 @@ Callback = Callable[[concurrent.futures.Future[Any]], object]
 
 
 class CallFuture(concurrent.futures.Future[Any]):
-    """A ``concurrent.futures.Future`` whose callbacks stay off event-loop threads (see the module docstring)."""
+    """A ``concurrent.futures.Future`` whose callbacks stay off event-loop threads.
+
+    A call is settled by whichever thread reads its reply: a thread blocked in ``.result()``, or the runtime's event
+    loop (which also settles deaths and deadlines). A callback run on the loop could not wait for another call
+    (``.result()`` there would block the loop that must read the reply) and would stall every other call while it
+    ran. So a callback that would run on a loop's thread runs on this process's callback thread instead; anywhere
+    else (a thread waiting in ``.result()``), it runs on the spot, as ``concurrent.futures`` does."""
 
     def add_done_callback(self, fn: Callback) -> None:
         super().add_done_callback(lambda future: _run_off_loop(fn, future))

@@ -1,10 +1,4 @@
-"""The per-process client runtime: the event loop that carries calls, the ZeroMQ context, the connections.
-
-In an actor process it is the actor's own loop. In a driver script it is a loop on a background thread, so the
-same handles serve plain synchronous code (``call.result()``) and asyncio code (``await call``). Calls are
-encoded and sent on the caller's thread (see :class:`~runtime.caller.connection.Connection`); replies arrive on the
-loop.
-"""
+"""The per-process client runtime: the event loop that carries calls, the ZeroMQ context, the connections."""
 
 from __future__ import annotations
 
@@ -34,7 +28,11 @@ class SpawnedProcess(Protocol):
 
 
 class ClientRuntime:
-    """Owns the loop thread (if any), the ZeroMQ context and one Connection per actor endpoint."""
+    """Owns the loop thread (if any), the ZeroMQ context and one Connection per actor endpoint.
+
+    In an actor process the loop is the actor's own; in a driver script it runs on a background thread, so the same
+    handles serve plain synchronous code (``call.result()``) and asyncio code (``await call``). Calls are encoded
+    and sent on the caller's thread (:class:`~runtime.caller.connection.Connection`); replies arrive on the loop."""
 
     _current: ClassVar[ClientRuntime | None] = None
     _lock: ClassVar[threading.Lock] = threading.Lock()
@@ -99,14 +97,14 @@ class ClientRuntime:
         curve: CurveConfig | None = None,
         server_key: bytes | None = None,
     ) -> Connection:
-        """The shared connection to ``endpoint`` with ``curve`` keys (a new one if the old one saw its actor die)."""
+        """The shared connection to ``endpoint`` with ``curve`` keys and the actor's ``server_key`` (a new one if
+        the old one saw its actor die)."""
         key = (endpoint, curve.directory if curve is not None else None, server_key)
         with self._lock:
             conn = self.connections.get(key)
-            # A pinned connection belongs to one incarnation: a process that now answers at the same address
-            # (ports are reused) needs a fresh one, or its calls would be fenced off as meant for the old one.
-            stale = conn is not None and conn.boot_id is not None and conn.boot_id != boot_id
-            if conn is None or conn.dead is not None or stale:
+            # Shared by every handle of this actor, whatever incarnation each is pinned to: a call carries its
+            # handle's pin (runtime.caller.connection), so one connection serves handles of old and new incarnations.
+            if conn is None or conn.dead is not None:
                 self._forget_dead()
                 conn = Connection(
                     self.context,

@@ -7,6 +7,8 @@ actor (:mod:`runtime.caller.link_liveness`); a process watcher (when we spawned 
 carry the server's boot id: a new one means the actor restarted, and the calls in flight fail with ActorRestarted
 instead of hanging. While a spawner restarts the actor (``hold``), new calls wait for the new incarnation
 (``release``) or their deadline. Where a new call goes is the state (:mod:`runtime.caller.connection_state`).
+A call its handle pinned to an incarnation (``Call.boot_id``) is refused with ActorRestarted, unsent, once that one
+is known gone (:mod:`runtime.caller.incarnations`); an unpinned call goes to the incarnation that answers now.
 
 A call may be submitted from any thread. Once the socket is open, the calling thread packs and sends its SUBMIT
 itself (the endpoint's send is thread-safe). Replies are read by the loop, or by a thread blocked on a result
@@ -30,10 +32,11 @@ from typing import Any
 import zmq
 
 from runtime.caller.acks import AckBatch
-from runtime.caller.call import Call, deadline_passed, not_delivered, refused_reply, set_exception, set_result
+from runtime.caller.call import Call, deadline_passed, not_delivered, set_exception, set_result
 from runtime.caller.connection_state import MOVES, ConnectionState
+from runtime.caller.incarnations import GoneIncarnations, lost_in_flight, pinned_to_gone, refused_reply
 from runtime.caller.link_liveness import POLL_AFTER_S, LinkLiveness
-from runtime.caller.wait_spin import SPIN_AFTER_RESULT_S, WAIT_SPIN_S
+from runtime.caller.wait_spin import wait_here
 from runtime.core.call_ids import new_call_id
 from runtime.core.errors import ActorDied, ActorRestarted, CallSite
 from runtime.core.loop_work import LoopWork
@@ -48,13 +51,11 @@ from transport.messages import Ack, Pong, Result, Status, Submit
 from transport.protocol import DEFAULT_MAX_HEADER_BYTES, Kind
 from transport.security import CurveConfig, CurveKeyError
 from transport.sockets import dealer
-from transport.waker import Waker
 
 log = logging.getLogger(__name__)
 
 DEFAULT_LIVENESS_TIMEOUT_S = 10.0
 _CLOSE_DEAD_AFTER_S = 2.0  # a dead actor's socket closes this long after (a driver outlives thousands of actors)
-_WAIT_SLICE_S = 1.0  # a waiting thread looks again at least this often, whatever woke it or not
 _IDLE, _OPEN, _RESTARTING, _DEAD = (ConnectionState.IDLE, ConnectionState.OPEN, ConnectionState.RESTARTING,
                                    ConnectionState.DEAD)  # fmt: skip
 _parse_result = Result.parse
@@ -101,6 +102,7 @@ class Connection:
         self._state = _IDLE
         self.dead: str | None = None  # why the actor is gone, once the state is DEAD
         self._held: dict[bytes, Call] = {}  # calls waiting while the actor restarts
+        self._gone = GoneIncarnations()
         self._socket: ZmqEndpoint | None = None
         acks = AckBatch(on_loop_thread=self._on_loop_thread, send_alone=self._send_acks)
         self._take_acks, self._ack, self.flush_acks = acks.take, acks.add, acks.flush  # bound once: the call path
@@ -150,7 +152,9 @@ class Connection:
         """Send ``call`` from any thread: at once when the socket is open, else through the loop."""
         wake: Callable[[], None] | None = None
         with self._lock:
-            if self._backlog or self._state is not _OPEN:
+            if call.boot_id in self._gone:  # pinned to an incarnation known to be gone (None never is)
+                self._settle_with(call, pinned_to_gone(call, self.boot_id, self.site(call.method)))
+            elif self._backlog or self._state is not _OPEN:
                 self._backlog.append(call)  # behind earlier calls that wait for the loop: order is kept
                 if len(self._backlog) == 1:
                     wake = self._send_backlog
@@ -179,9 +183,11 @@ class Connection:
                     call.arm_deadline(self._expire)
 
     def _submit_on_loop(self, call: Call) -> None:
+        if call.boot_id in self._gone:  # its incarnation went while it waited (for the loop, or a restart)
+            self._settle_with(call, pinned_to_gone(call, self.boot_id, self.site(call.method)))
+            return
         if self._state is _DEAD:
-            call.settle(self._run_soon)
-            set_exception(call.future, ActorDied(self.dead, site=self.site(call.method)))
+            self._settle_with(call, ActorDied(self.dead, site=self.site(call.method)))
             return
         if self._state is _RESTARTING:
             self._held[call.call_id] = call
@@ -195,12 +201,17 @@ class Connection:
         if not self.calls:
             self._last_heard = time.monotonic()  # silence while idle says nothing about liveness
         self.calls[call.call_id] = call
-        call.boot_id = self.boot_id
+        if call.boot_id is None:  # not pinned by its handle: pinned to the current incarnation, where known
+            call.boot_id = self.boot_id
         call.frames = Submit(
             call.call_id, call.method, call.deadline, call.boot_id, call.proof, self._take_acks(), self.same_machine
         ).pack(call.payload)
         call.sent_at = call.polled_at = time.monotonic()
         self._socket.send(call.frames)
+
+    def _settle_with(self, call: Call, error: Exception) -> None:
+        call.settle(self._run_soon)
+        set_exception(call.future, error)
 
     def withdraw(self, call: Call) -> bool:
         """Take back ``call`` if it has not been sent yet (waiting for the socket or for a restart); whether it was."""
@@ -219,8 +230,7 @@ class Connection:
             held = self._held.pop(call.call_id, None)
             mine = self.calls.pop(call.call_id, None) is call or held is call
         if mine:
-            call.settle(self._run_soon)
-            set_exception(call.future, deadline_passed(self.site(call.method)))
+            self._settle_with(call, deadline_passed(self.site(call.method)))
 
     def _send_acks(self, ids: list[bytes]) -> None:
         if self._socket is not None and not self._socket.closed:
@@ -229,21 +239,10 @@ class Connection:
     # ---- receiving -------------------------------------------------------------------------------------------
 
     def wait(self, call: Call, timeout_s: float | None) -> None:
-        """Block this (non-loop) thread until ``call`` is settled or ``timeout_s`` passes, reading replies off
-        the socket here: the reply then wakes this thread directly, not the loop thread and then this one."""
+        """Block this (non-loop) thread until ``call`` is settled or ``timeout_s`` passes, reading replies here."""
         socket = self._socket
-        if socket is None or call.future.done():
-            return
-        waker = Waker.for_this_thread()
-        call.future.add_done_callback(waker.wake)  # settled by another thread (the loop, a death, a timer)
-        now = time.monotonic()
-        until = None if timeout_s is None else now + timeout_s
-        spin_s = WAIT_SPIN_S if now - self._last_result_at < SPIN_AFTER_RESULT_S else 0.0
-        while not call.future.done() and not socket.closed:
-            slice_s = _WAIT_SLICE_S if until is None else min(_WAIT_SLICE_S, until - time.monotonic())
-            if slice_s <= 0:
-                return
-            socket.receive_here(slice_s, waker, spin_s=spin_s)
+        if socket is not None and not call.future.done():
+            wait_here(socket, call.future, timeout_s, self._last_result_at)
 
     def _on_frames(self, frames: list[Any]) -> None:
         self._last_heard = time.monotonic()
@@ -298,8 +297,7 @@ class Connection:
             if state not in ("acked", "expired"):
                 return
             del self.calls[call_id]
-        call.settle(self._run_soon)
-        set_exception(call.future, not_delivered(state, self.site(call.method)))
+        self._settle_with(call, not_delivered(state, self.site(call.method)))
 
     def _check_boot(self, boot_id: str) -> None:
         if boot_id == self.boot_id:  # the common case, decided without the lock
@@ -309,9 +307,8 @@ class Connection:
                 self.boot_id = boot_id
                 return
             old, self.boot_id = self.boot_id, boot_id
-            self._fail_all(
-                ActorRestarted, f"the actor restarted (boot id {old} → {boot_id}); calls in flight were lost"
-            )
+            self._gone.add(old)
+            self._fail_all(ActorRestarted, lost_in_flight(old, boot_id), spare=boot_id)
 
     # ---- liveness (runtime.caller.link_liveness) --------------------------------------------------------------------
 
@@ -343,8 +340,7 @@ class Connection:
             self._loop_work.run_later(_CLOSE_DEAD_AFTER_S, self.close)
 
     def _on_link(self, change: LinkChange, reason: str) -> None:
-        """The socket monitor's word on the link (on the loop): what it proves is
-        :mod:`runtime.caller.link_liveness`'s."""
+        """The socket monitor's word on the link (on the loop), judged by :mod:`runtime.caller.link_liveness`."""
         socket = self._socket
         if socket is None or socket.closed or self._state is _DEAD:
             return
@@ -355,18 +351,19 @@ class Connection:
         (with its code), or a restart is under way."""
         return self._state is _DEAD or self.exit_watched or self._state is _RESTARTING
 
-    def _fail_all(self, error: type[Exception], reason: str) -> None:
+    def _fail_all(self, error: type[Exception], reason: str, spare: str | None = None) -> None:
+        """Fail every call in flight but those pinned to incarnation ``spare`` (the one that answers)."""
         with self._lock:
-            calls, self.calls = self.calls, {}
-        self._fail(list(calls.values()), error, reason)
+            lost = [call for call in self.calls.values() if spare is None or call.boot_id != spare]
+            for call in lost:
+                del self.calls[call.call_id]
+        self._fail(lost, error, reason)
 
     def _fail(self, calls: list[Call], error: type[Exception], reason: str) -> None:
         for call in calls:
-            call.settle(self._run_soon)
-            set_exception(call.future, error(reason, site=self.site(call.method)))
+            self._settle_with(call, error(reason, site=self.site(call.method)))
 
-    # ---- restarts (driven by runtime.processes.supervisor)
-    # -------------------------------------------------------------
+    # ---- restarts (driven by runtime.processes.supervisor) ---------------------------------------------------
 
     def hold(self, reason: str) -> None:
         """The actor's process exited and is being restarted: calls in flight fail with ActorRestarted
@@ -376,6 +373,7 @@ class Connection:
                 return
             if self._state is not _RESTARTING:
                 self._move(_RESTARTING)
+            self._gone.add(self.boot_id)
         self._fail_all(ActorRestarted, reason)
 
     def release(self, boot_id: str) -> None:

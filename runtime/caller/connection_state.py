@@ -1,8 +1,4 @@
 """Where a new call to one actor goes: the state of a :class:`~runtime.caller.connection.Connection`, and its moves.
-
-``IDLE``: no socket yet; the first call opens it on the loop. ``OPEN``: calls are sent at once, from the calling
-thread. ``RESTARTING``: a spawner restarts the actor; new calls wait for the new incarnation (or their deadline).
-``DEAD``: the actor is gone or this process closed the connection; every call fails with ActorDied.
 """
 
 from __future__ import annotations
@@ -11,10 +7,10 @@ import enum
 
 
 class ConnectionState(enum.Enum):
-    IDLE = "idle"
-    OPEN = "open"
-    RESTARTING = "restarting"
-    DEAD = "dead"
+    IDLE = "idle"  # no socket yet; the first call opens it on the loop
+    OPEN = "open"  # calls are sent at once, from the calling thread
+    RESTARTING = "restarting"  # a spawner restarts the actor; new calls wait for the new incarnation (or deadline)
+    DEAD = "dead"  # the actor is gone or this process closed the connection; every call fails with ActorDied
 
 
 #: The moves a connection may make. A restart released before any call opened the socket goes back to IDLE.

@@ -6,27 +6,33 @@ Handles are themselves sendable: pass one to another actor and it calls the same
 survive pickle and cloudpickle (e.g. inside a config object): the copy reaches the same actor from any process
 and can call its methods, but it never carries the spawn token (a pickle may end up anywhere), so it cannot
 kill the actor (``CallRejected``), as a handle from ``get_actor`` cannot.
+
+Incarnations: an actor restarted under ``max_restarts`` is a new process (a new ``boot_id``) at the same endpoint.
+The handle ``spawn`` returned follows restarts (calls made during one wait for the new incarnation). Every other
+handle (sent, pickled, from ``get_actor`` or ``connect``) is pinned to the incarnation it names: once that one is
+gone its calls fail with ``ActorRestarted`` and never run, neither on the old incarnation nor on the new one, until
+its holder moves it on with :meth:`ActorHandle.follow_restart` (state built up in the old incarnation is gone, and
+only the holder knows whether its calls still make sense). ``runtime.ray_compat`` handles follow, as Ray's do.
 """
 
 from __future__ import annotations
 
-import asyncio
-import concurrent.futures
 import inspect
 import itertools
 import time
-from collections.abc import Callable, Generator
+from collections.abc import Callable
 from typing import Any
 
 from runtime.caller.argument_errors import UNSENDABLE, argument_error
 from runtime.caller.call import Call
-from runtime.caller.call_future import CallFuture, follow
 from runtime.caller.client import ClientRuntime
 from runtime.caller.connection import DEFAULT_LIVENESS_TIMEOUT_S, Connection
+from runtime.caller.incarnations import current_incarnation
+from runtime.caller.pending_call import PendingCall
 from runtime.caller.stream_call import DEFAULT_WINDOW, StreamingCall
 from runtime.core import control_auth
 from runtime.core.call_ids import new_call_id
-from runtime.core.errors import CallRejected, DeadlineExceeded
+from runtime.core.errors import CallRejected
 from runtime.core.metadata import GROUP_SEPARATOR, ActorClassInfo
 from runtime.core.outcome import arguments_bind
 from runtime.core.stream_hints import STREAM_MARK
@@ -35,67 +41,6 @@ from transport.codec import encode, encode_shared
 from transport.messages import request_fingerprint
 from transport.security import FROM_ENV, CurveDir
 from transport.type_registry import register_type
-
-
-class PendingCall:
-    """A call in flight. ``await call`` in async code, ``call.result(timeout)`` in plain code."""
-
-    __slots__ = ("_call", "_conn", "_future", "_runtime", "_site")
-
-    def __init__(self, call: Call, conn: Connection, runtime: ClientRuntime, site: str) -> None:
-        self._call = call
-        self._conn = conn
-        self._runtime = runtime
-        self._site = site
-        self._future: CallFuture | None = None
-
-    @property
-    def call_id(self) -> str:
-        return self._call.call_id.hex()
-
-    @property
-    def future(self) -> concurrent.futures.Future[Any]:
-        """The call as a ``concurrent.futures.Future``. Its done-callbacks run on the thread that read the reply
-        when that is a thread waiting in ``.result()``, else on this process's callback thread: never on an event
-        loop, so a callback may wait for another call. Cancelling it gives the call up locally."""
-        if self._future is None:
-            self._future = follow(self._call.future)
-        return self._future
-
-    def done(self) -> bool:
-        return self._call.future.done()
-
-    def cancel(self) -> bool:
-        """Cancel the call: one still queued on the actor never runs; a running async method sees CancelledError
-        (in its coroutine); a running sync method cannot be interrupted and runs to its end, its result dropped.
-        From now on ``result()`` raises ``concurrent.futures.CancelledError`` and ``await`` raises
-        ``asyncio.CancelledError``. Returns False when the call had already finished (nothing is cancelled)."""
-        if not self._call.future.cancel():
-            return False
-        if self._conn.withdraw(self._call):  # never sent (waiting for the socket or a restart): nothing to tell
-            return True
-        request = Call(new_call_id(), "__cancel__", encode([[[self._call.call_id]], {}]), None, None)
-        self._conn.submit(request)  # its answer (whether it was still queued or running) matters to nobody
-        return True
-
-    def __await__(self) -> Generator[Any, None, Any]:
-        return asyncio.wrap_future(self._call.future).__await__()
-
-    def result(self, timeout: float | None = None) -> Any:
-        """Block until the result arrives; ``timeout`` (s) bounds the wait (the call itself may go on)."""
-        if self._runtime.on_loop_thread():
-            raise RuntimeError(f"{self._site}: .result() would block the event loop it waits on; use await")
-        started = time.monotonic()
-        self._conn.wait(self._call, timeout)
-        left = None if timeout is None else max(0.0, timeout - (time.monotonic() - started))
-        try:
-            return self._call.future.result(left)
-        except concurrent.futures.TimeoutError:
-            if self._call.future.done():  # the call's own DeadlineExceeded (a TimeoutError too): keep its message
-                raise
-            raise DeadlineExceeded(
-                f"{self._site}: no result within timeout={timeout} s; the call may still be running"
-            ) from None
 
 
 class MethodRef:
@@ -172,7 +117,8 @@ def _method_ref(
 
 
 class ActorHandle:
-    """A reference to one actor. A handle from ``spawn(..., max_restarts=N)`` follows the actor's restarts.
+    """A reference to one actor, pinned to the incarnation ``boot_id`` unless it follows restarts (the handle from
+    ``spawn``; see :attr:`follows_restarts` and the module docstring).
 
     ``curve_dir``: the CURVE client keys to call it with (default ``MILES_CURVE_DIR``; None: plain TCP).
     ``server_key``: the actor's own CURVE public key (z85), which it must prove in the handshake.
@@ -215,9 +161,9 @@ class ActorHandle:
         self._runtime = runtime or ClientRuntime.get()
         self._curve_dir = curve_dir
         self._connection = connection  # opened on first use: a handle that is only passed along costs nothing
+        self._follows = False  # set through follows_restarts
         # Called with this handle once kill() has stopped the actor: runtime.names.naming sets it when it registers a
-        # name
-        # for this handle, to forget its names (the handle knows nothing of names).
+        # name for this handle, to forget its names (the handle knows nothing of names).
         self._on_kill: Callable[[ActorHandle], None] | None = None
 
     @property
@@ -253,6 +199,40 @@ class ActorHandle:
         return self._conn
 
     @property
+    def follows_restarts(self) -> bool:
+        """Whether calls go to whichever incarnation answers, not only to ``boot_id``: the handle ``spawn`` returned
+        (its supervisor restarts the actor), a handle that names no incarnation yet, or one set so
+        (``runtime.ray_compat`` sets it: Ray's handles follow restarts)."""
+        return self._follows or self.supervisor is not None or self.boot_id is None
+
+    @follows_restarts.setter
+    def follows_restarts(self, follows: bool) -> None:
+        self._follows = follows
+
+    def follow_restart(self, *, deadline_s: float = 10.0) -> ActorHandle:
+        """Pin this handle to the incarnation of its actor that serves at its endpoint now (after a restart, the
+        new one; waiting up to ``deadline_s`` for it to be constructed) and return it: its calls then run there.
+        ``ActorDied`` when another actor answers there, ``DeadlineExceeded`` when none was constructed there in
+        time (the actor is gone, or still restarting). A handle that follows restarts is returned as it is."""
+        return self._runtime.run(
+            self.follow_restart_async(deadline_s=deadline_s), timeout_s=deadline_s + 5, what=f"{self!r}.follow_restart"
+        )
+
+    async def follow_restart_async(self, *, deadline_s: float = 10.0) -> ActorHandle:
+        """:meth:`follow_restart` for async code."""
+        if self.follows_restarts:
+            return self
+        probe = ActorHandle(**{**self.to_state(), "boot_id": None}, runtime=self._runtime, curve_dir=self._curve_dir)
+        ask = probe.method("__health__")
+        health = await current_incarnation(
+            lambda left: ask.options(deadline_s=left)(), self.actor_name, self.endpoint, self.server_key, deadline_s
+        )
+        self.boot_id, self.pid, self.host = health["boot_id"], health["pid"], health["host"]
+        self.metrics_port = health.get("metrics_port")
+        self._connection = None  # the live one from now on (a new one where this one saw the old incarnation die)
+        return self
+
+    @property
     def dead(self) -> str | None:
         """Why the actor is known to be dead, or None."""
         return self._conn.dead
@@ -276,7 +256,8 @@ class ActorHandle:
         proof = None
         if method in control_auth.CONTROL_METHODS:
             proof = self._control_proof(call_id, method, payload, shared)
-        call = Call(call_id, method, payload, deadline, proof, shared)
+        pin = None if self.follows_restarts else self.boot_id  # a pinned call is refused by any other incarnation
+        call = Call(call_id, method, payload, deadline, proof, shared, boot_id=pin)
         conn.submit(call)
         return PendingCall(call, conn, self._runtime, site)
 

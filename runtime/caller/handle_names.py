@@ -1,9 +1,5 @@
-"""The names an actor handle keeps for itself, and the class check that refuses an actor method they would shadow.
-
-``handle.pid`` is the handle's own attribute, never a call of the actor's ``pid`` method, so such a class is refused
-before it runs: by ``spawn``/``attach`` before any process starts, and by the worker's ``__construct__`` for a
-class only that host can import (miles' RpcWorkerHandle refuses the same names).
-"""
+"""The names an actor handle keeps for itself, and the class check that refuses an actor method they would shadow
+(``handle.pid`` is the handle's own attribute, never a call of the actor's ``pid`` method)."""
 
 from __future__ import annotations
 
@@ -18,7 +14,10 @@ from runtime.core.metadata import ActorClassInfo, class_info, class_path
 
 def checked_class_info(cls: type, concurrency_groups: dict[str, int] | None) -> ActorClassInfo:
     """The metadata of ``cls`` with ``concurrency_groups``; raises ActorDefinitionError for a class that breaks
-    the rules, or one with a method that ``handle.<name>`` would never reach (see :func:`handle_attributes`)."""
+    the rules, or one with a method that ``handle.<name>`` would never reach (see :func:`handle_attributes`).
+
+    Such a class is refused before it runs: by ``spawn``/``attach`` before any process starts, and by the worker's
+    ``__construct__`` for a class only that host can import (miles' RpcWorkerHandle refuses the same names)."""
     info = class_info(cls, tuple(sorted((concurrency_groups or {}).items())))
     if by_name(cls):  # its callers' handles keep no such names (ray_compat's)
         return info

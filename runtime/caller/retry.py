@@ -1,10 +1,5 @@
-"""``retry_until_deadline``: retry a call with exponential backoff and jitter, never sleeping past the deadline.
-
-``retry_until_deadline_async`` is the same for async code (``attempt`` returns an awaitable).
-
-``max_tries`` bounds the attempts as well: after that many failures the last error is raised as it is (with a
-note saying so), as a caller that catches the error type expects; the deadline passing raises DeadlineExceeded.
-"""
+"""``retry_until_deadline`` (and ``retry_until_deadline_async``, whose ``attempt`` returns an awaitable): retry a call
+with exponential backoff and jitter, never sleeping past the deadline."""
 
 from __future__ import annotations
 
@@ -85,7 +80,8 @@ def retry_until_deadline(
     ``max_tries`` attempts have failed (None: no bound but the deadline).
 
     The last error is chained to the DeadlineExceeded raised at the deadline; after ``max_tries`` failures the last
-    error itself is raised. A sleep is cut short at the deadline.
+    error itself is raised, as it is (with a note saying so), as a caller that catches the error type expects. A
+    sleep is cut short at the deadline.
     """
     clock = RetryClock(deadline_s, what, base_delay_s, max_delay_s, jitter, max_tries)
     while True:

@@ -1,12 +1,4 @@
-"""A streaming call from this process: ``for x in handle.gen(...)`` / ``async for x in handle.gen(...)``.
-
-Calling a generator method (:mod:`runtime.core.stream_hints`) sends its call, then takes its items with
-``__stream_next__`` calls (:mod:`runtime.actor.stream_table`), each bringing what the actor produced since, at most
-``window`` items: the producer stops while the caller has not consumed ``window`` of them (backpressure).
-Items come in the order produced, as they are produced. An error the generator raised is raised when the caller
-reaches it, after the items before it. Leaving the loop early (``break``, an exception, ``close()``, the stream
-garbage collected) closes the generator in the actor.
-"""
+"""A streaming call from this process: ``for x in handle.gen(...)`` / ``async for x in handle.gen(...)``."""
 
 from __future__ import annotations
 
@@ -31,7 +23,13 @@ Submit = Callable[..., Any]  # a MethodRef: called, returns a PendingCall
 
 class StreamingCall:
     """The items of one call of a generator method, in order. Iterate it once (``for`` or ``async for``);
-    ``close()`` stops it early. ``call_id`` names it (as a PendingCall's does)."""
+    ``close()`` stops it early. ``call_id`` names it (as a PendingCall's does).
+
+    After the call is sent, its items come by ``__stream_next__`` calls (:mod:`runtime.actor.stream_table`), each
+    bringing what the actor produced since, at most ``window`` items: the producer stops while ``window`` of them
+    are unconsumed (backpressure). An error the generator raised is raised when the caller reaches it, after the
+    items before it. Leaving the loop early (``break``, an exception, ``close()``, the stream garbage collected)
+    closes the generator in the actor."""
 
     def __init__(self, producer: Any, pull: Submit, close: Submit, window: int, site: str) -> None:
         self._producer = producer  # the call's PendingCall: its result is the stream's end (or error)

@@ -1,15 +1,5 @@
-"""Call ids: 16 bytes, unique per call, made without a system call, carrying the time they were made.
-
-``[8 random bytes][6 bytes: milliseconds since the Unix epoch][2 bytes: a counter]``, both numbers big-endian, so
-the last 8 bytes read as one number (:func:`order_key`) grows with the time an id was made. The random prefix is
-drawn once per process (anew in a forked child): ``os.urandom`` per call would release the GIL on every call, and
-a waiting thread then takes it, a thread switch per call. The time comes from the monotonic clock anchored to the
-wall clock when the process started, so a process's ids never go back in time (a wall clock stepped back would
-otherwise repeat millisecond and counter together); 65536 ids in one millisecond would be needed to repeat one.
-
-The time lets an actor refuse an id it may have forgotten (see :mod:`runtime.actor.call_store`): an acknowledged call
-is remembered for ``tombstone_ttl_s``, and an id older than that is refused as stale, never run a second time.
-"""
+"""Call ids: 16 bytes, unique per call, made without a system call, carrying the time they were made (so an actor
+can refuse an id older than it remembers acknowledged calls, ``tombstone_ttl_s``, instead of running it twice)."""
 
 from __future__ import annotations
 
@@ -21,8 +11,15 @@ from collections.abc import Callable
 CALL_ID_BYTES = 16
 _PREFIX_BYTES = 8
 
+# Layout: [8 random bytes][6 bytes: milliseconds since the Unix epoch][2 bytes: a counter], both numbers big-endian, so
+# the last 8 bytes read as one number (order_key) that grows with the time an id was made. The random prefix is drawn
+# once per process (anew in a forked child): os.urandom per call would release the GIL on every call, and a waiting
+# thread then takes it, a thread switch per call.
 _prefix = os.urandom(_PREFIX_BYTES)
 _counter = itertools.count()  # next() is atomic under the GIL
+# The monotonic clock anchored to the wall clock at start: a process's ids never go back in time (a wall clock stepped
+# back would otherwise repeat millisecond and counter together); 65536 ids in one millisecond would be needed to repeat
+# one.
 _epoch_ns = time.time_ns() - time.monotonic_ns()  # wall-clock time at monotonic zero, read once
 
 

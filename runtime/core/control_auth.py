@@ -1,15 +1,5 @@
-"""Spawn tickets: the proof that a control call (construct, shutdown) comes from the process that spawned the actor.
-
-Whoever starts a worker process draws a fresh ticket, a random token and the actor's own CURVE keypair
-(:class:`transport.security.ServerKeys`), and hands it over on the worker's stdin as one JSON line (never on its
-command line or environment, never over the network in clear). A control call then carries
-``HMAC-SHA256(token, call_id | method | request fingerprint)`` in its SUBMIT header: the token itself never
-crosses the network, a proof is good for that one request only (a replay is a duplicate call id, answered from
-the call store and never run again), and no other peer can make one.
-
-Control methods: ``__prepare__`` and ``__construct__`` (which may import a module or unpickle a class) and
-``__shutdown__``. Every other method, built-in or the actor's own, needs no proof.
-"""
+"""Spawn tickets: the proof that a control call (``__prepare__``, ``__construct__``, which may import a module or
+unpickle a class, and ``__shutdown__``) comes from the process that spawned the actor; other methods need none."""
 
 from __future__ import annotations
 
@@ -39,7 +29,10 @@ class SpawnTokenError(RuntimeError):
 
 @dataclass(frozen=True)
 class SpawnTicket:
-    """What a spawner hands one worker process: the token for its control calls and the actor's own keys."""
+    """What a spawner hands one worker process: the token for its control calls and the actor's own keys.
+
+    Drawn fresh by whoever starts a worker and handed over on its stdin as one JSON line (never on its command line
+    or environment, never over the network in clear)."""
 
     token: bytes
     server_keys: ServerKeys
@@ -58,7 +51,10 @@ class SpawnTicket:
 
 
 def proof(token: bytes, call_id: bytes, method: str, fingerprint: bytes) -> bytes:
-    """The header field that authorises one control call."""
+    """The header field that authorises one control call: ``HMAC-SHA256(token, call_id | method | fingerprint)``.
+
+    The token never crosses the network, a proof is good for that one request only (a replay is a duplicate call
+    id, answered from the call store and never run again), and no other peer can make one."""
     message = len(call_id).to_bytes(2, "little") + call_id + method.encode() + b"\0" + fingerprint
     return hmac.new(token, message, hashlib.sha256).digest()
 

@@ -1,22 +1,5 @@
 """Errors a caller can see. Each names the actor, the method and the host, and says what to do.
-
-| error              | when                                                        | retry safe? |
-|--------------------|-------------------------------------------------------------|-------------|
-| RemoteError        | the method raised; carries the remote type and traceback    | app decides |
-| ActorDied          | the actor's process is gone (exit seen, or unreachable), or | no          |
-|                    | is leaving (exit_actor, SystemExit) and said so first       |             |
-| ActorRestarted     | a new incarnation (boot id) answered; in-flight calls lost  | resubmit    |
-| DeadlineExceeded   | the call's deadline passed before a result arrived          | new call id |
-| NotDelivered       | the call never reached the actor (e.g. unknown after reconnect and deadline passed) | yes |
-| OverCapacity       | the actor refused the call: call store or memory budget full | yes, later |
-| CallRejected       | the actor refused the call: unknown method, bad arguments   | no          |
-| CallCancelled      | the call was cancelled by its caller (``PendingCall.cancel``) | no        |
-
-A ``RemoteError`` whose remote type is an exception class already imported in the caller is raised as a class
-deriving from both (Ray's dual-class approach, ``RayTaskError.as_instanceof_cause``): ``except ValueError`` catches
-a remote ValueError, which still carries ``remote_traceback``, ``remote_type`` and ``site``. Only classes already
-loaded here are used (a name from the network never makes this process import anything); runtime errors of a
-nested call (a remote ActorDied) stay plain RemoteErrors, so they are never taken for this call's own fate.
+Each class's docstring says when it is raised and whether resending the call is safe.
 """
 
 from __future__ import annotations
@@ -50,7 +33,8 @@ class ActorError(Exception):
 
 
 class RemoteError(ActorError):
-    """The remote method raised. ``remote_type`` and ``remote_traceback`` describe the original exception."""
+    """The remote method raised. ``remote_type`` and ``remote_traceback`` describe the original exception; whether
+    to retry is the application's call."""
 
     def __init__(
         self, message: str, *, site: CallSite | None = None, remote_type: str = "", remote_traceback: str = ""
@@ -66,27 +50,33 @@ class RemoteError(ActorError):
 
 
 class ActorDied(ActorError):
-    """The actor's process is gone; calls in flight will never complete."""
+    """The actor's process is gone (exit seen, or unreachable), or is leaving (exit_actor, SystemExit) and said so
+    first; calls in flight will never complete. Not safe to resend blindly."""
 
 
 class ActorRestarted(ActorError):
-    """The actor answered with a new boot id: it restarted and calls in flight were lost."""
+    """The actor answered with a new boot id: it restarted and calls in flight were lost. Also a call through a
+    handle pinned to an incarnation that is gone: it never ran (``ActorHandle.follow_restart`` moves the handle on).
+    Resubmit to the new incarnation."""
 
 
 class DeadlineExceeded(ActorError, TimeoutError):
-    """The deadline passed before a result arrived. The call may still run on the actor."""
+    """The deadline passed before a result arrived. The call may still run on the actor: a retry is a new call
+    (a new call id)."""
 
 
 class NotDelivered(ActorError):
-    """The call never reached the actor; resending it is safe."""
+    """The call never reached the actor (e.g. unknown to it after a reconnect, and the deadline passed); resending
+    it is safe."""
 
 
 class OverCapacity(ActorError):
-    """The actor refused the call because a budget is full; retry later or raise the budget."""
+    """The actor refused the call because a budget (call store, memory) is full; retry later or raise the budget."""
 
 
 class CallRejected(ActorError):
-    """The actor refused the call: unknown method, wrong arguments, or a call id reused for another request."""
+    """The actor refused the call: unknown method, wrong arguments, or a call id reused for another request. Resending
+    the same call fails the same way."""
 
 
 class CallCancelled(ActorError, concurrent.futures.CancelledError):
@@ -104,7 +94,7 @@ class ActorDefinitionError(TypeError):
     """An actor class that breaks the rules (e.g. a positional constructor parameter)."""
 
 
-#: Wire codes for errors the server reports without running user code (see the table above).
+#: Wire codes for errors the server reports without running user code (see the classes above).
 ERROR_CODES: dict[str, type[ActorError]] = {
     "remote": RemoteError,
     "over_capacity": OverCapacity,
@@ -123,7 +113,12 @@ _NEVER_DUAL = (ActorError, StopIteration, StopAsyncIteration)
 
 def remote_error(message: str, *, site: CallSite | None, remote_type: str, remote_traceback: str) -> RemoteError:
     """The RemoteError for a remote exception: of a class deriving from RemoteError and the remote exception's own
-    class when that class is loaded in this process (see the module doc), else a plain RemoteError."""
+    class when that class is loaded in this process, else a plain RemoteError.
+
+    This is Ray's dual-class approach (``RayTaskError.as_instanceof_cause``): ``except ValueError`` catches a remote
+    ValueError, which still carries ``remote_traceback``, ``remote_type`` and ``site``. Only classes already loaded
+    here are used (a name from the network never makes this process import anything); runtime errors of a nested
+    call (a remote ActorDied) stay plain RemoteErrors, so they are never taken for this call's own fate."""
     cause = loaded_exception_type(remote_type)
     cls = dual_class(cause) if cause is not None else None
     if cls is not None:

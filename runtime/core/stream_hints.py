@@ -1,10 +1,5 @@
-"""What makes an actor method a stream: a generator function (sync or async), its items' type, its wire name.
-
-A call of a generator method streams its items (:mod:`runtime.actor.stream_runner` on the actor,
-:mod:`runtime.caller.stream_call` on the caller). On the wire it is named ``method~stream`` (``method@group~stream``):
-the actor refuses a plain call of a generator method (its caller would wait for a result that never comes) and a
-streaming call of an ordinary one, and a plain call pays nothing for the difference.
-"""
+"""What makes an actor method a stream: a generator function (sync or async), its items' type, its wire name
+(run by :mod:`runtime.actor.stream_runner` on the actor, taken by :mod:`runtime.caller.stream_call` on the caller)."""
 
 from __future__ import annotations
 
@@ -17,6 +12,9 @@ from typing import Any
 
 from runtime.core.errors import ActorDefinitionError, CallRejected
 
+#: On the wire a streaming call is named ``method~stream`` (``method@group~stream``): the actor refuses a plain call of
+#: a generator method (its caller would wait for a result that never comes) and a streaming call of an ordinary one,
+#: and a plain call pays nothing for the difference.
 STREAM_MARK = "~stream"
 
 _ITERATORS = {

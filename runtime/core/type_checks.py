@@ -1,10 +1,5 @@
-"""Checking a value against a type hint, on the caller before the wire and on the actor before (and after) a call.
-
-Two tiers. :func:`matches` is a shallow ``isinstance`` check, fast enough for every argument and result of every
-call. What it cannot see, constraints (``Annotated[int, Field(ge=1)]``) and TypedDicts (declared keys and value
-types), is left to pydantic: :func:`deep_check` builds, once per hint, a function that runs pydantic's own
-``TypeAdapter`` in strict mode, and returns None for hints that need none (plain hints stay on the fast path).
-"""
+"""Checking a value against a type hint, on the caller before the wire and on the actor before (and after) a call:
+a fast shallow tier for every call (:func:`matches`), pydantic for what it cannot see (:func:`deep_check`)."""
 
 from __future__ import annotations
 
@@ -85,7 +80,11 @@ def is_checked_result(hint: Any) -> bool:
 
 def deep_check(hint: Any) -> DeepCheck | None:
     """A check of what :func:`matches` cannot see in ``hint`` (constraints, TypedDict keys), or None when there is
-    nothing more to check or pydantic cannot build a validator for it (then the shallow check is all there is)."""
+    nothing more to check or pydantic cannot build a validator for it (then the shallow check is all there is).
+
+    Built once per hint: pydantic's own ``TypeAdapter`` in strict mode, for constraints
+    (``Annotated[int, Field(ge=1)]``) and TypedDicts (declared keys and value types); plain hints stay on the fast
+    path."""
     if not _needs_pydantic(hint):
         return None
     import pydantic  # only actors that use such hints pay for the import

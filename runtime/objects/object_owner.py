@@ -1,11 +1,4 @@
-"""This process as the owner of object refs: ``runtime.put`` keeps a value here and returns a ref naming it.
-
-Inside an actor, the actor owns its refs (the worker binds its server at start, :func:`bind_server`). A driver
-(or any other process) starts serving its refs at its first ``put``: an in-process server of
-:class:`DriverObjects` (:mod:`runtime.processes.driver_server`), which serves them while the process lives. It binds
-loopback, or every interface when ``MILES_ADVERTISE_HOST`` names this host for other hosts (with CURVE on only,
-as actors' open binds).
-"""
+"""This process as the owner of object refs: ``runtime.put`` keeps a value here and returns a ref naming it."""
 
 from __future__ import annotations
 
@@ -38,7 +31,13 @@ def bind_server(server: ActorServer) -> None:
 
 
 def _ensure_serving() -> ActorServer:
-    """This process's object-ref server: started here unless it (or an actor server) already serves."""
+    """This process's object-ref server: started here unless it (or an actor server) already serves.
+
+    Inside an actor, the actor owns its refs (the worker binds its server at start, :func:`bind_server`). A driver
+    (or any other process) starts, at its first ``put``, an in-process server of :class:`DriverObjects`
+    (:mod:`runtime.processes.driver_server`) that serves while the process lives. It binds loopback, or every
+    interface when ``MILES_ADVERTISE_HOST`` names this host for other hosts (with CURVE on only, as actors' open
+    binds)."""
     global _server
     with _lock:
         if _server is None:

@@ -1,11 +1,4 @@
-"""Object refs: the producer keeps the value, consumers fetch it straight from the owner, ``free`` is explicit.
-
-An ObjectRef is a small value: the owner's handle plus a key. ``runtime.put(value)`` makes one
-(:mod:`runtime.objects.object_owner`); the value stays in the owner's store (:mod:`runtime.objects.object_store`). Any
-process holding the ref calls ``ref.get()`` (or ``await ref.get_async()``), which fetches it from the owner with one
-call through the handle (arrays and tensors travel zero-copy, or through shared memory on one machine).
-``ref.free()`` drops it. If the owner dies, ``get`` raises ActorDied.
-"""
+"""Object refs: the producer keeps the value, consumers fetch it straight from the owner, ``free`` is explicit."""
 
 from __future__ import annotations
 
@@ -20,7 +13,12 @@ if TYPE_CHECKING:
 
 @dataclasses.dataclass(frozen=True)
 class ObjectRef:
-    """A reference to a value held by the actor ``owner``."""
+    """A reference to a value held by the actor ``owner``: the owner's handle plus a key, a small value.
+
+    ``runtime.put(value)`` makes one (:mod:`runtime.objects.object_owner`); the value stays in the owner's store
+    (:mod:`runtime.objects.object_store`). Any process holding the ref calls ``ref.get()`` (or ``await
+    ref.get_async()``): one call to the owner through the handle (arrays and tensors travel zero-copy, or through
+    shared memory on one machine). ``ref.free()`` drops it. If the owner dies, ``get`` raises ActorDied."""
 
     owner: ActorHandle
     key: str

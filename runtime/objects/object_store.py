@@ -1,9 +1,5 @@
-"""The values behind this process's object refs, by key: what an owner keeps and serves.
-
-``runtime.put`` keeps a value here (:mod:`runtime.objects.object_owner`) and hands out an ObjectRef naming its key; the
-built-in methods ``__object_get__`` and ``__object_free__`` serve it to any holder of the ref
-(:mod:`runtime.objects.object_owner` registers them). One store per process: an actor's, or a driver's.
-"""
+"""The values behind this process's object refs, by key: what an owner keeps and serves (one store per process: an
+actor's, or a driver's)."""
 
 from __future__ import annotations
 
@@ -15,7 +11,9 @@ from typing import Any
 
 
 class ObjectStore:
-    """The values this process owns, by key."""
+    """The values this process owns, by key: ``runtime.put`` keeps a value here (:mod:`runtime.objects.object_owner`)
+    and the built-ins ``__object_get__`` and ``__object_free__`` (registered there) serve it to any holder of the
+    ref."""
 
     def __init__(self) -> None:
         self._values: dict[str, Any] = {}

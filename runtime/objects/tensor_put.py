@@ -1,12 +1,4 @@
-"""``runtime.put``: a plain object ref, or (``transport="collective"``) a device-resident tensor ref.
-
-``put(value)`` is :func:`runtime.objects.object_owner.put`. ``put(tensors, transport="collective", group=None,
-readers=1)`` keeps a tensor or a dict of named tensors here, uncopied (non-contiguous ones are made contiguous),
-and returns a :class:`~runtime.tensors.tensor_refs.TensorRef` whose bytes move over ``group`` (default: the one group
-this process is in). The owner keeps the tensors until ``readers`` holders called ``ref.free()``; don't change
-them before :func:`wait_freed` returns (that is how a fixed bucket is reused safely). Call both in an actor's
-methods, once it is a member of the group.
-"""
+"""``runtime.put``: a plain object ref, or (``transport="collective"``) a device-resident tensor ref."""
 
 from __future__ import annotations
 
@@ -25,7 +17,14 @@ TRANSPORTS = ("collective",)
 
 
 def put(value: Any, *, transport: str | None = None, group: str | None = None, readers: int = 1) -> Any:
-    """Keep ``value`` here and return a ref to it (Ray's ``ray.put(value, _tensor_transport=...)``)."""
+    """Keep ``value`` here and return a ref to it (Ray's ``ray.put(value, _tensor_transport=...)``).
+
+    ``put(value)`` is :func:`runtime.objects.object_owner.put`. With ``transport="collective"`` a tensor or a dict of
+    named tensors stays here, uncopied (non-contiguous ones are made contiguous), and the
+    :class:`~runtime.tensors.tensor_refs.TensorRef`'s bytes move over ``group`` (default: the one group this process
+    is in). The owner keeps the tensors until ``readers`` holders called ``ref.free()``; don't change them before
+    :func:`wait_freed` returns (how a fixed bucket is reused safely). Call both in an actor's methods, once it is a
+    member of the group."""
     if transport is None:
         if group is not None or readers != 1:
             raise ValueError("runtime.put: group= and readers= go with transport='collective'")

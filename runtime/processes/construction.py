@@ -1,10 +1,4 @@
-"""Constructing an actor in a running worker: ``attach`` (the launcher's way in) and the steps ``spawn`` shares.
-
-A launcher starts ``python -m runtime.worker`` on a host itself, reads its ready line, then calls ``attach``
-to construct the actor in it (``__prepare__``, then ``__construct__``, both proved with the worker's spawn ticket:
-:mod:`runtime.core.control_auth`). ``spawn`` does the same through :func:`attach_worker_async` after starting the
-process locally, watching it so that a death during construction names its exit.
-"""
+"""Constructing an actor in a running worker: ``attach`` (the launcher's way in) and the steps ``spawn`` shares."""
 
 from __future__ import annotations
 
@@ -63,7 +57,12 @@ def handle_from_record(endpoint: str, record: dict[str, Any], **extra: Any) -> A
 
 async def attach_async(endpoint: str, actor_class: type | str, **options: Any) -> ActorHandle:
     """Construct ``actor_class(**kwargs)`` inside the empty worker at ``endpoint``; returns its handle, registered
-    under ``name`` (whoever held it: the launcher names its cells). Options: see :func:`attach_worker_async`."""
+    under ``name`` (whoever held it: the launcher names its cells). Options: see :func:`attach_worker_async`.
+
+    A launcher starts ``python -m runtime.worker`` on a host itself and reads its ready line first; this sends
+    ``__prepare__``, then ``__construct__``, both proved with the worker's spawn ticket
+    (:mod:`runtime.core.control_auth`). ``spawn`` does the same through :func:`attach_worker_async` after starting
+    the process locally, watching it so that a death during construction names its exit."""
     handle = await attach_worker_async(endpoint, actor_class, **options)
     if options.get("name"):
         await naming.register_name_async(options["name"], handle)

@@ -1,21 +1,5 @@
-"""The fork server of a process that calls ``spawn``: one per process, started by its first spawn.
-
-A fresh ``python -m runtime.worker`` spends most of its start importing the runtime. A process that spawns
-actors (a driver, or an actor spawning others) therefore starts one fork server (:mod:`runtime.processes.fork_server`,
-which has imported ``runtime.worker``'s modules and has no threads and no ZeroMQ context) and has it fork each
-actor process; the driver itself never forks. The first spawn starts it and waits for it (``prepare_async``,
-off the event loop); later spawns take a few milliseconds each.
-
-Supervision is as for a Popen child: the fork server double-forks, so the actor process is re-parented to this
-process, which is a child subreaper for that while a spawn is under way and only then
-(:func:`runtime.processes.fork_client.become_subreaper`, :func:`subreaper_while_forking`), and waits for its exit.
-Outside those milliseconds, what is orphaned below its actors (an engine and router a controller started, a daemonised
-helper) goes to init as below a Popen child, not to it; what comes in a spawn's window and exits is reaped by
-:mod:`runtime.processes.orphan_reaper`. The actor's own ``--parent-pid``/``--watch-pid`` make it die with this process
-(or, detached, with the one it lives no longer than), as a Popen child does. Where the fork server cannot serve
-(``MILES_SPAWN_FORK_SERVER=0``, another environment than the one it imported with, it cannot start or it died:
-restarted once, then off), the actor process starts with ``Popen`` as before and the reason is logged.
-"""
+"""The fork server of a process that calls ``spawn``: one per process, started by its first spawn, so that an actor
+process starts in milliseconds instead of importing the runtime afresh (the driver itself never forks)."""
 
 from __future__ import annotations
 
@@ -58,7 +42,11 @@ def child_environment(extra: dict[str, str] | None) -> dict[str, str]:
 
 
 def client() -> ForkClient | None:
-    """This process's fork server client, started on the first call (from this thread); None when disabled."""
+    """This process's fork server client, started on the first call (from this thread); None when disabled.
+
+    Where the fork server cannot serve (``MILES_SPAWN_FORK_SERVER=0``, another environment than the one it imported
+    with, it cannot start or it died: restarted once, then off), the actor process starts with ``Popen`` and the
+    reason is logged. The first spawn waits for it (``prepare_async``, off the loop); later ones take milliseconds."""
     global _client, _owner_pid
     with _lock:
         if _owner_pid != os.getpid():
@@ -102,7 +90,13 @@ def fork_worker(argv: list[str], env: dict[str, str], cwd: str | None) -> Forked
 @contextlib.contextmanager
 def subreaper_while_forking() -> Iterator[None]:
     """This process is a child subreaper while any thread is inside (the fork server's double-forked worker is
-    re-parented to it before the spawn returns)."""
+    re-parented to it before the spawn returns).
+
+    Supervision is then as for a Popen child: this process waits for the actor's exit, and the actor's own
+    ``--parent-pid``/``--watch-pid`` make it die with this process (or, detached, with the one it lives no longer
+    than). Outside these milliseconds, what is orphaned below the actors (an engine a controller started, a
+    daemonised helper) goes to init as below a Popen child; what comes in a window and exits is reaped by
+    :mod:`runtime.processes.orphan_reaper`."""
     global _forking
     with _window_lock:
         _forking += 1

@@ -1,11 +1,6 @@
-"""In-process actor servers of a process that is not an actor (a driver script, a launcher).
-
-``start_server`` serves one object of this process's own as an 'actor' on the runtime's loop: its public methods,
-the built-in methods (``__object_get__``/``__object_free__``, health), nothing else. It holds no spawn token: no
-control call is accepted. Its uses: a driver's object refs (:mod:`runtime.objects.object_owner`), and a launch's
-services (:mod:`runtime.names.service`): the launcher's registry of actor names (:mod:`runtime.names.name_service`) and
-its provider API (``launcher.launch.provider_service``).
-"""
+"""In-process actor servers of a process that is not an actor (a driver script, a launcher): a driver's object refs
+(:mod:`runtime.objects.object_owner`) and a launch's services (:mod:`runtime.names.service`: the name registry, the
+provider API)."""
 
 from __future__ import annotations
 
@@ -41,7 +36,10 @@ def advertised(address: str) -> str:
 
 def start_server(instance: Any, name: str, *, bind: str, curve: CurveConfig | None, what: str) -> ActorServer:
     """Serve ``instance``'s public methods (and the built-ins) at ``bind`` from this process, on the runtime's
-    loop; only clients holding ``curve``'s client keys get through (None: plain TCP). ``what`` names it in errors."""
+    loop; only clients holding ``curve``'s client keys get through (None: plain TCP). ``what`` names it in errors.
+
+    It serves the public methods and the built-ins (``__object_get__``/``__object_free__``, health), nothing else;
+    it holds no spawn token, so no control call is accepted."""
     runtime = ClientRuntime.get()
     server = ActorServer(bind=bind, curve=curve, context=runtime.context)
 

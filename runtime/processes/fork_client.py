@@ -1,13 +1,5 @@
-"""The client side of a fork server (:mod:`runtime.processes.fork_server`): start it, ask it for workers, fall back.
-
-``ForkClient.spawn`` forks through the fork server an argv that is exactly this interpreter running
-``-m runtime.worker`` and returns a ``ForkedWorker`` (the parts of ``subprocess.Popen`` its callers use), or
-None when the caller must use ``Popen``: another command or interpreter, the fork server disabled, not up within
-``ready_wait_s``, refusing the request, or dead (restarted once, then off). The process that owns the client is
-the workers' reaper: it must be a child subreaper (:func:`become_subreaper`), so that a worker, double-forked by
-the fork server, is re-parented to it, and it waits for the worker as for a Popen child. Every wait on the fork
-server has a deadline; requests are serialised by a lock, so any thread may spawn.
-"""
+"""The client side of a fork server (:mod:`runtime.processes.fork_server`): start it, ask it for workers, fall back
+to ``Popen`` whenever it cannot serve."""
 
 from __future__ import annotations
 
@@ -101,7 +93,12 @@ def _identity(path: str) -> tuple[str, str | None]:
 
 
 class ForkClient:
-    """Starts the fork server, forwards spawn requests, restarts it once."""
+    """Starts the fork server, forwards spawn requests, restarts it once.
+
+    The process that owns the client is the workers' reaper: it must be a child subreaper (:func:`become_subreaper`),
+    so that a worker, double-forked by the fork server, is re-parented to it, and it waits for the worker as for a
+    Popen child. Every wait on the fork server has a deadline; requests are serialised by a lock, so any thread may
+    spawn."""
 
     def __init__(
         self,
@@ -165,7 +162,9 @@ class ForkClient:
         text: bool = False,
     ) -> ForkedWorker | None:  # fmt: skip
         """Fork a ``runtime.worker`` through the fork server, or None: the caller uses Popen (the reason is
-        logged). Its stdout and stderr are pipes (``merge_stderr``: one pipe for both), stdin too if ``stdin``;
+        logged): another command or interpreter, the fork server disabled, not up within ``ready_wait_s``,
+        refusing the request, or dead (restarted once, then off). Its stdout and stderr are pipes (``merge_stderr``:
+        one pipe for both), stdin too if ``stdin``;
         ``text``: they are opened as line-buffered text."""
         if not self.enabled or argv[1:3] != ["-m", protocol.WORKER_MODULE] or not same_interpreter(argv[0], env, cwd):
             return None

@@ -1,9 +1,5 @@
-"""What a fork server (:mod:`runtime.processes.fork_server`) and its client (:mod:`runtime.processes.fork_client`) agree
-on.
-
-Kept apart so that the client (imported with the runtime) does not import the server module, which runs as
-``python -m runtime.processes.fork_server``.
-"""
+"""What a fork server and its client agree on, kept apart so that the client (imported with the runtime) does not
+import the server module, which runs as ``python -m runtime.processes.fork_server``."""
 
 from __future__ import annotations
 

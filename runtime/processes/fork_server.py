@@ -1,22 +1,7 @@
 """Fork server ("zygote"): imports ``runtime.worker``'s modules once, then forks each actor process.
 
 ``python -m runtime.processes.fork_server --socket-fd N --reaper-pid P [--death-signal]`` is started by its client
-(:mod:`runtime.processes.fork_client`: a driver's ``spawn``, or a host agent through ``launcher.agent.zygote_client``)
-and talks to it over a SOCK_SEQPACKET Unix socket: first one JSON message ``{"ready": true}`` (or ``{"error"}``)
-once the modules are imported, then, per request ``{"argv", "env", "cwd"}`` carrying the worker's stdin, stdout
-and stderr as SCM_RIGHTS descriptors, one reply ``{"pid": N}`` or ``{"error": why}`` (the client then runs the
-worker with ``subprocess.Popen`` instead). It stays single-threaded: no threads, no event loop, no ZeroMQ context,
-no torch and no user module exist before a fork.
-
-A worker is double-forked: the intermediate exits at once, so the worker is re-parented to the client process
-(the reaper, a child subreaper), which waits for it, gets its real exit status and kills its tree as it does for a
-Popen child. The worker then makes its own session and, once its parent is the reaper, with ``--death-signal``
-sets PR_SET_PDEATHSIG(SIGKILL) tied to it (a death signal set earlier would fire when the intermediate exits;
-without it the worker's own ``--parent-pid``/``--watch-pid`` decide what it dies with), takes the request's
-stdio, environment, cwd, ``sys.path`` (as ``python -m`` would build it there) and argv (also shown by ``ps``),
-and runs ``runtime.worker`` as ``__main__``. The fork server refuses a request whose ``sys.path`` would import
-one of the loaded modules from another file, or whose environment changes what was read at import time
-(``IMPORT_TIME_ENV``, ``PYTHON*``).
+(:mod:`runtime.processes.fork_client`: a driver's ``spawn``, or a host agent's ``launcher.agent.zygote_client``).
 """
 
 from __future__ import annotations
@@ -108,7 +93,15 @@ def _mtime_ns(folder: str) -> int:
 
 
 class ForkServer:
-    """The fork server's state: its socket, the reaper's pid and the ``sys.path`` workers start from."""
+    """The fork server's state: its socket, the reaper's pid and the ``sys.path`` workers start from.
+
+    Protocol, over a SOCK_SEQPACKET Unix socket: first one JSON message ``{"ready": true}`` (or ``{"error"}``) once
+    the modules are imported, then, per request ``{"argv", "env", "cwd"}`` carrying the worker's stdin, stdout and
+    stderr as SCM_RIGHTS descriptors, one reply ``{"pid": N}`` or ``{"error": why}`` (the client then runs the worker
+    with ``subprocess.Popen`` instead). A request is refused when its ``sys.path`` would import one of the loaded
+    modules from another file, or its environment changes what was read at import time (``IMPORT_TIME_ENV``,
+    ``PYTHON*``). The server stays single-threaded: no threads, no event loop, no ZeroMQ context, no torch and no
+    user module exist before a fork."""
 
     def __init__(
         self, sock: socket.socket, reaper_pid: int, own_env: dict[str, str], *, death_signal: bool = True
@@ -170,7 +163,10 @@ class ForkServer:
             return {"error": f"fork failed: {exc}"}
 
     def _fork(self, argv: list[str], env: dict[str, str], cwd: str, path: list[str], fds: list[int]) -> int:
-        """Double-fork a worker; returns its pid once it is the reaper's child (with its death signal set)."""
+        """Double-fork a worker; returns its pid once it is the reaper's child (with its death signal set).
+
+        The intermediate exits at once, so the worker is re-parented to the client process (the reaper, a child
+        subreaper), which waits for it, gets its real exit status and kills its tree as it does for a Popen child."""
         status_r, status_w = os.pipe()
         intermediate = os.fork()
         if intermediate == 0:
@@ -196,6 +192,8 @@ class ForkServer:
         try:
             os.setsid()
             _wait_reparented(self.reaper_pid)
+            # PR_SET_PDEATHSIG(SIGKILL) only once the reaper is the parent: one set earlier would fire when the
+            # intermediate exits. Without --death-signal the worker's own --parent-pid/--watch-pid decide its death.
             if self.death_signal and not die_with_parent(self.reaper_pid):
                 raise OSError(f"the reaper {self.reaper_pid} died")
             for target, fd in enumerate(fds):
@@ -244,7 +242,8 @@ def _wait_reparented(reaper_pid: int) -> None:
 
 
 def _take_over(argv: list[str], env: dict[str, str], cwd: str, path: list[str]) -> None:
-    """Become what ``argv`` would have started: environment, cwd, sys.path, argv, stdio, logging, seeds."""
+    """Become what ``argv`` would have started: environment, cwd, sys.path (as ``python -m`` would build it there),
+    argv (also shown by ``ps``), stdio, logging, seeds; then ``runtime.worker`` runs as ``__main__``."""
     os.environ.clear()
     os.environ.update(env)
     os.chdir(cwd)

@@ -1,13 +1,6 @@
-"""Reap the orphans a spawning process inherits as a child subreaper, and only those.
-
-A process that spawns through its fork server is a child subreaper while a spawn is under way
-(:mod:`runtime.processes.driver_fork`): a process orphaned below one of its actors in that window (a helper of the
-actor's whose parent exits then) is re-parented to it, and when it exits nobody waits for it. ``OrphanReaper`` looks at
-this process's children every ``interval_s`` and reaps each zombie that this process cannot have started itself: one in
-another session than ours that does not lead it. A process cannot join an existing session, so a direct child is
-either in our session or the leader of its own (an actor, a Popen child with ``start_new_session``); those are left
-to whoever waits for them (ForkedWorker, ``subprocess``).
-"""
+"""Reap the orphans a spawning process inherits as a child subreaper, and only those: a process orphaned below one
+of its actors while a spawn was under way (:mod:`runtime.processes.driver_fork`) is re-parented to it, and nobody
+else waits for it."""
 
 from __future__ import annotations
 
@@ -53,7 +46,11 @@ def _child_pids(pid: int) -> set[int]:
 
 
 def reap_orphans() -> list[int]:
-    """Reap this process's zombie children that it did not start (see the module docstring); returns their pids."""
+    """Reap this process's zombie children that it did not start; returns their pids.
+
+    One it cannot have started is in another session than ours and does not lead it: a process cannot join an
+    existing session, so a direct child is either in our session or the leader of its own (an actor, a Popen child
+    with ``start_new_session``); those are left to whoever waits for them (ForkedWorker, ``subprocess``)."""
     own_pid, own_session = os.getpid(), os.getsid(0)
     reaped = []
     for child, session in zombie_children(own_pid):

@@ -1,9 +1,5 @@
-"""A child that dies with its parent: Linux's PR_SET_PDEATHSIG, set and then checked.
-
-The signal comes when the *thread* that forked the child exits, not the process: fork from a long-lived thread.
-Setting it races the parent's own death, so each helper checks the parent afterwards. Elsewhere than Linux
-nothing is set (the checks still run).
-"""
+"""A child that dies with its parent: Linux's PR_SET_PDEATHSIG, set and then checked (elsewhere than Linux nothing is
+set; the checks still run)."""
 
 from __future__ import annotations
 
@@ -28,7 +24,10 @@ def _prctl() -> Prctl | None:
 
 
 def die_with_parent(parent_pid: int, sig: int = signal.SIGKILL, *, prctl: Prctl | None = None) -> bool:
-    """Ask for ``sig`` when the parent dies; False when ``parent_pid`` is no longer our parent (it died first)."""
+    """Ask for ``sig`` when the parent dies; False when ``parent_pid`` is no longer our parent (it died first).
+
+    The signal comes when the *thread* that forked the child exits, not the process: fork from a long-lived thread.
+    Setting it races the parent's own death, hence the check of the parent afterwards."""
     prctl = prctl or _prctl()
     if prctl is not None:
         prctl(PR_SET_PDEATHSIG, sig, 0, 0, 0)

@@ -1,12 +1,4 @@
-"""A local actor process: readiness handshake, log forwarding, exit watching.
-
-The child runs ``python -m runtime.worker`` (forked by this process's fork server,
-:mod:`runtime.processes.driver_fork`, or else started with subprocess) in its own process group, dies with us
-(PR_SET_PDEATHSIG plus a parent watch), reads its spawn token from its stdin (:mod:`runtime.core.control_auth`), and
-prints one ready line; everything else it prints is forwarded to our stderr with a ``(name pid=N)`` prefix, and its last
-lines are kept, so that a death (say inside its constructor) can be reported with them. A watcher thread reports the
-exit code the moment the process ends.
-"""
+"""A local actor process: readiness handshake, log forwarding, exit watching."""
 
 from __future__ import annotations
 
@@ -78,7 +70,14 @@ def worker_command(
 
 
 class ActorProcess:
-    """One spawned actor process."""
+    """One spawned actor process.
+
+    The child runs ``python -m runtime.worker`` (forked by this process's fork server,
+    :mod:`runtime.processes.driver_fork`, or else started with subprocess) in its own process group, dies with us
+    (PR_SET_PDEATHSIG plus a parent watch), reads its spawn token from its stdin (:mod:`runtime.core.control_auth`)
+    and prints one ready line; everything else it prints is forwarded to our stderr with a ``(name pid=N)`` prefix,
+    and its last lines are kept, so a death (say inside its constructor) is reported with them. A watcher thread
+    reports the exit code the moment the process ends."""
 
     def __init__(
         self,

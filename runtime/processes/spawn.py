@@ -1,21 +1,14 @@
-"""Starting actors: ``spawn`` (a local process, restarted when it dies), ``spawn_many``, and ``connect``.
-
-``spawn`` starts ``python -m runtime.worker`` locally (forked by this process's fork server,
-:mod:`runtime.processes.driver_fork`, else with subprocess: :mod:`runtime.processes.process`), then constructs
-the actor in it as a launcher's ``attach`` does (:mod:`runtime.processes.construction`), and can restart the process
-when it dies (``max_restarts``, see :mod:`runtime.processes.supervisor`). ``connect`` reaches an actor already running
-at an endpoint (e.g. a fresh handle after another holder's actor restarted).
-
-Security: every function takes ``curve_dir`` (default: ``MILES_CURVE_DIR`` when set; None: plain TCP), the
-directory of the cluster's CURVE keys (:mod:`transport.security`). A spawned process gets it as
-``MILES_CURVE_DIR``, so the actors it spawns and calls use the same keys.
-"""
+"""Starting actors: ``spawn`` (a local process, restarted when it dies), ``spawn_many``, and ``connect`` (an actor
+already running at an endpoint, e.g. a fresh handle after another holder's actor restarted)."""
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
-from typing import Any
+import difflib
+import functools
+import inspect
+from collections.abc import Awaitable, Callable
+from typing import Any, ParamSpec
 
 from runtime.actor.call_store import StoreLimits
 from runtime.caller.client import ClientRuntime
@@ -36,6 +29,8 @@ from runtime.processes.spawn_names import live_holder, taken
 from runtime.processes.supervisor import Supervisor, start_first
 from transport import security
 from transport.security import CURVE_DIR_ENV, FROM_ENV, CurveDir
+
+P = ParamSpec("P")
 
 
 async def spawn_async(
@@ -58,10 +53,17 @@ async def spawn_async(
 ) -> ActorHandle:
     """Start a local actor process and construct ``actor_class(**kwargs)`` in it.
 
+    The process runs ``python -m runtime.worker`` (forked by this process's fork server,
+    :mod:`runtime.processes.driver_fork`, else started with subprocess: :mod:`runtime.processes.process`); the actor
+    is constructed as a launcher's ``attach`` does (:mod:`runtime.processes.construction`).
+
     ``max_restarts``: when the process exits unexpectedly (also inside its constructor), start it again on the same
     endpoint and re-run the constructor with the same kwargs, at most this many times (-1: no limit); the handle
-    keeps working, calls in flight fail with ActorRestarted (:mod:`runtime.processes.supervisor`). ``curve_dir``: CURVE
-    keys (see the module doc). ``metrics_port``: port of the actor's Prometheus ``/metrics`` (0: any free port, kept
+    keeps working, calls in flight fail with ActorRestarted (:mod:`runtime.processes.supervisor`); copies of the
+    handle sent elsewhere stay pinned to their incarnation (``follow_restart()`` moves them on). ``curve_dir``: the
+    cluster's CURVE keys (default: ``MILES_CURVE_DIR`` when set; None: plain TCP; :mod:`transport.security`), passed
+    on to the process as ``MILES_CURVE_DIR`` so the actors it spawns and calls use the same keys. ``metrics_port``:
+    port of the actor's Prometheus ``/metrics`` (0: any free port, kept
     across restarts; None: no metrics endpoint).
     ``name``/``namespace``: register the actor for ``get_actor`` (:mod:`runtime.names.naming`); a name a live actor
     holds raises ValueError, unless ``get_if_exists=True``, which returns a handle to that actor (nothing is spawned).
@@ -143,12 +145,32 @@ async def spawn_async(
     return handle
 
 
-def spawn(actor_class: type | str, **options: Any) -> ActorHandle:
-    """Blocking :func:`spawn_async`."""
-    deadline = options.get("deadline_s", DEFAULT_SPAWN_DEADLINE_S)
-    return ClientRuntime.get().run(
-        spawn_async(actor_class, **options), timeout_s=2 * deadline + 5, what=f"spawn {actor_class!r}"
-    )
+def _blocking(spawn_coroutine: Callable[P, Awaitable[ActorHandle]]) -> Callable[P, ActorHandle]:
+    """``spawn_coroutine`` run to its end from a thread that is not the runtime's loop, with its own signature (a
+    typo in an option is a TypeError naming it, and type checkers see every option)."""
+
+    signature = inspect.signature(spawn_coroutine)
+
+    @functools.wraps(spawn_coroutine)
+    def blocking(*args: P.args, **kwargs: P.kwargs) -> ActorHandle:
+        try:
+            signature.bind(*args, **kwargs)
+        except TypeError as exc:
+            known = [name for name in signature.parameters if name != "actor_class"]
+            close = [m for k in kwargs if k not in signature.parameters for m in difflib.get_close_matches(k, known, 1)]
+            hint = f" (did you mean {', '.join(map(repr, close))}?)" if close else ""
+            raise TypeError(f"spawn(): {exc}{hint}; its options: {', '.join(known)}") from None
+        deadline = kwargs.get("deadline_s", DEFAULT_SPAWN_DEADLINE_S)
+        assert isinstance(deadline, int | float)
+        what = f"spawn {args[0] if args else kwargs.get('actor_class')!r}"
+        return ClientRuntime.get().run(spawn_coroutine(*args, **kwargs), timeout_s=2 * deadline + 5, what=what)
+
+    return blocking
+
+
+spawn = _blocking(spawn_async)
+spawn.__name__ = spawn.__qualname__ = "spawn"
+spawn.__doc__ = "Blocking :func:`spawn_async`: the same options, the handle once the actor is constructed."
 
 
 def spawn_many(

@@ -1,8 +1,5 @@
-"""What ``spawn`` and ``attach`` settle before any process starts or any actor is constructed.
-
-How the worker will find the class (a dotted path, or cloudpickle by value), the construct options sent with
-``__construct__``, and the checks of the spawn options themselves. The class's own checks are
-:mod:`runtime.caller.handle_names`'.
+"""What ``spawn`` and ``attach`` settle before any process starts or any actor is constructed: how the worker will
+find the class, the construct options, the checks of the spawn options (the class's own: runtime.caller.handle_names).
 """
 
 from __future__ import annotations

@@ -1,9 +1,4 @@
-"""Names for ``spawn``: refuse a name a live actor holds, or hand that actor back (``get_if_exists=True``).
-
-Whether an actor holds its name is asked of the actor itself: a registry entry whose actor does not answer (or
-answers as another actor) is stale, and its name may be taken again (:mod:`runtime.names.naming`). The same with every
-registry: a launch's name service or a driver's directory.
-"""
+"""Names for ``spawn``: refuse a name a live actor holds, or hand that actor back (``get_if_exists=True``)."""
 
 from __future__ import annotations
 
@@ -33,7 +28,11 @@ async def _answers(state: dict[str, Any], curve_dir: CurveDir) -> bool:
 async def live_holder(
     name: str, namespace: str, curve_dir: CurveDir
 ) -> tuple[ActorHandle | None, dict[str, Any] | None]:
-    """(the live actor holding the name, None) or (None, the stale entry found there, if any)."""
+    """(the live actor holding the name, None) or (None, the stale entry found there, if any).
+
+    Whether an actor holds its name is asked of the actor itself: a registry entry whose actor does not answer (or
+    answers as another actor) is stale, and its name may be taken again (:mod:`runtime.names.naming`); the same
+    with every registry (a launch's name service, a driver's directory)."""
     local = naming.local_handle(name, namespace)
     if local is not None:
         return local, None

@@ -1,20 +1,5 @@
-"""Restart policy of spawned actors: ``spawn(..., max_restarts=N)``.
-
-When a spawned actor's process exits unexpectedly (killed by a signal, or a non-zero exit code), its spawner
-starts a new process on the same endpoint (same port, same metrics port) and runs the constructor again with
-the same keyword arguments. Meanwhile the handle's connection holds: calls in flight fail with ActorRestarted
-(they may or may not have run), calls made during the restart wait for the new incarnation, which then serves
-every later call. A restart that fails (the process does not come up, the constructor raises) counts as one.
-After ``max_restarts`` restarts the next exit is final: calls fail with ActorDied naming every exit code.
-``max_restarts=-1`` (as in Ray): restart without limit. A process that dies inside its constructor counts as an
-exit like any other, also on the first start (``spawn`` starts it again while restarts are left). Restarts that
-keep failing back off (0.1 s doubling up to 5 s between attempts), so an unlimited policy never spins.
-``handle.kill(no_restart=False)`` kills the process and lets this policy bring it back.
-
-Not restarted: an exit after ``handle.kill()``, a clean exit (code 0: ``__shutdown__``, SIGTERM,
-``exit_actor()``) and exits while this process shuts down. A method that raises SystemExit(n) or another
-BaseException exits with a non-zero code (:mod:`runtime.actor.actor_exit`) and is restarted.
-"""
+"""Restart policy of spawned actors: ``spawn(..., max_restarts=N)`` brings a process that exits unexpectedly back
+on the same endpoint, its constructor run again (the policy: :class:`Supervisor`)."""
 
 from __future__ import annotations
 
@@ -49,7 +34,21 @@ Construct = Callable[[ActorProcess, int, Connection], Awaitable[dict[str, Any]]]
 
 
 class Supervisor:
-    """Watches one spawned actor's process and restarts it up to ``max_restarts`` times."""
+    """Watches one spawned actor's process and restarts it up to ``max_restarts`` times (-1, as in Ray: no limit).
+
+    On an unexpected exit (a signal, a non-zero code) a new process starts on the same endpoint (same port, same
+    metrics port) and the constructor runs again with the same keyword arguments. Meanwhile the handle's connection
+    holds: calls in flight fail with ActorRestarted (they may or may not have run), calls made during the restart
+    wait for the new incarnation. That is the spawner's handle only: any other handle (sent, pickled, from
+    ``get_actor``) stays pinned to its incarnation and is refused with ActorRestarted until ``follow_restart()``.
+    A failed restart (the process does not come up, the constructor raises) counts as one; a process that dies in
+    its constructor counts as an exit, also on the first start. Failing restarts back off (0.1 s doubling to 5 s),
+    so an unlimited policy never spins. After ``max_restarts`` the next exit is final: calls fail with ActorDied
+    naming every exit code. ``handle.kill(no_restart=False)`` kills the process and lets this policy bring it back.
+
+    Not restarted: an exit after ``handle.kill()``, a clean exit (code 0: ``__shutdown__``, SIGTERM,
+    ``exit_actor()``) and exits while this process shuts down. A method raising SystemExit(n) or another
+    BaseException exits non-zero (:mod:`runtime.actor.actor_exit`) and is restarted."""
 
     def __init__(
         self,

@@ -17,13 +17,13 @@
     assert ray.get(c.add.remote(1)) == 6
     assert [ray.get(r) for r in c.count_to.remote(3)] == [0, 1, 2]
 
-Actors are ``runtime.spawn`` actors on this machine, tasks run on a pool of worker processes; errors are
-``ray.exceptions`` classes (``except ValueError`` still catches a task's ValueError). What differs, and why, is in
-README "Coming from Ray"; an option that cannot be honoured raises at once, naming the alternative.
+Actors are ``runtime.spawn`` actors on this machine, tasks run on a pool of worker processes; what differs from Ray,
+and why, is in README "Coming from Ray"; an option that cannot be honoured raises at once, naming the alternative.
 """
 
 import cloudpickle
 
+# errors are ray.exceptions classes (``except ValueError`` still catches a task's ValueError)
 from runtime.ray_compat import actor, exceptions, util
 from runtime.ray_compat.actors import method
 from runtime.ray_compat.api import (

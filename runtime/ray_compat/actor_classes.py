@@ -1,12 +1,5 @@
-"""A Ray actor class as this runtime spawns it: the constructor's arguments travel by name.
-
-Ray constructors take positional arguments (``Counter.remote(5)``); this runtime's are keyword-only, so the wire
-carries names only. ``.remote(*args, **kwargs)`` binds the arguments to the constructor's parameter names here,
-with ``inspect.signature``, and the class is spawned as a subclass whose constructor is keyword-only and calls the
-original one (:func:`keyword_class`). What cannot be named (positional-only parameters, ``*args``) travels as a
-list under :data:`POSITIONAL`. The subclass is marked :data:`runtime.core.called_by_name.CALLED_BY_NAME`: its
-``_private`` methods are callable, and no method name is reserved by this runtime's handles, as in Ray.
-"""
+"""A Ray actor class as this runtime spawns it: Ray constructors take positional arguments (``Counter.remote(5)``),
+this runtime's are keyword-only, so the arguments are bound to names here and the wire carries names only."""
 
 from __future__ import annotations
 
@@ -37,7 +30,10 @@ def _positional(cls: type) -> bool:
 @functools.cache
 def keyword_class(cls: type) -> type:
     """A subclass of ``cls`` whose constructor is keyword-only (calling the original one), sent by value: the
-    module's name for ``cls`` is the ``@ray.remote`` wrapper, not the class, so it is not importable by name."""
+    module's name for ``cls`` is the ``@ray.remote`` wrapper, not the class, so it is not importable by name.
+
+    It is marked :data:`runtime.core.called_by_name.CALLED_BY_NAME`: its ``_private`` methods are callable, and no
+    method name is reserved by this runtime's handles, as in Ray."""
     params = _parameters(cls)
     namespace: dict[str, Any] = {
         "__module__": cls.__module__, _WRAPPED: cls, "__doc__": cls.__doc__, CALLED_BY_NAME: True,
@@ -75,8 +71,9 @@ def keyword_class(cls: type) -> type:
 
 
 def bind_arguments(cls: type, args: tuple[Any, ...], kwargs: dict[str, Any]) -> dict[str, Any]:
-    """The constructor's arguments by parameter name (those that cannot be named under :data:`POSITIONAL`);
-    TypeError as Python's for a bad call."""
+    """The constructor's arguments by parameter name, bound with ``inspect.signature``; what cannot be named
+    (positional-only parameters, ``*args``) travels as a list under :data:`POSITIONAL`. TypeError as Python's for a
+    bad call."""
     if cls.__init__ is object.__init__:
         if args or kwargs:
             raise TypeError(f"{cls.__qualname__}() takes no arguments")

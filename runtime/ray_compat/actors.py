@@ -1,21 +1,15 @@
-"""``@ray.remote`` classes: ``Cls.options(...).remote(*args)`` starts the actor and returns its handle at once.
-
-Ray sources read: python/ray/actor.py (ActorClass.options/remote, ``_ray_from_modified_class``: the actor class
-derives from the user's class, so its attributes, static methods and ``dir()`` are the class's; ActorMethod,
-``ray.method``, generator methods streaming by default, ``max_task_retries``), python/ray/_private/ray_option_utils.py.
-The actor is a ``runtime.spawn`` actor on this machine; its resources come from the session's ledger or a
-placement-group bundle (:mod:`runtime.ray_compat.placement`), reserved at once (a request that cannot be met
-raises here); ``runtime_env`` env vars and its GPUs (``CUDA_VISIBLE_DEVICES``) go into its environment. It is
-constructed in the background, as in Ray: calls made meanwhile queue behind construction
-(:mod:`runtime.ray_compat.handles`).
-"""
+"""``@ray.remote`` classes: ``Cls.options(...).remote(*args)`` starts the actor and returns its handle at once (Ray's
+python/ray/actor.py and python/ray/_private/ray_option_utils.py)."""
 
 from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import functools
 import os
 from typing import Any
+
+import cloudpickle
 
 from runtime.caller.client import ClientRuntime
 from runtime.caller.handle_names import checked_class_info
@@ -104,9 +98,18 @@ class ActorClass:
     def bind(self, *args: Any, **kwargs: Any) -> Any:
         raise NotImplementedError("Ray DAGs (.bind) are not supported by runtime.ray_compat; call .remote()")
 
+    def _remote(self, args: Any = None, kwargs: Any = None, **options: Any) -> ActorHandle:
+        """Ray's ``A._remote(args=, kwargs=, **options)``: ``A.options(**options).remote(*args, **kwargs)``."""
+        return self.options(**options).remote(*(args or ()), **(kwargs or {}))
+
     def remote(self, *args: Any, **kwargs: Any) -> ActorHandle:
         """Start the actor; its handle comes back at once (construction goes on in the background). What can be
-        checked here raises here: the class, the options, the arguments, the resources, a name already taken."""
+        checked here raises here: the class, the options, the arguments, the resources, a name already taken.
+
+        The actor is a ``runtime.spawn`` actor on this machine; its resources come from the session's ledger or a
+        placement-group bundle (:mod:`runtime.ray_compat.placement`), reserved at once; ``runtime_env`` env vars and
+        its GPUs (``CUDA_VISIBLE_DEVICES``) go into its environment. As in Ray, calls made while it is constructed
+        queue behind construction (:mod:`runtime.ray_compat.handles`)."""
         options, cls = self._ray_options, self._ray_cls
         name = options.get("name")
         what = f"actor {name if isinstance(name, str) else cls.__qualname__}"
@@ -117,6 +120,7 @@ class ActorClass:
                 raise TypeError(f"{what}: {option} must be None or a string, got {type(value).__name__}")
             if value:
                 check_name(option, value)
+        _check_size(cls)
         wrapper = keyword_class(cls)
         checked_class_info(wrapper, options.get("concurrency_groups"))
         bind_arguments(cls, args, kwargs)  # a bad call raises here; bound again once top-level refs have values
@@ -148,6 +152,12 @@ class ActorClass:
         if group is not None:
             group.actors.append(lease)
         return ActorHandle(None, cls=cls, max_task_retries=int(options.get("max_task_retries", 0)), lease=lease)
+
+
+@functools.lru_cache(maxsize=256)
+def _check_size(cls: type) -> None:
+    """Ray's "is too large" for a class that travels by value (defined in a function) with a large capture."""
+    opts.check_pickled_size(len(cloudpickle.dumps(cls)), f"The actor {cls.__name__}")
 
 
 def _named(session: state.Session, name: str, namespace: str, cls: type, what: str) -> ActorHandle | None:

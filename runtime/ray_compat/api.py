@@ -1,9 +1,5 @@
-"""``ray.init``, ``get``, ``put``, ``wait``, ``kill``, ``cancel``, ``get_actor``, ``nodes``, ``cluster_resources``.
-
-Ray source read: python/ray/_private/worker.py (init's parameters, ``get`` of a ref or a list with ``timeout``
-raising GetTimeoutError, ``wait(refs, *, num_returns=1, timeout=None, fetch_local=True)``, ``kill(actor, *,
-no_restart=True)``, ``cancel(ref, *, force=False, recursive=True)``, ``get_actor(name, namespace=None)``).
-"""
+"""``ray.init``, ``get``, ``put``, ``wait``, ``kill``, ``cancel``, ``get_actor``, ``nodes``, ``cluster_resources``, with
+the signatures of Ray's python/ray/_private/worker.py (``get`` raising GetTimeoutError past ``timeout``)."""
 
 from __future__ import annotations
 
@@ -133,15 +129,13 @@ def kill(actor: ActorHandle, *, no_restart: bool = True) -> None:
 
 
 def cancel(ref: Any, *, force: bool = False, recursive: bool = True) -> None:
-    """Cancel a call (a queued one never runs; a running async one is cancelled) or close a stream."""
-    if force:
-        raise NotImplementedError(
-            "ray.cancel(force=True) (killing the worker) is not supported: a queued call never runs and a running "
-            "async one is cancelled without it; kill an actor with ray.kill"
-        )
+    """Cancel a task or actor call, as Ray does. Queued: it never runs. A running task gets KeyboardInterrupt
+    (``force``: its worker ends); a running async actor method is cancelled (asyncio); a running sync actor method
+    runs on (``force`` raises ValueError for actor calls, as in Ray). ``recursive``: the calls a task made are
+    cancelled too. ``ray.get`` of it then raises TaskCancelledError. A stream is closed."""
     if not isinstance(ref, (ObjectRef, ObjectRefGenerator)):
         raise TypeError(f"ray.cancel() only supported for object refs, got {type(ref).__name__}")
-    ref.cancel()
+    ref.cancel(force, recursive)
 
 
 def get_actor(name: str, namespace: str | None = None) -> ActorHandle:

@@ -1,13 +1,5 @@
-"""``import ray`` resolving to ``runtime.ray_compat``, opt-in: :func:`install_as_ray`, for Ray code kept unchanged.
-
-Ray code imports ``ray`` and its submodules (``ray.util.placement_group``, ``ray.experimental.state.api``,
-``ray._private.services``...). Every module of this package is registered under the Ray name that mirrors its path
-(``runtime.ray_compat.util.placement_group`` is ``ray.util.placement_group``: the same module object, so classes
-are shared, never loaded twice), and a finder answers any other ``ray.*`` import with an error naming what exists.
-Actor and task processes need it too (they import the user's modules, which ``import ray``): the directory
-holding a ``ray`` package that installs it (:data:`SHIM_DIR`) is put first on ``PYTHONPATH``, which spawned
-processes inherit. Opt-in, never implicit: a real Ray installed beside it must stay reachable in other programs.
-"""
+"""``import ray`` resolving to ``runtime.ray_compat``, opt-in (:func:`install_as_ray`), for Ray code kept unchanged;
+never implicit, since a real Ray installed beside it must stay reachable in other programs."""
 
 from __future__ import annotations
 
@@ -56,6 +48,12 @@ def _modules() -> dict[str, ModuleType]:
 
 def install_as_ray() -> ModuleType:
     """Make ``import ray`` (and its submodules) this package, here and in the processes this one starts.
+
+    Every module of this package is registered under the Ray name that mirrors its path
+    (``runtime.ray_compat.util.placement_group`` is ``ray.util.placement_group``: the same module object, so classes
+    are shared, never loaded twice), and a finder answers any other ``ray.*`` import with an error naming what
+    exists. Actor and task processes import the user's modules too, which ``import ray``: the directory holding a
+    ``ray`` package that installs it (:data:`SHIM_DIR`) goes first on ``PYTHONPATH``, which they inherit.
 
     Raises RuntimeError when another ``ray`` is already imported in this process (the two would mix)."""
     current = sys.modules.get("ray")

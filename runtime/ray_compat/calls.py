@@ -1,12 +1,4 @@
-"""What ``.remote()`` does around a call: arguments resolved as Ray resolves them, retries, ``num_returns``.
-
-Ray resolves an ObjectRef passed as a top-level argument (positional or keyword) to its value before the task
-runs, and passes nested ones (inside a list, a dict) as refs. Here ``.remote()`` returns at once as in Ray: a call
-with a top-level ref still pending is sent once every such ref has its value (:func:`arguments_ready`; a
-resolver thread takes the values and sends it), and one whose ref failed fails with that error without being
-sent. Calls to one actor keep their order: a call waits until the caller's previous call to that actor was sent
-(``after``). Nested refs cross as refs (:mod:`runtime.ray_compat.refs`).
-"""
+"""What ``.remote()`` does around a call: arguments resolved as Ray resolves them, retries, ``num_returns``."""
 
 from __future__ import annotations
 
@@ -32,7 +24,10 @@ def _top_level_refs(args: tuple[Any, ...], kwargs: dict[str, Any]) -> list[Objec
 
 
 def resolve_args(args: tuple[Any, ...], kwargs: dict[str, Any]) -> Arguments:
-    """Top-level refs become their values (waiting for them); anything nested is left as it is."""
+    """Top-level refs become their values (waiting for them); anything nested is left as it is.
+
+    As Ray: an ObjectRef passed as a top-level argument (positional or keyword) is resolved to its value before the
+    call runs; nested ones (inside a list, a dict) cross as refs (:mod:`runtime.ray_compat.refs`)."""
     if not _top_level_refs(args, kwargs):
         return args, kwargs
     args = tuple(a.result(None) if isinstance(a, ObjectRef) else a for a in args)
@@ -45,7 +40,10 @@ def arguments_ready(
 ) -> concurrent.futures.Future[Arguments] | None:
     """None when the call can go now (no top-level ref, ``after`` done); else a future of the resolved arguments,
     set (on a resolver thread: a stored ref's value may be fetched) once every top-level ref is done and ``after``
-    too, or failed with the first ref's error."""
+    too, or failed with the first ref's error.
+
+    So ``.remote()`` returns at once, as in Ray; a call whose ref failed fails with that error unsent, and ``after``
+    (the caller's previous call to the same actor, sent) keeps calls to one actor in order."""
     waits = [ref.future for ref in _top_level_refs(args, kwargs)]
     if after is not None and not after.done():
         waits.append(after)
@@ -102,13 +100,18 @@ class RetryingCall:
         retries: int,
         should_retry: Callable[[BaseException], bool],
         arguments: Arguments | concurrent.futures.Future[Arguments],
+        *,
+        forcible: bool = False,
+        failure: Callable[[BaseException], BaseException] | None = None,
     ) -> None:
+        self.forcible = forcible  # a task's (ray.cancel(force=True) ends its worker); an actor call's is not
+        self._failure = failure  # the error the caller sees for the call's last failure (ray.exceptions ones)
         self.future: concurrent.futures.Future[Any] = concurrent.futures.Future()
         self.submitted: concurrent.futures.Future[None] = concurrent.futures.Future()
         self._submit, self._left, self._should_retry = submit, retries, should_retry
         self._lock = threading.Lock()
         self._call: Any = None
-        self._starting = False  # its arguments are there: it is being sent
+        self._cancel: tuple[bool, bool] | None = None  # ray.cancel's (force, recursive), once it was called
         self._arguments: Arguments = ((), {})
         if isinstance(arguments, concurrent.futures.Future):
             arguments.add_done_callback(self._when_ready)
@@ -117,10 +120,8 @@ class RetryingCall:
             self._start()
 
     def _when_ready(self, ready: concurrent.futures.Future[Arguments]) -> None:
-        with self._lock:
-            if self.future.done():  # cancelled while it waited
-                return
-            self._starting = True
+        if self.future.done():  # cancelled while it waited
+            return
         try:
             self._arguments = ready.result()
         except BaseException as exc:
@@ -133,10 +134,15 @@ class RetryingCall:
             call = self._submit(*self._arguments)
         except BaseException as exc:
             self._settle(None, exc)
+            if isinstance(exc, KeyboardInterrupt):  # ray.cancel of the task sending it (task_interrupt): its own
+                raise
             return
         with self._lock:
             self._call = call
+            cancel = self._cancel
         _set(self.submitted)
+        if cancel is not None:  # ray.cancel came while it was being sent: cancelled there now
+            self._cancel_sent(call, *cancel)
         call.future.add_done_callback(self._done)
 
     def _done(self, future: concurrent.futures.Future[Any]) -> None:
@@ -154,6 +160,8 @@ class RetryingCall:
         self._settle(value, None)
 
     def _settle(self, value: Any, error: BaseException | None) -> None:
+        if error is not None and self._failure is not None:
+            error = self._failure(error)
         with contextlib.suppress(concurrent.futures.InvalidStateError):
             if error is not None:
                 self.future.set_exception(error)
@@ -161,19 +169,26 @@ class RetryingCall:
                 self.future.set_result(value)
         _set(self.submitted)
 
-    def cancel(self) -> bool:
+    def cancel(self, force: bool = False, recursive: bool = True) -> bool:
+        """Ray's ``ray.cancel``: one waiting for its arguments is never sent, one sent is cancelled there
+        (``submit``'s call: a task's ``cancel(force, recursive)``, an actor call's ``cancel()``)."""
+        if force and not self.forcible:
+            raise ValueError("force=True is not supported for actor tasks.")  # Ray's words
         self._left = 0
-        cancelled_error = errors.CallCancelled("the call was cancelled (ray.cancel)")
         with self._lock:
-            call = self._call
-            if call is None and not self._starting:  # still waiting for its arguments: it is never sent
-                if self.future.done():
+            call, first = self._call, self._cancel is None
+            self._cancel = (force, recursive)
+            if call is None:  # waiting for its arguments (never sent), or being sent (cancelled once it is)
+                if self.future.done() or not first:
                     return False
-                self._settle(None, cancelled_error)
+                self._settle(None, errors.CallCancelled("the call was cancelled (ray.cancel)"))
                 return True
-        cancelled = call.cancel() if call is not None else False
+        return self._cancel_sent(call, force, recursive)
+
+    def _cancel_sent(self, call: Any, force: bool, recursive: bool) -> bool:
+        cancelled = call.cancel(force, recursive) if self.forcible else call.cancel()
         if cancelled:
-            self._settle(None, cancelled_error)
+            self._settle(None, errors.CallCancelled("the call was cancelled (ray.cancel)"))
         return cancelled
 
 

@@ -1,10 +1,6 @@
-"""Ray-shaped actor handles: ``handle.m.remote(x)`` calls the actor, in the order the calls were made.
-
-Ray source read: python/ray/actor.py (ActorHandle, ActorMethod.options/remote, ``__ray_ready__``,
-``__ray_terminate__``, an actor ending once its handles are gone unless named or detached). A handle from
-``Cls.remote()`` exists before its actor is constructed (Ray returns at once): its calls queue behind construction
-(:class:`Lease`), so constructors that wait for each other (``init_process_group`` among peers) do not deadlock.
-"""
+"""Ray-shaped actor handles: ``handle.m.remote(x)`` calls the actor, in the order the calls were made (Ray's
+python/ray/actor.py: ActorHandle, ActorMethod, ``__ray_ready__``, ``__ray_terminate__``, actors ending with their
+handles unless named or detached)."""
 
 from __future__ import annotations
 
@@ -18,11 +14,13 @@ from collections.abc import Callable
 from typing import Any
 
 from runtime.caller.handle import ActorHandle as NativeHandle
+from runtime.core.errors import ActorDied
 from runtime.core.metadata import ActorClassInfo, class_info
 from runtime.ray_compat import options as opts
+from runtime.ray_compat import task_interrupt
 from runtime.ray_compat.actor_classes import keyword_class, original_class
 from runtime.ray_compat.calls import RetryingCall, arguments_ready, refs_for, resolve_args, retry_on
-from runtime.ray_compat.exceptions import ActorDiedError, as_ray_error
+from runtime.ray_compat.exceptions import ActorDiedError, actor_died, as_ray_error
 from runtime.ray_compat.refs import ObjectRef, ObjectRefGenerator, _done
 from transport.type_registry import register_type
 
@@ -34,7 +32,11 @@ class Lease:
     """One actor as this process knows it: its construction, the calls in flight to it, the resources it holds.
     ``owner``: started here by ``.remote()``; the session and its placement group keep it (to end it at shutdown or
     removal), and its first handle ends it when collected (after the calls in flight), unless the actor is named or
-    detached, or a handle to it left this process (another may hold it)."""
+    detached, or a handle to it left this process (another may hold it).
+
+    A handle from ``Cls.remote()`` exists before its actor is constructed (Ray returns at once): its calls queue
+    behind construction here, so constructors that wait for each other (``init_process_group`` among peers) do not
+    deadlock."""
 
     def __init__(
         self, spawning: concurrent.futures.Future[NativeHandle], label: str, *, owner: bool, keep: bool = True
@@ -53,11 +55,20 @@ class Lease:
             inner = self.spawning.result()
             if inner.info is None:
                 inner.info = self.info
+            inner.follows_restarts = True  # as Ray's handles, wherever they were sent: never pinned to one incarnation
             return inner
+        except KeyboardInterrupt:  # ray.cancel of the task waiting here (task_interrupt): not the actor's error
+            raise
         except BaseException as exc:
-            error = ActorDiedError(f"The actor {self.label} died because of an error raised in its creation task: {exc}")  # noqa: E501
+            error = ActorDiedError(
+                f"The actor {self.label} died because of an error raised in its creation task: {exc}"
+            )
             error.__cause__ = as_ray_error(exc)
             raise error from exc
+
+    def described(self, exc: BaseException) -> BaseException:
+        """A call's failure as the caller sees it: the actor's death as Ray's ActorDiedError, with its ``actor_id``."""
+        return actor_died(exc, self.actor_id()) if isinstance(exc, ActorDied) else exc
 
     def actor_id(self) -> str:
         with contextlib.suppress(BaseException):
@@ -248,6 +259,11 @@ class ActorMethod:
         function = getattr(handle._cls, name, None) if handle._cls is not None else None
         self._generator = inspect.isgeneratorfunction(function) or inspect.isasyncgenfunction(function)
         self._options = {**(getattr(function, RAY_METHOD, None) or {}), **options}
+        self._signature = _method_signature(handle._cls, name)
+
+    def _remote(self, args: Any = None, kwargs: Any = None, **options: Any) -> Any:
+        """Ray's ``a.m._remote(args=, kwargs=, **options)``: ``a.m.options(**options).remote(*args, **kwargs)``."""
+        return self.options(**options).remote(*(args or ()), **(kwargs or {}))
 
     def options(self, **options: Any) -> ActorMethod:
         opts.check(options, opts.METHOD, f"method {self._name!r}.options")
@@ -272,6 +288,8 @@ class ActorMethod:
 
     def remote(self, *args: Any, **kwargs: Any) -> Any:
         handle, what = self._handle, f"{self._handle._label()}.{self._name}"
+        if self._signature is not None:  # a bad call raises here, as in Ray (TypeError as Python's)
+            self._signature.bind(None, *args, **kwargs)
         options = self._options
         num_returns = opts.num_returns(options.get("num_returns", "streaming" if self._generator else 1), what)
         if num_returns == "streaming":
@@ -293,10 +311,52 @@ class ActorMethod:
         submit = lambda a, k: target()(*a, **k)  # noqa: E731 - resolved once the actor is constructed
         with handle._order:  # the caller's calls to this actor are sent in the order they were made
             ready = arguments_ready(args, kwargs, after=handle._last_sent)
-            call = RetryingCall(submit, retries, should_retry, ready or (args, kwargs))
+            call = RetryingCall(submit, retries, should_retry, ready or (args, kwargs), failure=lease.described)
             handle._last_sent = None if call.submitted.done() else call.submitted
         handle._lease.track(call.future)
+        task_interrupt.adopt(call)  # made in a task: ray.cancel of the task cancels it too (recursive)
         return refs_for(call, num_returns, what)
+
+
+_MAX_PARAMS = 256  # parameters of a method handed over: bounded, it comes from another process
+
+
+def _method_signature(cls: type | None, name: str) -> inspect.Signature | None:
+    """The signature (with ``self``) of a plain method of ``cls``; None when it is not one (unknown class, static or
+    class method, a builtin): its call is checked where it runs."""
+    function = inspect.getattr_static(cls, name, None) if cls is not None else None
+    if not inspect.isfunction(function):
+        return None
+    try:
+        return inspect.signature(function)
+    except (TypeError, ValueError):
+        return None
+
+
+def _method_state(method: ActorMethod) -> dict[str, Any]:
+    """A method handed to another process: its parameters go along (name, kind, whether it has a default), so a
+    bad call still raises at ``.remote()`` where the class cannot be imported."""
+    params = None
+    if method._signature is not None:
+        params = [[p.name, int(p.kind), p.default is not p.empty] for p in method._signature.parameters.values()]
+    return {"handle": method._handle, "name": method._name, "options": method._options, "params": params}
+
+
+def _method_from(state: dict[str, Any]) -> ActorMethod:
+    handle, name = state.get("handle"), state.get("name")
+    if not isinstance(handle, ActorHandle) or not isinstance(name, str) or not isinstance(state.get("options"), dict):
+        raise ValueError("a ray_compat actor method's state holds its handle, name and options")
+    method = ActorMethod(handle, name, state["options"])
+    params = state.get("params")
+    if method._signature is None and isinstance(params, list) and len(params) <= _MAX_PARAMS:
+        with contextlib.suppress(TypeError, ValueError):  # a malformed list: left unchecked, as before
+            method._signature = inspect.Signature(
+                [
+                    inspect.Parameter(n, inspect._ParameterKind(k), default=None if d else inspect.Parameter.empty)
+                    for n, k, d in params
+                ]
+            )
+    return method
 
 
 def _handle_state(handle: ActorHandle) -> dict[str, Any]:
@@ -312,3 +372,4 @@ def _handle_from(state: dict[str, Any]) -> ActorHandle:
 
 
 register_type(ActorHandle, to_state=_handle_state, from_state=_handle_from)
+register_type(ActorMethod, to_state=_method_state, from_state=_method_from)

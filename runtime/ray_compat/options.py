@@ -1,10 +1,5 @@
-"""The options ``@ray.remote`` / ``.options()`` take, checked: supported ones mapped, the rest refused by name.
-
-Ray sources read: python/ray/_private/ray_option_utils.py (the actor and task option sets and their defaults),
-python/ray/runtime_env (the runtime_env fields). An option Ray accepts but this runtime cannot honour raises
-NotImplementedError naming it and what to do instead; nothing is silently ignored. An unknown option raises
-ValueError, as Ray's does.
-"""
+"""The options ``@ray.remote`` / ``.options()`` take, checked: supported ones mapped, the rest refused by name, never
+silently ignored (Ray's python/ray/_private/ray_option_utils.py and python/ray/runtime_env)."""
 
 from __future__ import annotations
 
@@ -56,7 +51,8 @@ _ENV_REFUSED = {
 
 
 def check(options: dict[str, Any], allowed: set[str], what: str) -> dict[str, Any]:
-    """``options`` if every key is allowed; NotImplementedError for a refused one, ValueError for an unknown one."""
+    """``options`` if every key is allowed; NotImplementedError for a refused one (an option Ray accepts that this
+    runtime cannot honour: the message says what to do instead), ValueError for an unknown one, as Ray's."""
     for key in options:
         if key in allowed:
             continue
@@ -119,3 +115,18 @@ def num_returns(value: Any, what: str) -> int | str:
     if value == "dynamic":
         raise NotImplementedError(f"{what}: num_returns='dynamic' is deprecated in Ray; use num_returns='streaming'")
     raise ValueError(f"{what}: num_returns must be an int >= 0 or 'streaming', got {value!r}")
+
+
+#: Ray's FUNCTION_SIZE_ERROR_THRESHOLD (python/ray/_private/ray_constants.py): a pickled function or actor class
+#: above it is refused, as it most likely captured a large object by accident.
+FUNCTION_SIZE_ERROR_THRESHOLD = 10**8
+
+
+def check_pickled_size(size: int, what: str) -> None:
+    """Ray's "is too large" ValueError for ``what`` ("The remote function m.f", "The actor A") pickled to ``size``."""
+    if size > FUNCTION_SIZE_ERROR_THRESHOLD:
+        raise ValueError(
+            f"{what} is too large ({size // 2**20} MiB > FUNCTION_SIZE_ERROR_THRESHOLD="
+            f"{FUNCTION_SIZE_ERROR_THRESHOLD // 2**20} MiB). Check that its definition is not implicitly capturing a "
+            "large array or other object in scope. Tip: use ray.put() to put large objects in the Ray object store."
+        )

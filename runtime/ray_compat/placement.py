@@ -1,17 +1,5 @@
-"""Placement groups (``ray.util.placement_group``) and scheduling strategies, mapped onto this machine's ledger.
-
-Ray sources read: python/ray/util/placement_group.py (bundles, strategies PACK/SPREAD/STRICT_PACK/STRICT_SPREAD,
-``ready()``, ``wait()``, ``bundle_specs``, ``remove_placement_group``) and
-python/ray/util/scheduling_strategies.py. A group reserves its bundles at once (GPU ids included) from the
-session's ledger (:mod:`runtime.ray_compat.resources`); an actor scheduled into bundle ``i`` takes its CPUs/GPUs
-from that bundle, so actors of one group share the GPUs the group holds, as in Ray. All bundles are on this
-machine: STRICT_SPREAD with more than one bundle cannot be met and raises (Ray would leave it pending); spreading
-over hosts is what hosts.toml pools do. Removing a group kills its actors and gives its resources back.
-A group handed to an actor (as an argument), or captured by it (``placement_group_capture_child_tasks=True``: its
-own actors go there by default), is that actor's to fill: it gets the bundles as reserved and places into its
-copy of them, while the reservation stays with the driver's session (two processes filling one bundle are not
-checked against each other).
-"""
+"""Placement groups (``ray.util.placement_group``) and scheduling strategies, mapped onto this machine's ledger
+(Ray's python/ray/util/placement_group.py and scheduling_strategies.py)."""
 
 from __future__ import annotations
 
@@ -41,7 +29,12 @@ class GroupID(str):
 
 @dataclass(eq=False)
 class PlacementGroup:
-    """A set of reserved bundles; ``ready()`` is a ref that is ready at once (the bundles are reserved)."""
+    """A set of reserved bundles; ``ready()`` is a ref that is ready at once (the bundles are reserved).
+
+    A group handed to an actor (as an argument), or captured by it (``placement_group_capture_child_tasks=True``:
+    its own actors go there by default), is that actor's to fill: it gets the bundles as reserved and places into
+    its copy of them, while the reservation stays with the driver's session (two processes filling one bundle are
+    not checked against each other)."""
 
     id: str
     bundle_specs: list[dict[str, float]]
@@ -117,7 +110,12 @@ def placement_group(
     _soft_target_node_id: str | None = None,
     bundle_label_selector: Any = None,
 ) -> PlacementGroup:
-    """Reserve ``bundles`` (e.g. ``[{"GPU": 1, "CPU": 1}] * 4``) now; raises at once when they do not fit."""
+    """Reserve ``bundles`` (e.g. ``[{"GPU": 1, "CPU": 1}] * 4``) now; raises at once when they do not fit.
+
+    The bundles (GPU ids included) come from the session's ledger (:mod:`runtime.ray_compat.resources`); an actor
+    scheduled into bundle ``i`` takes its CPUs/GPUs from that bundle, so actors of one group share the GPUs the
+    group holds, as in Ray. All bundles are on this machine: STRICT_SPREAD with more than one bundle cannot be met
+    and raises (Ray would leave it pending); spreading over hosts is what hosts.toml pools do."""
     if strategy not in STRATEGIES:
         raise ValueError(f"placement_group: strategy must be one of {STRATEGIES}, got {strategy!r}")
     if not isinstance(bundles, list) or not bundles or not all(isinstance(b, dict) and b for b in bundles):

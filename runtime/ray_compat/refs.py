@@ -1,10 +1,4 @@
-"""``ObjectRef`` and ``ObjectRefGenerator`` as Ray code sees them: ``ray.get(ref)``, ``await ref``, ``ray.wait``.
-
-A ref is one of: a call in flight (a task's or an actor method's result), a value ``ray.put`` keeps
-(:class:`runtime.ObjectRef`, fetched from its owner), or one item of a stream. Passed inside another argument
-(nested, as Ray passes it), a ref crosses the wire as a :class:`runtime.ObjectRef`: a call's result is waited for
-and kept in this process first (``runtime.put``), so the receiver's ``ray.get`` fetches it from here.
-"""
+"""``ObjectRef`` and ``ObjectRefGenerator`` as Ray code sees them: ``ray.get(ref)``, ``await ref``, ``ray.wait``."""
 
 from __future__ import annotations
 
@@ -18,7 +12,8 @@ from runtime.caller.stream_call import StreamingCall
 from runtime.objects.object_owner import put as keep
 from runtime.objects.object_owner import put_pending as keep_pending
 from runtime.objects.object_refs import ObjectRef as StoredRef
-from runtime.ray_compat.exceptions import as_ray_error
+from runtime.ray_compat import task_interrupt
+from runtime.ray_compat.exceptions import GetTimeoutError, as_ray_error
 from transport.type_registry import register_type
 
 
@@ -56,14 +51,19 @@ def _awaitable(future: concurrent.futures.Future[Any]) -> asyncio.Future[Any]:
 
 
 class ObjectRef:
-    """A future value: ``ray.get(ref)``, ``await ref``, ``ray.wait([ref])``, ``ray.cancel(ref)``."""
+    """A future value: ``ray.get(ref)``, ``await ref``, ``ray.wait([ref])``, ``ray.cancel(ref)``.
+
+    A call in flight (a task's or an actor method's result), a value ``ray.put`` keeps (:class:`runtime.ObjectRef`,
+    fetched from its owner), or one item of a stream. Passed nested inside another argument (as Ray passes it), it
+    crosses the wire as a :class:`runtime.ObjectRef`: a call's result is waited for and kept in this process first
+    (``runtime.put``), so the receiver's ``ray.get`` fetches it from here."""
 
     def __init__(
         self,
         *,
         future: concurrent.futures.Future[Any] | None = None,
         stored: StoredRef | None = None,
-        cancel: Callable[[], bool] | None = None,
+        cancel: Callable[[bool, bool], bool] | None = None,
         what: str = "",
     ) -> None:
         self._future = future
@@ -83,12 +83,19 @@ class ObjectRef:
         """The value, or the error (as a ``ray.exceptions`` one) the call raised."""
         try:
             if self._stored is not None:
+                if task_interrupt.in_task():  # fetched so that ray.cancel of the task wakes it (KeyboardInterrupt)
+                    fetch = self._stored.owner.method("__object_get__")(self._stored.key)
+                    task_interrupt.wait(fetch.future, timeout)
+                    return fetch.result(timeout=0)
                 return self._stored.get(timeout=timeout)
+            if task_interrupt.in_task():  # waited so that ray.cancel of the task wakes it (KeyboardInterrupt)
+                task_interrupt.wait(self.future, timeout)
+                return self.future.result(0)
             return self.future.result(timeout)
         except concurrent.futures.TimeoutError:
-            if self.future.done():
+            if self._stored is None and self.future.done():  # the call's own TimeoutError
                 raise as_ray_error(self.future.exception()) from None
-            raise
+            raise GetTimeoutError(f"Get timed out: some object(s) not ready (timeout={timeout} s)") from None
         except BaseException as exc:
             raise as_ray_error(exc) from exc
 
@@ -108,8 +115,9 @@ class ObjectRef:
         the call running, so the ref can still be awaited."""
         return asyncio.ensure_future(self.result_async())
 
-    def cancel(self) -> bool:
-        return self._cancel() if self._cancel is not None else False
+    def cancel(self, force: bool = False, recursive: bool = True) -> bool:
+        """``ray.cancel``: False when there is nothing to cancel (a stored value, a finished call)."""
+        return self._cancel(force, recursive) if self._cancel is not None else False
 
     def hex(self) -> str:
         return self._id
@@ -142,11 +150,6 @@ def _from_stored(stored: StoredRef) -> ObjectRef:
 
 
 register_type(ObjectRef, to_state=ObjectRef.to_stored, from_state=_from_stored)
-
-
-def call_ref(call: Any, what: str) -> ObjectRef:
-    """The ref of a call in flight (a PendingCall)."""
-    return ObjectRef(future=call.future, cancel=call.cancel, what=what)
 
 
 class ObjectRefGenerator:
@@ -194,7 +197,7 @@ class ObjectRefGenerator:
     def close(self) -> None:
         self._stream.close()
 
-    def cancel(self) -> bool:
+    def cancel(self, force: bool = False, recursive: bool = True) -> bool:
         self._stream.close()
         return True
 

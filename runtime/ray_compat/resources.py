@@ -1,12 +1,4 @@
-"""The cluster as ``ray.nodes()`` / ``ray.cluster_resources()`` show it, and who holds which part of it.
-
-Actors and tasks of ``runtime.ray_compat`` run on this machine (``spawn``), so this machine's CPUs, GPUs and the
-resources ``ray.init(resources=...)`` names are what actors and placement-group bundles reserve. GPUs are real
-ids: an actor with ``num_gpus=1`` gets one in ``CUDA_VISIBLE_DEVICES`` and ``get_accelerator_ids()``, and no
-other actor gets it while it lives. A request that cannot be met raises at once (Ray would leave it pending).
-The hosts of a ``miles-launch`` job (``MILES_LAUNCH_POOLS``) are listed as further nodes, whose actors the
-launcher places (hosts.toml), not this module.
-"""
+"""The cluster as ``ray.nodes()`` / ``ray.cluster_resources()`` show it, and who holds which part of it."""
 
 from __future__ import annotations
 
@@ -35,7 +27,12 @@ def _visible_gpus() -> list[str]:
 
 @dataclass
 class Ledger:
-    """What this machine offers and what is held, by resource name (``CPU``, ``GPU``, custom ones)."""
+    """What this machine offers and what is held, by resource name (``CPU``, ``GPU``, custom ones).
+
+    Actors and tasks of ``runtime.ray_compat`` run on this machine (``spawn``), so this machine's CPUs, GPUs and the
+    resources ``ray.init(resources=...)`` names are what actors and placement-group bundles reserve. GPUs are real
+    ids: an actor with ``num_gpus=1`` gets one in ``CUDA_VISIBLE_DEVICES`` and ``get_accelerator_ids()``, and no
+    other actor gets it while it lives. A request that cannot be met raises at once (Ray would leave it pending)."""
 
     total: dict[str, float]
     gpu_ids: list[str]
@@ -113,7 +110,8 @@ def node_id() -> str:
 
 
 def nodes(ledger: Ledger) -> list[dict[str, Any]]:
-    """``ray.nodes()``: this machine (its resources), then the other hosts of the launch this job runs in."""
+    """``ray.nodes()``: this machine (its resources), then the other hosts of the launch this job runs in
+    (``MILES_LAUNCH_POOLS``), whose actors the launcher places (hosts.toml), not this module."""
     host = socket.gethostname()
     found = [_node(node_id(), node_ip(), host, dict(ledger.total), local=True)]
     pools = os.environ.get("MILES_LAUNCH_POOLS")

@@ -1,9 +1,5 @@
-"""``ray.get_runtime_context()``: who and where the caller is (job, node, actor, its GPUs, namespace).
-
-Ray source read: python/ray/runtime_context.py. In an actor process ``current_actor`` is a handle to the actor
-itself and ``get_actor_id()`` its id; in a driver they are None / raise as in Ray. ``get_accelerator_ids()``
-lists the GPUs in ``CUDA_VISIBLE_DEVICES`` (which ``num_gpus`` set for the actor).
-"""
+"""``ray.get_runtime_context()``: who and where the caller is (job, node, actor, its GPUs, namespace), as Ray's
+python/ray/runtime_context.py; in a driver the actor's fields are None or raise, as in Ray."""
 
 from __future__ import annotations
 
@@ -19,6 +15,10 @@ RAY_GPU_IDS = "MILES_RAY_GPU_IDS"
 
 
 class RuntimeContext:
+    """The context as Ray code reads it: in an actor ``current_actor`` is a handle to the actor itself and
+    ``get_actor_id()`` its id; ``get_accelerator_ids()`` lists the GPUs in ``CUDA_VISIBLE_DEVICES`` (which
+    ``num_gpus`` set for the actor)."""
+
     @property
     def _actor(self) -> Any:
         return object_owner.own_handle()

@@ -1,9 +1,5 @@
-"""The ``ray.init`` session of this process: the cluster's ledger, the namespace, what was started for it.
-
-``ray.init()`` is optional, as in Ray: the first ``.remote()`` starts a session with the defaults.
-``ray.shutdown()`` kills the actors it started (not detached ones), stops the task workers and forgets the
-placement groups.
-"""
+"""The ``ray.init`` session of this process: the cluster's ledger, the namespace, what was started for it
+(``ray.init()`` is optional, as in Ray: the first ``.remote()`` starts a session with the defaults)."""
 
 from __future__ import annotations
 
@@ -65,7 +61,8 @@ def running() -> Session | None:
 
 
 def stop() -> None:
-    """Kill what the session started and forget it."""
+    """Kill what the session started and forget it: the actors it started (not detached ones), the task workers,
+    the placement groups (``ray.shutdown()``)."""
     global _session
     with _lock:
         session, _session = _session, None

@@ -1,11 +1,5 @@
-"""The CPUs a session's tasks hold while they run: ``@ray.remote(num_cpus=2)`` tasks run at most total / 2 at once.
-
-Ray schedules a task once its ``num_cpus`` are free and holds them until the task ends; that is how Ray code limits
-how many heavy tasks run at once (docs.ray.io ray-core/patterns/limit-running-tasks.html). ``TaskSlots`` does
-that for one session's tasks: a task whose arguments are there asks for its CPUs (``reserve``), first come first
-served, and is sent when they are granted; its CPUs are given back when it settles (a retry keeps them). A call
-cancelled while it waits never holds any. Actors' ``num_cpus`` are held in the session's ledger, not here.
-"""
+"""The CPUs a session's tasks hold while they run: ``@ray.remote(num_cpus=2)`` tasks run at most total / 2 at once,
+as Ray limits heavy tasks (docs.ray.io ray-core/patterns/limit-running-tasks.html)."""
 
 from __future__ import annotations
 
@@ -19,7 +13,11 @@ from runtime.ray_compat.calls import Arguments
 
 
 class TaskSlots:
-    """``total`` CPUs, granted in order of asking."""
+    """``total`` CPUs, granted in order of asking.
+
+    A task whose arguments are there asks for its CPUs (``reserve``), first come first served, and is sent when
+    they are granted; its CPUs are given back when it settles (a retry keeps them). A call cancelled while it waits
+    never holds any. Actors' ``num_cpus`` are held in the session's ledger, not here."""
 
     def __init__(self, total: float) -> None:
         self.total = total

@@ -1,13 +1,5 @@
-"""``@ray.remote`` functions: tasks, run on a pool of worker processes of this machine.
-
-Ray sources read: python/ray/remote_function.py (``.remote``, ``.options``, ``num_returns``, ``max_retries``
-(default 3, system failures), ``retry_exceptions``, generator functions streaming). A pool has as many worker
-processes as the session has CPUs (``ray.init(num_cpus=)``), started as tasks need them; each runs one task at a
-time, and a task goes to the least busy worker once the CPUs it asks for are free (``num_cpus``, default 1, held
-while it runs: :mod:`runtime.ray_compat.task_slots`; a streaming task takes none). A worker that dies is
-replaced; its task is retried (``max_retries``). Task workers hold no GPUs: a task asking ``num_gpus`` is refused
-(use an actor, which gets its GPUs). One pool per distinct ``runtime_env``.
-"""
+"""``@ray.remote`` functions: tasks, run on a pool of worker processes of this machine (Ray's
+python/ray/remote_function.py: ``.remote``, ``.options``, ``num_returns``, ``max_retries``, ``retry_exceptions``)."""
 
 from __future__ import annotations
 
@@ -23,8 +15,9 @@ from runtime.caller.handle import ActorHandle as NativeHandle
 from runtime.core.errors import ActorDied
 from runtime.processes.spawn import spawn
 from runtime.ray_compat import options as opts
-from runtime.ray_compat import placement, state
+from runtime.ray_compat import placement, state, task_interrupt
 from runtime.ray_compat.calls import RetryingCall, arguments_ready, refs_for, resolve_args, retry_on
+from runtime.ray_compat.exceptions import worker_crashed
 from runtime.ray_compat.refs import ObjectRefGenerator
 from runtime.ray_compat.task_slots import CpuHold
 from runtime.ray_compat.task_worker import TaskWorker, mac_of
@@ -33,7 +26,13 @@ DEFAULT_MAX_RETRIES = 3  # as Ray's
 
 
 class TaskPool:
-    """Worker processes for tasks with one environment."""
+    """Worker processes for tasks with one environment (one pool per distinct ``runtime_env``).
+
+    As many workers as the session has CPUs (``ray.init(num_cpus=)``), started as tasks need them; each runs one
+    task at a time, and a task goes to the least busy worker once the CPUs it asks for are free (``num_cpus``,
+    default 1, held while it runs: :mod:`runtime.ray_compat.task_slots`; a streaming task takes none). A worker that
+    dies is replaced and its task retried (``max_retries``, default 3, system failures). Task workers hold no GPUs:
+    a task asking ``num_gpus`` is refused (use an actor, which gets its GPUs)."""
 
     def __init__(self, size: int, env: dict[str, str], cwd: str | None) -> None:
         self.size = max(1, size)
@@ -77,8 +76,14 @@ class TaskPool:
                 worker.kill()
 
     def submit(self, method: str, function: bytes, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        """A ``run`` (a :class:`TaskCall`) or ``stream`` (a StreamingCall) call of a task on a worker."""
         worker = self._pick()
-        call = worker.method(method)(function, self.sign(function), list(args), kwargs)
+        send = worker.method(method)
+        if method == "stream":
+            call = send(function, self.sign(function), list(args), kwargs)
+        else:
+            token = os.urandom(16)
+            call = TaskCall(worker, send(function, self.sign(function), list(args), kwargs, token), token)
         call.future.add_done_callback(lambda f: self._release(worker, f.exception() if not f.cancelled() else None))
         return call
 
@@ -89,6 +94,24 @@ class TaskPool:
         for worker in workers:
             with contextlib.suppress(Exception):
                 worker.kill()
+
+
+class TaskCall:
+    """A task sent to a worker: its ``future``, and ``cancel`` as Ray's: a queued task never runs; a running one
+    gets KeyboardInterrupt (or, ``force``, its worker ends), and its own calls are cancelled (``recursive``)."""
+
+    __slots__ = ("_call", "_token", "_worker", "future")
+
+    def __init__(self, worker: NativeHandle, call: Any, token: bytes) -> None:
+        self._worker, self._call, self._token = worker, call, token
+        self.future = call.future
+
+    def cancel(self, force: bool = False, recursive: bool = True) -> bool:
+        if not self._call.cancel():
+            return False
+        with contextlib.suppress(Exception):  # a worker that is gone runs nothing any more
+            self._worker.method("interrupt")(self._token, recursive, force)
+        return True
 
 
 class RemoteFunction:
@@ -105,6 +128,10 @@ class RemoteFunction:
                 "or make it a method of an async actor"
             )
         self._pickled: bytes | None = None
+        try:
+            self._signature: inspect.Signature | None = inspect.signature(function)
+        except (TypeError, ValueError):  # a builtin without one: checked where it runs
+            self._signature = None
         self.__name__ = getattr(function, "__name__", "task")
         self.__doc__ = function.__doc__
 
@@ -119,6 +146,10 @@ class RemoteFunction:
 
     def bind(self, *args: Any, **kwargs: Any) -> Any:
         raise NotImplementedError("Ray DAGs (.bind) are not supported by runtime.ray_compat; call .remote()")
+
+    def _remote(self, args: Any = None, kwargs: Any = None, **options: Any) -> Any:
+        """Ray's ``f._remote(args=, kwargs=, **options)``: ``f.options(**options).remote(*args, **kwargs)``."""
+        return self.options(**options).remote(*(args or ()), **(kwargs or {}))
 
     def _pool(self) -> tuple[TaskPool, float]:
         """The worker pool for this function's environment, and the CPUs a call holds while it runs."""
@@ -148,8 +179,13 @@ class RemoteFunction:
         options, what = self._options, self._what
         num_returns = opts.num_returns(options.get("num_returns", "streaming" if self._generator else 1), what)
         pool, cpus = self._pool()
+        if self._signature is not None:  # a bad call raises here, as in Ray (TypeError as Python's)
+            self._signature.bind(*args, **kwargs)
         if self._pickled is None:
-            self._pickled = cloudpickle.dumps(self._function)
+            pickled = cloudpickle.dumps(self._function)
+            module = getattr(self._function, "__module__", "")
+            opts.check_pickled_size(len(pickled), f"The remote function {module}.{self.__name__}")
+            self._pickled = pickled
         function = self._pickled
         if num_returns == "streaming":
             if not self._generator:
@@ -162,6 +198,7 @@ class RemoteFunction:
         submit = lambda a, k: pool.submit("run", function, a, k)  # noqa: E731
         hold = CpuHold(state.current().slots, cpus)
         arguments = hold.when_granted(arguments_ready(args, kwargs) or (args, kwargs))
-        call = RetryingCall(submit, retries, should_retry, arguments)
+        call = RetryingCall(submit, retries, should_retry, arguments, forcible=True, failure=worker_crashed)
         call.future.add_done_callback(hold.settled)
+        task_interrupt.adopt(call)
         return refs_for(call, num_returns, what)

@@ -1,16 +1,5 @@
-"""This process's memberships in collective groups: the torch.distributed process group behind each name.
-
-A group is made from outside by :func:`runtime.collective.create_group`, which calls the built-ins
-``__collective_open__`` on rank 0 (the group's rendezvous keys, kept in memory there and reached over the actor
-transport: :mod:`runtime.tensors.collective_store`, :func:`open_store`) and ``__collective_join__`` on every member
-(:func:`join`). Inside the members' methods, :func:`get_group` gives the
-``torch.distributed.ProcessGroup`` by name (use it as ``dist.all_reduce(t, group=get_group("g"))``) and
-:func:`member` its rank, size and the members' handles. torch is imported only when a group is joined.
-
-The group is built as SGLang builds its weight-update group (``srt/utils/common.py``
-``init_custom_process_group``): ``PrefixStore(name, store)`` and ``_new_process_group_helper``, outside the
-default process group, so a member may be in its own ``init_process_group`` world (a trainer) and in groups too.
-"""
+"""This process's memberships in collective groups: the torch.distributed process group behind each name
+(``get_group("g")`` inside a member's method; made from outside by :func:`runtime.collective.create_group`)."""
 
 from __future__ import annotations
 
@@ -165,7 +154,11 @@ def new_process_group(
     store: Any, *, rank: int, world_size: int, backend: str, name: str, timeout: datetime.timedelta
 ) -> dist.ProcessGroup:
     """A process group over ``store`` outside the default group (SGLang's ``init_custom_process_group``); blocks
-    until all ``world_size`` ranks are in."""
+    until all ``world_size`` ranks are in.
+
+    Built as SGLang builds its weight-update group (``srt/utils/common.py``): ``PrefixStore(name, store)`` and
+    ``_new_process_group_helper``, outside the default process group, so a member may be in its own
+    ``init_process_group`` world (a trainer) and in groups too. torch is imported only when a group is joined."""
     import torch.distributed as dist
     from torch.distributed import distributed_c10d as c10d
 

@@ -1,16 +1,6 @@
-"""A collective group's rendezvous store, kept by rank 0 and reached over the actor transport.
-
-torch.distributed needs a key-value store to make a group (gloo's ranks swap their addresses, NCCL its unique ids,
-also later, when a communicator is made lazily). torch's TCPStore would be one more port, listening on every
-interface and answering anyone unauthenticated. Here rank 0 keeps the group's keys in memory
-(:class:`StoreTable`, opened by ``__collective_open__``), and every member reaches them through
-:class:`ActorStore`, a ``torch.distributed.Store`` whose operations are ``__collective_store__`` calls to rank 0's
-actor: the actor transport's CURVE authentication, no new listener. Rank 0's own store reads its table directly.
-
-Operations never block rank 0: a ``get`` or ``wait`` on a key not set yet is polled by the member (backing off from
-0.5 to 20 ms) until the store's timeout, then fails naming the keys, as TCPStore does. A rank 0 that died fails
-the member's operation with ActorDied at once. Keys, values and a table's total size are bounded (a peer's input).
-"""
+"""A collective group's rendezvous store, kept by rank 0 and reached over the actor transport: torch's TCPStore
+would be one more port, on every interface, answering anyone unauthenticated; this one rides the actor transport's
+CURVE authentication with no new listener."""
 
 from __future__ import annotations
 
@@ -30,7 +20,8 @@ OPS = ("set", "get", "add", "check", "compare_set", "delete_key", "num_keys")
 
 
 class StoreTable:
-    """The keys of one group, in rank 0's process; every operation returns at once."""
+    """The keys of one group, in rank 0's process (opened by ``__collective_open__``; rank 0's own store reads it
+    directly); every operation returns at once. Keys, values and the total size are bounded (a peer's input)."""
 
     def __init__(self, group: str) -> None:
         self.group = group
@@ -121,7 +112,13 @@ def remote_asker(rank0: ActorHandle, group: str) -> Callable[[str, list[Any]], A
 
 
 def actor_store(group: str, ask: Callable[[str, list[Any]], Any]) -> Any:
-    """A ``torch.distributed.Store`` over ``ask`` (torch is imported here, in members only)."""
+    """A ``torch.distributed.Store`` over ``ask`` (torch is imported here, in members only).
+
+    torch.distributed needs it to make a group (gloo's ranks swap their addresses, NCCL its unique ids, also later,
+    when a communicator is made lazily); each operation is a ``__collective_store__`` call to rank 0. Operations
+    never block rank 0: a ``get`` or ``wait`` on a key not set yet is polled here (backing off from 0.5 to 20 ms)
+    until the store's timeout, then fails naming the keys, as TCPStore does; a dead rank 0 fails it with ActorDied
+    at once."""
     import torch.distributed as dist
 
     class ActorStore(dist.Store):

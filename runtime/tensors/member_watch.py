@@ -1,16 +1,5 @@
-"""While an owner waits for its refs' readers: whether a member of a ref's group died meanwhile.
-
-A reader that dies after pulling a ref (or before) never frees it, so ``collective.wait_freed`` would wait out its
-whole timeout. :func:`runtime.objects.tensor_put.wait_freed` hands the store a :class:`MemberWatch`, which the store
-asks every ``TensorStore.WATCH_S`` while refs are still held: a member of a held ref's group (other than the owner)
-known dead fails the wait with ActorDied naming it (actor, rank, pid, host) and the ref.
-
-Liveness is the runtime's own (:mod:`runtime.caller.link_liveness`): each watched member has one ``__health__`` call in
-flight (answered on its control lane, even while a long method runs), renewed every ``PROBE_EVERY_S``. Its
-connection's link watch fails it with ActorDied when the process is gone (refused reconnects: well under a
-second), its heartbeats when the member stays silent past its ``liveness_timeout_s``. Only a waiting
-``wait_freed`` probes: ordinary calls pay nothing.
-"""
+"""While an owner waits for its refs' readers: whether a member of a ref's group died meanwhile, since a dead
+reader never frees its ref and ``collective.wait_freed`` would otherwise wait out its whole timeout."""
 
 from __future__ import annotations
 
@@ -30,7 +19,15 @@ PROBE_EVERY_S = 1.0
 
 
 class MemberWatch:
-    """The liveness of the members of held refs' groups, for one ``wait_freed``; not thread-safe (one waiter)."""
+    """The liveness of the members of held refs' groups, for one ``wait_freed``; not thread-safe (one waiter).
+
+    :func:`runtime.objects.tensor_put.wait_freed` hands it to the store, which asks it every ``TensorStore.WATCH_S``
+    while refs are held: a member of a held ref's group (other than the owner) known dead fails the wait with
+    ActorDied naming it (actor, rank, pid, host) and the ref. Liveness is the runtime's own
+    (:mod:`runtime.caller.link_liveness`): each watched member has one ``__health__`` call in flight (answered on
+    its control lane, even while a long method runs), renewed every ``PROBE_EVERY_S``; its connection's link watch
+    fails it when the process is gone (refused reconnects: well under a second), its heartbeats when the member
+    stays silent past ``liveness_timeout_s``. Only a waiting ``wait_freed`` probes: ordinary calls pay nothing."""
 
     def __init__(self) -> None:
         self._probes: dict[str, tuple[float, Future[Any]]] = {}  # endpoint -> (sent at, its __health__ answer)

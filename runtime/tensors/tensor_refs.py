@@ -1,13 +1,6 @@
-"""Device-resident object refs: the tensors stay in the owner; a holder pulls them over a collective group.
-
-``runtime.put(tensors, transport="collective")`` (:mod:`runtime.objects.tensor_put`) returns a :class:`TensorRef`: the
-owner's handle, a key, the group the bytes ride and each tensor's name, shape and dtype. Pass it to another
-member of that group like any value; there ``ref.get(into=buffers)`` receives the tensors straight into buffers
-the receiver chose (its live weights), with no pickle and no copy through the actor transport
-(:mod:`runtime.tensors.tensor_transfer`). ``ref.free()`` tells the owner one reader is done. Mirrors Ray Direct
-Transport (``ray.put(x, _tensor_transport="gloo")``, ``ray.experimental.set_target_for_ref``,
-``ray.experimental.wait_tensor_freed``; ``doc/source/ray-core/direct-transport.rst``).
-"""
+"""Device-resident object refs: the tensors stay in the owner; a holder pulls them over a collective group, with no
+pickle and no copy through the actor transport. Mirrors Ray Direct Transport (``ray.put(x, _tensor_transport="gloo")``,
+``set_target_for_ref``, ``wait_tensor_freed``; Ray's doc/source/ray-core/direct-transport.rst)."""
 
 from __future__ import annotations
 
@@ -27,7 +20,12 @@ SINGLE = ""  # the one name of a ref made from a lone tensor
 
 @dataclasses.dataclass(frozen=True)
 class TensorRef:
-    """Tensors held by ``owner``, movable over collective group ``group`` (where the owner is ``owner_rank``)."""
+    """Tensors held by ``owner``, movable over collective group ``group`` (where the owner is ``owner_rank``).
+
+    Made by ``runtime.put(tensors, transport="collective")`` (:mod:`runtime.objects.tensor_put`): the owner's
+    handle, a key, the group and each tensor's name, shape and dtype. Pass it to another member of the group like
+    any value; there ``ref.get(into=buffers)`` receives the tensors straight into buffers the receiver chose (its
+    live weights); ``ref.free()`` tells the owner one reader is done."""
 
     owner: ActorHandle
     key: str

@@ -1,10 +1,5 @@
-"""What a device-resident ref says of its tensors (name, shape, dtype), and the checks on both ends.
-
-A ref may come from a peer, so its specs are checked before anything is allocated (:func:`checked_specs`:
-bounded counts, dims and names, dtypes from a fixed list, never ``getattr`` on a peer's word). A receiver's own
-``into`` buffers must match them exactly, name by name, before any byte moves (:func:`match_into`). torch is
-imported only inside the functions.
-"""
+"""What a device-resident ref says of its tensors (name, shape, dtype), and the checks on both ends: a ref may come
+from a peer, so nothing is allocated before its specs are checked. torch is imported only inside the functions."""
 
 from __future__ import annotations
 
@@ -45,7 +40,8 @@ def spec_of(name: str, tensor: Any) -> TensorSpec:
 
 
 def checked_specs(specs: Any) -> list[TensorSpec]:
-    """``specs`` as received, refused with ValueError unless well formed and bounded."""
+    """``specs`` as received, refused with ValueError unless well formed and bounded (counts, dims and names; dtypes
+    from a fixed list, never ``getattr`` on a peer's word)."""
     if not isinstance(specs, (list, tuple)) or not 1 <= len(specs) <= MAX_TENSORS:
         raise ValueError(f"a tensor ref must list 1..{MAX_TENSORS} tensor specs")
     seen: set[str] = set()

@@ -1,13 +1,5 @@
-"""The tensors behind this process's device-resident refs, by key, until every reader has freed them.
-
-``runtime.put(tensors, transport="collective", readers=N)`` keeps the tensors here, uncopied
-(:mod:`runtime.objects.tensor_put`); the owner sends them from here when a holder of the ref pulls
-(``__tensor_send__``, :mod:`runtime.tensors.tensor_transfer`). Each ``ref.free()`` counts one reader off; the entry goes
-when all ``readers`` have freed it. :meth:`TensorStore.wait_freed` lets the owner reuse a bucket safely (Ray:
-``ray.experimental.wait_tensor_freed``). A transfer that failed because its receiver died is kept on the entry,
-so ``wait_freed`` raises it instead of waiting for a free that will never come; its ``watch``
-(:class:`runtime.tensors.member_watch.MemberWatch`) raises when a member of the ref's group died while readers are left.
-"""
+"""The tensors behind this process's device-resident refs, by key, until every reader has freed them (the owner
+sends them from here, uncopied, when a holder pulls: :mod:`runtime.tensors.tensor_transfer`)."""
 
 from __future__ import annotations
 
@@ -34,7 +26,8 @@ WATCH_S = 0.25
 
 
 class TensorStore:
-    """The tensors this process owns for device-resident refs."""
+    """The tensors this process owns for device-resident refs (``runtime.put(..., transport="collective",
+    readers=N)``); each ``ref.free()`` counts one reader off and the entry goes when all ``readers`` have."""
 
     def __init__(self) -> None:
         self._entries: dict[str, TensorEntry] = {}
@@ -79,7 +72,12 @@ class TensorStore:
 
     def wait_freed(self, keys: Iterable[str], timeout: float | None, watch: Watch | None = None) -> None:
         """Block until none of ``keys`` is held; raises a recorded transfer failure, what ``watch`` finds (asked
-        every WATCH_S, outside the lock, about each held key), or TimeoutError naming the keys still held."""
+        every WATCH_S, outside the lock, about each held key), or TimeoutError naming the keys still held.
+
+        Lets the owner reuse a bucket safely (Ray: ``ray.experimental.wait_tensor_freed``). A transfer that failed
+        because its receiver died is kept on the entry, so this raises it instead of waiting for a free that will
+        never come; ``watch`` (:class:`runtime.tensors.member_watch.MemberWatch`) raises when a member of the ref's
+        group died while readers are left."""
         wanted = list(keys)
         deadline = None if timeout is None else time.monotonic() + timeout
         while True:

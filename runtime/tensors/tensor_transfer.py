@@ -1,17 +1,5 @@
-"""Moving a device-resident ref's tensors, point to point over its collective group: both ends.
-
-The receiver (:func:`receive`, behind ``TensorRef.get``) checks the ref and its ``into`` buffers, posts one
-``recv`` per tensor from the owner's rank under a fresh tag, and calls the owner's ``__tensor_send__``
-(:func:`serve_send`), which runs on the owner's collective lane (so it serves while the owner's own methods run)
-and ``send``s each stored tensor to that rank under that tag. Only the call's few arguments cross the actor
-transport; the bytes go straight from the stored tensors into the receiver's buffers (Ray Direct Transport's
-``__ray_send__``/``__ray_recv__`` pair, ``python/ray/experimental/collective/collective_tensor_transport.py``).
-
-Failures: every wait has a deadline. When a transfer fails, the other end is asked whether it lives
-(``__health__``, 2 s); if not, the failure is ActorDied naming it, on both sides: the receiver's ``get`` raises it
-and the owner records it on the entry, so its ``wait_freed`` raises it too. A reader that dies after its transfer,
-before freeing the ref, is caught by ``wait_freed``'s member watch (:mod:`runtime.tensors.member_watch`).
-"""
+"""Moving a device-resident ref's tensors, point to point over its collective group: both ends (Ray Direct
+Transport's ``__ray_send__``/``__ray_recv__``, python/ray/experimental/collective/collective_tensor_transport.py)."""
 
 from __future__ import annotations
 
@@ -62,7 +50,11 @@ def receive(
     timeout_s: float,
     max_bytes: int = tensor_specs.MAX_ALLOCATE_BYTES,
 ) -> dict[str, Any]:
-    """Pull the ref's tensors into ``into`` (checked first) or fresh buffers; returns them by name."""
+    """Pull the ref's tensors into ``into`` (checked first) or fresh buffers; returns them by name.
+
+    Posts one ``recv`` per tensor from the owner's rank under a fresh tag, then calls the owner's
+    ``__tensor_send__`` (:func:`serve_send`). Only the call's few arguments cross the actor transport; the bytes go
+    straight from the stored tensors into the receiver's buffers. Every wait has a deadline."""
     checked = tensor_specs.checked_specs(specs)
     if not isinstance(owner, ActorHandle) or not isinstance(key, str) or len(key) != 32:
         raise ValueError(f"malformed tensor ref (owner {type(owner).__name__}, key {str(key)[:40]!r})")
@@ -130,7 +122,8 @@ def _await(works: list[Any], call: PendingCall, deadline: float, what: str, back
 
 
 def serve_send(key: Any, dst_rank: Any, tag: Any) -> int:
-    """The owner's side (``__tensor_send__``): send each tensor of ``key`` to ``dst_rank``; returns the bytes sent."""
+    """The owner's side (``__tensor_send__``): send each tensor of ``key`` to ``dst_rank``; returns the bytes sent.
+    It runs on the owner's collective lane, so it serves while the owner's own methods run."""
     if not isinstance(key, str) or not isinstance(tag, int) or not 0 < tag <= MAX_TAG:
         raise ValueError("__tensor_send__ takes a key (str), a destination rank and a tag in 1..2**31-1")
     entry = store.get(key)
@@ -173,7 +166,11 @@ def _op_lock(entry: GroupMember) -> Any:
 
 def failure(exc: BaseException, peer: ActorHandle, peer_name: str, what: str) -> BaseException:
     """What a failed transfer raises: ActorDied when ``peer`` is gone, the owner's own refusal as it came, else a
-    CollectiveError (or DeadlineExceeded) naming the transfer."""
+    CollectiveError (or DeadlineExceeded) naming the transfer.
+
+    Both sides do this (the peer is asked whether it lives, ``__health__``, 2 s): the receiver's ``get`` raises it
+    and the owner records it on the entry, so its ``wait_freed`` raises it too. A reader that dies after its
+    transfer, before freeing the ref, is caught by ``wait_freed``'s member watch (runtime.tensors.member_watch)."""
     if isinstance(exc, ActorDied):
         return ActorDied(f"{what}: {peer_name} died during the transfer: {exc}")
     if isinstance(exc, RemoteError):  # the owner refused (a freed ref, a bad rank ...): raised here as its own type

@@ -18,6 +18,18 @@ REPO_ROOT = Path(__file__).resolve().parents[2]
 READY_TIMEOUT_S = 30.0
 
 
+@pytest.fixture(scope="session", autouse=True)
+def one_torch_thread() -> Iterator[None]:
+    """The models these tests run in this process are tiny: one intra-op thread is faster than two that wait on
+    each other, many times so on a loaded 2-core machine (tests/actors/test_cpu_engine_model.py: 22 s -> 0.6 s)."""
+    import torch
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
 def free_port() -> int:
     """A port free on 127.0.0.1 right now."""
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:

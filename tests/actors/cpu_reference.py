@@ -24,16 +24,14 @@ def reference_logits(state: dict[str, torch.Tensor], config: ModelConfig, ids: l
     def rms(x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
         return weight * x / torch.sqrt((x * x).mean(-1, keepdim=True) + config.rms_norm_eps)
 
+    half = dim // 2
+    inverse_frequencies = torch.tensor([config.rope_theta ** (-2 * i / dim) for i in range(half)], dtype=torch.float64)
+
     def rope(vec: torch.Tensor, pos: int) -> torch.Tensor:
-        out = vec.clone()
-        for i in range(dim // 2):
-            angle = pos / config.rope_theta ** (2 * i / dim)
-            a, b = vec[i], vec[i + dim // 2]
-            out[i], out[i + dim // 2] = (
-                a * math.cos(angle) - b * math.sin(angle),
-                b * math.cos(angle) + a * math.sin(angle),
-            )
-        return out
+        """Rotate each pair (i, i + dim/2) of ``vec`` by the angle ``pos * theta^(-2i/dim)``."""
+        angle = pos * inverse_frequencies
+        a, b = vec[:half], vec[half:]
+        return torch.cat([a * torch.cos(angle) - b * torch.sin(angle), b * torch.cos(angle) + a * torch.sin(angle)])
 
     x = sd["model.embed_tokens.weight"][ids]
     for layer in range(config.num_layers):
@@ -43,11 +41,12 @@ def reference_logits(state: dict[str, torch.Tensor], config: ModelConfig, ids: l
         k = (h @ sd[p + "self_attn.k_proj.weight"].T).view(len(ids), kv_heads, dim)
         v = (h @ sd[p + "self_attn.v_proj.weight"].T).view(len(ids), kv_heads, dim)
         out = torch.zeros(len(ids), heads, dim, dtype=torch.float64)
+        keys = [[rope(k[s, kv], s) for kv in range(kv_heads)] for s in range(len(ids))]  # each key rotated once
         for head in range(heads):
             kv = head // (heads // kv_heads)
             for t in range(len(ids)):
                 qt = rope(q[t, head], t)
-                scores = torch.stack([qt @ rope(k[s, kv], s) for s in range(t + 1)]) / math.sqrt(dim)
+                scores = torch.stack([qt @ keys[s][kv] for s in range(t + 1)]) / math.sqrt(dim)
                 out[t, head] = torch.softmax(scores, 0) @ v[: t + 1, kv]
         x = x + out.reshape(len(ids), -1) @ sd[p + "self_attn.o_proj.weight"].T
         h = rms(x, sd[p + "post_attention_layernorm.weight"])

@@ -25,6 +25,8 @@ from actors.trainer.group import TrainerGroup
 from tests.actors.test_collective_weights import engine_weight
 from tests.actors.test_trainer_group import tiny_config
 
+pytestmark = pytest.mark.processes
+
 LAUNCHER = "actors.inference.actor_engines:actor_engine_launcher"
 
 
@@ -75,4 +77,3 @@ def test_refs_without_actor_engines_say_what_to_set() -> None:
     with pytest.raises(ValueError, match=re.escape(LAUNCHER)) as refused:
         RefGroup(trainer=None).push(None, "v1")  # type: ignore[arg-type]
     assert "as_actor=True" in str(refused.value) and "weight_sync = 'http'" in str(refused.value)
-

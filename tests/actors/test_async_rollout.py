@@ -24,6 +24,8 @@ from actors.rollout.samples import DuplicateSample, GroupRecord, SampleBuffer, S
 from actors.rollout.staleness import StalenessBound, version_number
 from runtime import ActorHandle, spawn
 
+pytestmark = pytest.mark.processes
+
 SAMPLING = {"temperature": 1.0, "max_new_tokens": 24, "ignore_eos": True}
 
 

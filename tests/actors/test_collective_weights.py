@@ -18,6 +18,8 @@ from runtime import ActorHandle, RemoteError, spawn_many
 from runtime.collective import create_group, destroy_group
 from tests.actors.test_trainer_group import tiny_config
 
+pytestmark = pytest.mark.processes
+
 ENGINE_CLASS = "actors.cpu_engine.engine_actor:CPUEngineActor"
 
 

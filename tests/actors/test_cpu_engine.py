@@ -17,6 +17,8 @@ from actors.sglang_config import SGLangConfig, cpu_engine_argv
 from actors.weights_wire import encode_named_tensors
 from tests.actors.cpu_reference import GQA, greedy_batch
 
+pytestmark = pytest.mark.processes
+
 if TYPE_CHECKING:
     from tests.actors.conftest import EngineLauncher, EngineProcess
 

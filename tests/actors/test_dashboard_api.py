@@ -122,6 +122,7 @@ def test_malformed_and_torn_lines_are_reported_not_fatal(server: DashboardServer
     assert status == 200 and len(body["sample_list"]) == 1  # the torn line is not a sample
 
 
+@pytest.mark.processes
 def test_cli_serves_and_rejects_a_missing_directory(tmp_path: Path) -> None:
     run = write_run(tmp_path / "run", {1: [1.0]})
     missing = subprocess.run([sys.executable, "-m", "actors.dashboard", str(tmp_path / "nope")],

@@ -26,6 +26,8 @@ from dashboard_fixtures import ROOT, demo_config, sample
 from actors.dashboard.records import encode_line
 from actors.dashboard.server import DashboardServer
 
+pytestmark = pytest.mark.processes
+
 ITERATIONS = 3
 
 

@@ -20,6 +20,8 @@ from actors.dashboard.recorder import ENV_VAR, DashboardRecorder
 from actors.dashboard.records import MAX_LINE_BYTES
 from runtime import ActorHandle, spawn
 
+pytestmark = pytest.mark.processes
+
 
 @pytest.fixture
 def collector(tmp_path: Path, no_leaks: None) -> Iterator[tuple[ActorHandle, str, Path]]:

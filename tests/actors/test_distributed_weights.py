@@ -24,6 +24,8 @@ from actors.weights_group import WeightsGroup
 from tests.actors.conftest import REPO_ROOT, free_port
 from tests.actors.cpu_reference import greedy_batch
 
+pytestmark = pytest.mark.processes
+
 if TYPE_CHECKING:
     from tests.actors.conftest import EngineLauncher, EngineProcess
 

@@ -14,9 +14,12 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 from hf_fixtures import make_checkpoint
 
 from tests.e2e.test_demo_job import ROOT, ROW, left_behind, marked_env, small_config
+
+pytestmark = pytest.mark.processes
 
 PLACEHOLDER = "/models/Qwen2.5-0.5B-Instruct"
 

@@ -26,6 +26,8 @@ from conftest import REPO_ROOT, EngineLauncher, EngineProcess, free_port
 from hf_fixtures import KINDS, load_reference, make_checkpoint, reference_logprobs
 from inference_fixtures import kill_and_wait_gone
 
+pytestmark = pytest.mark.processes
+
 TOLERANCE = 1e-4
 NEW_TOKENS = 10
 PROMPTS = ["What is two plus two?", "Hello world! Hello", "The quick brown fox"]

@@ -92,6 +92,7 @@ def check_reads(reads: list[dict], tp: int) -> None:
         assert read["got"] == expected, read
 
 
+@pytest.mark.processes
 @pytest.mark.parametrize("tp", [1, 2])
 def test_trainer_matches_transformers_and_saves_exactly(ranks_of, hf_models: Path, tp: int) -> None:
     ranks = ranks_of(tp=tp, models=hf_models, kinds=KINDS)

@@ -30,6 +30,8 @@ from inference_fixtures import (
 from actors.weights_wire import encode_named_tensors
 from runtime import ActorHandle, RemoteError
 
+pytestmark = pytest.mark.processes
+
 
 @pytest.fixture(scope="module")
 def controller(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ActorHandle]:

@@ -32,6 +32,8 @@ from actors.rollout.staleness import version_number
 from runtime import ActorHandle, spawn
 from tests.actors.sglang_engine import MODEL, TIMEOUT_S, get, post, start_engine
 
+pytestmark = pytest.mark.processes
+
 if TYPE_CHECKING:
     from tests.actors.conftest import EngineLauncher, EngineProcess
 

@@ -34,6 +34,8 @@ from actors.rollout import (
 from actors.rollout.router_client import GenerateRefused, generate_once
 from runtime import ActorHandle, DeadlineExceeded, ObjectRef, RemoteError, spawn
 
+pytestmark = pytest.mark.processes
+
 SAMPLING = {"temperature": 1.0, "max_new_tokens": 8, "ignore_eos": True}
 
 

@@ -15,6 +15,8 @@ import requests
 from actors.router import RouterError, RouterProcess
 from launcher.console.log_filter import ConsoleLogFilter
 
+pytestmark = pytest.mark.processes
+
 if TYPE_CHECKING:
     from tests.actors.conftest import EngineLauncher, EngineProcess
 

@@ -165,6 +165,7 @@ def test_a_controller_under_the_launcher_without_a_router_pool_says_the_expander
     assert "router_pool is not set" in record.getMessage() and "pip install -e ." in record.getMessage()
 
 
+@pytest.mark.processes
 def test_router_pool_false_runs_the_router_beside_the_controller(tmp_path: Path) -> None:
     with running_controller("beside", str(tmp_path), num_engines=1, router_pool=False, router=FAST_ROUTER) as handle:
         status = handle.status().result(30)

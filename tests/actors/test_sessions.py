@@ -60,6 +60,7 @@ def test_calculator_tool_and_reward() -> None:
     assert all(calculate(q["question"][:-2]) == q["label"] for q in make_questions(5, seed=1))
 
 
+@pytest.mark.processes
 def test_recorded_tokens_are_the_engines_turn_by_turn(spawn_engine: EngineLauncher, tmp_path: Path) -> None:
     model = make_trim_checkpoint(tmp_path / "model")
     engine = spawn_engine("--model-path", str(model))
@@ -117,6 +118,7 @@ def test_recorded_tokens_are_the_engines_turn_by_turn(spawn_engine: EngineLaunch
     assert retokenized_differs  # this template + tokenizer re-tokenize differently: the test would catch it
 
 
+@pytest.mark.processes
 def test_a_killed_session_server_loses_nothing_and_the_trainer_trains_on_the_records(
     spawn_engine: EngineLauncher, tmp_path: Path
 ) -> None:

@@ -88,6 +88,7 @@ def test_generate_and_sampling_fields_are_all_known() -> None:
     assert names <= set(io_struct.SamplingParams.model_fields), names - set(io_struct.SamplingParams.model_fields)
 
 
+@pytest.mark.processes
 def test_every_sglang_field_goes_through_http(engine: EngineProcess) -> None:
     """A body with every SGLang field at its default is accepted by each update endpoint (http_server.py)."""
     assert post(engine, "/begin_weight_update", {"selector": "all", "rid": None, "http_worker_ipc": None}).ok
@@ -110,6 +111,7 @@ def _payload() -> str:
     return encode_named_tensors([("model.norm.weight", torch.ones(MODEL.hidden_size))])
 
 
+@pytest.mark.processes
 def test_tensor_and_distributed_updates_need_a_session(engine: EngineProcess) -> None:
     """weight_updater.py: updates outside begin/end fail (400, success false); end without begin fails."""
     reply = post(engine, "/update_weights_from_tensor", {"serialized_named_tensors": [_payload()]})
@@ -124,6 +126,7 @@ def test_tensor_and_distributed_updates_need_a_session(engine: EngineProcess) ->
 # ---- /generate -------------------------------------------------------------------------------------------
 
 
+@pytest.mark.processes
 def test_input_logprobs_follow_logprob_start_len(engine: EngineProcess) -> None:
     """logprob_result_processor.py: tokens from logprob_start_len, the first with a None logprob; -1: none."""
     ids = [256, 10, 20, 30, 40, 50]
@@ -138,6 +141,7 @@ def test_input_logprobs_follow_logprob_start_len(engine: EngineProcess) -> None:
     assert none["meta_info"]["input_token_logprobs"] == []
 
 
+@pytest.mark.processes
 def test_top_logprobs(engine: EngineProcess) -> None:
     """tokenizer_manager.py: output/input_top_logprobs hold ``top_logprobs_num`` [logprob, id, text] per token."""
     out = generate(
@@ -152,6 +156,7 @@ def test_top_logprobs(engine: EngineProcess) -> None:
     assert meta["input_top_logprobs"][0] is None and len(meta["input_top_logprobs"][1]) == 3
 
 
+@pytest.mark.processes
 def test_n_samples_prompt_major(engine: EngineProcess) -> None:
     """tokenizer_manager.py: n > 1 returns a list, n per prompt in prompt order, each with its own rid."""
     params = {"n": 3, "temperature": 1.0, "max_new_tokens": 5, "ignore_eos": True, "sampling_seed": 1}
@@ -162,6 +167,7 @@ def test_n_samples_prompt_major(engine: EngineProcess) -> None:
     assert isinstance(single, list) and len(single) == 3
 
 
+@pytest.mark.processes
 def test_stream_sends_sse_chunks_then_done(engine: EngineProcess) -> None:
     """http_server.py: ``data: {...}`` events (cumulative output), the last finished, then ``data: [DONE]``."""
     body = {"text": "stream me", "sampling_params": {**GREEDY, "max_new_tokens": 5}, "stream": True}
@@ -177,6 +183,7 @@ def test_stream_sends_sse_chunks_then_done(engine: EngineProcess) -> None:
     assert events[-1]["output_ids"] == plain["output_ids"] and events[-1]["text"] == plain["text"]
 
 
+@pytest.mark.processes
 def test_logit_bias_and_penalties_change_sampling(engine: EngineProcess) -> None:
     """sampling_params.py / penaltylib: logit_bias forces a token; penalties steer away from repeats."""
     forced = generate(engine, text="x", sampling_params={**GREEDY, "logit_bias": {"65": 100.0}})
@@ -191,6 +198,7 @@ def test_logit_bias_and_penalties_change_sampling(engine: EngineProcess) -> None
     assert damped["output_ids"] != plain
 
 
+@pytest.mark.processes
 def test_context_overflow_is_a_400_with_sglangs_message(engine: EngineProcess) -> None:
     """tokenizer_manager._validate_one_request: prompt + max_new_tokens over the context length."""
     reply = post(engine, "/generate", {"input_ids": [1] * 100, "sampling_params": {"max_new_tokens": 29}})
@@ -199,6 +207,7 @@ def test_context_overflow_is_a_400_with_sglangs_message(engine: EngineProcess) -
     assert post(engine, "/generate", {"input_ids": [1] * 100, "sampling_params": {"max_new_tokens": 28}}).ok
 
 
+@pytest.mark.processes
 def test_prefix_cache_reports_cached_tokens_and_flushes(engine: EngineProcess) -> None:
     """A repeated prompt reuses its cached prefix (cached_tokens, same output); /flush_cache empties it."""
     assert post(engine, "/flush_cache").status_code == 200
@@ -213,6 +222,7 @@ def test_prefix_cache_reports_cached_tokens_and_flushes(engine: EngineProcess) -
     assert generate(engine, input_ids=prompt, sampling_params=GREEDY)["meta_info"]["cached_tokens"] == 0
 
 
+@pytest.mark.processes
 def test_radix_cache_matches_generated_tokens_and_branches(engine: EngineProcess) -> None:
     """mem_cache/radix_cache.py ``match_prefix``/``insert``, mem_cache/common.py ``release_kv_cache`` (a finished
     request leaves prompt + output but the last token, whose KV was never computed), schedule_batch.py
@@ -237,6 +247,7 @@ def test_radix_cache_matches_generated_tokens_and_branches(engine: EngineProcess
     assert [s["meta_info"]["cached_tokens"] for s in samples] == [4, 4]
 
 
+@pytest.mark.processes
 def test_flush_cache_is_refused_while_requests_run(engine: EngineProcess) -> None:
     """http_server.py ``flush_cache`` (400 with the scheduler's message), scheduler.py ``flush_cache`` (only when
     ``is_fully_idle``), scheduler_components/flush_wrapper.py (``?timeout=`` waits for idle, then gives up)."""
@@ -258,6 +269,7 @@ def test_flush_cache_is_refused_while_requests_run(engine: EngineProcess) -> Non
     assert requests.get(engine.url + "/flush_cache?timeout=-1", timeout=TIMEOUT_S).status_code == 400
 
 
+@pytest.mark.processes
 def test_a_weight_update_that_cannot_flush_fails_after_loading(engine: EngineProcess) -> None:
     """scheduler_components/weight_updater.py ``flush_cache_after_weight_update``: with ``flush_cache`` and requests
     still running (here frozen by an in-place pause) the weights load and the version moves, but the call fails
@@ -284,6 +296,7 @@ def test_a_weight_update_that_cannot_flush_fails_after_loading(engine: EnginePro
 # ---- server state endpoints --------------------------------------------------------------------------------
 
 
+@pytest.mark.processes
 def test_server_info_metrics_and_control_bodies(engine: EngineProcess) -> None:
     """http_server.py bodies of pause/continue/abort/ready; server_info max_total_num_tokens; metrics series."""
     assert isinstance(get(engine, "/server_info").json()["max_total_num_tokens"], int)
@@ -313,6 +326,7 @@ def _rank(role: str, port: int, rank: int, group: str, spec: list[Any]) -> subpr
     return subprocess.Popen(argv, cwd=REPO_ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
 
+@pytest.mark.processes
 def test_our_trainer_rank_reaches_an_sglang_engine_rank() -> None:
     """weight_updater.py: the engine joins with SGLang's init_custom_process_group as rank_offset + tp_rank."""
     port = free_port()
@@ -333,6 +347,7 @@ def test_our_trainer_rank_reaches_an_sglang_engine_rank() -> None:
     assert json.loads(out) == {"a": 18.0, "b": -10.0}
 
 
+@pytest.mark.processes
 def test_an_sglang_trainer_rank_reaches_the_cpu_engine(engine: EngineProcess) -> None:
     """miles' trainer builds rank 0 with SGLang's function; the CPU engine joins and loads what it sends."""
     port = free_port()

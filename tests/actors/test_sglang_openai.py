@@ -14,6 +14,8 @@ import requests
 
 from tests.actors.sglang_engine import TIMEOUT_S, generate, get, hold_a_running_stream, post, start_engine
 
+pytestmark = pytest.mark.processes
+
 if TYPE_CHECKING:
     from tests.actors.conftest import EngineLauncher, EngineProcess
 

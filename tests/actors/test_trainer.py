@@ -27,6 +27,8 @@ from actors.model_config import ModelConfig
 from actors.trainer import OptimizerConfig, ParallelConfig, TrainerConfig
 from actors.weights_wire import decode_named_tensors
 
+pytestmark = pytest.mark.processes
+
 HELPER = Path(__file__).with_name("trainer_helpers.py")
 RANKS_DEADLINE_S = 60.0
 

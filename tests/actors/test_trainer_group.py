@@ -16,6 +16,8 @@ from actors.model_config import ModelConfig
 from actors.trainer import OptimizerConfig, TrainerConfig
 from actors.trainer.group import TrainerGroup, TrainerGroupError
 
+pytestmark = pytest.mark.processes
+
 TARGET = [256, 72, 101, 108, 108, 111, 33, 257]  # BOS "Hello!" EOS
 
 

@@ -11,6 +11,8 @@ from pathlib import Path
 import pytest
 from rank_processes import Ranks
 
+pytestmark = pytest.mark.processes
+
 HELPER = Path(__file__).with_name("objective_helpers.py")
 
 

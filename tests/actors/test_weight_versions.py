@@ -21,6 +21,8 @@ from actors.cpu_engine import build_model
 from tests.actors import sglang_source
 from tests.actors.sglang_engine import GREEDY, MODEL, TIMEOUT_S, get, hold_a_running_stream, post, start_engine
 
+pytestmark = pytest.mark.processes
+
 if TYPE_CHECKING:
     from tests.actors.conftest import EngineLauncher, EngineProcess
 

@@ -9,7 +9,11 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from tests.e2e.test_demo_job import LAUNCH, ROOT, ROW, left_behind, marked_env
+
+pytestmark = pytest.mark.processes
 
 EXAMPLE = ROOT / "examples" / "async-demo.toml"
 KEYS = {"iterations", "reward_first", "reward_last", "engine_busy_fraction", "max_staleness_seen",

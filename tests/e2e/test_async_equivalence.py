@@ -17,6 +17,8 @@ import pytest
 from tests.e2e.test_async_demo import result_of
 from tests.e2e.test_demo_job import LAUNCH, ROOT, left_behind, marked_env, small_config
 
+pytestmark = pytest.mark.processes
+
 ITERATIONS = 3  # the third step trains weights that two updates made: a drift would show by then
 
 

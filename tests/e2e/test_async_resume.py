@@ -14,10 +14,14 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
+
 from tests.e2e.test_async_demo import EXAMPLE, result_of
 from tests.e2e.test_demo_job import LAUNCH, ROOT, ROW, left_behind, marked_env
 
-ITERATIONS = 10  # the kill comes at iteration 2; the resumed run does the rest
+pytestmark = pytest.mark.processes
+
+ITERATIONS = 5  # the kill comes at iteration 2; the resumed run does the rest
 
 
 def config_for(tmp_path: Path, *, resume: bool) -> Path:

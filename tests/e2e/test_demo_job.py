@@ -18,6 +18,8 @@ import pytest
 
 from launcher.console.log_filter import record_level
 
+pytestmark = pytest.mark.processes
+
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLE = ROOT / "hosts.example.toml"
 LAUNCH = [sys.executable, "-m", "launcher.console.cli"]

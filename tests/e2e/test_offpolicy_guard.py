@@ -9,8 +9,12 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from tests.e2e.test_async_demo import EXAMPLE
 from tests.e2e.test_demo_job import LAUNCH, ROOT, left_behind, marked_env
+
+pytestmark = pytest.mark.processes
 
 
 def test_uncorrected_async_run_is_refused_at_start(tmp_path: Path) -> None:

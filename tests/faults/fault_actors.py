@@ -170,3 +170,29 @@ class Leaver:
 
     def unprintable(self) -> None:
         raise _Unprintable()
+
+
+class Keeper:
+    """Keeps a handle it was given (as a holder on another host would) and calls through it; reports each outcome
+    as data, so the test sees the exception this process got."""
+
+    def __init__(self) -> None:
+        self.other: Any = None
+
+    def keep(self, other: Any) -> str | None:
+        self.other = other
+        return other.boot_id
+
+    async def add(self, n: int) -> dict[str, Any]:
+        try:
+            return {"value": await self.other.add(n), "error": None, "pinned": self.other.boot_id}
+        except Exception as exc:
+            return {"value": None, "error": f"{type(exc).__name__}: {exc}", "pinned": self.other.boot_id}
+
+    def seen_boot(self) -> str | None:
+        """The incarnation this process's connection to the actor last heard from."""
+        return self.other.connection.boot_id
+
+    async def follow(self) -> str | None:
+        await self.other.follow_restart_async(deadline_s=20.0)
+        return self.other.boot_id

@@ -16,6 +16,8 @@ from transport import security
 from transport.codec import encode
 from transport.protocol import Kind
 
+pytestmark = pytest.mark.processes
+
 
 def _submit_hit(socket: zmq.Socket, key: int) -> None:
     meta = [os.urandom(16), "hit", None, None, None, [], False]

@@ -33,6 +33,8 @@ from runtime.internals import attach
 from runtime.names.naming import REGISTRY_ENV
 from runtime.processes.process import READY_PREFIX, ActorProcess, child_environment, worker_command
 
+pytestmark = pytest.mark.processes
+
 SEEN_WITHIN_S = 1.0  # the target on one host
 SEEN_ACROSS_HOSTS_WITHIN_S = 2.0
 CONSTRUCTOR_DEATH_WITHIN_S = 2.0

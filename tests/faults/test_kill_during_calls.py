@@ -12,6 +12,8 @@ import pytest
 from runtime import ActorDied, ActorGroup, spawn, spawn_many
 from transport import shared_memory
 
+pytestmark = pytest.mark.processes
+
 
 def test_kill_9_of_two_of_three_actors_during_calls(no_leaks: None) -> None:
     actors = spawn_many("fault_actors:Tally", 3, name_prefix="victim")

@@ -14,6 +14,8 @@ from fault_helpers import LossyLinkProcess
 
 from runtime import ActorError, ActorHandle, DeadlineExceeded, NotDelivered, spawn
 
+pytestmark = pytest.mark.processes
+
 log = logging.getLogger(__name__)
 
 CALLS = 10_000

@@ -15,6 +15,8 @@ from runtime import RemoteError, metrics, spawn
 from runtime.core import control_auth
 from runtime.processes.process import READY_PREFIX
 
+pytestmark = pytest.mark.processes
+
 
 def scrape(port: int) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
     """Every sample at ``/metrics`` on ``port``, by (name, sorted labels)."""

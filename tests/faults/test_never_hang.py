@@ -31,6 +31,8 @@ from runtime.internals import StoreLimits
 from transport import frames as wire
 from transport.protocol import Kind
 
+pytestmark = pytest.mark.processes
+
 
 @pytest.fixture
 def leaver(no_leaks: None) -> Iterator[ActorHandle]:

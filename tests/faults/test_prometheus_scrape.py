@@ -14,6 +14,8 @@ from prometheus_server import Prometheus
 from launcher.launch.service_discovery import ServiceDiscovery
 from runtime import spawn
 
+pytestmark = pytest.mark.processes
+
 
 def _eventually(what: str, probe: Callable[[], Any], timeout_s: float) -> Any:
     """``probe()``'s first truthy value, polled until ``timeout_s``; fails the test naming ``what``."""

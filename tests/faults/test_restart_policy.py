@@ -14,6 +14,8 @@ from fault_helpers import http_get
 
 from runtime import ActorDied, ActorRestarted, spawn
 
+pytestmark = pytest.mark.processes
+
 
 def _constructions(log_path: Path) -> list[dict[str, object]]:
     return [json.loads(line) for line in log_path.read_text().splitlines()]

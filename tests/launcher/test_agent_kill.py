@@ -20,6 +20,8 @@ from launcher.config.hosts_config import load_config
 from launcher.launch.worker_provider import WorkerProvider
 from runtime import ActorDied
 
+pytestmark = pytest.mark.processes
+
 COUNTER = {"kind": "serve", "actor_class": "launch_actors:Counter", "kwargs": {"start": 10}}
 
 

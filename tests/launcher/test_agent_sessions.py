@@ -20,11 +20,14 @@ import time
 from pathlib import Path
 
 import psutil
+import pytest
 import requests
 import tomllib
 from launch_helpers import result_line, run_local_example
 
 from actors.sessions.pool import session_server_pool
+
+pytestmark = pytest.mark.processes
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLE = ROOT / "examples" / "agent-sessions-cpu.toml"

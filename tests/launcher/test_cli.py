@@ -11,8 +11,11 @@ from pathlib import Path
 from typing import Any
 
 import psutil
+import pytest
 import toml_text
 from launch_helpers import PYTHON, check_names_across, local_host, subprocess_env
+
+pytestmark = pytest.mark.processes
 
 HTTP = {
     "kind": "command",

@@ -13,6 +13,8 @@ from test_cli import COUNTER, cli
 
 from launcher.console.text_columns import aligned
 
+pytestmark = pytest.mark.processes
+
 LONG_POOL = "inference-router-of-the-rollout"  # longer than any fixed width the table had
 LONG_HOST = "a-rather-long-host-name-0"
 

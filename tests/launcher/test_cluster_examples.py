@@ -41,6 +41,7 @@ def dry_run(name: str) -> dict[str, tuple[str, str, str]]:
     return {worker: (host, gpus, share) for worker, host, gpus, share in ROW.findall(result.stdout)}
 
 
+@pytest.mark.processes
 def test_split_example_plans_trainer_on_one_host_and_four_tp2_engines_on_the_other() -> None:
     plan = dry_run("cluster-2x8gpu.toml")
     assert len(plan) == 8 + 4 + 2 + 1
@@ -85,6 +86,7 @@ def test_colocated_example_router_pool_is_what_the_renderer_makes_and_the_contro
     assert config.pool("inference").worker.kwargs["router_pool"] == "router"
 
 
+@pytest.mark.processes
 def test_colocated_example_shares_every_gpu_between_a_trainer_rank_and_an_engine() -> None:
     plan = dry_run("cluster-2x8gpu-colocated.toml")
     for rank in range(16):

@@ -222,6 +222,7 @@ def main(ctx) -> int:
 """
 
 
+@pytest.mark.processes
 def test_local_hosts_import_the_working_dir_in_place(tmp_path: Path) -> None:
     """The issue's first try: myjob.py beside hosts.toml, `entrypoint = "myjob:main"`, an actor class of its own,
     launched from another directory (before: `cannot import 'myjob'`, rc 2)."""
@@ -239,6 +240,7 @@ def test_local_hosts_import_the_working_dir_in_place(tmp_path: Path) -> None:
     assert not (tmp_path / "h" / "code").exists()  # nothing unpacked: used in place
 
 
+@pytest.mark.processes
 def test_a_command_job_gets_the_working_dir_first_on_its_pythonpath(tmp_path: Path) -> None:
     (tmp_path / "myjob.py").write_text("")
     command = [PYTHON, "-c", "import myjob, os; print('CMDJOB', myjob.__file__, os.environ['PYTHONPATH'])"]

@@ -15,6 +15,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 import toml_text
 import tomllib
 from launch_helpers import PYTHON, subprocess_env
@@ -22,6 +23,8 @@ from launch_helpers import PYTHON, subprocess_env
 from actors.inference.engine_pool import engine_pool
 from actors.model_config import ModelConfig
 from actors.sglang_config import SGLangConfig
+
+pytestmark = pytest.mark.processes
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLE = ROOT / "examples" / "colocated-demo.toml"

@@ -22,6 +22,8 @@ from launcher.config.hosts_config import parse_config
 from launcher.errors import WorkerStartError
 from launcher.launch.worker_provider import WorkerProvider
 
+pytestmark = pytest.mark.processes
+
 SLOW = {"kind": "serve", "actor_class": "launch_actors:SlowStart", "kwargs": {"seconds": 60}}
 TYPO = {"kind": "serve", "actor_class": "launch_actors:Counter", "kwargs": {"strat": 5}}  # Counter takes start=
 

@@ -20,6 +20,8 @@ from launcher.errors import HostCheckError
 from launcher.launch.gpu_check import detect_gpus, gpu_problem
 from launcher.launch.worker_provider import WorkerProvider
 
+pytestmark = pytest.mark.processes
+
 COUNTER = {"kind": "serve", "actor_class": "launch_actors:Counter", "gpus": 1}
 # `nvidia-smi -L` on a two-GPU machine (its format: "GPU <index>: <name> (UUID: GPU-...)").
 FAKE_NVIDIA_SMI = """#!/bin/sh

@@ -18,6 +18,8 @@ from launch_helpers import PYTHON, subprocess_env
 
 from launcher.agent import agent_protocol as proto
 
+pytestmark = pytest.mark.processes
+
 
 class AgentProc:
     """A host agent subprocess driven like the launcher drives it."""

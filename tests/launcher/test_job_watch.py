@@ -15,9 +15,13 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import pytest
 from launch_helpers import PYTHON, local_host, subprocess_env, wait_for, write_hosts_toml
 
-SLOW = {"kind": "serve", "actor_class": "launch_actors:SlowStart", "kwargs": {"seconds": 25}}
+pytestmark = pytest.mark.processes
+
+# constructed in 10 s: long enough for a few console lines and status calls (each a Python start) to see it
+SLOW = {"kind": "serve", "actor_class": "launch_actors:SlowStart", "kwargs": {"seconds": 10}}
 COUNTER = {"kind": "serve", "actor_class": "launch_actors:Counter"}
 
 

@@ -149,6 +149,7 @@ def test_a_dependency_missing_here_is_a_warning_not_an_error(tmp_path: Path) -> 
     assert "needs 'sglang_only_on_gpu_hosts', which is not installed" in warning
 
 
+@pytest.mark.processes
 def test_dry_run_checks_classes_and_shows_the_code(tmp_path: Path) -> None:
     path = write(tmp_path, pool("a", "useractors:Learner", "lr = 0.1\nsteps_ = 3"))
     argv = [PYTHON, "-m", "launcher.console.cli", str(path), "--dry-run"]

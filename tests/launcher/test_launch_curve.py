@@ -18,6 +18,8 @@ from launcher.launch.worker_provider import WorkerProvider
 from runtime import ActorDied, ActorHandle
 from transport import security
 
+pytestmark = pytest.mark.processes
+
 COUNTER = {"kind": "serve", "actor_class": "launch_actors:Counter", "kwargs": {"start": 10}}
 KEY_FILES = {"client.key", "client.key_secret"}  # no actor keys: each actor's secret goes to its stdin only
 

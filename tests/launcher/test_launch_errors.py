@@ -14,6 +14,8 @@ import pytest
 import toml_text
 from launch_helpers import PYTHON, subprocess_env
 
+pytestmark = pytest.mark.processes
+
 SYSTEM_PYTHON = "/usr/bin/python3"
 
 

@@ -23,6 +23,8 @@ from launcher.errors import ConfigError, LauncherError
 from launcher.launch.job import JobContext
 from launcher.launch.worker_provider import WorkerProvider
 
+pytestmark = pytest.mark.processes
+
 COUNTER = {"kind": "serve", "actor_class": "launch_actors:Counter", "kwargs": {"start": 0}}
 JOB = "launch_jobs:exit_code"
 

@@ -25,6 +25,8 @@ from launcher.errors import HostCheckError, WorkerStartError
 from launcher.launch.cells import WorkerInfo
 from launcher.launch.worker_provider import WorkerProvider
 
+pytestmark = pytest.mark.processes
+
 
 def config(tmp_path: Path, pools: list[dict[str, Any]], *, hosts: int = 1, gpus: Any = 0, **launcher: Any) -> Any:
     data = {

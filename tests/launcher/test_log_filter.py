@@ -63,6 +63,7 @@ def test_all_and_none_modes_and_a_bad_mode() -> None:
         ConsoleLogFilter("some")
 
 
+@pytest.mark.processes
 def test_real_sglang_router_lines_are_info_records() -> None:
     """sglang-router 0.3.2 writes coloured tracing lines even into a pipe; each must parse as an INFO record."""
     argv = [sys.executable, "-m", "sglang_router.launch_router", "--host", "127.0.0.1", "--port", str(free_port())]

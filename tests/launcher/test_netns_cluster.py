@@ -13,10 +13,13 @@ import time
 from pathlib import Path
 from typing import Any
 
+import pytest
 import toml_text
 from launch_collective import MEMBER
 from launch_helpers import PYTHON, NetnsCluster, check_names_across, launch_until_job_runs, ssh_host, subprocess_env
 from sshd_fixture import SshKeys
+
+pytestmark = pytest.mark.processes
 
 COUNTER = {"kind": "serve", "actor_class": "launch_actors:Counter", "kwargs": {"start": 1}}
 

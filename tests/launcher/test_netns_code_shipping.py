@@ -9,9 +9,12 @@ import json
 import subprocess
 from pathlib import Path
 
+import pytest
 import toml_text
 from launch_helpers import PYTHON, NetnsCluster, ssh_host, subprocess_env
 from sshd_fixture import SshKeys
+
+pytestmark = pytest.mark.processes
 
 SHIPPED = """
 import json

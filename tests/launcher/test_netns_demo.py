@@ -13,9 +13,12 @@ import subprocess
 import time
 from pathlib import Path
 
+import pytest
 import toml_text
 from launch_helpers import PYTHON, NetnsCluster, ssh_host, subprocess_env
 from sshd_fixture import SshKeys
+
+pytestmark = pytest.mark.processes
 
 try:
     import tomllib

@@ -17,6 +17,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import pytest
 import toml_text
 from launch_helpers import PYTHON, NetnsCluster, ssh_host, subprocess_env
 from sshd_fixture import SshKeys
@@ -24,6 +25,8 @@ from sshd_fixture import SshKeys
 from actors.inference.engine_pool import engine_pool
 from actors.model_config import ModelConfig
 from actors.sglang_config import SGLangConfig
+
+pytestmark = pytest.mark.processes
 
 TINY = ModelConfig(
     hidden_size=32, num_layers=1, num_attention_heads=2, num_key_value_heads=2, ffn_hidden_size=64,
@@ -170,11 +173,13 @@ def test_demo_over_refs_with_launcher_placed_engine_actors_across_hosts(
     bridge and every update is pulled over it. The engine on h2 is then SIGKILLed: the launcher restarts it on h2,
     the controller finds the new actor by its worker id, and the next update forms the group again with it. The
     engines must equal the trainer's checkpoint after the loop and after that update."""
-    from test_netns_demo import ITERATIONS, ROW
+    from test_netns_demo import ROW
+
+    iterations = 2  # two updates over the group; the reward's rise is the other tests' to show
 
     def refs_job(data: dict[str, Any], model: dict[str, Any]) -> None:
-        data["job"] = {"entrypoint": "launch_inference_jobs:refs_demo",
-                      "args": {**data["job"]["args"], "weight_sync": "refs", "check_model": model}}  # fmt: skip
+        args = {**data["job"]["args"], "iterations": iterations, "weight_sync": "refs", "check_model": model}
+        data["job"] = {"entrypoint": "launch_inference_jobs:refs_demo", "args": args}
 
     config, engines = demo_with_engine_pool(tmp_path, netns_cluster, ssh_keys, as_actor=True, edit=refs_job)
     assert engines["worker"]["kind"] == "serve" and "--port" in engines["worker"]["kwargs"]["argv"]
@@ -186,7 +191,7 @@ def test_demo_over_refs_with_launcher_placed_engine_actors_across_hosts(
     assert result.returncode in (0, 1), output[-6000:]  # 1: the reward did not rise (asserted by the tests above)
     assert "initial weights pushed to the engines over collective refs" in result.stdout, output[-6000:]
     rows = [m for m in (ROW.match(line) for line in result.stdout.splitlines()) if m]
-    assert [int(m.group(1)) for m in rows] == list(range(1, ITERATIONS + 1)), result.stdout
+    assert [int(m.group(1)) for m in rows] == list(range(1, iterations + 1)), result.stdout
     report = json.loads(result.stdout.split("REFS ", 1)[1].splitlines()[0])
     (_, _, h1_address), (_, _, h2_address) = netns_cluster.hosts
     hosts = {url.split("//")[1].split(":")[0] for url in report["after_loop"]}

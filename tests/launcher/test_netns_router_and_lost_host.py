@@ -14,9 +14,12 @@ import json
 import subprocess
 from pathlib import Path
 
+import pytest
 from launch_helpers import NETNS_OCTET, NetnsCluster
 from sshd_fixture import SshKeys
 from test_netns_inference import inference_pools, launch
+
+pytestmark = pytest.mark.processes
 
 
 def test_router_on_the_launchers_machine_by_default_is_restarted_there_after_kill_9_and_traffic_resumes(

@@ -26,6 +26,8 @@ from launcher.errors import ConfigError
 from launcher.launch.worker_command import bind_address, build_spawn
 from launcher.launch.worker_provider import WorkerProvider
 
+pytestmark = pytest.mark.processes
+
 COUNTER = {"kind": "serve", "actor_class": "launch_actors:Counter", "kwargs": {"start": 10}}
 OPT_IN = "allow_open_binds_without_curve"
 ANYONE = "any peer that can reach the actors' ports can call any public method of any actor"

@@ -85,6 +85,7 @@ def load_error(path: Path) -> str:
     return str(info.value)
 
 
+@pytest.mark.processes
 def test_an_expander_rewrites_its_pool_and_adds_a_companion_on_the_built_in_launcher_host(
     expanders: Path, tmp_path: Path
 ) -> None:

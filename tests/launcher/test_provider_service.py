@@ -20,6 +20,8 @@ from runtime import RemoteError
 from runtime.core.errors import CallRejected
 from transport import security
 
+pytestmark = pytest.mark.processes
+
 SERVER = {
     "kind": "command",
     "command": "{python} -m http.server {port} --bind 127.0.0.1",

@@ -19,9 +19,12 @@ from pathlib import Path
 from typing import Any
 
 import psutil
+import pytest
 import toml_text
 from launch_helpers import HERE, PYTHON, wait_for
 from slurm_fixture import NODES, SlurmTestCluster
+
+pytestmark = pytest.mark.processes
 
 try:
     import tomllib

@@ -8,10 +8,13 @@ import json
 import subprocess
 from pathlib import Path
 
+import pytest
 import toml_text
 from launch_helpers import PYTHON
 from slurm_fixture import NODES, SlurmTestCluster
 from test_slurm_cluster import NODE_ENV, launch_argv
+
+pytestmark = pytest.mark.processes
 
 MODULE = """
 import json

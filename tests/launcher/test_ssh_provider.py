@@ -17,6 +17,8 @@ from launcher.config.hosts_config import parse_config
 from launcher.errors import HostAuthError, HostCheckError, HostUnreachable, WorkerStartError
 from launcher.launch.worker_provider import WorkerProvider
 
+pytestmark = pytest.mark.processes
+
 COUNTER = {"kind": "serve", "actor_class": "launch_actors:Counter", "kwargs": {"start": 1}}
 
 

@@ -9,7 +9,10 @@ import signal
 import subprocess
 from pathlib import Path
 
+import pytest
 from launch_helpers import PYTHON, launch_until_job_runs, local_host, write_hosts_toml
+
+pytestmark = pytest.mark.processes
 
 
 def test_ctrl_c_ends_the_launcher_even_with_a_thread_the_job_left(tmp_path: Path) -> None:

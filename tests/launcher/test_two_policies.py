@@ -15,12 +15,15 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 import tomllib
 from launch_helpers import result_line, run_local_example
 
 from actors.inference.engine_pool import engine_pool
 from actors.sglang_config import SGLangConfig
 from launcher.config.hosts_config import load_config
+
+pytestmark = pytest.mark.processes
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLES = ROOT / "examples"

@@ -30,6 +30,8 @@ from runtime import internals
 from runtime.core.control_auth import SpawnTicket
 from runtime.processes import fork_server as zygote
 
+pytestmark = pytest.mark.processes
+
 
 @pytest.fixture
 def agent(tmp_path: Path) -> Iterator[AgentProc]:

@@ -18,9 +18,11 @@ from sample_actors import Color, Counter, Point
 from waiting import wait_until
 
 from runtime import ActorGroup, ActorHandle, DeadlineExceeded, RemoteError, gather, get_actor, spawn, spawn_many
-from runtime.caller import connection
+from runtime.caller import wait_spin
 from transport import local_twin, shared_memory
 from transport.endpoints import ZmqEndpoint
+
+pytestmark = pytest.mark.processes
 
 
 def test_sync_result_and_await(counter: ActorHandle) -> None:
@@ -292,7 +294,7 @@ def test_a_waiting_caller_spins_only_right_after_a_result(
     """A thread blocked in .result() polls the socket first (MILES_WAIT_SPIN_US) only if the actor answered within
     SPIN_AFTER_RESULT_S: an actor silent for longer is asleep, takes longer to wake than the spin lasts, and the
     spinning core is one its threads need (bench/README.md: a call after 0.5-50 ms of silence was 15-40% slower)."""
-    assert connection.WAIT_SPIN_S > 0
+    assert wait_spin.WAIT_SPIN_S > 0
     spins: list[float] = []
     receive_here = ZmqEndpoint.receive_here
 
@@ -301,10 +303,10 @@ def test_a_waiting_caller_spins_only_right_after_a_result(
         receive_here(self, timeout_s, waker, spin_s=spin_s)
 
     monkeypatch.setattr(ZmqEndpoint, "receive_here", recording)
-    monkeypatch.setattr(connection, "SPIN_AFTER_RESULT_S", 60.0)  # "recently": whatever this machine's load
+    monkeypatch.setattr(wait_spin, "SPIN_AFTER_RESULT_S", 60.0)  # "recently": whatever this machine's load
     assert counter.add(1).result(10) == 11
-    assert spins and spins[0] == connection.WAIT_SPIN_S
-    monkeypatch.setattr(connection, "SPIN_AFTER_RESULT_S", 0.05)
+    assert spins and spins[0] == wait_spin.WAIT_SPIN_S
+    monkeypatch.setattr(wait_spin, "SPIN_AFTER_RESULT_S", 0.05)
     time.sleep(0.2)
     spins.clear()
     assert counter.add(1).result(10) == 12

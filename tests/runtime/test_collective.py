@@ -22,6 +22,8 @@ from runtime import ActorHandle, RemoteError, spawn_many
 from runtime.collective import CollectiveError, create_group, destroy_group
 from runtime.tensors.tensor_refs import TensorRef
 
+pytestmark = pytest.mark.processes
+
 SHAPES = {"layer.weight": [64, 32], "layer.bias": [64], "embed": [100, 16]}
 BIG = {**SHAPES, "big": [512, 512]}  # 1 MiB more
 

@@ -14,6 +14,8 @@ from sample_actors import BrokenConstructor, HttpError, Positional, UnsendableFi
 
 from runtime import ActorDefinitionError, ActorHandle, CallRejected, RemoteError, spawn
 
+pytestmark = pytest.mark.processes
+
 
 def test_positional_constructor_is_refused_before_spawning(no_leaks: None) -> None:
     with pytest.raises(ActorDefinitionError, match=r"parameter 'a' is positional.*def __init__\(self, \*, a"):

@@ -21,11 +21,13 @@ from pathlib import Path
 import pytest
 from raw_client import RawClient
 
-from runtime import ActorHandle, ActorRestarted, spawn
+from runtime import ActorDied, ActorHandle, ActorRestarted, spawn
 from runtime.core.call_ids import made_at_ms, new_call_id
 from runtime.internals import StoreLimits
 from transport import frames as wire
 from transport.protocol import Kind
+
+pytestmark = pytest.mark.processes
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -171,7 +173,15 @@ def test_a_reply_from_another_incarnation_is_never_taken_as_the_result(no_leaks:
         )
         with pytest.raises(ActorRestarted, match="from incarnation incarnation-b, but the call was sent to incarn"):
             handle.method("value")().result(10)
-        # The handle now knows the actor as incarnation-b: a call pinned to it takes its reply.
+        # The handle stays pinned to incarnation-a (runtime.caller.handle): refused from now on, without being sent.
+        with pytest.raises(ActorRestarted, match=r"pinned to incarnation incarnation-a, which is gone \(now incarnat"):
+            handle.method("value")().result(10)
+        # What answers is not an actor (its "health" is 42): the handle is not moved there.
+        with pytest.raises(ActorDied, match=r"what answers at tcp://127\.0\.0\.1:\d+ is not an actor of this runtime"):
+            handle.follow_restart(deadline_s=5)
+        assert handle.boot_id == "incarnation-a"
+        # A handle that follows restarts (as ray_compat's) calls whichever incarnation answers: its reply is taken.
+        handle.follows_restarts = True
         assert handle.method("value")().result(10) == 42
         handle.mark_dead("test over")
     finally:

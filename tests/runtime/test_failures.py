@@ -20,6 +20,8 @@ from runtime.internals import StoreLimits
 from transport import frames as wire
 from transport.protocol import Kind
 
+pytestmark = pytest.mark.processes
+
 
 def test_control_plane_answers_while_sync_method_sleeps(counter: ActorHandle) -> None:
     slow = counter.sleep(5.0)

@@ -18,6 +18,8 @@ from runtime.processes import driver_fork
 from runtime.processes.fork_client import ForkedWorker, become_subreaper
 from runtime.processes.orphan_reaper import reap_orphans, zombie_children
 
+pytestmark = pytest.mark.processes
+
 
 def _gone(pid: int, within_s: float) -> bool:
     try:

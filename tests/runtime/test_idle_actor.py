@@ -11,8 +11,11 @@ from __future__ import annotations
 import time
 
 import psutil
+import pytest
 
 from runtime import ActorHandle
+
+pytestmark = pytest.mark.processes
 
 IDLE_S = 2.0
 #: Wake-ups per second an idle actor may have (heartbeats, the idle slice of its lane thread, metrics); the

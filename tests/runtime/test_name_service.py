@@ -25,6 +25,8 @@ from runtime.names.name_service import NAME_SERVICE_ENV, NameServer, NameService
 from runtime.names.service import ServiceAddress
 from transport.security import CURVE_DIR_ENV, generate_cluster_keys
 
+pytestmark = pytest.mark.processes
+
 
 @pytest.fixture
 def served(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, no_leaks: None) -> Iterator[NameServer]:

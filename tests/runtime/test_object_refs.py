@@ -10,6 +10,8 @@ import pytest
 
 from runtime import ActorDied, ObjectRef, spawn
 
+pytestmark = pytest.mark.processes
+
 
 def test_refs_travel_and_are_fetched_from_the_owner(no_leaks: None) -> None:
     producer = spawn("sample_actors:Producer")

@@ -17,6 +17,8 @@ import torch
 from runtime import ActorHandle
 from transport import session_secret
 
+pytestmark = pytest.mark.processes
+
 
 def _scale(x: float) -> float:
     return 2 * x

@@ -27,6 +27,8 @@ from runtime.ray_compat.as_ray import SHIM_DIR, install_as_ray
 from runtime.ray_compat.exceptions import ActorDiedError, RayTaskError
 from runtime.ray_compat.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
+pytestmark = pytest.mark.processes
+
 ROOT = Path(__file__).resolve().parents[2]
 
 
@@ -209,9 +211,13 @@ def test_a_placement_group_handed_to_an_actor_or_captured_by_it(session: None) -
     try:
         placer = ray.remote(Placer).remote()
         assert ray.get(placer.start_in.remote(group, 1), timeout=60) == [1]  # bundle 1's GPU
-        captured = ray.remote(Placer).options(
-            scheduling_strategy=PlacementGroupSchedulingStrategy(group, 0, placement_group_capture_child_tasks=True)
-        ).remote()
+        captured = (
+            ray.remote(Placer)
+            .options(
+                scheduling_strategy=PlacementGroupSchedulingStrategy(group, 0, placement_group_capture_child_tasks=True)
+            )
+            .remote()
+        )
         group_id, gpus = ray.get(captured.start_captured.remote(), timeout=60)
         assert group_id == group.id and gpus in ([0], [1])
     finally:

@@ -19,7 +19,7 @@ import pytest
 
 import runtime.ray_compat as ray
 
-pytestmark = pytest.mark.usefixtures("ray_session_2cpu")
+pytestmark = [pytest.mark.usefixtures("ray_session_2cpu"), pytest.mark.processes]
 
 
 @ray.remote

@@ -17,6 +17,8 @@ import pytest
 import runtime.ray_compat as ray
 from runtime.ray_compat.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
+pytestmark = pytest.mark.processes
+
 
 @pytest.fixture(scope="module", autouse=True)
 def session() -> Iterator[None]:

@@ -69,8 +69,6 @@ def test_refused_apis() -> None:
     with pytest.raises(RuntimeError, match=r"ray\.init twice"):
         ray.init()
     ref = ray.put(1)
-    with pytest.raises(NotImplementedError, match="force=True"):
-        ray.cancel(ref, force=True)
     with pytest.raises(ValueError, match=r"only supported for actors\. For tasks, try ray\.cancel"):
         ray.kill(ref)
     with pytest.raises(TypeError, match=r"Calling 'put' on an ray\.ObjectRef"):
@@ -107,7 +105,6 @@ def test_refused_task_and_call_shapes() -> None:
         actor.options(scheduling_strategy=NodeAffinitySchedulingStrategy("elsewhere", soft=False)).remote(1)
 
 
-
 class Star:
     def __init__(self, first, /, *args, scale=1, **extra):
         self.got = [first, list(args), scale, extra]
@@ -116,6 +113,7 @@ class Star:
         return self.got
 
 
+@pytest.mark.processes
 def test_constructors_with_star_args_and_positional_only_parameters_run_as_in_ray() -> None:
     """Ray passes a constructor's arguments as given: ``*args``, positional-only parameters and ``**kwargs``
     (verl's workers take ``*args, **kwargs``); they were refused before issue 41."""
@@ -125,6 +123,7 @@ def test_constructors_with_star_args_and_positional_only_parameters_run_as_in_ra
         ray.remote(Star).remote()
 
 
+@pytest.mark.processes
 def test_positional_constructor_arguments_travel_by_name() -> None:
     actor = ray.remote(Plain).options(runtime_env={"env_vars": {"RC_TEST": "x"}}).remote(1, b=5)
     assert ray.get(actor.total_of.remote(), timeout=10) == 6
@@ -144,6 +143,7 @@ class Flaky:
         return self.counter
 
 
+@pytest.mark.processes
 def test_actor_fault_tolerance_page() -> None:
     """ray-core/fault_tolerance/actors.html: "Actor retries" (max_restarts, max_task_retries=-1): the call that
     crashed the actor runs again on the restarted one, whose state starts over."""
@@ -152,6 +152,7 @@ def test_actor_fault_tolerance_page() -> None:
     assert counts == [1, 2, 3, 1, 2]
 
 
+@pytest.mark.processes
 def test_readme_ported_script_runs() -> None:
     """README "Coming from Ray": the ported script (examples/ray_compat_port.py) runs unchanged, in a process
     of its own (its own ray.init / shutdown)."""

@@ -16,7 +16,7 @@ import pytest
 import runtime.ray_compat as ray
 from runtime.ray_compat import state
 
-pytestmark = pytest.mark.usefixtures("ray_session_2cpu")
+pytestmark = [pytest.mark.usefixtures("ray_session_2cpu"), pytest.mark.processes]
 
 
 @ray.remote(num_cpus=2)

@@ -16,33 +16,14 @@ import threading
 import time
 
 import pytest
+from ray_own_actors import SignalActor as Signal
 
 import runtime.ray_compat as ray
 
-pytestmark = pytest.mark.usefixtures("ray_start_regular_shared")
+pytestmark = [pytest.mark.usefixtures("ray_start_regular_shared"), pytest.mark.processes]
 
 
-@ray.remote(num_cpus=0)
-class SignalActor:
-    """ray._private.test_utils.SignalActor, as Ray declares it (a sync send, an async wait)."""
-
-    def __init__(self):
-        self.ready_event = asyncio.Event()
-        self.num_waiters = 0
-
-    def send(self, clear=False):
-        self.ready_event.set()
-        if clear:
-            self.ready_event.clear()
-
-    async def wait(self, should_wait=True):
-        if should_wait:
-            self.num_waiters += 1
-            await self.ready_event.wait()
-            self.num_waiters -= 1
-
-    async def cur_num_waiters(self):
-        return self.num_waiters
+SignalActor = ray.remote(num_cpus=0)(Signal)
 
 
 def test_asyncio_actor() -> None:

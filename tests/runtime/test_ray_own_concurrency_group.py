@@ -14,7 +14,7 @@ import pytest
 
 import runtime.ray_compat as ray
 
-pytestmark = pytest.mark.usefixtures("ray_start_regular_shared")
+pytestmark = [pytest.mark.usefixtures("ray_start_regular_shared"), pytest.mark.processes]
 
 
 def test_async_methods_in_concurrency_group() -> None:

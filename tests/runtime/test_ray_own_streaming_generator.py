@@ -20,6 +20,8 @@ import pytest
 import runtime.ray_compat as ray
 from runtime.ray_compat.refs import ObjectRefGenerator
 
+pytestmark = pytest.mark.processes
+
 
 @pytest.fixture(scope="module", autouse=True)
 def shutdown_only() -> Iterator[None]:

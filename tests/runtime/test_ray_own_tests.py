@@ -18,7 +18,7 @@ from ray_own_actors import Foo, Pinger, StaticActor
 import runtime.ray_compat as ray
 from runtime.ray_compat.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
-pytestmark = pytest.mark.usefixtures("ray_start_regular_shared")
+pytestmark = [pytest.mark.usefixtures("ray_start_regular_shared"), pytest.mark.processes]
 
 
 def test_actor_init_error_propagated() -> None:

@@ -33,6 +33,8 @@ from runtime import (
 )
 from runtime.caller.client import ClientRuntime
 
+pytestmark = pytest.mark.processes
+
 
 @pytest.fixture
 def groups(no_leaks: None) -> Iterator[ActorHandle]:

@@ -21,6 +21,8 @@ import pytest
 
 from runtime import ActorHandle, ActorNotFound, CallRejected, get_actor, spawn
 
+pytestmark = pytest.mark.processes
+
 
 @pytest.fixture
 def relay(no_leaks: None) -> Iterator[ActorHandle]:

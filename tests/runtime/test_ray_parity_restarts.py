@@ -1,9 +1,12 @@
-"""Ray parity: max_restarts=-1, a crash inside the constructor counts as a restart, kill(no_restart=False).
+"""Ray parity: max_restarts=-1, a crash inside the constructor counts as a restart, kill(no_restart=False), and a
+Ray handle sent to another actor follows the restart (runtime handles sent elsewhere are pinned instead).
 
 Ray sources read: python/ray/actor.py (``max_restarts``: -1 means restart indefinitely), python/ray/_private/
 worker.py (``ray.kill(actor, *, no_restart=True)``: with no_restart=False the actor is restarted under its
 policy), python/ray/tests/test_actor_failures.py (test_actor_restart*, test_kill_no_restart, a process that dies
-during creation is restarted while restarts are left). Real actor processes; kills are real SIGKILLs.
+during creation is restarted while restarts are left), doc/source/ray-core/fault_tolerance/actors.rst (a restarted
+actor serves the tasks submitted after the restart, its state rebuilt by its constructor: Ray's handles name the
+actor, not one incarnation). Real actor processes; kills are real SIGKILLs.
 """
 
 from __future__ import annotations
@@ -16,6 +19,8 @@ from pathlib import Path
 import pytest
 
 from runtime import ActorDied, ActorHandle, spawn
+
+pytestmark = pytest.mark.processes
 
 
 def _wait_for_new_pid(handle: ActorHandle, old_pid: int, within_s: float = 30.0) -> int:
@@ -88,3 +93,57 @@ def test_kill_without_no_restart_lets_the_policy_restart_the_actor(no_leaks: Non
             copy.kill(no_restart=False)
     finally:
         plain.kill()
+
+
+def test_a_ray_handle_sent_to_another_actor_follows_the_restart(ray_start_regular_shared: None) -> None:
+    import runtime.ray_compat as ray
+
+    @ray.remote(max_restarts=1)
+    class Tally:
+        def __init__(self):
+            self.total = 0
+
+        def add(self, n):
+            self.total += n
+            return self.total
+
+        def pid(self):
+            return os.getpid()
+
+    @ray.remote
+    class Holder:
+        def keep(self, tally):
+            self.tally = tally
+
+        def add(self, n):
+            return ray.get(self.tally.add.remote(n))
+
+        def seen_boot(self):  # the incarnation this process's connection to the actor last heard from
+            return self.tally.native.connection.boot_id
+
+        def pid(self):
+            return os.getpid()
+
+    tally, holder = Tally.remote(), Holder.remote()
+    ray.get(holder.keep.remote(tally))
+    assert ray.get(holder.add.remote(1)) == 1
+    old_pid = ray.get(tally.pid.remote())
+    holder_pid = ray.get(holder.pid.remote())
+    os.kill(holder_pid, signal.SIGSTOP)  # it hears of the restart after it happened (as across hosts)
+    try:
+        os.kill(old_pid, signal.SIGKILL)
+        deadline = time.monotonic() + 30
+        while tally.native.pid == old_pid:  # the spawner's handle follows the restart
+            assert time.monotonic() < deadline, "the actor was not restarted within 30 s"
+            time.sleep(0.05)
+        assert ray.get(tally.add.remote(0)) == 0  # the new incarnation, its constructor run again
+    finally:
+        os.kill(holder_pid, signal.SIGCONT)
+    deadline = time.monotonic() + 10
+    while ray.get(holder.seen_boot.remote()) != tally.native.boot_id:
+        assert time.monotonic() < deadline, "the holder's connection did not hear from the new incarnation"
+        time.sleep(0.05)
+    assert ray.get(holder.add.remote(5)) == 5  # the holder's handle calls the new incarnation, unasked
+    assert ray.get(tally.add.remote(0)) == 5
+    ray.kill(holder)
+    ray.kill(tally)

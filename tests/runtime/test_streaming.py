@@ -16,6 +16,8 @@ from runtime.actor.stream_table import StreamTable, stream_close
 from runtime.caller.handle import MethodRef
 from runtime.caller.stream_call import StreamingCall
 
+pytestmark = pytest.mark.processes
+
 
 @pytest.fixture(scope="module")
 def producer() -> Iterator[ActorHandle]:

@@ -16,6 +16,8 @@ from runtime.caller.handle_names import handle_attributes
 from runtime.core.errors import ActorDefinitionError
 from runtime.processes.process import ActorProcess
 
+pytestmark = pytest.mark.processes
+
 
 @pytest.fixture(scope="module")
 def typed() -> Iterator[ActorHandle]:

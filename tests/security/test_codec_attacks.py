@@ -91,6 +91,7 @@ print("done")
 """
 
 
+@pytest.mark.processes
 def test_deep_nesting_is_refused_without_crashing() -> None:
     done = run_child(_DEEP)
     assert done.returncode == 0, f"the decoding process died ({done.returncode}): {done.stderr[-2000:]}"
@@ -240,6 +241,7 @@ print("array:", decode(array).tolist())
 """
 
 
+@pytest.mark.processes
 def test_a_tensor_from_the_wire_never_imports_torch() -> None:
     done = run_child(_NO_TORCH)
     assert done.returncode == 0, done.stderr

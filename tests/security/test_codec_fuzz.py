@@ -15,9 +15,12 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import pytest
 from codec_samples import ARRAY, BUFFER, OBJECT, SAMPLES, TENSOR, TUPLE, Color, Model, Point, ext, packed, run_child
 
 from transport import DecodeError, decode, encode
+
+pytestmark = pytest.mark.processes
 
 # --- thousands of almost-valid bodies ------------------------------------------------------------------------------
 

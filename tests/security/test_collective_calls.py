@@ -15,6 +15,8 @@ from runtime import ActorHandle, RemoteError
 from runtime.tensors.collective_groups import MAX_GROUPS
 from runtime.tensors.collective_store import MAX_TABLE_BYTES, MAX_VALUE_BYTES
 
+pytestmark = pytest.mark.processes
+
 
 def refused(target: ActorHandle, method: str, *args: object) -> str:
     with pytest.raises(RemoteError) as refusal:

@@ -17,6 +17,8 @@ from raw_client import RawClient
 
 from runtime import ActorDied, ActorHandle, connect, spawn
 
+pytestmark = pytest.mark.processes
+
 FLOOD = 400
 LIMIT = 40
 

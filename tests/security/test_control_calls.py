@@ -24,6 +24,8 @@ from runtime.core.call_ids import new_call_id
 from runtime.internals import attach
 from runtime.processes.process import READY_PREFIX, worker_command
 
+pytestmark = pytest.mark.processes
+
 ROOT = Path(__file__).resolve().parents[2]
 
 

@@ -20,6 +20,8 @@ import pytest
 
 from runtime.processes import fork_server as zygote
 
+pytestmark = pytest.mark.processes
+
 REPO = Path(__file__).resolve().parents[2]
 _SO_SNDBUFFORCE = 32  # Linux; as root, past wmem_max
 

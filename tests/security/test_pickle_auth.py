@@ -181,6 +181,7 @@ def test_malformed_envelopes_are_refused(marker: Path) -> None:
     assert not marker.exists()
 
 
+@pytest.mark.processes
 def test_a_live_actor_refuses_pickles_sealed_by_another_launch_or_for_another_call(
     target: ActorHandle, marker: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -72,6 +72,7 @@ sys.stdin.read()  # the buffer lives as long as its writer
 """
 
 
+@pytest.mark.processes
 def test_another_processs_buffer_cannot_be_named_without_its_name(shm_dir: Path) -> None:
     writer = subprocess.Popen(
         [sys.executable, "-c", _WRITE_ONE], cwd=ROOT, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
@@ -94,6 +95,7 @@ def test_another_processs_buffer_cannot_be_named_without_its_name(shm_dir: Path)
         writer.communicate(timeout=60)  # its stdin closes: it exits
 
 
+@pytest.mark.processes
 @AS_ROOT
 def test_another_user_can_neither_list_nor_open_nor_plant_buffers(shm_dir: Path) -> None:
     name = shared_memory.write(memoryview(b"y" * SIZE))
@@ -228,6 +230,7 @@ def test_a_fresh_private_directory_is_made_with_mode_700(own_dir: Path) -> None:
     assert os.listdir(own_dir) == [f"{names[0]}.f"]  # released by its reader (this process) once the array went
 
 
+@pytest.mark.processes
 def test_sweeping_and_unlinking_touch_only_buffer_names_in_the_private_directory(own_dir: Path) -> None:
     assert shared_memory.available()
     dead = int(subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True).stdout)

@@ -14,6 +14,7 @@ from typing import Any
 
 import msgpack
 import psutil
+import pytest
 from raw_client import RawClient
 
 from runtime import ActorHandle, spawn
@@ -23,6 +24,8 @@ from transport import frames as wire
 from transport.codec import encode
 from transport.protocol import MAGIC, VERSION, Kind
 from transport.type_registry import registered_name
+
+pytestmark = pytest.mark.processes
 
 
 def _dropped(handle: ActorHandle) -> dict[str, int]:

@@ -279,6 +279,7 @@ def test_a_hostile_first_message_closes_that_link_alone(echo: Echo, caller: Call
     assert caller.linked and echo.over_links() == 1
 
 
+@pytest.mark.processes
 @pytest.mark.skipif(os.geteuid() != 0, reason="needs root to act as another user")
 def test_another_users_connect_is_refused(echo: Echo, caller: Caller) -> None:
     name = "\0" + local_twin.direct_name(local_twin.name_for(echo.address))

@@ -72,6 +72,7 @@ def holder(no_leaks: None) -> Iterator[ActorHandle]:
         handle.kill()
 
 
+@pytest.mark.processes
 def test_buffers_round_trip_through_an_actor_and_one_segment_serves_them_all(
     pool: SegmentPool, holder: ActorHandle
 ) -> None:
@@ -97,6 +98,7 @@ def test_buffers_round_trip_through_an_actor_and_one_segment_serves_them_all(
     assert holder.writable(np.ones(SIZE, np.uint8)).result(30) is False
 
 
+@pytest.mark.processes
 @pytest.mark.parametrize("kind", ["numpy", "torch"])
 def test_a_kept_slice_holds_its_segment_and_is_never_overwritten(pool: SegmentPool, kind: str, no_leaks: None) -> None:
     """The actor keeps a slice and drops the array it came from: the segment stays the actor's until the slice
@@ -157,6 +159,7 @@ sys.stdin.read()
 """
 
 
+@pytest.mark.processes
 def test_a_segment_whose_reader_was_killed_comes_back_to_its_pool(pool: SegmentPool) -> None:
     (body, _), names = encode_shared(np.full(SIZE, 7, np.uint8))
     reader = subprocess.Popen(
@@ -208,6 +211,7 @@ sys.stdin.readline()
 """
 
 
+@pytest.mark.processes
 @pytest.mark.parametrize("end", ["exit", "SIGKILL"])
 def test_a_sender_leaves_no_file_behind_and_what_it_sent_stays_readable(end: str) -> None:
     sender = subprocess.Popen(
@@ -275,6 +279,7 @@ def test_the_cap_comes_from_the_environment_or_the_size_of_dev_shm(monkeypatch: 
         assert shm_pool.max_bytes_from_env(shared_memory.SHM_ROOT) == default
 
 
+@pytest.mark.processes
 def test_a_forked_child_neither_shares_the_pool_nor_releases_its_parents_buffers(pool: SegmentPool) -> None:
     (body, _), names = encode_shared(np.ones(SIZE, np.uint8))
     kept = decode(body)

@@ -1,14 +1,6 @@
-"""``ray.util.collective`` over :mod:`runtime.collective`: groups of actors by name, gloo here, NCCL on GPUs.
-
-Ray source read: python/ray/util/collective/collective.py (``create_collective_group`` from the driver,
-``init_collective_group`` inside each actor, then ``allreduce``/``broadcast``/``barrier``/... by ``group_name``).
-A group is a torch.distributed process group made by runtime.collective's rendezvous (rank 0 keeps the keys, the
-others reach them over the actor transport): from the driver, :func:`create_collective_group` makes it at once;
-inside the actors, :func:`init_collective_group` finds its peers by name (each rank registers itself as
-``ray-collective.<group>.<rank>``; the call returns once all ``world_size`` ranks are in, or fails past
-``timeout_s`` naming the ranks that never came). The operations run torch.distributed on the group's tensors in
-place, as Ray's do; ``backend="nccl"`` needs CUDA tensors, as in Ray.
-"""
+"""``ray.util.collective`` over :mod:`runtime.collective`: groups of actors by name, gloo here, NCCL on GPUs
+(Ray's python/ray/util/collective/collective.py). The operations run torch.distributed on the group's tensors in
+place, as Ray's do; ``backend="nccl"`` needs CUDA tensors, as in Ray."""
 
 from __future__ import annotations
 
@@ -62,7 +54,11 @@ def create_collective_group(
 def init_collective_group(
     world_size: int, rank: int, backend: str = "nccl", group_name: str = "default", timeout_s: float = DEFAULT_TIMEOUT_S
 ) -> None:
-    """Inside an actor: join ``group_name`` as ``rank``, meeting the other ranks by name; blocks until all joined."""
+    """Inside an actor: join ``group_name`` as ``rank``, meeting the other ranks by name; blocks until all joined.
+
+    Each rank registers itself as ``ray-collective.<group>.<rank>``; the call returns once all ``world_size`` ranks
+    are in, or fails past ``timeout_s`` naming the ranks that never came. The group is then made by
+    runtime.collective's rendezvous (rank 0 keeps the keys, the others reach them over the actor transport)."""
     found = own_handle()
     if found is None:
         raise RuntimeError("ray.util.collective.init_collective_group is called inside an actor (each rank's)")
