@@ -11,8 +11,8 @@ from runtime.core.call_ids import new_call_id
 from runtime.core.outcome import arguments_bind, result_bind
 from transport import frames as wire
 from transport.codec import decode, encode
+from transport.messages import Ack, Result, Submit
 from transport.protocol import Kind
-from transport.submit_header import SubmitHeader
 
 
 class RawClient:
@@ -28,11 +28,11 @@ class RawClient:
     ) -> tuple[bytes, list[Any]]:
         call_id = call_id or new_call_id()  # ids carry the time they were made: actors refuse others
         payload = encode([list(args), kwargs], bind=arguments_bind(call_id))  # as runtime.caller.handle seals pickles
-        return call_id, SubmitHeader.pack(call_id, method, None, None, None, acks or [], False, payload)
+        return call_id, Submit(call_id, method, None, None, None, acks or [], False).pack(payload)
 
     @staticmethod
     def pack_submit(meta: list[Any], *args: Any, **kwargs: Any) -> list[Any]:
-        """SUBMIT frames with a header of your own making (see transport.submit_header for the fields)."""
+        """SUBMIT frames with a header of your own making (see transport.messages.Submit for the fields)."""
         return wire.pack(Kind.SUBMIT, meta, encode([list(args), kwargs]))
 
     def send(self, frames: list[Any]) -> None:
@@ -45,8 +45,8 @@ class RawClient:
 
     def result(self, message: wire.Message) -> Any:
         assert message.kind is Kind.RESULT, message
-        ok = message.meta[1]  # a value is bound to its call (runtime.core.outcome.decode_result), not an error
-        return ok, decode(message.body, message.buffers, bind=result_bind(bytes(message.meta[0])) if ok else b"")
+        head = Result.parse(message.meta)  # a value is bound to its call (runtime.core.outcome.decode_result)
+        return head.ok, decode(message.body, message.buffers, bind=result_bind(head.call_id) if head.ok else b"")
 
     def call(self, method: str, *args: Any, **kwargs: Any) -> Any:
         call_id, frames = self.submit_frames(method, *args, **kwargs)
@@ -54,9 +54,9 @@ class RawClient:
         deadline = time.monotonic() + 10
         while time.monotonic() < deadline:
             message = self.recv()
-            if message.kind is Kind.RESULT and bytes(message.meta[0]) == call_id:
+            if message.kind is Kind.RESULT and Result.parse(message.meta).call_id == call_id:
                 ok, value = self.result(message)
-                self.send(wire.pack(Kind.ACK, [[call_id]]))
+                self.send(Ack([call_id]).pack())
                 if not ok:
                     raise RuntimeError(value)
                 return value

@@ -5,6 +5,7 @@ This layer knows nothing of actors. Public surface:
 - :func:`encode` / :func:`decode`: objects ⇄ (msgpack body, out-of-band buffers)
 - :func:`register_type`: allow a dataclass, pydantic model, enum (or a class with custom state) on the wire
 - :mod:`transport.frames`: ``pack``/``unpack`` of the versioned frame layout
+- :mod:`transport.messages`: one type per message kind (``Submit``, ``Result``, ...) with its ``pack`` and ``parse``
 - :mod:`transport.endpoints`: sockets driven by an asyncio loop; ``send`` works from any thread, and a thread
   may ``receive_here`` while it waits for a reply
 - :mod:`transport.sockets`: ``router``/``dealer``, the sockets behind endpoints, optionally with CURVE

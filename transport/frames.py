@@ -8,7 +8,8 @@ send to a single ZeroMQ operation.
 
 ``unpack`` bounds what it parses: at most ``max_frames`` frames and ``max_header_bytes`` of head, and a meta list
 of scalars and short lists or maps (``META_MAX_ITEMS``, ``META_MAX_BYTES``, no extension types). A receiver
-checks every field's exact type and size (transport.header_checks), so nothing deeper than it expects gets by.
+checks every field's exact type and size (each message's ``parse``, transport.messages), so nothing deeper
+than it expects gets by.
 """
 
 from __future__ import annotations
@@ -50,8 +51,11 @@ class Message:
     buffers: list[Buffer]
 
 
-def pack(kind: Kind, meta: list[Any], payload: tuple[bytes, list[Buffer]] | None = None) -> list[Buffer]:
-    """Frames for one message; ``payload`` is ``codec.encode``'s result."""
+def pack(
+    kind: Kind, meta: list[Any] | tuple[Any, ...], payload: tuple[bytes, list[Buffer]] | None = None
+) -> list[Buffer]:
+    """Frames for one message; ``meta`` is a message of transport.messages (or, in tests, any list), ``payload``
+    is ``codec.encode``'s result."""
     packed_meta = msgpack.packb(meta, use_bin_type=True)
     head = _PREFIXES[kind] + _META_LEN.pack(len(packed_meta)) + packed_meta
     if payload is None:

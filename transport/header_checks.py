@@ -1,9 +1,6 @@
-"""Type and size checks on the header (meta) fields of every client message, before anything is allocated.
+"""Type and size checks on single header fields, the pieces of each message's ``parse`` (transport.messages).
 
-A message whose fields are not exactly of the expected types and sizes is dropped and counted under the reason
-these checks give (``bad_call_id``, ``bad_header``): a peer sending it is broken or hostile, and an answer would
-only help it probe. The limits here are far above what the runtime itself ever sends. A SUBMIT's header has a type
-of its own, with its pack and its parse (:mod:`transport.submit_header`); the other kinds' headers are checked here.
+A wrong field raises BadHeader with the drop counter's reason: the receiver drops and counts it, never answers.
 """
 
 from __future__ import annotations
@@ -52,40 +49,27 @@ def call_ids(value: Any) -> list[bytes]:
     return [call_id(item) for item in value]
 
 
-def ids_only(meta: list[Any]) -> list[bytes]:
-    """The call ids of a POLL or ACK: ``[call_ids]``."""
-    if len(meta) != 1:
-        raise BadHeader("bad_header", f"a POLL/ACK header has 1 field, got {len(meta)}")
-    return call_ids(meta[0])
+def boot_id(value: Any) -> str:
+    if type(value) is not str or len(value) > MAX_BOOT_ID:
+        raise BadHeader("bad_header", f"a boot id must be a str of at most {MAX_BOOT_ID}, got {describe(value)}")
+    return value
 
 
-def reply(meta: list[Any], second: type) -> tuple[bytes, Any, str]:
-    """The fields of a RESULT ``[call_id, ok: bool, boot_id]`` or STATUS ``[call_id, state: str, boot_id]``."""
-    if len(meta) != 3:
-        raise BadHeader("bad_header", f"a reply header has 3 fields, got {len(meta)}")
-    cid, value, boot_id = meta
-    if (  # the common case in one expression; the checks below say what is wrong
-        type(cid) is bytes
-        and 0 < len(cid) <= MAX_CALL_ID_BYTES
-        and type(value) is second
-        and type(boot_id) is str
-        and len(boot_id) <= MAX_BOOT_ID
-        and (second is bool or len(value) <= MAX_METHOD_NAME)
-    ):
-        return cid, value, boot_id
-    if type(value) is not second or (second is str and len(value) > MAX_METHOD_NAME):
-        raise BadHeader("bad_header", f"a reply's second field must be a {second.__name__}, got {describe(value)}")
-    if type(boot_id) is not str or len(boot_id) > MAX_BOOT_ID:
-        raise BadHeader("bad_header", f"a boot id must be a str of at most {MAX_BOOT_ID}, got {describe(boot_id)}")
-    return call_id(cid), value, boot_id
+def nonce(value: Any) -> int | bytes | str | None:
+    """A PING's or PONG's nonce: a scalar, of at most MAX_CALL_ID_BYTES if bytes or str."""
+    if type(value) not in (int, bytes, str, type(None)):
+        raise BadHeader("bad_header", f"a nonce must be an int, bytes, str or None, got {describe(value)}")
+    if type(value) in (bytes, str) and len(value) > MAX_CALL_ID_BYTES:
+        raise BadHeader("bad_header", f"a nonce has at most {MAX_CALL_ID_BYTES} bytes, got {describe(value)}")
+    return value
 
 
-def ping_nonce(meta: list[Any]) -> Any:
-    if len(meta) != 1 or type(meta[0]) not in (int, bytes, str, type(None)):
-        raise BadHeader("bad_header", "a PING header is [nonce] with a scalar nonce")
-    if type(meta[0]) in (bytes, str) and len(meta[0]) > MAX_CALL_ID_BYTES:
-        raise BadHeader("bad_header", f"a PING nonce has at most {MAX_CALL_ID_BYTES} bytes")
-    return meta[0]
+def optional(value: Any, kind: type, limit: int, field: str) -> Any:
+    """``value`` if it is None or a ``kind`` (str or bytes) of at most ``limit``."""
+    if value is None or (type(value) is kind and len(value) <= limit):
+        return value
+    problem = f"{field} must be None or a {kind.__name__} of at most {limit}, got {describe(value)}"
+    raise BadHeader("bad_header", problem)
 
 
 def describe(value: Any) -> str:

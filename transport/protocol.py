@@ -42,17 +42,16 @@ META_MAX_BYTES = 1024
 class Kind(enum.IntEnum):
     """Message kinds. Client → server: SUBMIT, POLL, ACK, PING. Server → client: RESULT, STATUS, PONG.
 
-    Each kind's meta is checked field by field in :mod:`transport.header_checks`; a SUBMIT's is the
-    :class:`~transport.submit_header.SubmitHeader`.
+    Each kind's meta is a type of :mod:`transport.messages` (``MESSAGES``), with its pack and its parse.
     """
 
-    SUBMIT = 1  # meta: SubmitHeader [call_id, method, deadline, expected_boot, proof, acks, shm_ok]; body: arguments
-    POLL = 2  # meta: [call_ids]
-    ACK = 3  # meta: [call_ids]
-    PING = 4  # meta: [nonce]
-    RESULT = 11  # meta: [call_id, ok, boot_id]; payload: the value or an error state
-    STATUS = 12  # meta: [call_id, state, boot_id]  state: "running" | "unknown" | "acked" | "expired"
-    PONG = 13  # meta: [nonce, boot_id, stats]
+    SUBMIT = 1  # messages.Submit; body: the arguments
+    POLL = 2  # messages.Poll
+    ACK = 3  # messages.Ack
+    PING = 4  # messages.Ping
+    RESULT = 11  # messages.Result; body: the value or an error state
+    STATUS = 12  # messages.Status
+    PONG = 13  # messages.Pong
 
 
 CLIENT_KINDS = frozenset({Kind.SUBMIT, Kind.POLL, Kind.ACK, Kind.PING})

@@ -8,9 +8,9 @@ import os
 import re
 import shutil
 from pathlib import Path
-from typing import Any
 
 from launcher.agent import agent_protocol as proto
+from launcher.agent.agent_commands import CurveKeys
 
 log = logging.getLogger(__name__)
 
@@ -25,9 +25,9 @@ class HostKeys:
         self.workdir = workdir
         self.key_dirs: list[Path] = []  # removed on exit
 
-    def write(self, command: dict[str, Any]) -> Path:
+    def write(self, command: CurveKeys) -> Path:
         """Write the cluster's CURVE key files into WORKDIR/dir (0700; each file 0600 from its first byte)."""
-        name, files = str(command["dir"]), command["files"]
+        name, files = command.dir, command.files
         if not _KEY_DIR_RE.match(name):
             raise ValueError(f"key directory {name!r} must match {_KEY_DIR_RE.pattern}")
         if not isinstance(files, dict) or not files:

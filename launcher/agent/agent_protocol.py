@@ -1,19 +1,14 @@
 """The host agent's wire protocol: one JSON object per line, launcher -> agent on stdin, agent -> launcher on stdout.
 
-Commands (``op``; ``req`` echoes back in the reply):
-  spawn      {id, argv, env, cwd, log_prefix, ready: {kind: line|tcp|http|none, prefix?, port?, path?, probe_host?,
-              deadline_s}, stdin?} -> event ``spawned`` {id, pid, create_time, log_path, zygote} or ``spawn_failed``
-              {id, error}; ``stdin``: text written to the child's stdin, then closed (a worker's spawn token)
-  kill       {id, grace_s}  -> the process tree is stopped; its ``exited`` event follows; reply ``killed`` {id}
-  list       {}             -> ``listing`` {procs: [{id, pid, alive, ready, returncode}]}
-  ports      {n}            -> ``ports`` {ports: [int]} (free TCP ports on the host, never handed out twice)
-  curve_keys {dir, files: {name: text}} -> ``curve_keys_written`` {path}: the cluster's CURVE keys in WORKDIR/dir
-             (dir mode 0700, files 0600); the agent removes the directory when it exits
-  code_have  {digest}       -> ``code`` {path, present}: is the code package (sha256 of its zip) under WORKDIR/code
-  code_put   {digest, size, offset, data} -> no reply: a base64 chunk of the zip (in order)
-  code_unpack {digest, max_bytes} -> ``code`` {path}: the zip checked and unpacked safely (launcher/agent/code_cache.py)
-  heartbeat  {}             -> no reply; any line counts as a heartbeat
-  shutdown   {grace_s}      -> kill every tree, reply ``bye``, exit
+Commands (``op``; ``req`` echoes back in the reply) are types, one per op, each with its ``parse``
+(launcher.agent.agent_commands): spawn -> ``spawned``/``spawn_failed``, kill -> ``killed``, list -> ``listing``,
+ports -> ``ports``, curve_keys -> ``curve_keys_written``, code_have/code_unpack -> ``code``, code_put and heartbeat
+-> no reply, shutdown -> ``bye``. A malformed one is answered ``error`` naming the field.
+
+Replies (``ev``, with the command's ``req``):
+  spawned {id, pid, create_time, log_path, zygote} | spawn_failed {id, error}     killed {id, known}
+  listing {procs: [{id, pid, alive, ready, returncode}]}     ports {ports: [int]}     curve_keys_written {path}
+  code {path, present?}     bye {reason}     error {error}
 
 Events (``ev``) without a request:
   hello     {host, pid, hostname, python, package_version, cuda_visible_devices}   (first line)

@@ -22,6 +22,7 @@ from typing import Any, BinaryIO
 import psutil
 
 from launcher.agent import agent_protocol as proto
+from launcher.agent.agent_commands import Kill, Spawn
 from launcher.agent.agent_events import EventWriter
 from launcher.agent.code_cache import with_python_path
 from launcher.agent.process_tree import ProcessTree, terminate_trees
@@ -63,24 +64,24 @@ class ChildSupervisor:
         self.zygote = zygote
         self.procs: dict[str, Managed] = {}
 
-    def spawn(self, command: dict[str, Any]) -> None:
+    def spawn(self, command: Spawn, req: int | None) -> None:
         """Start the child of a ``spawn`` command and report it (spawned, then ready as its check says)."""
-        wid, req = str(command["id"]), command.get("req")
+        wid = command.id
         if wid in self.procs and not self.procs[wid].exited.is_set():
             self.out.emit(proto.EV_SPAWN_FAILED, req=req, id=wid, error=f"{wid} is already running")
             return
-        argv = [str(a) for a in command["argv"]]
-        env = {**os.environ, **{str(k): str(v) for k, v in (command.get("env") or {}).items()}, PROC_MARKER: wid}
-        with_python_path(env, command.get("python_path"))  # the job's code first on its sys.path
-        cwd = Path(command.get("cwd") or self.workdir)
+        argv = command.argv
+        env = {**os.environ, **command.env, PROC_MARKER: wid}
+        with_python_path(env, command.python_path)  # the job's code first on its sys.path
+        cwd = Path(command.cwd or self.workdir)
         log_path = self.workdir / "logs" / f"{wid}.log"
         try:
             cwd.mkdir(parents=True, exist_ok=True)
-            popen = self.zygote.launch(argv, env, cwd, stdin=bool(command.get("stdin")))
+            popen = self.zygote.launch(argv, env, cwd, stdin=bool(command.stdin))
         except OSError as exc:
             self.out.emit(proto.EV_SPAWN_FAILED, req=req, id=wid, error=f"cannot start {argv[0]!r}: {exc}")
             return
-        _hand_over_stdin(popen, str(command.get("stdin") or ""))
+        _hand_over_stdin(popen, command.stdin or "")
         log_file = open(log_path, "ab")
         forked = isinstance(popen, ForkedWorker)
         how = " (forked by the zygote)" if forked else ""
@@ -92,7 +93,7 @@ class ChildSupervisor:
             prefix=f"({wid} pid={popen.pid} host={self.host})",
             log_path=log_path,
             log_file=log_file,
-            ready_spec=dict(command.get("ready") or {"kind": "none"}),
+            ready_spec=dict(command.ready),
         )
         self.procs[wid] = managed
         # Before the readers start: a forked worker can print its ready line at once, and the launcher must hear
@@ -109,7 +110,7 @@ class ChildSupervisor:
         for stream_name, pipe in (("stdout", popen.stdout), ("stderr", popen.stderr)):
             reader = threading.Thread(
                 target=self._pump,
-                args=(managed, stream_name, pipe, ConsoleLogFilter(str(command.get("stream_logs", "warnings")))),
+                args=(managed, stream_name, pipe, ConsoleLogFilter(command.stream_logs)),
                 name=f"pump-{wid}-{stream_name}",
                 daemon=True,
             )
@@ -167,9 +168,9 @@ class ChildSupervisor:
         self.out.emit(proto.EV_EXITED, id=managed.id, pid=managed.popen.pid, returncode=returncode, signal=sig)
         managed.reported.set()
 
-    def kill(self, command: dict[str, Any]) -> None:
+    def kill(self, command: Kill, req: int | None) -> None:
         """Kill the tree of a ``kill`` command's child (on a thread); ``killed`` once its exit is reported."""
-        wid, req, grace = str(command["id"]), command.get("req"), float(command.get("grace_s", 10.0))
+        wid, grace = command.id, command.grace_s
         managed = self.procs.get(wid)
         if managed is None:
             self.out.emit(proto.EV_KILLED, req=req, id=wid, known=False)

@@ -19,6 +19,8 @@ import zipfile
 from pathlib import Path, PurePosixPath
 from typing import IO, Any
 
+from launcher.agent.agent_commands import CodeHave, CodePut, CodeUnpack
+
 DIGEST_RE = re.compile(r"^[0-9a-f]{64}$")
 MAX_ZIP_BYTES = 2 * 1024**3  # whatever the launcher says, never more than this
 MAX_ENTRIES = 200_000
@@ -39,20 +41,20 @@ class CodeCache:
             raise ValueError(f"code digest must be 64 hex digits, got {digest[:80]!r}")
         return self.root / digest
 
-    def have(self, command: dict[str, Any]) -> dict[str, Any]:
+    def have(self, command: CodeHave) -> dict[str, Any]:
         """``code_have {digest}`` -> ``{path, present}``."""
-        path = self.path(str(command["digest"]))
+        path = self.path(command.digest)
         return {"path": str(path), "present": path.is_dir()}
 
-    def put(self, command: dict[str, Any]) -> None:
+    def put(self, command: CodePut) -> None:
         """``code_put {digest, size, offset, data}``: one base64 chunk, written at ``offset`` (in order); a chunk
         refused drops the package, and ``code_unpack`` says why (chunks get no reply)."""
-        digest = str(command["digest"])
+        digest = command.digest
         self.path(digest)
         if digest in self._failed:
             return
         try:
-            self._put(digest, int(command["size"]), int(command["offset"]), str(command["data"]))
+            self._put(digest, command.size, command.offset, command.data)
         except (ValueError, OSError) as exc:
             self._drop(digest)
             self._failed[digest] = str(exc)
@@ -70,9 +72,9 @@ class CodeCache:
             raise ValueError(f"code chunk at {offset} (+{len(data)}) does not follow {out.tell()} of {declared}")
         out.write(data)
 
-    def unpack(self, command: dict[str, Any]) -> dict[str, Any]:
+    def unpack(self, command: CodeUnpack) -> dict[str, Any]:
         """``code_unpack {digest, max_bytes}``: check the received zip and unpack it -> ``{path}``."""
-        digest, max_bytes = str(command["digest"]), min(int(command["max_bytes"]), 4 * MAX_ZIP_BYTES)
+        digest, max_bytes = command.digest, min(command.max_bytes, 4 * MAX_ZIP_BYTES)
         target = self.path(digest)
         if digest in self._failed:
             raise ValueError(f"code package {digest[:12]}: {self._failed.pop(digest)}")

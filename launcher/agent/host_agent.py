@@ -29,6 +29,7 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any, NoReturn
 
+from launcher.agent import agent_commands as commands
 from launcher.agent import agent_protocol as proto
 from launcher.agent.agent_events import EventWriter
 from launcher.agent.agent_keys import HostKeys
@@ -110,11 +111,12 @@ class HostAgent:
                 break
             if command is not None:
                 last_heard = now
-                if command.get("op") == proto.OP_SHUTDOWN:
-                    grace = float(command.get("grace_s", grace))
+                parsed, req = command
+                if isinstance(parsed, commands.Shutdown):
+                    grace = parsed.grace_s if parsed.grace_s is not None else grace
                     self._stop("shutdown requested")
                     break
-                self._handle(command)
+                self._handle(parsed, req)
             if self.heartbeat_timeout_s > 0 and now - last_heard > self.heartbeat_timeout_s:
                 self._stop(f"no heartbeat for {self.heartbeat_timeout_s:g}s")
             if now >= next_scan:
@@ -136,33 +138,41 @@ class HostAgent:
             if not raw.strip():
                 continue
             try:
-                self.commands.put(proto.decode(raw))
+                message = proto.decode(raw)
             except ValueError as exc:
                 self.out.emit(proto.EV_ERROR, error=f"bad command line: {exc}")
+                continue
+            req = commands.request_id(message)
+            try:  # parsed here: the main loop only sees commands whose fields are checked
+                self.commands.put((commands.parse(message), req))
+            except commands.UnknownOp as exc:
+                self.out.emit(proto.EV_ERROR, req=req, error=str(exc))
+            except ValueError as exc:
+                self.out.emit(proto.EV_ERROR, req=req, error=f"bad {message.get('op')} command: {exc}")
         self.commands.put(_EOF)
 
-    def _handle(self, command: dict[str, Any]) -> None:
-        op, req = command.get("op"), command.get("req")
+    def _handle(self, command: commands.Command, req: int | None) -> None:
+        op = command.OP
         try:
-            if op == proto.OP_HEARTBEAT:
-                return
-            if op == proto.OP_SPAWN:
-                self.children.spawn(command)
-            elif op == proto.OP_KILL:
-                self.children.kill(command)
-            elif op == proto.OP_LIST:
-                self.out.emit(proto.EV_LISTING, req=req, procs=self.children.listing())
-            elif op == proto.OP_CURVE_KEYS:
-                self.out.emit(proto.EV_CURVE_KEYS, req=req, path=str(self.keys.write(command)))
-            elif op == proto.OP_CODE_PUT:
-                self.code.put(command)
-            elif op in (proto.OP_CODE_HAVE, proto.OP_CODE_UNPACK):
-                reply = self.code.have(command) if op == proto.OP_CODE_HAVE else self.code.unpack(command)
-                self.out.emit(proto.EV_CODE, req=req, **reply)
-            elif op == proto.OP_PORTS:
-                self.out.emit(proto.EV_PORTS, req=req, ports=free_ports(int(command.get("n", 1)), self.handed_ports))
-            else:
-                self.out.emit(proto.EV_ERROR, req=req, error=f"unknown op {op!r}")
+            match command:
+                case commands.Heartbeat():
+                    return
+                case commands.Spawn():
+                    self.children.spawn(command, req)
+                case commands.Kill():
+                    self.children.kill(command, req)
+                case commands.ListProcs():
+                    self.out.emit(proto.EV_LISTING, req=req, procs=self.children.listing())
+                case commands.CurveKeys():
+                    self.out.emit(proto.EV_CURVE_KEYS, req=req, path=str(self.keys.write(command)))
+                case commands.CodePut():
+                    self.code.put(command)
+                case commands.CodeHave():
+                    self.out.emit(proto.EV_CODE, req=req, **self.code.have(command))
+                case commands.CodeUnpack():
+                    self.out.emit(proto.EV_CODE, req=req, **self.code.unpack(command))
+                case commands.Ports():
+                    self.out.emit(proto.EV_PORTS, req=req, ports=free_ports(command.n, self.handed_ports))
         except (KeyError, TypeError, ValueError) as exc:
             self.out.emit(proto.EV_ERROR, req=req, error=f"bad {op} command: {exc!r}")
         except OSError as exc:

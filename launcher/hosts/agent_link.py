@@ -11,6 +11,7 @@ from collections import deque
 from collections.abc import Callable
 from typing import Any, BinaryIO
 
+from launcher.agent import agent_commands as commands
 from launcher.agent import agent_protocol as proto
 from launcher.errors import AgentError
 
@@ -93,9 +94,9 @@ class AgentLink:
             raise AgentError(f"host {self.host!r}: host agent did not start ({why}){self._stderr_hint()}")
         return self.hello
 
-    def send(self, op: str, **fields: Any) -> None:
+    def send(self, command: commands.Command, req: int | None = None) -> None:
         """Fire-and-forget command; AgentError if the agent is gone."""
-        data = proto.encode({"op": op, **fields})
+        data = commands.encode(command, req)
         with self._send_lock:
             if not self.alive:
                 raise AgentError(f"host {self.host!r}: host agent is gone ({self._lost or 'closed'})")
@@ -106,10 +107,10 @@ class AgentLink:
                 self._mark_lost(f"write failed: {exc!r}")
                 raise AgentError(f"host {self.host!r}: cannot reach host agent: {exc!r}") from None
 
-    def request(self, op: str, *, timeout_s: float, **fields: Any) -> dict[str, Any]:
+    def request(self, command: commands.Command, *, timeout_s: float) -> dict[str, Any]:
         """Send a command and wait for the event that answers it."""
-        req = next(self._req_ids)
-        self.send(op, req=req, **fields)
+        req, op = next(self._req_ids), command.OP
+        self.send(command, req)
         deadline = time.monotonic() + timeout_s
         with self._cond:
             while req not in self._replies:
@@ -129,7 +130,7 @@ class AgentLink:
         self._closing = True
         if self.alive:
             with contextlib.suppress(AgentError):
-                self.send(proto.OP_SHUTDOWN, grace_s=grace_s)
+                self.send(commands.Shutdown(grace_s))
                 deadline = time.monotonic() + timeout_s
                 with self._cond:
                     while self._lost is None and time.monotonic() < deadline:
@@ -205,7 +206,7 @@ class AgentLink:
                     self._close_transport()
                 return
             with contextlib.suppress(AgentError):
-                self.send(proto.OP_HEARTBEAT)
+                self.send(commands.Heartbeat())
 
     def _stderr_hint(self) -> str:
         tail = [line for line in self.stderr_tail if line.strip()][-8:]

@@ -17,6 +17,7 @@ from importlib import metadata
 from typing import Any
 
 from launcher.agent import agent_protocol as proto
+from launcher.agent.agent_commands import CurveKeys
 from launcher.config.hosts_config import ClusterConfig, HostConfig
 from launcher.config.placement import PlacementPlan
 from launcher.console.progress import Say
@@ -122,10 +123,8 @@ class AgentPool:
         """Send the keys to the host's agent (over its SSH channel or pipe); it writes them 0600 under its workdir."""
         try:
             reply = link.request(
-                proto.OP_CURVE_KEYS,
+                CurveKeys(curve_keys.host_key_dir_name(keys.launch_id, host.name), files=keys.files),
                 timeout_s=self.settings.connect_timeout_s + 10,
-                dir=curve_keys.host_key_dir_name(keys.launch_id, host.name),
-                files=keys.files,
             )
         except AgentError as exc:
             raise AgentError(

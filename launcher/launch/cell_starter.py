@@ -7,13 +7,14 @@ events move them); it asks the agent pool for ports and spawns, the launch servi
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Protocol, TypeVar
 
-from launcher.agent import agent_protocol as proto
+from launcher.agent.agent_commands import Ports
 from launcher.config.placement import CellPlacement
 from launcher.config.specs import CommandWorkerSpec
 from launcher.console.progress import Say
@@ -102,7 +103,7 @@ class CellStarter:
                 need[worker.host] = need.get(worker.host, 0) + len(worker_ports)
 
         def ports_on(host: str) -> list[int]:
-            reply = self.agents.link(host).request(proto.OP_PORTS, timeout_s=min(30.0, self._remaining()), n=need[host])
+            reply = self.agents.link(host).request(Ports(need[host]), timeout_s=min(30.0, self._remaining()))
             return list(reply["ports"])
 
         free = dict(zip(need, self._on_every_host(ports_on, list(need)), strict=True))
@@ -144,12 +145,13 @@ class CellStarter:
                 curve_dir=self.agents.host_curve_dir(worker.host),
                 name_service=self.services.name_service_env(worker.host),
             )
-            worker.env = command["env"]
-            command["python_path"] = self.agents.code.python_path(config.host(worker.host))  # the job's code
+            worker.env = command.env
+            stdin = None
             if worker.kind == "serve":  # the token travels inside the agent's SSH channel, to the worker's stdin
                 worker.ticket = SpawnTicket.new()  # its token proves the attach; its keys are the actor's own
-                command["stdin"] = worker.ticket.line()
-            self.agents.link(worker.host).send(proto.OP_SPAWN, **command)
+                stdin = worker.ticket.line()
+            python_path = self.agents.code.python_path(config.host(worker.host))  # the job's code
+            self.agents.link(worker.host).send(dataclasses.replace(command, python_path=python_path, stdin=stdin))
         hosts = sorted({w.host for w in workers})
         self._say(f"spawned {len(workers)} worker(s) on {len(hosts)} host(s): {', '.join(hosts)}")
 

@@ -15,7 +15,7 @@ import os
 import threading
 import time
 
-from launcher.agent import agent_protocol as proto
+from launcher.agent.agent_commands import CodeHave, CodePut, CodeUnpack
 from launcher.config.hosts_config import ClusterConfig, HostConfig
 from launcher.console.progress import Say
 from launcher.errors import AgentError
@@ -63,14 +63,12 @@ class CodeShipment:
         timeout = self.config.launcher.connect_timeout_s + 10
         try:
             for package in packages:
-                reply = link.request(proto.OP_CODE_HAVE, timeout_s=timeout, digest=package.digest)
+                reply = link.request(CodeHave(package.digest), timeout_s=timeout)
                 if not reply.get("present"):
                     sent += self._send(link, package)
                     reply = link.request(
-                        proto.OP_CODE_UNPACK,
+                        CodeUnpack(package.digest, max_bytes=int(self.config.job.max_code_mib * MIB)),
                         timeout_s=timeout + package.zip_size / MIB,  # a second per MiB to check and unpack it
-                        digest=package.digest,
-                        max_bytes=int(self.config.job.max_code_mib * MIB),
                     )
                 paths.append(str(reply["path"]))
         except AgentError as exc:
@@ -88,7 +86,7 @@ class CodeShipment:
         size = package.zip_size
         for offset in range(0, size, CHUNK_BYTES):  # pread: the hosts' threads share the file, not its position
             chunk = base64.b64encode(os.pread(source.fileno(), CHUNK_BYTES, offset)).decode()
-            link.send(proto.OP_CODE_PUT, digest=package.digest, size=size, offset=offset, data=chunk)
+            link.send(CodePut(package.digest, size=size, offset=offset, data=chunk))
         return size
 
     def python_path(self, host: HostConfig) -> list[str]:

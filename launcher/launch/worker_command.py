@@ -6,6 +6,7 @@ import shlex
 from typing import Any
 
 from launcher.agent import agent_protocol as proto
+from launcher.agent.agent_commands import Spawn
 from launcher.config.hosts_config import HostConfig
 from launcher.config.placement import WorkerPlacement
 from launcher.config.specs import CommandWorkerSpec, PortScope, ServeWorkerSpec
@@ -55,8 +56,8 @@ def build_spawn(
     stream_logs: str,
     curve_dir: str | None = None,
     name_service: str = "",
-) -> dict[str, Any]:
-    """The fields of an agent ``spawn`` command for one worker (``ports`` holds worker and cell ports).
+) -> Spawn:
+    """The agent ``spawn`` command for one worker (``ports`` holds worker and cell ports).
 
     ``curve_dir``: where this host's copy of the launch's CURVE keys is; None (CURVE off) sets ``MILES_CURVE_DIR``
     empty, so a value inherited from the agent's environment cannot turn CURVE on for one side only.
@@ -89,14 +90,7 @@ def build_spawn(
         if check.kind != "none":
             assert check.port is not None
             ready.update(port_number=ports[check.port], path=check.path, probe_host=check.probe_host)
-    return {
-        "id": placement.worker_id,
-        "argv": argv,
-        "env": env,
-        "cwd": str(host.workdir),
-        "ready": ready,
-        "stream_logs": stream_logs,
-    }
+    return Spawn(placement.worker_id, argv, env, cwd=str(host.workdir), ready=ready, stream_logs=stream_logs)
 
 
 def format_command(

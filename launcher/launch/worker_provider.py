@@ -29,7 +29,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
-from launcher.agent import agent_protocol as proto
+from launcher.agent.agent_commands import Kill
 from launcher.config.hosts_config import ClusterConfig
 from launcher.config.placement import CellPlacement, PlacementPlan, plan_placement
 from launcher.errors import LauncherError
@@ -162,7 +162,7 @@ class WorkerProvider:
             futures = [
                 (
                     worker,
-                    pool.submit(link.request, proto.OP_KILL, timeout_s=grace + 10, id=worker.worker_id, grace_s=grace),
+                    pool.submit(link.request, Kill(worker.worker_id, grace_s=grace), timeout_s=grace + 10),
                 )
                 for link, worker in requests
             ]

@@ -37,11 +37,12 @@ from runtime.core.loop_work import LoopWork
 from runtime.core.metadata import ActorClassInfo
 from runtime.core.outcome import error_frames
 from transport import frames as wire
-from transport import header_checks, shared_memory
+from transport import shared_memory
 from transport.codec import Buffer
 from transport.endpoints import ZmqEndpoint
 from transport.frames import FrameError
 from transport.header_checks import BadHeader
+from transport.messages import Ping, Pong
 from transport.protocol import DEFAULT_MAX_HEADER_BYTES, DEFAULT_MAX_MESSAGE_BYTES, Kind
 from transport.security import CurveConfig, ServerKeys
 from transport.sockets import router, shared_context
@@ -301,9 +302,9 @@ class ActorServer:
         self.endpoint.send([peer, *frames])
 
     def _on_ping(self, peer: bytes, message: wire.Message) -> None:
-        nonce = header_checks.ping_nonce(message.meta)
+        nonce = Ping.parse(message.meta).nonce
         stats = {"constructed": self.instance is not None, "calls": len(self.store.records)}
-        self._send(peer, wire.pack(Kind.PONG, [nonce, self.boot_id, stats]))
+        self._send(peer, Pong(nonce, self.boot_id, stats).pack())
 
     # ---- what runs -------------------------------------------------------------------------------------------
 

@@ -21,7 +21,7 @@ from __future__ import annotations
 from runtime.actor.call_store import CallStore
 from runtime.actor.server_phase import ServerPhase
 from runtime.core import control_auth
-from transport.submit_header import SubmitHeader
+from transport.messages import Submit
 
 
 def restarted(expected_boot: str, boot_id: str) -> str:
@@ -33,7 +33,7 @@ def restarted(expected_boot: str, boot_id: str) -> str:
 
 
 def control_problem(
-    spawn_token: bytes | None, head: SubmitHeader, fingerprint: bytes, actor: str, phase: ServerPhase
+    spawn_token: bytes | None, head: Submit, fingerprint: bytes, actor: str, phase: ServerPhase
 ) -> str | None:
     """Why a control call (construct, shutdown) may not run, or None. ``spawn_token`` None: none may."""
     if not control_auth.verify(spawn_token, head.proof, head.call_id, head.method, fingerprint):

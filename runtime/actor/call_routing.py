@@ -20,7 +20,7 @@ from typing import Any
 
 from runtime.actor import admission, builtin_methods
 from runtime.actor.call_runner import CallRunner
-from runtime.actor.call_store import CallRecord, CallState, CallStore, Tombstone, request_fingerprint
+from runtime.actor.call_store import CallRecord, CallState, CallStore, Tombstone
 from runtime.actor.server_lanes import ServerLanes
 from runtime.actor.server_phase import PhaseMachine, ServerPhase
 from runtime.actor.stream_runner import StreamRunner
@@ -29,10 +29,8 @@ from runtime.core.errors import CallRejected
 from runtime.core.metadata import ActorClassInfo, MethodInfo
 from runtime.core.outcome import error_frames
 from transport import frames as wire
-from transport import header_checks
 from transport.codec import Buffer
-from transport.protocol import Kind
-from transport.submit_header import SubmitHeader
+from transport.messages import Ack, Poll, Status, Submit, request_fingerprint
 
 log = logging.getLogger(__name__)
 
@@ -82,7 +80,7 @@ class CallRouter:
     # ---- POLL, ACK -------------------------------------------------------------------------------------------
 
     def on_ack(self, peer: bytes, message: wire.Message) -> None:
-        self._ack(peer, header_checks.ids_only(message.meta))
+        self._ack(peer, Ack.parse(message.meta).call_ids)
 
     def _ack(self, peer: bytes, call_ids: list[bytes]) -> None:
         now = time.monotonic()
@@ -90,7 +88,7 @@ class CallRouter:
             self._store.ack(call_id, peer, now)
 
     def on_poll(self, peer: bytes, message: wire.Message) -> None:
-        for call_id in header_checks.ids_only(message.meta):
+        for call_id in Poll.parse(message.meta).call_ids:
             self._answer_known(peer, call_id, self._store.lookup(call_id))
 
     def _answer_known(self, peer: bytes, call_id: bytes, known: CallRecord | Tombstone | None) -> None:
@@ -106,12 +104,12 @@ class CallRouter:
                 state = "running"
         else:
             state = known.value if known is not None else "unknown"
-        self._send(peer, wire.pack(Kind.STATUS, [call_id, state, self._boot_id]))
+        self._send(peer, Status(call_id, state, self._boot_id).pack())
 
     # ---- SUBMIT ----------------------------------------------------------------------------------------------
 
     def on_submit(self, peer: bytes, message: wire.Message) -> None:
-        head = SubmitHeader.parse(message.meta)
+        head = Submit.parse(message.meta)
         call_id = head.call_id
         if head.acks:
             self._ack(peer, head.acks)
@@ -148,7 +146,7 @@ class CallRouter:
     def on_submit_while_leaving(self, peer: bytes, message: wire.Message, reason: str) -> None:
         """A SUBMIT to a leaving process: a resend gets the answer its call got, a new call ActorDied (``reason``
         says why)."""
-        head = SubmitHeader.parse(message.meta)
+        head = Submit.parse(message.meta)
         if head.acks:
             self._ack(peer, head.acks)
         known = self._store.lookup(head.call_id)

@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import collections
 import enum
-import hashlib
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -256,20 +255,3 @@ class CallStore:
             "expired_total": self.expired_total,
             "tombstones_crowded_out_total": self.crowded_out_total,
         }
-
-
-#: A request whose body is at most this many bytes (and has no out-of-band buffers) is its own fingerprint: most
-#: calls are this small, and hashing them would cost more than keeping them.
-RAW_FINGERPRINT_BYTES = 64
-
-
-def request_fingerprint(method: str, body: Buffer, buffers: list[Buffer]) -> bytes:
-    """What identifies a request besides its call id: the method, the body, and the sizes of its buffers."""
-    name = method.encode()
-    if not buffers and len(body) <= RAW_FINGERPRINT_BYTES:  # b"r", then the request itself, unambiguously
-        return b"r" + len(name).to_bytes(2, "little") + name + bytes(body)
-    digest = hashlib.blake2b(b"h" + name, digest_size=16)
-    digest.update(body)
-    for buffer in buffers:
-        digest.update(memoryview(buffer).nbytes.to_bytes(8, "little"))
-    return digest.digest()

@@ -42,15 +42,15 @@ from runtime.core.errors import ActorDied, ActorRestarted, CallSite
 from runtime.core.loop_work import LoopWork
 from runtime.core.outcome import decode_result
 from transport import frames as wire
-from transport import header_checks, shared_memory
+from transport import shared_memory
 from transport.codec import DecodeError
 from transport.endpoints import ZmqEndpoint
 from transport.frames import FrameError
 from transport.link_watch import LinkChange
+from transport.messages import Ack, Pong, Result, Status, Submit
 from transport.protocol import DEFAULT_MAX_HEADER_BYTES, Kind
 from transport.security import CurveConfig, CurveKeyError
 from transport.sockets import dealer
-from transport.submit_header import SubmitHeader
 
 log = logging.getLogger(__name__)
 
@@ -58,7 +58,7 @@ DEFAULT_LIVENESS_TIMEOUT_S = 10.0
 _CLOSE_DEAD_AFTER_S = 2.0  # a dead actor's socket closes this long after (a driver outlives thousands of actors)
 _IDLE, _OPEN, _RESTARTING, _DEAD = (ConnectionState.IDLE, ConnectionState.OPEN, ConnectionState.RESTARTING,
                                    ConnectionState.DEAD)  # fmt: skip
-_pack_submit = SubmitHeader.pack
+_parse_result = Result.parse
 
 
 class Connection:
@@ -203,10 +203,9 @@ class Connection:
         self.calls[call.call_id] = call
         if call.boot_id is None:  # not pinned by its handle: pinned to the current incarnation, where known
             call.boot_id = self.boot_id
-        call.frames = _pack_submit(
-            call.call_id, call.method, call.deadline, call.boot_id, call.proof, self._take_acks(), self.same_machine,
-            call.payload,
-        )  # fmt: skip
+        call.frames = Submit(
+            call.call_id, call.method, call.deadline, call.boot_id, call.proof, self._take_acks(), self.same_machine
+        ).pack(call.payload)
         call.sent_at = call.polled_at = time.monotonic()
         self._socket.send(call.frames)
 
@@ -235,7 +234,7 @@ class Connection:
 
     def _send_acks(self, ids: list[bytes]) -> None:
         if self._socket is not None and not self._socket.closed:
-            self._socket.send(wire.pack(Kind.ACK, [ids]))
+            self._socket.send(Ack(ids).pack())
 
     # ---- receiving -------------------------------------------------------------------------------------------
 
@@ -253,15 +252,16 @@ class Connection:
                 self._on_result(message)
             elif message.kind is Kind.STATUS:
                 self._on_status(message)
-            elif message.kind is Kind.PONG and len(message.meta) == 3 and type(message.meta[1]) is str:
-                self._link.pong(message.meta[0])
-                self._check_boot(message.meta[1])
+            elif message.kind is Kind.PONG:
+                pong = Pong.parse(message.meta)
+                self._link.pong(pong.nonce)
+                self._check_boot(pong.boot_id)
         except (FrameError, DecodeError, ValueError, TypeError, IndexError) as exc:
             log.warning("dropped a malformed reply from %s at %s: %s", self.actor, self.address, exc)
 
     def _on_result(self, message: wire.Message) -> None:
         self._last_result_at = self._last_heard
-        call_id, ok, boot_id = header_checks.reply(message.meta, bool)
+        call_id, ok, boot_id = _parse_result(message.meta)
         with self._lock:
             call = self.calls.pop(call_id, None)
         self._ack(call_id)  # also for results we no longer wait for: lets the server free them
@@ -285,7 +285,7 @@ class Connection:
             self._run_soon(self.flush_acks)
 
     def _on_status(self, message: wire.Message) -> None:
-        call_id, state, boot_id = header_checks.reply(message.meta, str)
+        call_id, state, boot_id = Status.parse(message.meta)
         self._check_boot(boot_id)
         with self._lock:
             call = self.calls.get(call_id)

@@ -24,7 +24,6 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from runtime.actor.call_store import request_fingerprint
 from runtime.caller.argument_errors import UNSENDABLE, argument_error
 from runtime.caller.call import Call
 from runtime.caller.call_policy import CallPolicy
@@ -41,6 +40,7 @@ from runtime.core.outcome import arguments_bind
 from runtime.core.stream_hints import STREAM_MARK
 from transport import security, shared_memory
 from transport.codec import encode, encode_shared
+from transport.messages import request_fingerprint
 from transport.security import FROM_ENV, CurveDir
 from transport.type_registry import register_type
 

@@ -16,10 +16,9 @@ import asyncio
 import time
 from typing import Protocol
 
-from transport import frames as wire
 from transport.endpoints import ZmqEndpoint
 from transport.link_watch import LinkChange, nothing_listens
-from transport.protocol import Kind
+from transport.messages import Ping, Poll
 
 PING_INTERVAL_S = 0.5
 POLL_AFTER_S = 1.0
@@ -77,10 +76,10 @@ class LinkLiveness:
                 )
                 return
             nonce += 1
-            socket.send(wire.pack(Kind.PING, [nonce]))
+            socket.send(Ping(nonce).pack())
             quiet = watched.due_for_poll(now)
             if quiet:
-                socket.send(wire.pack(Kind.POLL, [quiet]))
+                socket.send(Poll(quiet).pack())
 
     def changed(self, socket: ZmqEndpoint, change: LinkChange, reason: str) -> None:
         """The socket monitor's word: a drop sends a probe; a peer whose listener is gone is confirmed gone
@@ -89,7 +88,7 @@ class LinkLiveness:
         if change is LinkChange.LOST:
             self._probes += 1
             self._probe, self._probe_answered = f"probe-{self._probes}", False
-            socket.send(wire.pack(Kind.PING, [self._probe]))  # answered as soon as a reconnect lands
+            socket.send(Ping(self._probe).pack())  # answered as soon as a reconnect lands
         elif change is LinkChange.GONE and not self._leave_alone() and self._confirming is None:
             self._confirming = asyncio.get_running_loop().create_task(self._confirm_gone(socket, reason))
 

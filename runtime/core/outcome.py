@@ -7,10 +7,9 @@ from collections.abc import Callable
 from typing import Any, Protocol
 
 from runtime.core.errors import ERROR_CODES, ActorError, CallSite, RemoteError, remote_error
-from transport import frames as wire
 from transport import shared_memory
 from transport.codec import Buffer, decode, encode, encode_shared
-from transport.protocol import Kind
+from transport.messages import Result
 
 
 class CallRecord(Protocol):
@@ -61,7 +60,7 @@ def result_frames(record: CallRecord, boot_id: str, value: Any) -> list[Buffer]:
             payload, record.shared = encode_shared(value, bind=result_bind(record.call_id))
         else:
             payload = encode(value, bind=result_bind(record.call_id))
-        return wire.pack(Kind.RESULT, [record.call_id, True, boot_id], payload)
+        return Result(record.call_id, True, boot_id).pack(payload)
     except Exception as exc:
         if record.shared:
             shared_memory.unlink(record.shared)
@@ -72,7 +71,7 @@ def result_frames(record: CallRecord, boot_id: str, value: Any) -> list[Buffer]:
         )
         kind = f"{type(exc).__module__}.{type(exc).__qualname__}"  # as error_state names it
         state = {"code": "remote", "type": kind, "message": message, "traceback": ""}
-        return wire.pack(Kind.RESULT, [record.call_id, False, boot_id], _encode_error(state))
+        return Result(record.call_id, False, boot_id).pack(_encode_error(state))
 
 
 def error_frames(
@@ -83,7 +82,7 @@ def error_frames(
         state = error_state(code, exc, message)
     except Exception as problem:  # e.g. an exception whose str() raises: the call is answered all the same
         state = error_state(code, None, f"{message or _type_name(exc)} (details lost: {_type_name(problem)})")
-    return wire.pack(Kind.RESULT, [call_id, False, boot_id], _encode_error(state))
+    return Result(call_id, False, boot_id).pack(_encode_error(state))
 
 
 def _encode_error(state: dict[str, Any]) -> tuple[bytes, list[Buffer]]:

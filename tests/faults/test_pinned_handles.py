@@ -31,7 +31,7 @@ from runtime import ActorDied, ActorHandle, ActorRestarted, DeadlineExceeded, sp
 from runtime.core.call_ids import new_call_id
 from runtime.core.outcome import arguments_bind
 from transport.codec import encode
-from transport.submit_header import SubmitHeader
+from transport.messages import Submit
 
 pytestmark = pytest.mark.processes
 
@@ -144,7 +144,7 @@ def test_the_actor_refuses_a_call_pinned_to_another_incarnation_before_running_i
         for pin in ("0123456789abcdef", actor.boot_id):  # an incarnation that is gone, then the live one
             call_id = new_call_id()
             payload = encode([[7], {}], bind=arguments_bind(call_id))
-            raw.send(SubmitHeader.pack(call_id, "add", None, pin, None, [], False, payload))
+            raw.send(Submit(call_id, "add", None, pin, None, [], False).pack(payload))
             reply = raw.recv()
             assert reply.meta[2] == actor.boot_id  # every reply names the incarnation that sent it
             replies[pin] = raw.result(reply)

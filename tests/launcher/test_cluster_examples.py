@@ -136,8 +136,8 @@ def test_a_two_node_engine_gets_node_rank_and_node_0s_dist_init_address() -> Non
             config.host(placement.host), pool.worker, placement, ports={"port": 30001, "nccl_port": 30002},
             master_addr="10.0.0.11", master_port=29500, stream_logs="warnings", curve_dir=None, name_service="{}",
         )  # fmt: skip
-        argvs.append(spawn["argv"])
-        assert spawn["env"]["CUDA_VISIBLE_DEVICES"] == ",".join(map(str, range(8)))
+        argvs.append(spawn.argv)
+        assert spawn.env["CUDA_VISIBLE_DEVICES"] == ",".join(map(str, range(8)))
     assert [w.host for w in cell.workers] == ["gpu-a", "gpu-b"]
     for rank, argv in enumerate(argvs):
         flags = dict(zip(argv[3::2], argv[4::2], strict=False))

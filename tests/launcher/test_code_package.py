@@ -22,6 +22,7 @@ import pytest
 import toml_text
 from launch_helpers import PYTHON, local_host, subprocess_env
 
+from launcher.agent.agent_commands import CodeHave, CodePut, CodeUnpack
 from launcher.agent.code_cache import CodeCache, safe_extract, with_python_path
 from launcher.config.hosts_config import load_config
 from launcher.errors import ConfigError
@@ -168,19 +169,19 @@ def test_a_name_twice_is_refused(tmp_path: Path) -> None:
 def _send(cache: CodeCache, data: bytes, digest: str, chunk: int = 7) -> None:
     for offset in range(0, len(data), chunk):
         piece = base64.b64encode(data[offset : offset + chunk]).decode()
-        cache.put({"digest": digest, "size": len(data), "offset": offset, "data": piece})
+        cache.put(CodePut(digest, size=len(data), offset=offset, data=piece))
 
 
 def test_cache_receives_checks_and_unpacks_a_package_once(tmp_path: Path) -> None:
     data = _zip([("mod.py", b"VALUE = 3\n", stat.S_IFREG | 0o644), ("run.sh", b"#!/bin/sh\n", stat.S_IFREG | 0o755)])
     digest = hashlib.sha256(data).hexdigest()
     cache = CodeCache(tmp_path)
-    assert cache.have({"digest": digest}) == {"path": str(tmp_path / "code" / digest), "present": False}
+    assert cache.have(CodeHave(digest)) == {"path": str(tmp_path / "code" / digest), "present": False}
     _send(cache, data, digest)
-    path = Path(cache.unpack({"digest": digest, "max_bytes": 10**6})["path"])
+    path = Path(cache.unpack(CodeUnpack(digest, max_bytes=10**6))["path"])
     assert (path / "mod.py").read_text() == "VALUE = 3\n"
     assert os.access(path / "run.sh", os.X_OK) and not os.access(path / "mod.py", os.X_OK)
-    assert cache.have({"digest": digest})["present"] is True
+    assert cache.have(CodeHave(digest))["present"] is True
     assert sorted(p.name for p in (tmp_path / "code").iterdir()) == [digest]  # no partial files left
 
 
@@ -190,13 +191,13 @@ def test_cache_refuses_bytes_that_do_not_match_the_digest_and_chunks_out_of_orde
     wrong = hashlib.sha256(b"something else").hexdigest()
     _send(cache, data, wrong)
     with pytest.raises(ValueError, match="do not match its digest"):
-        cache.unpack({"digest": wrong, "max_bytes": 10**6})
+        cache.unpack(CodeUnpack(wrong, max_bytes=10**6))
     digest = hashlib.sha256(data).hexdigest()
-    cache.put({"digest": digest, "size": len(data), "offset": 5, "data": base64.b64encode(data[5:9]).decode()})
+    cache.put(CodePut(digest, size=len(data), offset=5, data=base64.b64encode(data[5:9]).decode()))
     with pytest.raises(ValueError, match="does not follow 0"):
-        cache.unpack({"digest": digest, "max_bytes": 10**6})
+        cache.unpack(CodeUnpack(digest, max_bytes=10**6))
     with pytest.raises(ValueError, match="64 hex digits"):
-        cache.have({"digest": "../../etc"})
+        cache.have(CodeHave("../../etc"))
     assert not any((tmp_path / "code").iterdir())
 
 

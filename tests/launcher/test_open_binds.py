@@ -83,7 +83,7 @@ def test_curve_off_with_ssh_hosts_needs_the_opt_in(tmp_path: Path) -> None:
     (placement,) = plan.workers()
     host = config.host(placement.host)
     spawn = build_spawn(host, spec, placement, ports={"port": 4000}, master_addr="x", master_port=1, stream_logs="none")
-    assert spawn["argv"][-2:] == ["--bind", "tcp://0.0.0.0:4000"] and spawn["env"]["MILES_CURVE_DIR"] == ""
+    assert spawn.argv[-2:] == ["--bind", "tcp://0.0.0.0:4000"] and spawn.env["MILES_CURVE_DIR"] == ""
 
 
 def test_curve_on_and_loopback_only_need_no_opt_in(tmp_path: Path) -> None:

@@ -29,9 +29,9 @@ def test_serve_worker_spawn() -> None:
     spawn = build_spawn(
         host, spec, placement, ports={"port": 4000}, master_addr="10.0.0.5", master_port=4001, stream_logs="all"
     )
-    assert spawn["argv"] == ["/py", "-m", "runtime.worker", "--bind", "tcp://0.0.0.0:4000"]
-    assert spawn["ready"]["kind"] == "line" and spawn["ready"]["prefix"] == proto.READY_PREFIX
-    env = spawn["env"]
+    assert spawn.argv == ["/py", "-m", "runtime.worker", "--bind", "tcp://0.0.0.0:4000"]
+    assert spawn.ready["kind"] == "line" and spawn.ready["prefix"] == proto.READY_PREFIX
+    env = spawn.env
     assert env["CUDA_VISIBLE_DEVICES"] == "2,3" and env["LOCAL_RANK"] == "1" and env["RANK"] == "1"
     assert env["WORLD_SIZE"] == "2" and env["MASTER_ADDR"] == "10.0.0.5" and env["MASTER_PORT"] == "4001"
     assert env["A"] == "host" and env["B"] == "spec" and env["MILES_WORKER_ID"] == "eng-0-1"
@@ -44,7 +44,7 @@ def test_advertised_host_can_be_overridden_by_the_host_env() -> None:
     host, placement = _setup(spec)
     host = host.model_copy(update={"env": {"MILES_ADVERTISE_HOST": "gpu-a.internal"}})
     spawn = build_spawn(host, spec, placement, ports={"port": 1}, master_addr="x", master_port=2, stream_logs="none")
-    assert spawn["env"]["MILES_ADVERTISE_HOST"] == "gpu-a.internal"
+    assert spawn.env["MILES_ADVERTISE_HOST"] == "gpu-a.internal"
 
 
 def test_local_hosts_bind_loopback() -> None:
@@ -53,8 +53,8 @@ def test_local_hosts_bind_loopback() -> None:
     spawn = build_spawn(
         host, spec, placement, ports={"port": 1}, master_addr="127.0.0.1", master_port=2, stream_logs="none"
     )
-    assert spawn["argv"][-1] == "tcp://127.0.0.1:1"
-    assert spawn["env"]["CUDA_VISIBLE_DEVICES"] == ""  # a CPU worker is told: no GPU
+    assert spawn.argv[-1] == "tcp://127.0.0.1:1"
+    assert spawn.env["CUDA_VISIBLE_DEVICES"] == ""  # a CPU worker is told: no GPU
 
 
 def test_command_template_ports_and_readiness() -> None:
@@ -76,7 +76,7 @@ def test_command_template_ports_and_readiness() -> None:
         master_port=5002,
         stream_logs="all",
     )
-    assert spawn["argv"] == [
+    assert spawn.argv == [
         "/py",
         "-m",
         "server",
@@ -91,7 +91,7 @@ def test_command_template_ports_and_readiness() -> None:
         "--name",
         "eng-0-1 x",
     ]
-    assert spawn["ready"] == {
+    assert spawn.ready == {
         "kind": "http",
         "deadline_s": 7.0,
         "port_number": 5000,
@@ -106,9 +106,9 @@ def test_curve_dir_is_set_for_every_worker_and_empty_when_off() -> None:
     on = build_spawn(
         host, spec, placement, ports={"port": 1}, master_addr="x", master_port=2, stream_logs="none", curve_dir="/w/k"
     )
-    assert on["env"]["MILES_CURVE_DIR"] == "/w/k"  # the launch's keys win: both sides must agree
+    assert on.env["MILES_CURVE_DIR"] == "/w/k"  # the launch's keys win: both sides must agree
     off = build_spawn(host, spec, placement, ports={"port": 1}, master_addr="x", master_port=2, stream_logs="none")
-    assert off["env"]["MILES_CURVE_DIR"] == ""  # an inherited value cannot turn CURVE on for one side only
+    assert off.env["MILES_CURVE_DIR"] == ""  # an inherited value cannot turn CURVE on for one side only
 
 
 def test_the_name_service_is_named_for_every_worker_and_wins_over_any_env() -> None:
@@ -119,7 +119,7 @@ def test_the_name_service_is_named_for_every_worker_and_wins_over_any_env() -> N
         host, spec, placement, ports={"port": 1}, master_addr="x", master_port=2, stream_logs="none",
         name_service=service,
     )  # fmt: skip
-    assert spawn["env"]["MILES_NAME_SERVICE"] == service
+    assert spawn.env["MILES_NAME_SERVICE"] == service
 
 
 def test_every_worker_gets_the_launchers_session_secret_which_no_repr_prints(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -132,6 +132,6 @@ def test_every_worker_gets_the_launchers_session_secret_which_no_repr_prints(mon
     spec = ServeWorkerSpec(actor_class="m:C", env={SECRET_ENV: "cd" * 32})
     host, placement = _setup(spec)
     spawn = build_spawn(host, spec, placement, ports={"port": 1}, master_addr="x", master_port=2, stream_logs="none")
-    assert spawn["env"][SECRET_ENV] == "ab" * 32
-    info = WorkerInfo(placement=placement, kind="serve", address="10.0.0.5", ports={"port": 1}, env=spawn["env"])
+    assert spawn.env[SECRET_ENV] == "ab" * 32
+    info = WorkerInfo(placement=placement, kind="serve", address="10.0.0.5", ports={"port": 1}, env=spawn.env)
     assert "ab" * 32 not in repr(info)

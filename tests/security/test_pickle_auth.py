@@ -27,9 +27,9 @@ from transport import sealed_pickle, session_secret, shared_memory
 from transport.codec import encode, encode_shared
 from transport.codec_types import EXT_PICKLE, DecodeError
 from transport.decoder import decode
+from transport.messages import Submit
 from transport.sealed_pickle import PickleRefused
 from transport.session_secret import SECRET_ENV
-from transport.submit_header import SubmitHeader
 
 
 class WritesFile:
@@ -199,7 +199,7 @@ def test_a_live_actor_refuses_pickles_sealed_by_another_launch_or_for_another_ca
         marker.unlink()
         sealed_for, replayed_as = new_call_id(), new_call_id()  # the arguments of one call, resent as another's
         payload = encode([[WritesFile(marker)], {}], bind=arguments_bind(sealed_for))
-        raw.send(SubmitHeader.pack(replayed_as, "keep", None, None, None, [], False, payload))
+        raw.send(Submit(replayed_as, "keep", None, None, None, [], False).pack(payload))
         ok, error = raw.result(raw.recv())
         assert not ok and "replayed from another call" in error["message"] and not marker.exists()
     finally:

@@ -11,7 +11,7 @@ from runtime.actor.call_store import CallRecord, CallStore, StoreLimits
 from runtime.actor.server_phase import ServerPhase
 from runtime.core import control_auth
 from runtime.core.call_ids import new_call_id
-from transport.submit_header import SubmitHeader
+from transport.messages import Submit
 
 A, B = b"peer-a", b"peer-b"
 
@@ -64,9 +64,9 @@ def test_bytes_are_held_to_the_store_budget_and_to_each_callers_share() -> None:
     assert admission.capacity_problem(store, 11, B) is None
 
 
-def _control(method: str, token: bytes, fingerprint: bytes = b"fp") -> SubmitHeader:
+def _control(method: str, token: bytes, fingerprint: bytes = b"fp") -> Submit:
     call_id = new_call_id()
-    return SubmitHeader(call_id, method, None, None, control_auth.proof(token, call_id, method, fingerprint), [], False)
+    return Submit(call_id, method, None, None, control_auth.proof(token, call_id, method, fingerprint), [], False)
 
 
 def test_a_control_call_needs_the_spawners_proof_for_this_very_request() -> None:

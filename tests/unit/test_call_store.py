@@ -11,9 +11,9 @@ from runtime.actor.call_store import (
     CallStore,
     StoreLimits,
     Tombstone,
-    request_fingerprint,
 )
 from runtime.core.call_ids import CALL_ID_BYTES, made_at_ms
+from transport.messages import request_fingerprint
 
 PEER, OTHER = b"peer-a", b"peer-b"
 
