@@ -66,6 +66,7 @@ from runtime.objects.tensor_put import put
 from runtime.processes.spawn import connect, connect_async, spawn, spawn_async, spawn_many
 from runtime.tensors.tensor_refs import TensorRef
 from transport import register_type
+from transport.timeouts import within
 
 __all__ = [
     "ActorDefinitionError",
@@ -101,4 +102,5 @@ __all__ = [
     "spawn_many",
     "wait",
     "wait_async",
+    "within",
 ]

@@ -28,6 +28,8 @@ from collections.abc import Callable
 
 import zmq
 
+from transport.timeouts import within
+
 
 class LinkChange(enum.Enum):
     """What the monitor events say about the peer."""
@@ -109,10 +111,10 @@ async def nothing_listens(address: str, timeout_s: float = 1.0) -> bool:
     probe = socket.socket(family, socket.SOCK_STREAM)
     probe.setblocking(False)
     try:
-        await asyncio.wait_for(asyncio.get_running_loop().sock_connect(probe, target), timeout_s)
+        await within(asyncio.get_running_loop().sock_connect(probe, target), timeout_s)
     except (ConnectionRefusedError, FileNotFoundError):
         return True
-    except (OSError, asyncio.TimeoutError, ValueError):
+    except (OSError, TimeoutError, ValueError):
         return False
     finally:
         probe.close()

@@ -31,6 +31,7 @@ from actors.cpu_engine.settings import EngineSettings
 from actors.cpu_engine.update_lock import ModelUpdateLock, UpdateLockTimeout
 from actors.cpu_engine.weight_sync import WeightSync
 from actors.tokenizer import BYTE_TOKENIZER, Tokenizer
+from runtime import within
 
 logger = logging.getLogger(__name__)
 
@@ -155,8 +156,8 @@ class CPUEngine:
                 raise RequestError("health_generate: the model produced non-finite logits", status=503)
 
         try:
-            await asyncio.wait_for(asyncio.to_thread(forward), self.settings.health_timeout_s)
-        except asyncio.TimeoutError as exc:
+            await within(asyncio.to_thread(forward), self.settings.health_timeout_s)
+        except TimeoutError as exc:
             raise RequestError(
                 f"health_generate: no token within {self.settings.health_timeout_s}s", status=503
             ) from exc

@@ -11,6 +11,8 @@ import asyncio
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
+from runtime import within
+
 
 class UpdateLockTimeout(TimeoutError):
     """A reader or the writer did not get the lock within its deadline."""
@@ -60,8 +62,8 @@ class ModelUpdateLock:
 
     async def _wait(self, ready: object, timeout_s: float, who: str) -> None:
         try:
-            await asyncio.wait_for(self._cond.wait_for(ready), timeout=max(0.0, timeout_s))  # type: ignore[arg-type]
-        except asyncio.TimeoutError as exc:
+            await within(self._cond.wait_for(ready), max(0.0, timeout_s))  # type: ignore[arg-type]
+        except TimeoutError as exc:
             raise UpdateLockTimeout(
                 f"{who} waited {timeout_s}s for the model update lock "
                 f"({self._readers} request(s) running, writer active: {self._writer_active})"

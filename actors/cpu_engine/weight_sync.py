@@ -36,6 +36,7 @@ from actors.cpu_engine.weights import (
 )
 from actors.weights_group import WeightsGroup, dtype_from_name
 from actors.weights_wire import decode_named_tensors
+from runtime import within
 from runtime.tensors.tensor_refs import TensorRef
 
 logger = logging.getLogger(__name__)
@@ -199,8 +200,8 @@ class WeightSync:
             )
 
         try:
-            group = await asyncio.wait_for(asyncio.to_thread(join), timeout_s + 5.0)
-        except asyncio.TimeoutError as exc:
+            group = await within(asyncio.to_thread(join), timeout_s + 5.0)
+        except TimeoutError as exc:
             raise RequestError(
                 f"Failed to initialize custom process group: {where}: no join within {timeout_s}s"
             ) from exc

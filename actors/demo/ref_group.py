@@ -20,9 +20,9 @@ log = logging.getLogger(__name__)
 GROUP_TIMEOUT_S = 60.0
 NEEDS_ACTOR_ENGINES = (
     "job.args.weight_sync = 'refs' needs the inference controller's engines to be actors (CPU engines only): set "
-    "launcher = \"actors.inference.actor_engines:actor_engine_launcher\" in the inference pool's "
-    "[pools.worker.kwargs], or make its engine_pool a pool of engine actors (kind = \"serve\", actor_class = "
-    "\"actors.cpu_engine.engine_actor:CPUEngineActor\": actors.inference.engine_pool.engine_pool(..., "
+    'launcher = "actors.inference.actor_engines:actor_engine_launcher" in the inference pool\'s '
+    '[pools.worker.kwargs], or make its engine_pool a pool of engine actors (kind = "serve", actor_class = '
+    '"actors.cpu_engine.engine_actor:CPUEngineActor": actors.inference.engine_pool.engine_pool(..., '
     "as_actor=True)), or use weight_sync = 'http'"
 )
 

@@ -15,9 +15,10 @@ from actors.inference.engine_launcher import EngineSpec, engine_argv, wait_ready
 from actors.inference.engine_pool import ENGINE_ACTOR
 from actors.inference.errors import EngineStartError
 from actors.processes import advertised_host
-from runtime import ActorHandle, spawn_async
+from runtime import ActorHandle, spawn_async, within
 
 logger = logging.getLogger(__name__)
+
 
 class ActorEngineProcess:
     """One engine actor as the controller sees it (an :class:`~actors.inference.engine_launcher.EngineProcess`)."""
@@ -96,7 +97,7 @@ class ActorEngineLauncher:
 
 async def _url(handle: ActorHandle, deadline: float) -> str:
     try:
-        return str(await asyncio.wait_for(handle.url(), max(0.1, deadline - time.monotonic())))
+        return str(await within(handle.url(), max(0.1, deadline - time.monotonic())))
     except Exception as exc:
         raise EngineStartError(
             f"engine actor {handle.actor_name} (pid {handle.pid}) did not report its URL: {exc}"

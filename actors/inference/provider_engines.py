@@ -16,7 +16,7 @@ from actors.inference.provider_address import worker_url_host
 from launcher.launch.cells import DeathReport
 from launcher.launch.provider_service import ProviderApiError
 from launcher.launch.provider_views import CellView
-from runtime import ActorHandle, RemoteError
+from runtime import ActorHandle, RemoteError, within
 from runtime.names.naming import get_actor_async
 
 logger = logging.getLogger(__name__)
@@ -119,7 +119,7 @@ class ProviderEngineLauncher:
         """Node 0's actor of an engine-actor cell, from the launch's name service (where the launcher put it)."""
         worker_id = view.workers[0].worker_id
         try:
-            return await asyncio.wait_for(get_actor_async(worker_id), max(0.1, deadline - time.monotonic()))
+            return await within(get_actor_async(worker_id), max(0.1, deadline - time.monotonic()))
         except Exception as exc:
             raise EngineStartError(
                 f"engine {spec.cell_id} (pool {self.pool!r} cell {spec.index}): its actor {worker_id!r} is not in the "
@@ -171,7 +171,7 @@ class ProviderEngineLauncher:
 async def _http_port(spec: EngineSpec, handle: ActorHandle, deadline: float) -> int:
     """The HTTP port an engine actor bound (its ``url()``)."""
     try:
-        url = str(await asyncio.wait_for(handle.url(), max(0.1, deadline - time.monotonic())))
+        url = str(await within(handle.url(), max(0.1, deadline - time.monotonic())))
         return int(url.rsplit(":", 1)[1])
     except Exception as exc:
         raise EngineStartError(

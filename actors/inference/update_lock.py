@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import asyncio
 
+from runtime import within
+
 
 class UpdateLock:
     """An asyncio lock whose acquire gives up after a timeout and whose release tolerates an unheld lock."""
@@ -15,9 +17,9 @@ class UpdateLock:
     async def acquire(self, timeout_s: float) -> bool:
         """Take the lock within ``timeout_s`` (False if it stayed held)."""
         try:
-            await asyncio.wait_for(self._lock.acquire(), timeout=max(0.0, timeout_s))
+            await within(self._lock.acquire(), max(0.0, timeout_s), on_dropped=lambda _: self._lock.release())
             return True
-        except asyncio.TimeoutError:
+        except TimeoutError:
             return False
 
     def release(self) -> None:

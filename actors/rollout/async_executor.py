@@ -17,7 +17,7 @@ from actors.rollout.prompt_plan import PromptPlan, sampling_seed
 from actors.rollout.router_client import Completion
 from actors.rollout.samples import GroupRecord, SampleBuffer
 from actors.rollout.staleness import OnStale, StalenessBound, version_number
-from runtime import method, put
+from runtime import method, put, within
 
 logger = logging.getLogger(__name__)
 
@@ -276,6 +276,6 @@ def newest_version_mask(loss_mask: list[int], versions: list[str]) -> list[int]:
 
 async def _wait(event: asyncio.Event, timeout_s: float) -> None:
     try:
-        await asyncio.wait_for(event.wait(), timeout=max(0.0, timeout_s))
-    except asyncio.TimeoutError:
+        await within(event.wait(), max(0.0, timeout_s))
+    except TimeoutError:
         pass

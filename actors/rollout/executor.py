@@ -18,7 +18,7 @@ from actors.rollout.advantages import ESTIMATORS, Estimator, balanced_ranges, co
 from actors.rollout.prompt_plan import sampling_seed
 from actors.rollout.router_client import Completion, generate_once
 from actors.tokenizer import tokenizer_for
-from runtime import ActorHandle, get_actor, method, metrics, put
+from runtime import ActorHandle, get_actor, method, metrics, put, within
 
 logger = logging.getLogger(__name__)
 
@@ -158,7 +158,7 @@ class RolloutExecutor:
         total = len(prompts) * n_samples_per_prompt
         tasks = [asyncio.ensure_future(one(i)) for i in range(total)]
         try:
-            completions = await asyncio.wait_for(asyncio.gather(*tasks), timeout=overall + 5)
+            completions = await within(asyncio.gather(*tasks), overall + 5)
         except BaseException:
             for task in tasks:  # one sample failed for good: the others are not wanted any more
                 task.cancel()

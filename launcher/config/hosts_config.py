@@ -138,6 +138,7 @@ class JobConfig(BaseModel):
             if not (path.is_dir() or (path.is_file() and path.suffix == ".py")):
                 raise ValueError(f"{path} is not a directory (nor a .py module for py_modules)")
         return value
+
     timeout_s: float | None = Field(
         default=None, gt=0, description="stop the job (and the launch, exit code 124) after this long; none by default"
     )

@@ -156,6 +156,7 @@ def _submit(config: ClusterConfig, cluster: SlurmCluster, launcher_args: list[st
 
     (With ``[cluster] provider = "slurm"`` the hosts are the allocation's nodes, each host agent an srun step;
     ``down`` on a login node cancels the job: launcher/console/slurm_launch.py.)"""
+
     def interrupt(_signum: int, _frame: Any) -> None:
         raise KeyboardInterrupt
 

@@ -95,6 +95,5 @@ class _ChannelWriter:
         pass
 
 
-
 def _since(started: float) -> str:
     return f"{time.monotonic() - started:.2f}s"

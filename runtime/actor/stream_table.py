@@ -9,6 +9,8 @@ import threading
 import time
 from typing import Any
 
+from transport.timeouts import within
+
 IDLE_S = 600.0  # a producer waits at most this long for its caller to take items; then the stream closes
 MAX_STREAMS = 4096  # streams one actor holds at once (calls past it: over_capacity)
 MAX_WINDOW = 1024  # items a caller may let the producer run ahead
@@ -66,7 +68,7 @@ class Stream:
                 room = asyncio.Event()
                 self._room = (asyncio.get_running_loop(), room)
             try:
-                await asyncio.wait_for(room.wait(), IDLE_S)
+                await within(room.wait(), IDLE_S)
             except TimeoutError:
                 with self._cond:
                     self.closed = self.closed or f"nobody took its items for {IDLE_S:.0f} s"
@@ -111,7 +113,7 @@ class Stream:
             if left <= 0:
                 return [], False
             try:
-                await asyncio.wait_for(waiter, left)
+                await within(waiter, left)
             except TimeoutError:
                 return [], False
 

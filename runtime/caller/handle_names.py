@@ -55,4 +55,3 @@ def _rename(name: str, taken: frozenset[str]) -> str:
         if candidate not in taken:
             return candidate
     return f"{name}_method"
-

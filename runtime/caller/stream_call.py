@@ -12,6 +12,7 @@ from collections.abc import AsyncIterator, Callable, Iterator
 from typing import Any
 
 from runtime.core.errors import ActorError, DeadlineExceeded
+from transport.timeouts import within
 
 DEFAULT_WINDOW = 16  # items the producer may run ahead of the caller
 PULL_WAIT_S = 5.0  # how long one __stream_next__ waits on the actor for an item (then asks again)
@@ -204,7 +205,7 @@ class StreamingCall:
 
     async def _ended_async(self) -> Any:
         try:
-            return await asyncio.wait_for(asyncio.shield(asyncio.ensure_future(self._producer)), _PULL_MARGIN_S)
+            return await within(asyncio.shield(asyncio.ensure_future(self._producer)), _PULL_MARGIN_S)
         except TimeoutError:
             raise DeadlineExceeded(f"{self._site}: the stream ended but its call did not answer") from None
 

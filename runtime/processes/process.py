@@ -23,6 +23,7 @@ from runtime.processes.driver_fork import child_environment
 from runtime.processes.fork_client import ForkedWorker
 from transport import shared_memory
 from transport.security import ServerKeys
+from transport.timeouts import within
 
 log = logging.getLogger(__name__)
 
@@ -209,7 +210,7 @@ class ActorProcess:
             else:
                 self._ready_waiters.append(wake)
         with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(woke, deadline_s)
+            await within(woke, deadline_s)
         if self._ready is not None:
             return self._ready
         # A death or a timeout: its report (which may wait a little for the exit) off the loop.

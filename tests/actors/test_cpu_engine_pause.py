@@ -19,6 +19,7 @@ from actors.cpu_engine.engine import CPUEngine
 from actors.cpu_engine.io_struct import SamplingParams
 from actors.cpu_engine.protocol import GenerationItem
 from actors.cpu_engine.settings import EngineSettings
+from runtime import within
 from tests.actors.cpu_reference import GQA
 
 
@@ -44,13 +45,13 @@ async def abort_pause_with_a_finished_sequence_in_the_held_batch() -> tuple[dict
         try:  # two requests in one batch: "short" finishes on the first step, where the paused batch is held
             short = asyncio.ensure_future(engine.generate([item("short", 1)]))
             long = asyncio.ensure_future(engine.generate([item("long", 200)]))
-            (short_answer,) = await asyncio.wait_for(short, 10)  # answered: it finished before the hold
+            (short_answer,) = await within(short, 10)  # answered: it finished before the hold
             assert engine.paused and not long.done()
             started = time.monotonic()
-            await asyncio.wait_for(engine.pause("abort"), 10)  # with the bug: 60 s, the pause wait timeout
+            await within(engine.pause("abort"), 10)  # with the bug: 60 s, the pause wait timeout
             waited = time.monotonic() - started
             assert await engine.flush_cache(0.0) == (True, "")  # idle once the abort pause returned
-            (long_answer,) = await asyncio.wait_for(long, 10)
+            (long_answer,) = await within(long, 10)
             engine.resume()
             return short_answer["meta_info"], long_answer["meta_info"], waited
         finally:

@@ -15,6 +15,7 @@ from transport import frames as wire
 from transport import security
 from transport.codec import encode
 from transport.protocol import Kind
+from transport.sockets import shared_context
 
 pytestmark = pytest.mark.processes
 
@@ -25,7 +26,7 @@ def _submit_hit(socket: zmq.Socket, key: int) -> None:
 
 
 def _raw_client(endpoint: str, config: security.CurveConfig | None, server_key: str | None = None) -> zmq.Socket:
-    socket = zmq.Context.instance().socket(zmq.DEALER)
+    socket = shared_context().socket(zmq.DEALER)
     socket.setsockopt(zmq.LINGER, 0)
     if config is not None:
         security.secure_client(socket, config, (server_key or "").encode())
@@ -110,7 +111,7 @@ def test_each_actor_has_its_own_key_and_nobody_else_can_answer_for_it(no_leaks: 
     secret, which only the actor and its spawner hold (handed over on the worker's stdin, never on disk)."""
     first = spawn("fault_actors:Tally", name="first", curve_dir=curve_dir)
     second = spawn("fault_actors:Tally", name="second", curve_dir=curve_dir)
-    rogue = zmq.Context.instance().socket(zmq.ROUTER)
+    rogue = shared_context().socket(zmq.ROUTER)
     try:
         assert first.server_key and second.server_key and first.server_key != second.server_key
         secret = first.process.ticket.server_keys.secret

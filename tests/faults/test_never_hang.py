@@ -30,6 +30,7 @@ from runtime.actor.lanes import ThreadLane
 from runtime.internals import StoreLimits
 from transport import frames as wire
 from transport.protocol import Kind
+from transport.sockets import shared_context
 
 pytestmark = pytest.mark.processes
 
@@ -279,7 +280,7 @@ def test_a_peer_that_stops_reading_holds_up_no_other_peer(leaver: ActorHandle) -
     """One DEALER floods PINGs and never reads a PONG: its pipe fills, its own bounded queue fills, its replies
     are dropped; every other caller is answered at once (once, they all waited and then declared the actor dead
     after the 10 s liveness timeout)."""
-    deaf = zmq.Context.instance().socket(zmq.DEALER)
+    deaf = shared_context().socket(zmq.DEALER)
     deaf.setsockopt(zmq.LINGER, 0)
     deaf.setsockopt(zmq.RCVHWM, 1)
     deaf.setsockopt(zmq.RCVBUF, 4096)

@@ -147,8 +147,9 @@ import zmq
 from transport import frames as wire
 from transport.codec import encode
 from transport.protocol import Kind
+from transport.sockets import shared_context
 
-socket = zmq.Context.instance().socket(zmq.ROUTER)
+socket = shared_context().socket(zmq.ROUTER)
 print(socket.bind_to_random_port("tcp://127.0.0.1"), flush=True)
 while True:  # every SUBMIT gets the value 42, from incarnation "incarnation-b"
     peer, *frames = socket.recv_multipart()

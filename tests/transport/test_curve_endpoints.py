@@ -11,7 +11,7 @@ import pytest
 import zmq
 
 from transport import security, shared_memory
-from transport.sockets import dealer, router
+from transport.sockets import dealer, router, shared_context
 
 
 async def _exchange(
@@ -21,7 +21,7 @@ async def _exchange(
     ``expect_other_server``: the client expects another actor's public key than the server's own."""
     server_keys = security.ServerKeys.new()
     expected = security.ServerKeys.new().public if expect_other_server else server_keys.public
-    context = zmq.Context.instance()
+    context = shared_context()
     served: list[bytes] = []
     replies: list[bytes] = []
     failures: list[str] = []

@@ -22,7 +22,7 @@ from transport import local_twin
 from transport.direct_links import HELLO
 from transport.endpoints import ZmqEndpoint
 from transport.reader_handoff import DRAIN_BATCH
-from transport.sockets import dealer, router
+from transport.sockets import dealer, router, shared_context
 from transport.stream_frames import StreamReader, head
 
 OTHER_UID = 65534  # nobody
@@ -47,7 +47,7 @@ class Echo:
 
         def open_it() -> None:
             self.endpoint, self.address = router(
-                zmq.Context.instance(), address, self._echo, max_message_bytes=MAX_BYTES
+                shared_context(), address, self._echo, max_message_bytes=MAX_BYTES
             )
             self.endpoint.start()
 
@@ -125,7 +125,7 @@ class Caller:
         self.replies: list[bytes] = []
 
         def open_it() -> ZmqEndpoint:
-            endpoint = dealer(zmq.Context.instance(), address, self._reply, routing_id=os.urandom(8))
+            endpoint = dealer(shared_context(), address, self._reply, routing_id=os.urandom(8))
             endpoint.start()
             return endpoint
 
@@ -325,7 +325,7 @@ def test_a_flood_over_zeromq_does_not_hold_back_a_link(loop: asyncio.AbstractEve
     """The reader gives the socket and the links each their share of a batch: a message on a link is handed up
     within the first batch however many wait on the socket (the flood that stalled a linked caller's calls in
     tests/faults/test_never_hang.py)."""
-    flood = zmq.Context.instance().socket(zmq.DEALER)  # plain ZeroMQ: no link
+    flood = shared_context().socket(zmq.DEALER)  # plain ZeroMQ: no link
     flood.setsockopt(zmq.LINGER, 0)
     flood.connect(echo.address)
     released = threading.Event()

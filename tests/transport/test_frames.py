@@ -10,7 +10,8 @@ import zmq
 from transport import frames as wire
 from transport.codec import decode, encode
 from transport.protocol import VERSION, Kind
-from transport.sockets import dealer, router
+from transport.sockets import dealer, router, shared_context
+from transport.timeouts import within
 
 
 def test_pack_unpack_round_trip_with_buffers() -> None:
@@ -48,7 +49,7 @@ def test_oversized_head_is_refused() -> None:
 
 def test_router_dealer_exchange_many_messages() -> None:
     async def main() -> list[bytes]:
-        context = zmq.Context.instance()
+        context = shared_context()
         got: list[bytes] = []
         done = asyncio.get_running_loop().create_future()
         server = None
@@ -67,7 +68,7 @@ def test_router_dealer_exchange_many_messages() -> None:
         client.start()
         for i in range(2000):
             client.send([str(i).encode()])
-        await asyncio.wait_for(done, 20)
+        await within(done, 20)
         client.close()
         server.close()
         return got
