@@ -21,6 +21,7 @@ import struct
 import sys
 import threading
 import time
+from collections.abc import Mapping
 from typing import Any, NoReturn
 
 from runtime.processes.fork_protocol import REQUEST_MAX_BYTES, SETUP_DEADLINE_S, STDIO_FDS, TITLE_ROOM, WORKER_MODULE
@@ -38,6 +39,7 @@ IMPORT_TIME_ENV = (
     "MILES_SHM_DIR",  # transport.shared_memory.SHM_ROOT
     "PROMETHEUS_MULTIPROC_DIR",  # prometheus_client's value class
 )
+PRELOAD_ENV = "MILES_FORK_PRELOAD"
 BLAS_THREAD_ENV = ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS")  # numpy's BLAS: one thread here
 _RUNTIME_PYTHON_ENV = {"PYTHONPATH", "PYTHONUNBUFFERED", "PYTHONDONTWRITEBYTECODE"}  # applied per worker
 
@@ -100,8 +102,8 @@ class ForkServer:
     stderr as SCM_RIGHTS descriptors, one reply ``{"pid": N}`` or ``{"error": why}`` (the client then runs the worker
     with ``subprocess.Popen`` instead). A request is refused when its ``sys.path`` would import one of the loaded
     modules from another file, or its environment changes what was read at import time (``IMPORT_TIME_ENV``,
-    ``PYTHON*``). The server stays single-threaded: no threads, no event loop, no ZeroMQ context, no torch and no
-    user module exist before a fork."""
+    ``PYTHON*``). The server stays single-threaded: no threads, no event loop, no ZeroMQ context and, unless named
+    in ``MILES_FORK_PRELOAD``, no torch and no user module exist before a fork."""
 
     def __init__(
         self, sock: socket.socket, reaper_pid: int, own_env: dict[str, str], *, death_signal: bool = True
@@ -321,7 +323,8 @@ def _exit_code(code: object) -> int:
 
 
 def preload() -> str | None:
-    """Import the worker's modules (not the worker module itself: runpy runs it fresh); None, or why not."""
+    """Import the worker's modules (not the worker module itself: runpy runs it fresh) and those named in
+    ``MILES_FORK_PRELOAD``; None, or why not."""
     import importlib
 
     importlib.import_module(WORKER_MODULE)
@@ -329,9 +332,30 @@ def preload() -> str | None:
     delattr(sys.modules[WORKER_MODULE.rpartition(".")[0]], WORKER_MODULE.rpartition(".")[2])
     if threading.active_count() != 1:
         return f"importing {WORKER_MODULE} started threads: {[t.name for t in threading.enumerate()]}"
+    for name in preload_modules(os.environ):
+        try:
+            importlib.import_module(name)
+        except Exception as exc:  # a typo or a missing package: workers start with Popen and import it themselves
+            return f"cannot import {name} ({PRELOAD_ENV}): {exc!r}"
+        threads = _native_threads()
+        if threads != 1:  # a fork would copy a process whose other threads vanish mid-work
+            return f"importing {name} ({PRELOAD_ENV}) started {threads - 1} thread(s): leave it out of {PRELOAD_ENV}"
     gc.collect()
     gc.freeze()  # the collector of a worker then leaves these objects (and their shared pages) alone
     return None
+
+
+def preload_modules(env: Mapping[str, str]) -> list[str]:
+    """The modules named in ``MILES_FORK_PRELOAD`` (comma-separated): imported once by the fork server, so that
+    every worker forked from it has them (``torch`` saves each worker seconds of CPU)."""
+    return [name.strip() for name in env.get(PRELOAD_ENV, "").split(",") if name.strip()]
+
+
+def _native_threads() -> int:
+    try:
+        return len(os.listdir("/proc/self/task"))
+    except OSError:
+        return threading.active_count()
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -5,10 +5,13 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
+import sys
 
 from runtime import spawn
 from runtime.processes import driver_fork
 from runtime.processes.fork_client import ForkedWorker
+
+MODULES_AT_IMPORT = frozenset(sys.modules)
 
 
 class Probe:
@@ -17,6 +20,11 @@ class Probe:
     def __init__(self, *, fail: bool = False) -> None:
         if fail:
             raise ValueError("this probe was told to fail in its constructor")
+        self.modules_at_start = frozenset(MODULES_AT_IMPORT)
+
+    def had_module(self, name: str) -> bool:
+        """Whether ``name`` was imported before this module was (a fork server's preload)."""
+        return name in self.modules_at_start
 
     def env(self, name: str) -> str | None:
         return os.environ.get(name)
@@ -43,10 +51,12 @@ class Nest:
     def __init__(self) -> None:
         self.children: list = []
 
-    def spawn_probe(self) -> dict[str, object]:
+    def spawn_probe(self, *, module: str = "") -> dict[str, object]:
+        """Spawn a Probe; ``module``: also say whether that module was loaded before the Probe's class was."""
         child = spawn("fork_actors:Probe")
         self.children.append(child)
-        return {"pid": child.pid, "forked": isinstance(child.process.popen, ForkedWorker)}
+        found = {"pid": child.pid, "forked": isinstance(child.process.popen, ForkedWorker)}
+        return {**found, "had_module": child.had_module(module).result(10)} if module else found
 
     def fork_server_pid(self) -> int | None:
         return driver_fork.server_pid()

@@ -8,7 +8,9 @@ import ctypes
 import logging
 import os
 import subprocess
+import sys
 import time
+from pathlib import Path
 
 import psutil
 import pytest
@@ -184,3 +186,46 @@ def test_the_orphan_reaper_leaves_our_own_children_to_whoever_waits_for_them(no_
         assert in_our_session.wait(5) == 5 and own_session.wait(5) == 7, "exit statuses must reach their Popen"
     finally:
         probe.kill()
+
+
+def test_modules_named_in_miles_fork_preload_are_loaded_before_each_fork(
+    no_leaks: None, capfd: pytest.CaptureFixture[str]
+) -> None:
+    module = "xml.dom.minidom"  # imported by neither the runtime nor the probe
+    preloading = spawn("fork_actors:Nest", env={"MILES_FORK_PRELOAD": f" {module}, "})
+    plain = spawn("fork_actors:Nest")
+    broken = spawn("fork_actors:Nest", env={"MILES_FORK_PRELOAD": "no_such_module_for_preload"})
+    try:
+        assert preloading.spawn_probe(module=module).result(30) | {"pid": 0} == {
+            "pid": 0, "forked": True, "had_module": True
+        }  # fmt: skip
+        assert plain.spawn_probe(module=module).result(30)["had_module"] is False
+        # A preload that cannot be honoured costs the fork server, never the actor: it starts with Popen.
+        assert broken.spawn_probe(module=module).result(30) | {"pid": 0} == {
+            "pid": 0, "forked": False, "had_module": False
+        }  # fmt: skip
+        assert "cannot import no_such_module_for_preload (MILES_FORK_PRELOAD)" in capfd.readouterr().err
+    finally:
+        ActorGroup([preloading, plain, broken]).kill()
+
+
+def _preload_in_a_fresh_interpreter(tmp_path: Path, modules: str) -> str:
+    code = "from runtime.processes.fork_server import preload; print(preload())"
+    env = {"MILES_FORK_PRELOAD": modules, "PYTHONPATH": f"{tmp_path}:{Path.cwd()}", "OPENBLAS_NUM_THREADS": "1"}
+    done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    return done.stdout.strip()
+
+
+def test_a_module_that_starts_a_thread_or_does_not_import_is_refused_with_the_fix(tmp_path: Path) -> None:
+    (tmp_path / "starts_thread.py").write_text(
+        "import threading, time\nthreading.Thread(target=time.sleep, args=(30,), daemon=True).start()\n"
+    )
+    (tmp_path / "quiet_module.py").write_text("VALUE = 1\n")
+    assert _preload_in_a_fresh_interpreter(tmp_path, "quiet_module") == "None"
+    assert _preload_in_a_fresh_interpreter(tmp_path, "quiet_module,starts_thread") == (
+        "importing starts_thread (MILES_FORK_PRELOAD) started 1 thread(s): leave it out of MILES_FORK_PRELOAD"
+    )
+    assert _preload_in_a_fresh_interpreter(tmp_path, "not_there").startswith(
+        "cannot import not_there (MILES_FORK_PRELOAD): ModuleNotFoundError"
+    )
