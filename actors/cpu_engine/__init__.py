@@ -1,9 +1,6 @@
-"""A CPU inference engine speaking SGLang's HTTP API, for machines without a GPU.
-
-A llama-style torch model (transformers' llama/mistral/qwen2/qwen3 math and parameter names) behind aiohttp.
-Run it with ``python -m actors.cpu_engine --host 127.0.0.1 --port N [--model-path HF_DIR]``; embed it with
-:func:`create_app`; build its model from a trainer's export with :func:`build_model_from_named_tensors`, or
-load a Hugging Face directory with :func:`load_hf_model`.
+"""A CPU inference engine speaking SGLang's HTTP API, for machines without a GPU: a llama-style torch model
+(transformers' llama/mistral/qwen2/qwen3 math and parameter names) behind aiohttp.
+Run it with ``python -m actors.cpu_engine --host 127.0.0.1 --port N [--model-path HF_DIR]``; embed :func:`create_app`.
 """
 
 from actors.cpu_engine.engine import CPUEngine
@@ -19,6 +16,7 @@ from actors.cpu_engine.weights import (
     read_weights_dir,
 )
 
+# A model from a trainer's export: build_model_from_named_tensors; from a Hugging Face directory: load_hf_model.
 __all__ = [
     "CPUEngine",
     "EngineSettings",

@@ -1,12 +1,4 @@
-"""The CPU engine's state and scheduling: a queue of requests, batched onto one compute thread.
-
-Requests that arrive within ``batch_window_s`` of each other (and every prompt of a batched request) run as one
-batch. Pausing follows SGLang: ``abort`` aborts every request in flight, ``in_place`` freezes running batches
-between decode steps (KV kept), ``retract`` holds them as waiting (KV recomputed with the current weights on
-continue); new requests wait until ``/continue_generation`` (at most ``pause_wait_timeout_s``, then a 503).
-Weight updates (:mod:`actors.cpu_engine.weight_sync`) land between two decode steps of a paused batch, or,
-unpaused, after the running requests (SGLang's model update lock, :mod:`actors.cpu_engine.update_lock`).
-"""
+"""The CPU engine's state and scheduling: a queue of requests, batched onto one compute thread."""
 
 from __future__ import annotations
 
@@ -49,7 +41,11 @@ class _Group:
 
 
 class CPUEngine:
-    """Serves generation and weight updates for one model; use ``async with`` or start()/close()."""
+    """Serves generation and weight updates for one model; use ``async with`` or start()/close().
+
+    Weight updates (:mod:`actors.cpu_engine.weight_sync`) land between two decode steps of a paused batch, or,
+    unpaused, after the running requests (SGLang's model update lock, :mod:`actors.cpu_engine.update_lock`).
+    """
 
     def __init__(
         self, model: LlamaForCausalLM, settings: EngineSettings, tokenizer: Tokenizer = BYTE_TOKENIZER
@@ -178,7 +174,12 @@ class CPUEngine:
         return self._unpaused.is_set() and not self.memory.blocking_generation() and not self._closing
 
     async def pause(self, mode: str) -> int:
-        """Pause; ``mode="abort"``: abort all until no request holds the update lock (SGLang's tokenizer_manager)."""
+        """Pause as SGLang does; ``mode="abort"``: abort all until no request holds the update lock (tokenizer_manager).
+
+        ``in_place`` freezes running batches between decode steps (KV kept), ``retract`` holds them as waiting (KV
+        recomputed with the current weights on continue); new requests wait until ``/continue_generation`` (at most
+        ``pause_wait_timeout_s``, then a 503: :meth:`_wait_until_unpaused`).
+        """
         self._pause_mode = mode
         self._unpaused.clear()
         self.metrics.is_paused.set(1)
@@ -319,6 +320,8 @@ class CPUEngine:
         return retract
 
     async def _schedule(self) -> None:
+        """Requests that arrive within ``batch_window_s`` of each other (and every prompt of a batched request) run
+        as one batch; whole requests join while the batch is under ``max_batch_size`` sequences."""
         loop = asyncio.get_running_loop()
         while True:
             groups = [await self._queue.get()]

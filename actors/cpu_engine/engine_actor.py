@@ -1,11 +1,5 @@
-"""A CPU engine hosted in an actor: SGLang's HTTP API on its own port, plus weights pulled over collective refs.
-
-The HTTP server (:func:`actors.cpu_engine.server.create_app`) runs on an event loop thread of its own inside the
-actor process, so ``/generate``, ``/update_weight_version`` and the rest answer exactly as from
-``python -m actors.cpu_engine``. Being an actor, the engine can also be a member of a collective group
-(``runtime.collective.create_group([trainer, *engines], ...)``) and take the trainer's weights with
-:meth:`CPUEngineActor.pull_weights`: the bytes go from the trainer's tensors into this engine's parameters over
-the group, not through HTTP or the actor transport (:mod:`actors.cpu_engine.ref_weights`).
+"""A CPU engine hosted in an actor: SGLang's HTTP API on its own port, plus weights pulled over collective refs,
+so an engine can join a trainer's collective group (``runtime.collective.create_group([trainer, *engines], ...)``).
 """
 
 from __future__ import annotations
@@ -68,6 +62,8 @@ class CPUEngineActor:
                 random_seed=seed, context_length=model.max_position_embeddings,
             )  # fmt: skip
             self.engine = CPUEngine(build_model(model), settings)
+        # The HTTP server runs on an event loop thread of its own inside the actor process, so ``/generate``,
+        # ``/update_weight_version`` and the rest answer exactly as from ``python -m actors.cpu_engine``.
         self._loop = asyncio.new_event_loop()
         threading.Thread(target=self._loop.run_forever, name="cpu-engine-http", daemon=True).start()
         self._runner = web.AppRunner(create_app(self.engine, host=host, port=port))
@@ -91,8 +87,10 @@ class CPUEngineActor:
 
     def pull_weights(self, refs: list[TensorRef], flush_cache: bool = True, timeout_s: float = 120.0) -> int:
         """Receive ``refs`` (HF-named tensors from the trainer) into the live parameters, under the model-update
-        lock; frees each ref once received. The weight version is not changed here: set it explicitly
-        (``/update_weight_version``) once every bucket is in. Returns how many tensors were loaded."""
+        lock; frees each ref once received. The bytes go from the trainer's tensors into this engine's parameters
+        over the collective group, not through HTTP or the actor transport (:mod:`actors.cpu_engine.ref_weights`).
+        The weight version is not changed here: set it explicitly (``/update_weight_version``) once every bucket
+        is in. Returns how many tensors were loaded."""
         weights = self.engine.weights
         update = weights.update_weights_from_refs(refs, weight_version=None, flush=flush_cache, timeout_s=timeout_s)
         return self._run(update, timeout_s + 10)

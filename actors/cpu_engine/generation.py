@@ -1,10 +1,5 @@
-"""Running one batch of sequences to completion: a prefill per prompt (reusing cached prefixes), then batched
-decode steps over a left-padded KV cache.
-
-This is synchronous code for the engine's compute thread. The model is only touched under ``model_lock``, so
-weights can be swapped between decode steps. ``before_step`` runs between steps (outside the lock) and is
-where the engine blocks a paused batch, streams progress or marks sequences aborted. The model is anything
-with ``config`` (layers, kv heads, head dim) and ``forward(input_ids, positions=, key_valid=, cache=)``.
+"""Running one batch of sequences to completion on the engine's compute thread (synchronous code): a prefill per
+prompt (reusing cached prefixes), then batched decode steps over a left-padded KV cache.
 """
 
 from __future__ import annotations
@@ -195,10 +190,13 @@ def run_batch(
 ) -> None:
     """Generate until every sequence in ``sequences`` is finished (stop, length or abort).
 
+    The model (anything with ``config``: layers, kv heads, head dim; and ``forward(input_ids, positions=,
+    key_valid=, cache=)``) is only touched under ``model_lock``, so weights can be swapped between decode steps.
+    ``before_step`` runs between steps, outside the lock (the engine blocks a paused batch, streams progress or
+    marks aborts there); when it returns True the batch was retracted (its KV freed): the keys and values of every
+    live sequence are recomputed from its tokens so far with the current weights before the next step.
     A sequence with ``max_new_tokens == 0`` is prefilled only (input logprobs, prefix cache), as SGLang's
-    prefill-only requests. Finished sequences leave their prompt and output in ``prefix_cache``. When
-    ``before_step`` returns True the batch was retracted (its KV freed): the keys and values of every live
-    sequence are recomputed from its tokens so far with the current weights before the next step.
+    prefill-only requests. Finished sequences leave their prompt and output in ``prefix_cache``.
     """
     for seq in sequences:
         seq.check_abort()

@@ -1,10 +1,5 @@
-"""Every request body the CPU engine takes, shaped as SGLang 0.5.23 declares it.
-
-Held side by side with SGLang's ``srt/managers/io_struct.py`` (``GenerateReqInput``, ``*ReqInput``) and
-``srt/sampling/sampling_params.py`` (``SamplingParams``): the same field names, defaults and types, plus
-miles' ``selector``. Unknown fields are refused (a typo must not silently change sampling). A field whose
-effect the CPU engine does not implement is accepted at its neutral value and refused at any other, so a
-feature is never silently dropped (see :data:`UNSUPPORTED_GENERATE_FIELDS`).
+"""Every request body the CPU engine takes, shaped as SGLang 0.5.23 declares it (``srt/managers/io_struct.py``,
+``srt/sampling/sampling_params.py``): the same field names, defaults and types, plus miles' ``selector``.
 """
 
 from __future__ import annotations
@@ -18,6 +13,8 @@ Selector = Literal["target", "draft", "all"]
 
 
 class _Strict(BaseModel):
+    """Unknown fields are refused: a typo must not silently change sampling."""
+
     model_config = ConfigDict(extra="forbid", frozen=True)
 
 
@@ -93,7 +90,8 @@ class SamplingParams(_Strict):
 
 
 # GenerateReqInput fields without an effect here: ignored at the listed values (the router fills several
-# in on every request), refused at any other value. ``None`` in a tuple means "any value is fine".
+# in on every request), refused at any other value, so a feature is never silently dropped. ``None`` in place
+# of a tuple means "any value is fine".
 UNSUPPORTED_GENERATE_FIELDS: dict[str, tuple[Any, ...] | None] = {
     "session_id": (None,),
     "input_embeds": (None,),

@@ -1,9 +1,6 @@
 """Prometheus metrics of the CPU engine, named like SGLang's (``sglang:*``), in a private registry.
 
-Names and labels follow SGLang 0.5.23's ``srt/observability/metrics_collector.py`` (``model_name`` label;
-``sglang:token_usage``, ``sglang:cache_hit_rate``, ``sglang:time_to_first_token_seconds``,
-``sglang:time_per_output_token_seconds``) and ``srt/observability/func_timer.py``
-(``sglang:func_latency_seconds`` with a ``name`` label).
+Names and labels follow SGLang 0.5.23's ``srt/observability/metrics_collector.py`` and ``func_timer.py``.
 """
 
 from __future__ import annotations
@@ -27,6 +24,8 @@ class EngineMetrics:
     content_type = CONTENT_TYPE_LATEST
 
     def __init__(self, model_name: str) -> None:
+        # metrics_collector.py labels every metric with ``model_name``; func_timer.py's
+        # ``sglang:func_latency_seconds`` (below) is labelled with the function's ``name`` instead.
         self.registry = CollectorRegistry()
         labels = ["model_name"]
 

@@ -1,12 +1,6 @@
 """A llama-style decoder in plain torch, numerically the same as transformers' ``LlamaForCausalLM``,
-``MistralForCausalLM``, ``Qwen2ForCausalLM`` and ``Qwen3ForCausalLM`` (``models/*/modeling_*.py``).
-
-What the :class:`ModelConfig` says is what runs: GQA (``repeat_kv``), an explicit ``head_dim``, q/k/v biases
-(qwen2), an RMSNorm over each query and key head before RoPE (qwen3), tied embeddings, ``rope_theta`` and RoPE
-scaling (the frequencies of :func:`actors.hf.rope_inv_freq`, as transformers' ``ROPE_INIT_FUNCTIONS``).
-Parameter names are the HF names (``model.layers.0.self_attn.q_proj.weight`` ...), so a trainer's export or an
-HF checkpoint loads by name and logits compare one to one. Attention supports a preallocated KV cache and
-left-padded batches (see :class:`KVCache`).
+``MistralForCausalLM``, ``Qwen2ForCausalLM`` and ``Qwen3ForCausalLM`` (``models/*/modeling_*.py``), with HF parameter
+names (``model.layers.0.self_attn.q_proj.weight`` ...) so a trainer's export or an HF checkpoint loads by name.
 """
 
 from __future__ import annotations
@@ -164,7 +158,12 @@ class LlamaModel(nn.Module):
 
 
 class LlamaForCausalLM(nn.Module):
-    """The decoder plus ``lm_head``; ``forward`` returns float logits ``[B, T, vocab]``."""
+    """The decoder plus ``lm_head``; ``forward`` returns float logits ``[B, T, vocab]``.
+
+    What the :class:`ModelConfig` says is what runs: GQA (``repeat_kv``), an explicit ``head_dim``, q/k/v biases
+    (qwen2), an RMSNorm over each query and key head before RoPE (qwen3), tied embeddings, ``rope_theta`` and RoPE
+    scaling (the frequencies of :func:`actors.hf.rope_inv_freq`, as transformers' ``ROPE_INIT_FUNCTIONS``).
+    """
 
     def __init__(self, config: ModelConfig) -> None:
         super().__init__()

@@ -1,10 +1,5 @@
-"""The CPU engine's OpenAI request models, as SGLang 0.5.23's ``srt/entrypoints/openai/protocol.py`` has them.
-
-``StreamOptions``, ``CompletionRequest`` and ``ChatCompletionRequest`` keep SGLang's names and fields (the fields
-both share sit on one private base); ``OpenAIServingRequest`` is the union the handlers take. Like SGLang's
-models, unknown fields are ignored. The routes (:mod:`actors.cpu_engine.openai_api`) and the streamed answers
-(:mod:`actors.cpu_engine.openai_stream`) import these; the response pieces are built in
-:mod:`actors.cpu_engine.openai_shapes`.
+"""The CPU engine's OpenAI request models, as SGLang 0.5.23's ``srt/entrypoints/openai/protocol.py`` has them: the
+same names and fields, for the routes (:mod:`actors.cpu_engine.openai_api`) and streamed answers (``openai_stream``).
 """
 
 from __future__ import annotations
@@ -20,6 +15,8 @@ class StreamOptions(BaseModel):
 
 
 class _OpenAIRequest(BaseModel):
+    """The fields ``CompletionRequest`` and ``ChatCompletionRequest`` share; unknown fields are ignored, as SGLang's."""
+
     model_config = ConfigDict(extra="ignore", frozen=True)
 
     model: str = "default"
@@ -96,4 +93,5 @@ class ChatCompletionRequest(_OpenAIRequest):
     return_meta_info: bool = False
 
 
+# The union the handlers take.
 OpenAIServingRequest = CompletionRequest | ChatCompletionRequest

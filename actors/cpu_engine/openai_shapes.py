@@ -1,8 +1,5 @@
-"""The pieces of SGLang 0.5.23's OpenAI responses built from ``/generate`` results, shared by the plain and the
-streamed answers: usage (``openai/usage_processor.py`` ``UsageProcessor``), logprobs (``openai/utils.py``
-``to_openai_style_logprobs`` for completions, ``serving_chat._build_token_logprobs_from_raw`` for chat), the
-``metadata`` (``utils/weight_versions.build_endpoint_weight_version_metadata``) and error chunks
-(``serving_base.create_streaming_error_response``).
+"""The pieces of SGLang 0.5.23's OpenAI responses built from ``/generate`` results (usage, logprobs, metadata, error
+chunks), shared by the plain and the streamed answers; each function names the SGLang function it follows.
 """
 
 from __future__ import annotations
@@ -20,7 +17,7 @@ def sse(payload: Any) -> str:
 
 
 def error_chunk(message: str, err_type: str = "BadRequestError", code: int = 400) -> str:
-    """``create_streaming_error_response``: ``data: {"error": ErrorResponse}``."""
+    """``serving_base.create_streaming_error_response``: ``data: {"error": ErrorResponse}``."""
     error = {"object": "error", "message": message, "type": err_type, "param": None, "code": code}
     return sse({"error": error})
 
@@ -38,11 +35,13 @@ def finish(result: Mapping[str, Any]) -> tuple[str | None, Any]:
 
 
 def metadata(meta: Mapping[str, Any]) -> dict[str, Any]:
+    """``utils/weight_versions.build_endpoint_weight_version_metadata``."""
     return {"weight_version": meta["weight_version"]}
 
 
 def token_usage(prompt_tokens: int, completion_tokens: int, cached: int | None) -> dict[str, Any]:
-    """``UsageProcessor.calculate_token_usage`` dumped: no reasoning tokens; cached only with cache reports."""
+    """``openai/usage_processor.py`` ``UsageProcessor.calculate_token_usage`` dumped: no reasoning tokens; cached
+    only with cache reports."""
     return {
         "prompt_tokens": prompt_tokens,
         "total_tokens": prompt_tokens + completion_tokens,
@@ -75,7 +74,8 @@ def completion_logprobs(
     prompt: list[Triple] | None = None,
     prompt_top: list[list[Triple] | None] | None = None,
 ) -> dict[str, Any]:
-    """``to_openai_style_logprobs``: prompt entries (echo) then output ones; ``text_offset`` is -1 (SGLang)."""
+    """``openai/utils.py`` ``to_openai_style_logprobs``: prompt entries (echo) then output ones; ``text_offset`` is
+    -1 (SGLang)."""
     entries = [*(prompt or []), *output]
     tops = [*(prompt_top or []), *output_top]
     return {
@@ -87,7 +87,8 @@ def completion_logprobs(
 
 
 def chat_logprobs(output: list[Triple], output_top: list[list[Triple] | None] | None) -> dict[str, Any]:
-    """``ChoiceLogprobs``: one ``{token, bytes, logprob, top_logprobs}`` per generated token."""
+    """``ChoiceLogprobs`` as ``serving_chat._build_token_logprobs_from_raw`` builds it: one ``{token, bytes, logprob,
+    top_logprobs}`` per generated token."""
     content = []
     for index, (logprob, _, text) in enumerate(output):
         row = output_top[index] if output_top and index < len(output_top) else None

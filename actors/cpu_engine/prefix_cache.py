@@ -1,12 +1,6 @@
 """A radix prefix cache: keys/values of token sequences already computed, reused by requests that start the same way.
 
-As SGLang's radix cache (``srt/mem_cache/radix_cache.py``): a tree keyed by token ids, one node per shared
-run of tokens holding that run's keys/values per layer. A lookup walks the tree and returns the longest
-cached prefix of the new request's input ids; prompts are inserted after their prefill and finished requests
-insert their prompt plus generated tokens (all but the last, whose keys/values were never computed), so a
-follow-up turn that repeats an earlier answer reuses it. Beyond ``max_tokens`` the least recently used leaves
-are evicted. Reuse shows in each answer's ``meta_info.cached_tokens``; ``/flush_cache`` and weight updates
-(``flush_cache=true``) empty it, since cached keys/values belong to the old weights.
+As SGLang's radix cache (``srt/mem_cache/radix_cache.py``); reuse shows in each answer's ``meta_info.cached_tokens``.
 """
 
 from __future__ import annotations
@@ -42,7 +36,12 @@ class _Node:
 
 
 class PrefixCache:
-    """Thread-safe; ``max_tokens`` bounds the tokens held (0 disables caching)."""
+    """Thread-safe; ``max_tokens`` bounds the tokens held (0 disables caching).
+
+    A tree keyed by token ids, one node per shared run of tokens holding that run's keys/values per layer. Prompts
+    are inserted after their prefill; finished requests insert their prompt plus generated tokens (all but the last,
+    whose keys/values were never computed), so a follow-up turn that repeats an earlier answer reuses it.
+    """
 
     def __init__(self, max_tokens: int) -> None:
         self.max_tokens = max_tokens
@@ -98,7 +97,8 @@ class PrefixCache:
             self._evict()
 
     def flush(self) -> int:
-        """Forget everything; returns how many tokens were cached."""
+        """Forget everything; returns how many tokens were cached. ``/flush_cache`` and weight updates
+        (``flush_cache=true``) call it, since cached keys/values belong to the old weights."""
         with self._lock:
             dropped, self._tokens = self._tokens, 0
             self._root.children.clear()

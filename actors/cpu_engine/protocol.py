@@ -1,8 +1,5 @@
-"""Turning a ``/generate`` body into the prompts to complete, with SGLang's checks and error wording.
-
-The shapes are in :mod:`actors.cpu_engine.io_struct`; this module normalises a (possibly batched, possibly
-``n > 1``) request the way SGLang's ``GenerateReqInput.normalize_batch_and_arguments`` and
-``TokenizerManager._validate_one_request`` do (``srt/managers/io_struct.py``, ``tokenizer_manager.py``).
+"""Turning a ``/generate`` body (shapes in :mod:`actors.cpu_engine.io_struct`) into the prompts to complete, with
+SGLang's checks and error wording.
 """
 
 from __future__ import annotations
@@ -86,7 +83,11 @@ class GenerateBatch:
 def expand_generate_request(
     body: Any, *, vocab_size: int, context_length: int, tokenizer: Tokenizer = BYTE_TOKENIZER
 ) -> GenerateBatch:
-    """The items of a ``/generate`` body (prompt-major, ``n`` per prompt); raises :class:`RequestError`."""
+    """The items of a ``/generate`` body (prompt-major, ``n`` per prompt); raises :class:`RequestError`.
+
+    A batched or ``n > 1`` request is normalised the way SGLang's ``GenerateReqInput.normalize_batch_and_arguments``
+    and ``TokenizerManager._validate_one_request`` do (``srt/managers/io_struct.py``, ``tokenizer_manager.py``).
+    """
     if isinstance(body, dict):
         _check_unsupported(body)
     request: GenerateReqInput = parse(GenerateReqInput, body)

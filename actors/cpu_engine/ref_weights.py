@@ -1,12 +1,6 @@
-"""Weights pulled from device-resident refs straight into the CPU engine's live parameters.
-
-The trainer puts each bucket of HF-named tensors as a collective ref (``runtime.put(..., transport="collective")``,
-:mod:`actors.trainer.weights_collective`); :func:`ref_loader` makes the load step of the engine's weight update
-(``WeightSync.update_weights_from_refs``, under SGLang's model-update lock, as the other update paths): each
-ref's names and shapes are checked against the model first (nothing is received for a refused bucket), then the
-bytes land in the parameters themselves when dtype and shape match (no copy), else in a buffer copied in with a
-cast. Names the engine ignores (``rotary_emb.inv_freq``, a tied ``lm_head.weight``) land in scratch buffers.
-Each ref is freed once received, so the trainer's ``wait_freed`` returns and it may reuse the bucket.
+"""Weights pulled from device-resident refs straight into the CPU engine's live parameters: the trainer puts each
+bucket of HF-named tensors as a collective ref (``runtime.put(..., transport="collective")``,
+:mod:`actors.trainer.weights_collective`), and the engine receives it without a copy where it can.
 """
 
 from __future__ import annotations
@@ -25,7 +19,11 @@ from runtime.tensors.tensor_specs import torch_dtype
 def ref_loader(
     model: LlamaForCausalLM, lock: threading.Lock, refs: list[TensorRef], timeout_s: float
 ) -> Callable[[], int]:
-    """The load step for ``refs``: checks every ref first, then receives them one by one; returns tensors loaded."""
+    """The load step for ``refs``: checks every ref first, then receives them one by one; returns tensors loaded.
+
+    ``WeightSync.update_weights_from_refs`` runs it under SGLang's model-update lock, as the other update paths.
+    Nothing is received for a bucket whose names or shapes are refused.
+    """
     metas = [
         [(spec.name, torch.empty(spec.shape, dtype=torch_dtype(spec.dtype), device="meta")) for spec in ref.specs]
         for ref in refs
@@ -43,13 +41,15 @@ def ref_loader(
                 if param is not None and param.dtype == torch_dtype(spec.dtype) and param.is_contiguous():
                     into[spec.name] = param.data  # the live weight itself
                 else:
+                    # a buffer, then copied into the parameter with a cast; for names the engine ignores
+                    # (rotary_emb.inv_freq, a tied lm_head.weight) it is scratch
                     into[spec.name] = torch.empty(spec.shape, dtype=torch_dtype(spec.dtype))
                     if param is not None:
                         cast.append((spec.name, into[spec.name]))
             with lock, torch.no_grad():
                 ref.get(into=into, timeout=timeout_s)
                 load_named_tensors(model, cast)
-            ref.free()
+            ref.free()  # the trainer's wait_freed returns, and it may reuse the bucket
             count += len(names)
         return count
 

@@ -1,12 +1,4 @@
-"""Choosing the next token from one row of logits, the way SGLang's sampler does.
-
-First the logits are adjusted as SGLang's penalizers do (``srt/sampling/penaltylib``: frequency and presence
-penalties subtract ``penalty * count`` / ``penalty`` for tokens already generated, the repetition penalty divides
-positive and multiplies negative logits of generated tokens) and ``logit_bias`` is added. Greedy (temperature
-~0 or top_k=1; SGLang then uses temperature 1) takes the argmax. Otherwise the logits are divided by the
-temperature, top-k / top-p / min-p keep a subset, and a token is drawn with the request's own generator. The
-reported logprob is from the temperature-scaled distribution before truncation (SGLang's default).
-"""
+"""Choosing the next token from one row of logits, the way SGLang's sampler does."""
 
 from __future__ import annotations
 
@@ -26,7 +18,12 @@ def temperature_of(params: SamplingParams) -> float:
 
 
 def adjust_logits(logits: torch.Tensor, params: SamplingParams, output_ids: Sequence[int]) -> torch.Tensor:
-    """``logits`` with penalties for the tokens in ``output_ids`` and the logit bias applied (a copy if changed)."""
+    """``logits`` with penalties for the tokens in ``output_ids`` and the logit bias applied (a copy if changed).
+
+    As SGLang's penalizers (``srt/sampling/penaltylib``): frequency and presence penalties subtract
+    ``penalty * count`` / ``penalty`` for tokens already generated; the repetition penalty divides positive and
+    multiplies negative logits of generated tokens.
+    """
     penalised = params.frequency_penalty or params.presence_penalty or params.repetition_penalty != 1.0
     if not (penalised and output_ids) and not params.logit_bias:
         return logits
@@ -60,7 +57,12 @@ def sample_token(
     output_ids: Sequence[int] = (),
     top_k_logprobs: int = 0,
 ) -> tuple[int, float, TopLogprobs]:
-    """``(token id, logprob, top logprobs)`` for a 1-D float ``logits`` row."""
+    """``(token id, logprob, top logprobs)`` for a 1-D float ``logits`` row.
+
+    Greedy (temperature ~0 or top_k=1; SGLang then uses temperature 1) takes the argmax. Otherwise top-k / top-p /
+    min-p keep a subset of the temperature-scaled distribution and a token is drawn with the request's own
+    generator. The logprob reported is from that distribution before truncation (SGLang's default).
+    """
     logits = adjust_logits(logits, params, output_ids)
     logprobs = torch.log_softmax(logits / temperature_of(params), dim=-1)
     tops = top_logprobs(logprobs, top_k_logprobs)

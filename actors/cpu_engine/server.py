@@ -1,9 +1,5 @@
 """The SGLang HTTP API over a :class:`CPUEngine`, with aiohttp: the routes of SGLang 0.5.23's
 ``srt/entrypoints/http_server.py`` that RL training uses, with the same bodies and statuses.
-
-Every refusal is a JSON body ``{"object": "error", "message", "type", "param", "code", "error": {"message",
-"code"}, "success": false}``: SGLang's ``ErrorResponse`` fields, the ``error`` object its ``/generate``
-answers and ``success``/``message`` as its update endpoints answer, so any SGLang client reads it.
 """
 
 from __future__ import annotations
@@ -47,6 +43,8 @@ Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 
 def error_response(status: int, message: str) -> web.Response:
+    """Every refusal: SGLang's ``ErrorResponse`` fields, the ``error`` object its ``/generate`` answers and
+    ``success``/``message`` as its update endpoints answer, in one body, so any SGLang client reads it."""
     body = {
         "object": "error",
         "message": message,

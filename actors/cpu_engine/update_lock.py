@@ -1,8 +1,5 @@
 """SGLang's ``model_update_lock`` (``srt/utils/aio_rwlock.py``): generation holds it as readers, a weight update
 that runs while generation is not paused takes it as the writer.
-
-The writer waits until every reader is gone; while a writer waits or holds it, new readers wait (writer
-preference), so an update is never starved by a stream of new requests. Every wait here has a deadline.
 """
 
 from __future__ import annotations
@@ -19,7 +16,11 @@ class UpdateLockTimeout(TimeoutError):
 
 
 class ModelUpdateLock:
-    """A readers-writer lock for one event loop."""
+    """A readers-writer lock for one event loop; every wait has a deadline (:class:`UpdateLockTimeout`).
+
+    The writer waits until every reader is gone; while a writer waits or holds it, new readers wait (writer
+    preference), so an update is never starved by a stream of new requests.
+    """
 
     def __init__(self) -> None:
         self._cond = asyncio.Condition()

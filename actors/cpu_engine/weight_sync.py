@@ -1,11 +1,5 @@
-"""The CPU engine's weight updates, as SGLang 0.5.23's scheduler does them.
-
-``srt/managers/scheduler_components/weight_updater.py``: ``/update_weights_from_tensor`` and
-``/update_weights_from_distributed`` run only between ``/begin_weight_update`` and ``/end_weight_update``
-(one session at a time); ``/update_weights_from_disk`` runs any time. ``selector`` picks the runners
-("target", "draft" or "all"); the CPU engine has no draft model, so "draft" loads nothing. After a
-successful load the version is recorded and, with ``flush_cache``, the prefix cache emptied. Group
-rendezvous is :class:`actors.weights_group.WeightsGroup` (SGLang's ``init_custom_process_group``).
+"""The CPU engine's weight updates, as SGLang 0.5.23's scheduler does them
+(``srt/managers/scheduler_components/weight_updater.py``).
 """
 
 from __future__ import annotations
@@ -48,12 +42,18 @@ FLUSH_AFTER_UPDATE_REFUSED = (
     "Weights were updated, but the cache was not flushed because requests are still running or queued. "
     "Retract or finish them, then call /flush_cache."
 )
+# /update_weights_from_tensor and /update_weights_from_distributed run only inside a session (one at a time);
+# /update_weights_from_disk and pulls of collective refs run any time.
 SESSION_REQUIRED = "{what} must run between begin_weight_update() and end_weight_update()"
 
 
 class WeightSync:
     """The engine's weights: their version and origin, the update session, the weight-update groups, and every way
-    of loading new weights into the live model (the engine's scheduling is consulted through the callables given)."""
+    of loading new weights into the live model (the engine's scheduling is consulted through the callables given).
+
+    ``selector`` picks the runners ("target", "draft" or "all"); the CPU engine has no draft model, so "draft"
+    loads nothing.
+    """
 
     def __init__(
         self,
@@ -177,7 +177,8 @@ class WeightSync:
     async def init_weights_update_group(
         self, *, master_address: str, master_port: int, rank_offset: int, world_size: int, group_name: str, backend: str
     ) -> None:
-        """Join the trainer's group as rank ``rank_offset + tp_rank`` (SGLang's weight_updater), in a thread."""
+        """Join the trainer's group as rank ``rank_offset + tp_rank`` (SGLang's weight_updater), in a thread; the
+        rendezvous is :class:`actors.weights_group.WeightsGroup` (SGLang's ``init_custom_process_group``)."""
         if group_name in self._weights_groups:
             raise RequestError(f"group_name: weight-update group {group_name!r} already exists; destroy it first")
         if backend != "gloo":
@@ -317,6 +318,7 @@ class WeightSync:
         return count
 
     async def _load_and_record(self, load: Callable[[], int], weight_version: str | None) -> int:
+        """Load; only once that succeeded is the new version recorded."""
         count = await asyncio.to_thread(load)
         self.record_version_change(weight_version)
         self._metrics.weight_updates.inc()

@@ -1,11 +1,4 @@
-"""Which weight version produced each output token, as SGLang 0.5.23 records it.
-
-SGLang's ``srt/utils/weight_versions.py``: when the version changes (``/update_weight_version`` or an update
-with ``weight_version``), the scheduler's ``record_weight_version_change`` appends an event ``(old version,
-output tokens so far)`` to every live request that has output; a finished request's spans come from
-``compute_weight_version_spans`` and ``add_weight_versions_to_meta_info`` puts them in ``meta_info`` as
-``weight_versions = [{"version", "start", "end"}, ...]``, with ``weight_version`` the last span's version.
-"""
+"""Which weight version produced each output token, as SGLang 0.5.23 records it (``srt/utils/weight_versions.py``)."""
 
 from __future__ import annotations
 
@@ -14,14 +7,20 @@ from dataclasses import dataclass
 
 @dataclass(frozen=True)
 class VersionEvent:
-    """SGLang's ``WeightVersionEvent``: ``old_version`` produced the first ``num_output_tokens`` tokens."""
+    """SGLang's ``WeightVersionEvent``: ``old_version`` produced the first ``num_output_tokens`` tokens.
+
+    When the version changes (``/update_weight_version`` or an update with ``weight_version``), every live request
+    that has output gets one (the scheduler's ``record_weight_version_change``, ``WeightSync.record_version_change``).
+    """
 
     old_version: str
     num_output_tokens: int
 
 
 def version_spans(events: list[VersionEvent], current_version: str, num_output_tokens: int) -> list[dict[str, object]]:
-    """``compute_weight_version_spans`` then ``add_weight_versions_to_meta_info``'s visible spans."""
+    """``compute_weight_version_spans`` then ``add_weight_versions_to_meta_info``'s visible spans: a finished
+    request's ``meta_info.weight_versions = [{"version", "start", "end"}, ...]``, its ``weight_version`` the last
+    span's version."""
     changes = [(event.old_version, event.num_output_tokens) for event in events]
     changes.append((current_version, num_output_tokens))
     spans: list[dict[str, object]] = []

@@ -1,11 +1,6 @@
 """Advantages from a rollout batch's rewards, the dynamic-sampling filter, and DP shards (pure functions).
 
-Estimators (verl's ``core_algos.py`` names; outcome rewards, one per sample, consecutive groups of one prompt):
-``grpo`` (reward minus its group's mean, over the group's std), ``dr_grpo`` (no std), ``rloo`` (minus the mean of
-the *other* samples of the group), ``reinforce_plus_plus`` (the reward whitened over the batch's tokens),
-``reinforce_plus_plus_baseline`` (minus the group mean, then whitened over the batch's tokens). ``whiten``
-whitens any of them over the batch's tokens as well. The rollout computes them over the whole batch before
-splitting it into data-parallel shards, so a whitening covers every rank.
+The rollout computes advantages over the whole batch before splitting it into shards, so a whitening covers every rank.
 """
 
 from __future__ import annotations
@@ -59,8 +54,14 @@ def compute_advantages(
     response_lengths: Sequence[int] | None = None,
     whiten: bool = False,
 ) -> list[float]:
-    """One advantage per sample (see the module docstring); ``response_lengths`` weight the token whitening
-    (default: one token each)."""
+    """One advantage per sample; ``response_lengths`` weight the token whitening (default: one token each).
+
+    Estimators (verl's ``core_algos.py`` names; outcome rewards, one per sample, consecutive groups of one prompt):
+    ``grpo`` (reward minus its group's mean, over the group's std), ``dr_grpo`` (no std), ``rloo`` (minus the mean
+    of the *other* samples of the group), ``reinforce_plus_plus`` (the reward whitened over the batch's tokens),
+    ``reinforce_plus_plus_baseline`` (minus the group mean, then whitened over the batch's tokens). ``whiten``
+    whitens any of them over the batch's tokens as well.
+    """
     if estimator not in ESTIMATORS:
         raise ValueError(f"advantage_estimator {estimator!r} is not one of {list(ESTIMATORS)}")
     lengths = list(response_lengths) if response_lengths is not None else [1] * len(rewards)

@@ -1,12 +1,6 @@
-"""Which prompts a training batch holds and which sampling seed each of their samples gets, for both loops.
-
-The synchronous demo (actors/demo/loop.py) asks for batch ``b``'s prompts at once; the asynchronous rollout
-(actors/rollout/async_executor.py) generates prompt group ``g`` on its own, as position ``g % prompts_per_batch``
-of batch ``g // prompts_per_batch``. Both take them from :class:`PromptPlan`, and both give sample ``j`` of the
-prompt at position ``k`` the seed :func:`sampling_seed` gives (``seed + k * samples_per_prompt + j``: the
-``sampling_seed`` of SGLang's ``SamplingParams``, a per-request generator). So the same seeds draw the same
-prompts and, on the same weights, the same samples: at ``max_staleness = 0`` the asynchronous loop trains on
-the synchronous loop's batches, step for step.
+"""Which prompts a training batch holds and which sampling seed each of their samples gets, for both loops: the same
+seeds draw the same prompts and, on the same weights, the same samples, so at ``max_staleness = 0`` the asynchronous
+loop trains on the synchronous loop's batches, step for step.
 """
 
 from __future__ import annotations
@@ -22,7 +16,11 @@ DATA_SEED_STRIDE = 100_003  # batch b of data seed s draws its prompts from seed
 
 @dataclass(frozen=True)
 class PromptPlan:
-    """The copy task's prompts, batch by batch: ``prompts_per_batch`` prompts of ``target_len`` letters."""
+    """The copy task's prompts, batch by batch: ``prompts_per_batch`` prompts of ``target_len`` letters.
+
+    The synchronous demo (actors/demo/loop.py) asks for batch ``b``'s prompts at once (:meth:`batch`); the
+    asynchronous rollout (actors/rollout/async_executor.py) generates prompt group ``g`` on its own (:meth:`group`).
+    """
 
     prompts_per_batch: int
     target_len: int = 4
@@ -51,5 +49,6 @@ class PromptPlan:
 
 def sampling_seed(seed: int | None, position: int, samples_per_prompt: int, sample: int) -> dict[str, int]:
     """``{"sampling_seed": ...}`` for sample ``sample`` of the prompt at ``position`` of a batch (``{}`` when
-    ``seed`` is None: the engine seeds the request itself)."""
+    ``seed`` is None: the engine seeds the request itself). Both loops seed through it: SGLang's
+    ``SamplingParams.sampling_seed``, a per-request generator."""
     return {} if seed is None else {"sampling_seed": seed + position * samples_per_prompt + sample}

@@ -1,10 +1,4 @@
-"""One ``/generate`` request through the router, retried on transient failures until its deadline.
-
-Transient (retried): no answer or a dropped connection, HTTP 5xx/429/408 (the router answers 5xx for a killed
-worker until it is marked unhealthy; a paused engine answers 503 after its wait), and a completion that finished
-as ``abort`` (generation was paused with mode=abort for a weight update). Anything else 4xx is the request's
-fault and fails at once with the server's message.
-"""
+"""One ``/generate`` request through the router, retried on transient failures until its deadline."""
 
 from __future__ import annotations
 
@@ -21,11 +15,14 @@ TRANSIENT_STATUSES = frozenset({408, 429})
 
 
 class TransientGenerateError(ConnectionError):
-    """A failure worth retrying (see the module docstring)."""
+    """A failure worth retrying: no answer or a dropped connection, HTTP 5xx/429/408 (the router answers 5xx for a
+    killed worker until it is marked unhealthy; a paused engine answers 503 after its wait), and a completion that
+    finished as ``abort`` (generation was paused with mode=abort for a weight update)."""
 
 
 class GenerateRefused(RuntimeError):
-    """The router or engine refused the request (4xx); the message quotes its answer."""
+    """The router or engine refused the request (any other 4xx: the request's fault, not retried); the message
+    quotes its answer."""
 
 
 @dataclass

@@ -1,9 +1,4 @@
-"""What the async rollout keeps per sample and per prompt group, and the buffer between producer and trainer.
-
-Each sample records the weight version of every response token (from SGLang's ``meta_info.weight_versions``
-spans), how many requests it took and how many of those resumed a partial rollout. The buffer refuses a group
-it has seen (no sample is ever recorded twice) and hands the trainer whole groups within the staleness bound.
-"""
+"""What the async rollout keeps per sample and per prompt group, and the buffer between producer and trainer."""
 
 from __future__ import annotations
 
@@ -19,6 +14,9 @@ class DuplicateSample(RuntimeError):
 
 @dataclass
 class SampleRecord:
+    """One sample: its tokens, the weight version of each (SGLang's ``meta_info.weight_versions`` spans), and how
+    many requests it took."""
+
     output_ids: list[int] = field(default_factory=list)
     logprobs: list[float] = field(default_factory=list)
     token_versions: list[str] = field(default_factory=list)
@@ -66,7 +64,11 @@ class GroupRecord:
 
 @dataclass
 class SampleBuffer:
-    """Finished groups waiting for the trainer, in arrival order; counts what it drops."""
+    """Finished groups waiting for the trainer, in arrival order; counts what it drops.
+
+    It refuses a group it has seen (no sample is ever recorded twice) and hands the trainer whole groups within the
+    staleness bound.
+    """
 
     bound: StalenessBound
     groups: list[GroupRecord] = field(default_factory=list)

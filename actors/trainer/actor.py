@@ -1,9 +1,5 @@
-"""The trainer as an actor: the same Trainer, with health and layout answered on the control lane.
-
-``health`` runs on the actor's event loop, so it answers while ``train_step`` holds the default lane for
-minutes; that is how a trainer group tells a slow step from a hung or dead rank. ``dashboard_name`` (or
-``MILES_DASHBOARD``) names the dashboard collector: each ``train_shard`` then records the rank's loss, tokens and
-step time there (actors/dashboard), without waiting for it.
+"""The trainer as an actor: the same Trainer, with health and layout answered on the control lane, so a trainer
+group tells a slow step from a hung or dead rank.
 """
 
 from __future__ import annotations
@@ -40,6 +36,8 @@ class TrainerActor(Trainer):
         config: TrainerConfig,
         dashboard_name: str | None = None,
     ) -> None:
+        """``dashboard_name`` (or ``MILES_DASHBOARD``) names the dashboard collector: each ``train_shard`` then
+        records the rank's loss, tokens and step time there (actors/dashboard), without waiting for it."""
         super().__init__(rank=rank, world_size=world_size, master_addr=master_addr, master_port=master_port,
                          config=config)  # fmt: skip
         self._recorder = DashboardRecorder(dashboard_name, source=f"trainer-{rank}")
@@ -105,6 +103,7 @@ class TrainerActor(Trainer):
 
     @method(control_plane=True)
     def health(self) -> dict[str, HealthValue]:
+        """Runs on the actor's event loop, so it answers while ``train_step`` holds the default lane for minutes."""
         return super().health()
 
     @method(control_plane=True)

@@ -1,10 +1,6 @@
 """Gradient synchronization and clipping without Megatron's DDP (which needs CUDA).
 
-Data parallel: every rank's loss is already divided by the global masked-token count, so gradients are
-*summed* over the DP group (one flat all-reduce). Tensor parallel: Megatron's layers already produce the
-right gradient for each shard; norm weights are replicated and get identical gradients on every TP rank,
-except qwen3's per-head q/k norms: each TP rank only sees its own heads, so their gradients are partial sums
-and are summed over the TP group (as megatron-core's ``finalize_model_grads`` does for ``qk_layernorm``).
+Tensor parallel needs no sync but for qwen3's q/k norms: Megatron's layers already give each shard its gradient.
 """
 
 from __future__ import annotations
@@ -22,7 +18,9 @@ from actors.trainer._megatron import param_is_not_tensor_parallel_duplicate
 def allreduce_gradients(params: list[Tensor], extra: Tensor, *, group: dist.ProcessGroup, size: int) -> Tensor:
     """Sum every ``param.grad`` over ``group`` in place, together with ``extra`` (1-D); returns its sum.
 
-    Missing gradients count as zeros so that every rank sends the same layout.
+    Data parallel: every rank's loss is already divided by the global masked-token count, so gradients are
+    *summed* over the DP group (one flat all-reduce), not averaged. Missing gradients count as zeros so that every
+    rank sends the same layout.
     """
     grads = [p.grad if p.grad is not None else torch.zeros_like(p) for p in params]
     flat = _flatten_dense_tensors([*grads, extra.reshape(-1).to(grads[0].device, grads[0].dtype)])
@@ -56,7 +54,12 @@ def clip_gradients(params: list[Tensor], max_norm: float, *, tp_group: dist.Proc
 
 
 def sum_qk_norm_gradients(named: dict[str, Tensor], *, group: dist.ProcessGroup, size: int) -> None:
-    """Sum the gradients of the q/k layernorm weights over the TP ``group`` (in place, one all-reduce)."""
+    """Sum the gradients of the q/k layernorm weights over the TP ``group`` (in place, one all-reduce).
+
+    Norm weights are replicated and get identical gradients on every TP rank, except qwen3's per-head q/k norms:
+    each TP rank only sees its own heads, so their gradients are partial sums (megatron-core's
+    ``finalize_model_grads`` sums them for ``qk_layernorm`` too).
+    """
     grads = [p.grad for name, p in named.items() if ("q_layernorm" in name or "k_layernorm" in name)]
     grads = [g for g in grads if g is not None]
     if size <= 1 or not grads:

@@ -1,10 +1,5 @@
-"""A trainer group: N trainer ranks as actors, addressed as one.
-
-Every rank must construct at once (the process group waits for all of them), and every collective method must
-be called on all ranks: the group does both. ``train_step`` takes the whole batch and hands each data-parallel
-rank its contiguous shard (tensor-parallel peers get the same shard). A rank that dies mid-step makes the step
-fail with an error naming the rank, never a hang: the runtime reports the dead process at once and the
-survivors' collectives time out after ``collective_timeout_s``.
+"""A trainer group: N trainer ranks as actors, addressed as one, since every rank must construct at once (the process
+group waits for all of them) and every collective method must be called on all ranks.
 """
 
 from __future__ import annotations
@@ -75,6 +70,9 @@ class TrainerGroup:
         return rows[start : start + base + (1 if dp_rank < extra else 0)]
 
     def _collect(self, method: str, per_rank: list[dict[str, Any]], timeout_s: float) -> list[Any]:
+        """Call ``method`` on every rank; a rank that dies mid-step fails the call with an error naming the rank,
+        never a hang: the runtime reports the dead process at once and the survivors' collectives time out after
+        ``collective_timeout_s``."""
         calls = [h.method(method)(**kw) for h, kw in zip(self.handles, per_rank, strict=True)]
         results: list[Any] = []
         failures: list[str] = []
@@ -100,7 +98,7 @@ class TrainerGroup:
         timeout_s: float = 600.0,
     ) -> dict[str, float]:
         """Train on the whole rollout batch (Trainer.train_step on each rank's shard); returns rank 0's metrics
-        (they are global)."""
+        (they are global). Each data-parallel rank gets its contiguous shard; tensor-parallel peers the same one."""
         per_rank = [
             {"tokens": self._shard(tokens, lay["dp_rank"]), "loss_mask": self._shard(loss_mask, lay["dp_rank"]),
              "advantages": self._shard(advantages, lay["dp_rank"]),

@@ -1,9 +1,4 @@
-"""Megatron GPTModel shards -> full Hugging Face tensors (``model.layers.{i}.self_attn.q_proj.weight`` ...).
-
-Each rank undoes Megatron's layouts (see :mod:`actors.trainer.hf_layout`) on its own shard, then the TP group
-gathers: q/k/v are split per query group before gathering, gate/up per rank, row-parallel weights gather on
-dim 1, column-parallel ones on dim 0; replicated norms are copied.
-"""
+"""Megatron GPTModel shards -> full Hugging Face tensors (``model.layers.{i}.self_attn.q_proj.weight`` ...)."""
 
 from __future__ import annotations
 
@@ -21,7 +16,10 @@ def export_hf(
     """Full HF tensors from this rank's Megatron parameters; a collective over the TP ``group``.
 
     Every rank of the TP group gets the full tensors (CPU copies). ``lm_head.weight`` is always present (last);
-    with tied embeddings it equals ``model.embed_tokens.weight``.
+    with tied embeddings it equals ``model.embed_tokens.weight``. Each rank undoes Megatron's layouts
+    (:mod:`actors.trainer.hf_layout`) on its own shard, then the TP group gathers: q/k/v are split per query group
+    before gathering, gate/up per rank, row-parallel weights gather on dim 1, column-parallel ones on dim 0;
+    replicated norms are copied.
     """
 
     def full(tensor: Tensor, dim: int | None) -> Tensor:

@@ -1,9 +1,5 @@
-"""Hugging Face checkpoint -> this rank's Megatron GPTModel parameters, reading only this rank's slices.
-
-The inverse of :mod:`actors.trainer.hf_export`: column-parallel tensors are read by rows, row-parallel ones
-by columns (safetensors slices), q/k/v rows of this rank's query groups are read and interleaved locally, gate
-and up rows are stacked. Every name and full shape is checked (from the safetensors headers) before any data
-is read; stored dtypes are converted to the parameters' dtype.
+"""Hugging Face checkpoint -> this rank's Megatron GPTModel parameters, reading only this rank's slices (the inverse
+of :mod:`actors.trainer.hf_export`).
 """
 
 from __future__ import annotations
@@ -72,7 +68,11 @@ def check_checkpoint(reader: CheckpointReader, model: ModelConfig) -> None:
 def load_hf_weights(
     params: dict[str, Tensor], model: ModelConfig, reader: CheckpointReader, *, tp_rank: int, tp_size: int
 ) -> None:
-    """Copy this rank's slices of the checkpoint into ``params`` (Megatron names), in place, one at a time."""
+    """Copy this rank's slices of the checkpoint into ``params`` (Megatron names), in place, one at a time.
+
+    Every name and full shape is checked (from the safetensors headers) before any data is read; stored dtypes are
+    converted to the parameters' dtype.
+    """
     check_checkpoint(reader, model)
     covered: set[str] = set()
     with torch.no_grad():
@@ -90,7 +90,9 @@ def load_hf_weights(
 def _rank_slices(
     reader: CheckpointReader, model: ModelConfig, *, tp_rank: int, tp_size: int
 ) -> Iterator[tuple[str, Tensor]]:
-    """(Megatron name, this rank's slice) for every parameter, read lazily."""
+    """(Megatron name, this rank's slice) for every parameter, read lazily: column-parallel tensors by rows,
+    row-parallel ones by columns (safetensors slices), q/k/v rows of this rank's query groups read and interleaved
+    locally, gate and up rows stacked."""
 
     def part(name: str, dim: int) -> Tensor:
         return reader.read_part(name, dim=dim, part=tp_rank, parts=tp_size)

@@ -1,12 +1,4 @@
-"""Where each Hugging Face tensor lives in megatron-core's GPTModel, and how tensor parallelism splits it.
-
-- ``linear_qkv`` (weight [groups * (heads_per_group + 2) * d, hidden], and its bias with qwen2) interleaves
-  per query group: ``[q_g0 (heads_per_group * d) | k_g0 (d) | v_g0 (d) | q_g1 | ...]``; TP rank r holds groups
-  ``r * groups_per_rank ...``.
-- ``linear_fc1`` holds ``[gate_shard; up_shard]`` on each TP rank (SwiGLU's ``silu(gate) * up``).
-- column-parallel weights (embedding, q/k/v, gate/up, output) split on dim 0, row-parallel ones (o_proj,
-  down_proj) on dim 1; norms (layer norms, qwen3's per-head q/k norms) are replicated.
-"""
+"""Where each Hugging Face tensor lives in megatron-core's GPTModel, and how tensor parallelism splits it."""
 
 from __future__ import annotations
 
@@ -17,6 +9,8 @@ from torch import Tensor
 
 from actors.model_config import ModelConfig
 
+# Column-parallel weights (embedding, q/k/v, gate/up, output) split on dim 0, row-parallel ones (o_proj, down_proj)
+# on dim 1; norms (layer norms, qwen3's per-head q/k norms) are replicated.
 REPLICATED = None
 COLUMN = 0  # split along the output rows
 ROW = 1  # split along the input columns
@@ -32,7 +26,11 @@ class Placement:
 
 
 def direct_placements(model: ModelConfig) -> list[Placement]:
-    """Every parameter mapped one to one (all but the fused q/k/v and gate/up), in HF export order."""
+    """Every parameter mapped one to one (all but the fused q/k/v and gate/up), in HF export order.
+
+    The fused ones: ``linear_fc1`` holds ``[gate_shard; up_shard]`` on each TP rank (SwiGLU's ``silu(gate) * up``);
+    ``linear_qkv`` see :func:`split_qkv`.
+    """
     out = [Placement("embedding.word_embeddings.weight", "model.embed_tokens.weight", COLUMN)]
     for i in range(model.num_layers):
         src, dst = f"decoder.layers.{i}", f"model.layers.{i}"
@@ -57,7 +55,12 @@ def qkv_suffixes(model: ModelConfig) -> list[str]:
 
 
 def split_qkv(shard: Tensor, model: ModelConfig, tp_size: int) -> tuple[Tensor, Tensor, Tensor]:
-    """One TP rank's fused ``linear_qkv`` weight or bias -> its (q, k, v) rows, each in HF head order."""
+    """One TP rank's fused ``linear_qkv`` weight or bias -> its (q, k, v) rows, each in HF head order.
+
+    ``linear_qkv`` (weight [groups * (heads_per_group + 2) * d, hidden], and its bias with qwen2) interleaves per
+    query group: ``[q_g0 (heads_per_group * d) | k_g0 (d) | v_g0 (d) | q_g1 | ...]``; TP rank r holds groups
+    ``r * groups_per_rank ...``.
+    """
     groups = model.num_key_value_heads // tp_size
     per_group = model.num_attention_heads // model.num_key_value_heads
     d = model.head_dim

@@ -1,8 +1,6 @@
 """The reference model: this rank's slice of the initial weights, kept on the CPU (as miles keeps it), for the KL.
 
-A forward with the reference weights copies them into the model's parameters, runs without gradients and puts
-the current weights back, so no second model is built; TP ranks each hold and swap their own slices. Checkpoints
-save and restore it (actors/trainer/checkpoint.py), so a resumed run keeps the KL to the same reference.
+Checkpoints save and restore it (actors/trainer/checkpoint.py), so a resumed run keeps the KL to the same reference.
 """
 
 from __future__ import annotations
@@ -15,7 +13,8 @@ from torch import Tensor
 
 
 class ReferenceWeights:
-    """A CPU copy of named parameters, swapped in for a no-grad forward."""
+    """A CPU copy of named parameters, swapped in for a no-grad forward, so no second model is built; TP ranks each
+    hold and swap their own slices."""
 
     def __init__(self, named: dict[str, Tensor]) -> None:
         self.tensors = {name: p.detach().to("cpu", copy=True) for name, p in named.items()}

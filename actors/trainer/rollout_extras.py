@@ -1,8 +1,6 @@
-"""What a rollout shard carries for the trainer besides tokens, mask and advantages, packed beside the mask.
-
-The engines' per-token logprobs and each token's weight-version lag are aligned with the response tokens
-(:func:`actors.trainer.batch.pack_tail_values`) and kept in ``PackedBatch.extras``; a batch the objective cannot
-train on (no logprobs for a correction, no versions for an interpolated proximal policy) is refused here.
+"""What a rollout shard carries for the trainer besides tokens, mask and advantages, packed beside the mask; a batch
+the objective cannot train on (no logprobs for a correction, no versions for an interpolated proximal policy) is
+refused here.
 """
 
 from __future__ import annotations
@@ -26,7 +24,11 @@ class RolloutExtras:
 
 
 def attach_extras(packed: PackedBatch, extras: RolloutExtras, objective: ObjectiveConfig) -> PackedBatch:
-    """``packed`` with the rollout's per-token values aligned to its mask; raises ValueError naming what is wrong."""
+    """``packed`` with the rollout's per-token values aligned to its mask; raises ValueError naming what is wrong.
+
+    The engines' per-token logprobs and each token's weight-version lag are aligned with the response tokens
+    (:func:`actors.trainer.batch.pack_tail_values`) and kept in ``PackedBatch.extras``.
+    """
     if not extras.temperature > 0:
         raise ValueError(f"temperature must be positive, got {extras.temperature}")
     tensors: dict[str, Tensor] = {}

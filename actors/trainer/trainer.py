@@ -1,9 +1,6 @@
 """One rank of a Megatron trainer: policy-gradient steps, HF export, checkpoints, weight pushes.
 
 A plain class: the actor runtime hosts one per process (Megatron's parallel state is process-global).
-Methods marked *collective* must be called on every rank, in the same order, like any SPMD program;
-with the default serial concurrency group the runtime gives exactly that. :meth:`health` may be called
-from another thread at any time. Every method runs under the rank's :class:`~actors.trainer.run_guard.RunGuard`.
 """
 
 from __future__ import annotations
@@ -51,7 +48,10 @@ class Trainer:
 
     The constructor joins the process group (every rank must construct one; it waits for the others up
     to ``config.collective_timeout_s``) and builds this rank's model slice with identical initial weights
-    on every DP replica.
+    on every DP replica. Methods marked *collective* must be called on every rank, in the same order, like any
+    SPMD program; with the default serial concurrency group the runtime gives exactly that. :meth:`health` may be
+    called from another thread at any time. Every method runs under the rank's
+    :class:`~actors.trainer.run_guard.RunGuard`.
     """
 
     def __init__(
