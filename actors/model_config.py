@@ -1,11 +1,7 @@
 """The model architecture shared by the trainer (megatron-core GPTModel) and the CPU engine.
 
-A llama-style decoder: RMSNorm, SwiGLU MLP, rotary position embeddings. The defaults are the built-in tiny
-model (a 260-token byte vocabulary, no biases); :mod:`actors.hf` fills the other fields from a Hugging Face
-``config.json`` (llama, mistral, qwen2 with q/k/v biases, qwen3 with q/k RMSNorm; GQA, tied embeddings, an
-explicit head_dim, RoPE scaling). Weights are exchanged under Hugging Face names
-(``model.layers.0.self_attn.q_proj.weight`` ...), so a trainer's export loads straight into the CPU engine and
-into real SGLang.
+One config on both sides, and weights exchanged under Hugging Face names (``model.layers.0.self_attn.q_proj.weight``
+...), so a trainer's export loads straight into the CPU engine and into real SGLang.
 """
 
 from __future__ import annotations
@@ -45,7 +41,12 @@ class RopeScaling(BaseModel):
 
 
 class ModelConfig(BaseModel):
-    """Architecture of a llama-style decoder; immutable. ``head_dim`` defaults to hidden_size // heads."""
+    """Architecture of a llama-style decoder (RMSNorm, SwiGLU MLP, rotary position embeddings); immutable.
+    ``head_dim`` defaults to hidden_size // heads.
+
+    The defaults are the built-in tiny model (a 260-token byte vocabulary, no biases); :mod:`actors.hf` fills the
+    other fields from a Hugging Face ``config.json`` (llama, mistral, qwen2 with q/k/v biases, qwen3 with q/k
+    RMSNorm; GQA, tied embeddings, an explicit head_dim, RoPE scaling)."""
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 

@@ -1,9 +1,6 @@
 """Child processes that die with their parent: one long-lived forking thread, PR_SET_PDEATHSIG, group stop.
 
-Linux sends the PR_SET_PDEATHSIG signal when the *thread* that forked the child exits, not the process.
-:class:`Spawner` therefore forks every child from one dedicated thread that lives until :meth:`Spawner.close`,
-so an engine or router dies when the controller's process dies (even by SIGKILL), and not before.
-Children get their own session (process group = pid) so that the whole group can be stopped.
+An engine or router must die when the controller's process dies (even by SIGKILL), and not before.
 """
 
 from __future__ import annotations
@@ -38,7 +35,10 @@ def free_port(host: str = "127.0.0.1") -> int:
 
 
 class Spawner:
-    """Runs process-starting code on one long-lived thread (see the module docstring for why)."""
+    """Runs process-starting code on one long-lived thread, which lives until :meth:`close`.
+
+    Linux sends the PR_SET_PDEATHSIG signal when the *thread* that forked the child exits, not the process: forked
+    from a passing thread, a child would die with that thread."""
 
     def __init__(self, name: str = "spawner") -> None:
         self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix=name)
@@ -66,7 +66,7 @@ class Spawner:
                     stdout=log,
                     stderr=subprocess.STDOUT,
                     stdin=subprocess.DEVNULL,
-                    start_new_session=True,
+                    start_new_session=True,  # process group = pid: the whole group can be stopped
                     preexec_fn=self.preexec,  # forked from the spawner thread only
                     env=dict(env) if env is not None else None,
                     cwd=cwd,

@@ -1,11 +1,6 @@
 """Launching and driving the real sglang-router (``python -m sglang_router.launch_router``).
 
-Facts this relies on (sglang-router 0.3.2): a worker needs ``GET /health`` and is probed on
-``/server_info`` and ``/model_info``; ``POST /workers {"url"}`` answers 202 with a ``worker_id`` and
-registers in the background, ``DELETE /workers/{id}`` likewise; ``GET /workers`` lists ``id``, ``url`` and
-``is_healthy``; ``GET /liveness`` answers once the HTTP server is up; the Prometheus port serves
-``smg_*`` metrics. The router forwards SGLang ``/generate`` bodies but drops unknown sampling fields
-(``sampling_params.seed`` is dropped; ``sampling_seed`` passes) and takes one ``sampling_params`` object.
+Written against sglang-router 0.3.2; each fact of its HTTP API this relies on is noted where it is used.
 """
 
 from __future__ import annotations
@@ -34,7 +29,10 @@ class RouterError(RuntimeError):
 
 
 class RouterProcess:
-    """One sglang-router process in its own process group; use as a context manager or start()/stop()."""
+    """One sglang-router process in its own process group; use as a context manager or start()/stop().
+
+    The router forwards SGLang ``/generate`` bodies but drops unknown sampling fields (``sampling_params.seed`` is
+    dropped; ``sampling_seed`` passes) and takes one ``sampling_params`` object."""
 
     def __init__(
         self,
@@ -81,6 +79,7 @@ class RouterProcess:
 
     @property
     def metrics_url(self) -> str:
+        """The Prometheus port's ``/metrics`` (``smg_*`` series)."""
         return f"http://{self.host}:{self.prometheus_port}/metrics"
 
     @property
@@ -143,7 +142,8 @@ class RouterProcess:
             raise
 
     def wait_ready(self, timeout_s: float = 60.0) -> None:
-        """Wait until ``GET /liveness`` answers 200; fail at once if the process exits."""
+        """Wait until ``GET /liveness`` answers 200 (it does once the HTTP server is up); fail at once if the process
+        exits."""
         deadline = time.monotonic() + timeout_s
         while True:
             self._check_alive()
@@ -169,7 +169,10 @@ class RouterProcess:
         return next((w for w in self.list_workers() if w.get("url") == url.rstrip("/")), None)
 
     def add_worker(self, url: str, *, timeout_s: float = 30.0, wait_healthy: bool = True) -> str:
-        """Register a worker; returns its ``worker_id`` once listed (and healthy, unless told not to wait)."""
+        """Register a worker; returns its ``worker_id`` once listed (and healthy, unless told not to wait).
+
+        The worker must serve ``GET /health`` and is probed on ``/server_info`` and ``/model_info``. ``POST /workers
+        {"url"}`` answers 202 with a ``worker_id`` and registers it in the background."""
         deadline = time.monotonic() + timeout_s
         status, body = self._call("POST", "/workers", {"url": url}, timeout_s=timeout_s)
         if status not in (200, 201, 202) or not isinstance(body, dict) or "worker_id" not in body:
@@ -195,7 +198,8 @@ class RouterProcess:
         self._wait_worker(url, lambda w: w is None or not w.get("is_healthy"), "unhealthy", timeout_s)
 
     def remove_worker(self, worker_id: str, *, timeout_s: float = 30.0) -> None:
-        """Deregister a worker by id and wait until it is no longer listed."""
+        """Deregister a worker by id and wait until it is no longer listed (``DELETE /workers/{id}`` answers at once
+        and removes it in the background)."""
         deadline = time.monotonic() + timeout_s
         status, body = self._call("DELETE", f"/workers/{worker_id}", timeout_s=timeout_s)
         if status not in (200, 202, 204):

@@ -1,10 +1,7 @@
 """How one SGLang engine is launched: an immutable config and the command lines rendered from it.
 
-:func:`launch_server_argv` renders ``python -m sglang.launch_server ...`` with SGLang's own flag names
-(``python/sglang/srt/server_args.py``: the primary flag is the field name with dashes). The same config
-renders the bundled CPU engine's command with :func:`cpu_engine_argv` on machines without a GPU; both
-serve the same HTTP API and are ready when ``GET`` :data:`READINESS_PATH` answers 200. Both serve a Hugging Face
-model directory given as ``model_path`` (see :func:`is_hf_directory`).
+One config renders real SGLang's command or, on machines without a GPU, the bundled CPU engine's: both serve the same
+HTTP API, ready when ``GET`` :data:`READINESS_PATH` answers 200, and both serve a Hugging Face ``model_path``.
 """
 
 from __future__ import annotations
@@ -18,7 +15,8 @@ from actors.model_config import ModelConfig
 
 READINESS_PATH = "/health_generate"  # runs one real generation, unlike /health
 
-# Flags rendered from fields (with SGLang's aliases); extra_args must not repeat them.
+# Flags rendered from fields (with SGLang's aliases); extra_args must not repeat them. SGLang's own flag names
+# (python/sglang/srt/server_args.py): the primary flag is the field name with dashes.
 _FIELD_FLAGS: dict[str, tuple[str, ...]] = {
     "model_path": ("--model-path", "--model"),
     "host": ("--host",),

@@ -1,9 +1,7 @@
 """Tokenizers for the CPU engine, the rollout and the demo: the byte-level one and the :class:`Tokenizer` interface.
 
-The byte tokenizer: ids 0..255 are bytes, then a few special tokens (the built-in model's vocabulary).
-:class:`Tokenizer` is what the CPU engine and the rollout ask of any tokenizer (encode, decode, a chat template,
-the special ids); :class:`actors.hf.HfTokenizer` (a Hugging Face model directory's own tokenizer) is one too.
-:func:`tokenizer_for` picks one for a ``model_path``.
+The byte tokenizer is the built-in model's vocabulary; a Hugging Face model's own tokenizer serves behind the same
+interface (:func:`tokenizer_for` picks one for a ``model_path``).
 """
 
 from __future__ import annotations
@@ -11,6 +9,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any, Protocol
 
+# The byte tokenizer: ids 0..255 are bytes, then a few special tokens.
 BOS_ID = 256
 EOS_ID = 257
 PAD_ID = 258
@@ -30,7 +29,8 @@ def decode(ids: Sequence[int]) -> str:
 
 
 class Tokenizer(Protocol):
-    """What the CPU engine and the rollout ask of a tokenizer (transformers' names and meanings)."""
+    """What the CPU engine and the rollout ask of a tokenizer (transformers' names and meanings): encode, decode, a
+    chat template, the special ids. :class:`actors.hf.HfTokenizer` (a Hugging Face directory's own) is one too."""
 
     @property
     def bos_token_id(self) -> int | None: ...

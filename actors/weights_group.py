@@ -1,12 +1,7 @@
 """A torch.distributed group for weight updates, built exactly as SGLang builds it.
 
-SGLang 0.5.23 (``srt/utils/common.py`` ``init_custom_process_group``, called from
-``srt/model_executor/model_runner_components/weight_updater.py`` ``init_weights_update_group``) joins a
-group through torch's ``tcp://`` rendezvous (a TCPStore hosted by rank 0 that counts every joining rank),
-wraps the store in ``PrefixStore(group_name, store)`` and builds the group with ``_new_process_group_helper``,
-outside the default process group. The trainer is rank 0; engine TP rank ``r`` joins as ``rank_offset + r``.
-Tensors then go by ``torch.distributed.broadcast(tensor, src=0, group=group)``. Following the same recipe
-on both sides is what lets our trainer talk to real SGLang and real trainers (miles) talk to our CPU engine.
+The same recipe on both sides is what lets our trainer talk to real SGLang and real trainers (miles) talk to our CPU
+engine.
 """
 
 from __future__ import annotations
@@ -35,13 +30,22 @@ def tcp_init_method(host: str, port: int) -> str:
 def init_weights_process_group(
     *, backend: str, init_method: str, world_size: int, rank: int, group_name: str, timeout: datetime.timedelta
 ) -> dist.ProcessGroup:
-    """Join (rank 0: host) a named group by SGLang's recipe; blocks until all ``world_size`` ranks joined."""
+    """Join (rank 0: host) a named group by SGLang's recipe; blocks until all ``world_size`` ranks joined.
+
+    SGLang 0.5.23 (``srt/utils/common.py`` ``init_custom_process_group``, called from
+    ``srt/model_executor/model_runner_components/weight_updater.py`` ``init_weights_update_group``) joins through
+    torch's ``tcp://`` rendezvous (a TCPStore hosted by rank 0 that counts every joining rank), wraps the store in
+    ``PrefixStore(group_name, store)`` and builds the group with ``_new_process_group_helper``, outside the default
+    process group."""
     store, rank, world_size = next(c10d.rendezvous(init_method, rank, world_size, timeout=timeout))
     return new_process_group(store, rank=rank, world_size=world_size, backend=backend, name=group_name, timeout=timeout)
 
 
 class WeightsGroup:
-    """One rank of a weight-update group; :meth:`broadcast` sends (rank 0) or receives (other ranks)."""
+    """One rank of a weight-update group; :meth:`broadcast` sends (rank 0) or receives (other ranks).
+
+    The trainer is rank 0; engine TP rank ``r`` joins as ``rank_offset + r``. Tensors go by
+    ``torch.distributed.broadcast(tensor, src=0, group=group)``."""
 
     def __init__(
         self,

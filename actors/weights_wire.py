@@ -1,8 +1,7 @@
 """How named CPU tensors travel in SGLang's ``/update_weights_from_tensor`` body on the CPU engine.
 
-Real SGLang takes ``serialized_named_tensors`` (one string per TP rank) made by its MultiprocessingSerializer,
-which only works for same-host CUDA IPC. The CPU engine accepts the same field with this portable encoding:
-base64 of ``torch.save`` of a list of ``(name, tensor)`` pairs.
+Real SGLang's ``serialized_named_tensors`` (MultiprocessingSerializer, one string per TP rank) only works for
+same-host CUDA IPC; the CPU engine accepts the same field with this portable encoding instead.
 """
 
 from __future__ import annotations
@@ -14,7 +13,8 @@ import torch
 
 
 def encode_named_tensors(named_tensors: list[tuple[str, torch.Tensor]]) -> str:
-    """Serialize ``(name, tensor)`` pairs (CPU tensors) into one base64 string."""
+    """Serialize ``(name, tensor)`` pairs (CPU tensors) into one base64 string: base64 of ``torch.save`` of the
+    list of pairs."""
     buffer = io.BytesIO()
     torch.save([(name, tensor.detach().cpu().contiguous()) for name, tensor in named_tensors], buffer)
     return base64.b64encode(buffer.getvalue()).decode("ascii")

@@ -1,10 +1,6 @@
 """Reading an append-only JSONL file as it grows: complete lines only, malformed lines reported, never fatal.
 
-``JsonlTail(path).read_new()`` returns (line number, record) for the lines completed since the last call.
-A last line without its newline is a record still being written (or torn by a crash): it is left for the next
-call, never parsed. A line that is not a JSON object, or longer than ``MAX_LINE_BYTES``, is skipped and kept in
-``problems`` (file, line number, why) so the page can say so. A file that shrank (replaced or truncated) is read
-again from its start.
+The dashboard reads the collector's files while the collector is still writing them.
 """
 
 from __future__ import annotations
@@ -29,7 +25,11 @@ class LineProblem:
 
 @dataclass
 class JsonlTail:
-    """The reading position in one JSONL file (see the module docstring)."""
+    """The reading position in one JSONL file: ``JsonlTail(path).read_new()`` returns (line number, record) for the
+    lines completed since the last call.
+
+    A line that is not a JSON object, or longer than ``MAX_LINE_BYTES``, is skipped and kept in ``problems`` (file,
+    line number, why) so the page can say so."""
 
     path: Path
     offset: int = 0
@@ -44,7 +44,7 @@ class JsonlTail:
             size = self.path.stat().st_size
         except FileNotFoundError:
             return []
-        if size < self.offset:
+        if size < self.offset:  # the file shrank (replaced or truncated): read it again from its start
             self.offset = self.line_number = 0
         records: list[tuple[int, dict[str, Any]]] = []
         with self.path.open("rb") as handle:
@@ -57,6 +57,8 @@ class JsonlTail:
                         self._problem(self.line_number + 1, f"a line longer than {MAX_LINE_BYTES} bytes")
                         self.offset += len(chunk)
                         continue
+                    # A last line without its newline is a record still being written (or torn by a crash): it is
+                    # left for the next call, never parsed.
                     self.pending_bytes = len(chunk)
                     break
                 for line in chunk[: end + 1].splitlines():

@@ -1,9 +1,6 @@
 """A run directory's records, indexed by step, refreshed from the growing JSONL files on every read.
 
-``RunStore(run_dir)`` reads ``samples.jsonl`` and ``steps.jsonl`` (:mod:`.records`) through :class:`.JsonlTail`
-and keeps them in memory: ``steps()`` (one summary per step), ``step(n)``, ``samples(n)``, ``sample(n, i, k)``.
-A record whose ``step``, ``sample_index`` or ``occurrence`` is not a non-negative integer is skipped and listed
-in ``problems()`` with its line. Thread-safe: the HTTP server's threads share one store.
+What the dashboard's API answers from, so a request never rereads a whole file.
 """
 
 from __future__ import annotations
@@ -28,7 +25,8 @@ def _index(record: dict[str, Any], key: str, default: int | None = None) -> int 
 
 
 class RunStore:
-    """The records of one run directory (module docstring)."""
+    """The records of one run directory: ``samples.jsonl`` and ``steps.jsonl`` (:mod:`.records`), read through
+    :class:`.JsonlTail` and kept in memory. Thread-safe: the HTTP server's threads share one store."""
 
     def __init__(self, run_dir: Path) -> None:
         self.run_dir = run_dir
@@ -39,7 +37,8 @@ class RunStore:
         self._lock = threading.Lock()
 
     def refresh(self) -> None:
-        """Take in the lines completed since the last refresh."""
+        """Take in the lines completed since the last refresh. A record whose ``step``, ``sample_index`` or
+        ``occurrence`` is not a non-negative integer is skipped and listed in ``problems()`` with its line."""
         with self._lock:
             tail = self._tails["samples"]
             for number, record in tail.read_new():

@@ -1,10 +1,6 @@
 """The dashboard's HTTP server (stdlib ``http.server``, threaded): the page, its static files, the JSON API.
 
-``DashboardServer(run_dir, host="127.0.0.1", port=0)`` serves ``/`` (the page), ``/static/NAME`` (only the files
-shipped in this package's ``static/`` folder, looked up by exact name: no path from a request ever reaches the
-filesystem) and ``/api/...`` (:mod:`.api`, reading ``run_dir`` only). GET and HEAD only; request lines and
-headers are bounded by ``http.server``; a URL over 2 KiB is a 414. An unexpected error is logged and answered with
-a JSON 500 naming it (a bug, never a data problem: those are 4xx or messages in the data).
+What ``miles-dashboard RUN_DIR`` runs: a browser shows a run's records without any service beyond the stdlib.
 """
 
 from __future__ import annotations
@@ -25,7 +21,7 @@ from actors.dashboard.run_store import RunStore
 
 logger = logging.getLogger(__name__)
 
-MAX_URL = 2048
+MAX_URL = 2048  # a longer URL is a 414
 CONTENT_TYPES = {".html": "text/html; charset=utf-8", ".js": "text/javascript; charset=utf-8",
                  ".css": "text/css; charset=utf-8", ".svg": "image/svg+xml"}  # fmt: skip
 SECURITY_HEADERS = {
@@ -44,7 +40,8 @@ def static_files() -> dict[str, bytes]:
 
 
 class DashboardServer:
-    """Serves one run directory until ``close()`` (module docstring)."""
+    """Serves one run directory until ``close()``: ``/`` (the page), ``/static/NAME`` and ``/api/...`` (:mod:`.api`,
+    reading ``run_dir`` only). GET and HEAD only; request lines and headers are bounded by ``http.server``."""
 
     def __init__(self, run_dir: Path, *, host: str = "127.0.0.1", port: int = 0) -> None:
         run_dir = Path(run_dir).expanduser().resolve()
@@ -105,13 +102,15 @@ class _Handler(BaseHTTPRequestHandler):
                 self._json(status, payload, body)
             elif url.path in ("/", "/index.html"):
                 self._file("index.html", body)
+            # Only the files shipped in this package's static/ folder, looked up by exact name: no path from a
+            # request ever reaches the filesystem.
             elif url.path.startswith("/static/"):
                 self._file(url.path.removeprefix("/static/"), body)
             else:
                 self._json(HTTPStatus.NOT_FOUND, {"error": f"no page {url.path[:80]!r}: open / or /api/run"}, body)
         except (BrokenPipeError, ConnectionResetError):
             pass
-        except Exception as exc:
+        except Exception as exc:  # a bug, never a data problem (those are 4xx or messages in the data): a JSON 500
             logger.exception("dashboard: %s failed", url.path[:80])
             self._json(HTTPStatus.INTERNAL_SERVER_ERROR, {"error": f"{type(exc).__name__}: {exc}"[:300]}, body)
 

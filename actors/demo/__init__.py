@@ -1,11 +1,6 @@
 """The demo job ``miles-launch hosts.example.toml`` runs: GRPO on a toy copy task, all on CPU.
 
-The launcher starts three pools (see hosts.example.toml): ``trainer`` (TrainerActor ranks on megatron-core with
-gloo), ``inference`` (an InferenceController that runs CPU engines behind the real sglang-router) and ``rollout``
-(a RolloutExecutor). This entrypoint wires them together and runs generate → reward → train → push weights,
-printing one line per iteration and writing a reward plot at the end. Exit code 0 means the reward rose.
-The default is the tiny built-in model; a commented variant in hosts.example.toml starts from a Hugging Face
-directory instead (``model_path`` for the trainer, the engines, the rollout's tokenizer and this job).
+It shows the whole RL loop working end to end on any machine: exit code 0 means the reward rose.
 """
 
 from __future__ import annotations
@@ -18,7 +13,15 @@ from actors.job_roles import rl_roles
 
 
 def main(ctx: Any) -> int:
-    """Entrypoint for ``[job] entrypoint = "actors.demo:main"``; ``ctx`` is a launcher.JobContext."""
+    """Entrypoint for ``[job] entrypoint = "actors.demo:main"``; ``ctx`` is a launcher.JobContext.
+
+    The launcher starts three pools (see hosts.example.toml): ``trainer`` (TrainerActor ranks on megatron-core with
+    gloo), ``inference`` (an InferenceController that runs CPU engines behind the real sglang-router) and
+    ``rollout`` (a RolloutExecutor). This wires them together and runs generate → reward → train → push weights,
+    printing one line per iteration and writing a reward plot at the end.
+
+    The default is the tiny built-in model; a commented variant in hosts.example.toml starts from a Hugging Face
+    directory instead (``model_path`` for the trainer, the engines, the rollout's tokenizer and this job)."""
     settings = job_settings(DemoSettings, ctx.args, "demo settings")
     trainer, controller, rollout = rl_roles(ctx)
     print("[demo] starting the router and the engines ...", flush=True)

@@ -1,9 +1,5 @@
 """How long the engines generated: each engine's ``sglang:func_latency_seconds{name="run_batch"}`` (the CPU
 engine's compute thread running a batch), read from its ``/metrics`` at the start and the end of a loop.
-
-``engine_busy_fraction`` is the mean over the engines of (seconds generating / wall seconds). An engine that
-was restarted in between (new URL, counters from zero) counts from its own first reading on; one that cannot be
-read is left out (logged).
 """
 
 from __future__ import annotations
@@ -34,7 +30,9 @@ def generating_seconds(urls: list[str], timeout_s: float = 5.0) -> dict[str, flo
 
 
 def busy_fraction(before: dict[str, float], after: dict[str, float], wall_s: float) -> float:
-    """Mean over the engines read at the end of their generating time since ``before`` (or since they started)."""
+    """``engine_busy_fraction``: the mean over the engines read at the end of (seconds generating since ``before`` /
+    ``wall_s``). An engine restarted in between (new URL, counters from zero) counts from its start; one that cannot
+    be read is left out (logged by :func:`generating_seconds`)."""
     if not after or wall_s <= 0:
         return 0.0
     spent = [max(0.0, value - before.get(url, 0.0)) for url, value in after.items()]

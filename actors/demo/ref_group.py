@@ -1,9 +1,6 @@
 """The demo's collective group for weight sync over refs: trainer rank 0 and the engine actors, kept current.
 
-``weight_sync = "refs"`` (``[job.args]``) moves each update's buckets from trainer rank 0 into the engines'
-parameters over a gloo group (``TrainerActor.push_weights_over_refs``, :mod:`actors.trainer.weights_collective`)
-instead of HTTP bodies. The group is formed at the first update and again whenever the paused engines are not the
-members it has (an engine restarted: a new actor); the old group is destroyed first (a dead member is skipped).
+Used with ``weight_sync = "refs"`` (``[job.args]``): updates then move over a gloo group instead of HTTP bodies.
 """
 
 from __future__ import annotations
@@ -28,7 +25,9 @@ NEEDS_ACTOR_ENGINES = (
 
 
 class RefGroup:
-    """Pushes weights over refs to the engines an update paused, forming the group they need."""
+    """Pushes weights over refs to the engines an update paused, forming the group they need: each update's buckets
+    go from trainer rank 0 into the engines' parameters (``TrainerActor.push_weights_over_refs``,
+    :mod:`actors.trainer.weights_collective`)."""
 
     def __init__(self, trainer: TrainerGroup, *, name: str = "demo-weights") -> None:
         self.trainer = trainer
@@ -53,6 +52,8 @@ class RefGroup:
             destroy_group(group)
 
     def _group_for(self, engines: list[ActorHandle]) -> CollectiveGroup:
+        """The group, formed at the first update and again whenever the paused engines are not the members it has
+        (an engine restarted: a new actor); the old group is destroyed first (a dead member is skipped)."""
         members = [(engine.endpoint, engine.pid) for engine in engines]
         if self.group is not None and members == self._engines:
             return self.group

@@ -1,9 +1,7 @@
 """The job's last console line: ``RESULT {json}``, the run's figures for people and scripts alike.
 
-Both demos print it (the synchronous ``actors.demo:main`` and the asynchronous ``actors.demo.async_loop:main``),
-with the same keys, so their ``engine_busy_fraction`` (the engines' own generating time over the loop's wall time,
-averaged over the engines: actors/demo/engine_busy.py) can be compared line by line; ``request_busy_fraction`` is
-the time at least one generation request was out (and the engines not paused for a push), seen by the rollout.
+Both demos (``actors.demo:main`` and ``actors.demo.async_loop:main``) print it with the same keys, so their runs can
+be compared line by line.
 """
 
 from __future__ import annotations
@@ -37,7 +35,10 @@ def result_line(
         "iterations": len(board.history),
         "reward_first": round(first, 4),
         "reward_last": round(last, 4),
+        # The engines' own generating time over the loop's wall time, averaged over the engines (engine_busy.py).
         "engine_busy_fraction": round(engine_busy_fraction, 4),
+        # The time at least one generation request was out (and the engines not paused for a push), seen by the
+        # rollout.
         "request_busy_fraction": round(busy_s / wall_s, 4) if wall_s > 0 else 0.0,
         "wall_s": round(wall_s, 2),
         "tokens_per_s": round(board.tokens / wall_s, 1) if wall_s > 0 else 0.0,

@@ -1,10 +1,6 @@
 """Where an async run can resume from: trainer checkpoints plus the loop's own position, one directory each.
 
-``{checkpoint_dir}/iter-000004/`` holds the trainer's checkpoint (weights, optimizer state and step: the trainer's
-``save_checkpoint``, actors/trainer/checkpoint.py); ``{checkpoint_dir}/latest.json`` (written last, atomically)
-names it with the iteration, the weight version the engines got after it and the rollout's data position (the
-first prompt group not trained yet and the later ones that were): groups in flight or buffered when it was written
-are generated again after a resume, trained ones never.
+A resumed run trains no prompt group twice: groups in flight or buffered at a checkpoint are generated again.
 """
 
 from __future__ import annotations
@@ -22,6 +18,10 @@ LATEST = "latest.json"
 
 @dataclass(frozen=True)
 class RunPoint:
+    """What ``{checkpoint_dir}/latest.json`` says: the iteration, the weight version the engines got after it, the
+    trainer's checkpoint (``path``) and the rollout's data position (the first prompt group not trained yet, and the
+    later ones that were: ``skip_groups``)."""
+
     iteration: int
     weight_version: int
     next_group: int
@@ -30,7 +30,9 @@ class RunPoint:
 
 
 class RunCheckpoints:
-    """Saves and finds RunPoints under ``directory``."""
+    """Saves and finds RunPoints under ``directory``: ``iter-000004/`` holds the trainer's checkpoint (weights,
+    optimizer state and step: the trainer's ``save_checkpoint``, actors/trainer/checkpoint.py); ``latest.json``,
+    written last and atomically, names the newest."""
 
     def __init__(self, directory: str) -> None:
         self.directory = Path(directory)

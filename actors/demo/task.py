@@ -1,9 +1,6 @@
 """The demo's verifiable task: answer ``copy <letters> =`` with those letters.
 
-Reward per answer position: 1 for the right letter, a small credit for any letter of the task's alphabet (so a
-randomly initialised model gets a learning signal at once), 0 otherwise; averaged over the target's length.
-The prompts come from :func:`actors.rollout.tasks.make_prompts`. The letter credit knows the byte tokenizer's
-ids only: with a Hugging Face model (``model_path``) use ``actors.rollout.tasks:target_sequence_reward``.
+The prompts come from :func:`actors.rollout.tasks.make_prompts`; the reward is shaped so a random model learns.
 """
 
 from __future__ import annotations
@@ -12,12 +9,16 @@ from collections.abc import Sequence
 
 from actors.rollout.tasks import ALPHABET
 
+# Credit for any letter of the task's alphabet: a randomly initialised model gets a learning signal at once.
 LETTER_CREDIT = 0.25
 _ALPHABET_IDS = frozenset(ALPHABET.encode())
 
 
 def shaped_copy_reward(prompt_ids: Sequence[int], response_ids: Sequence[int], label: Sequence[int]) -> float:
-    """Mean over the label's positions of: 1 (exact), LETTER_CREDIT (another alphabet letter) or 0."""
+    """Mean over the label's positions of: 1 (exact), LETTER_CREDIT (another alphabet letter) or 0.
+
+    The letter credit knows the byte tokenizer's ids only: with a Hugging Face model (``model_path``) use
+    ``actors.rollout.tasks:target_sequence_reward``."""
     if not label:
         raise ValueError("label is empty: the target sequence needs at least one token")
     score = 0.0

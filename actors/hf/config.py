@@ -1,8 +1,6 @@
 """A Hugging Face ``config.json`` <-> :class:`ModelConfig`, read the way transformers reads it.
 
-transformers' own ``AutoConfig`` parses the file (``local_files_only``), so defaults, legacy ``rope_scaling`` /
-``rope_theta`` and the newer ``rope_parameters`` mean exactly what they mean to ``from_pretrained``. What our
-models cannot reproduce fails here, with an :class:`UnsupportedConfig` naming the config.json field.
+What our models cannot reproduce fails here, with an :class:`UnsupportedConfig` naming the config.json field.
 """
 
 from __future__ import annotations
@@ -56,6 +54,9 @@ def read_model_config(model_path: str | Path) -> ModelConfig:
             f"{config_file}: model_type={model_type!r} is not supported (supported: {', '.join(SUPPORTED)})"
         )
     from transformers import AutoConfig  # seconds to import; only readers of HF directories pay it
+
+    # transformers' own parser: defaults, legacy ``rope_scaling`` / ``rope_theta`` and the newer ``rope_parameters``
+    # mean exactly what they mean to ``from_pretrained``.
 
     hf_config = AutoConfig.from_pretrained(str(directory), local_files_only=True, trust_remote_code=False)
     try:

@@ -1,10 +1,7 @@
 """The inference controller's cell keeper: start, health-check, restart and dispose its engine cells.
 
-Each cell is kept by one task at a time (``cell.busy``): it launches the engine, brings it to the current weights
-under the update lock (or leaves it pending weights) and registers it with the router; after
-``max_restarts`` failed starts the cell is disposed. The health watcher restarts engines that exited or failed
-``health_failure_threshold`` checks in a row, and starts the router again if it died. States and their
-transitions: :mod:`actors.inference.cells`.
+Split from the controller so that its engines' lives are kept in one place; states and their transitions:
+:mod:`actors.inference.cells`.
 """
 
 from __future__ import annotations
@@ -124,7 +121,11 @@ class CellKeeper:
         task.add_done_callback(self.tasks.discard)
 
     async def _keep_cell(self, cell: EngineCell, reason: str | None) -> None:
-        """(Re)start the cell's engine until it serves or waits for weights; dispose it when out of restarts."""
+        """(Re)start the cell's engine until it serves or waits for weights; dispose it when out of restarts.
+
+        Each cell is kept by one task at a time (``cell.busy``): it launches the engine, brings it to the current
+        weights under the update lock (or leaves it pending weights) and registers it with the router; after
+        ``max_restarts`` failed starts the cell is disposed."""
         cell.busy = True
         try:
             while not self._closing:
@@ -227,7 +228,8 @@ class CellKeeper:
         logger.error("engine %s disposed: %s", cell.cell_id, reason)
 
     async def _watch(self) -> None:
-        """Every health_check_interval_s: restart engines that exited or failed enough health checks."""
+        """Every health_check_interval_s: restart engines that exited or failed ``health_failure_threshold`` checks
+        in a row, and start the router again if it died."""
         while True:
             await asyncio.sleep(self.settings.health_check_interval_s)
             watched = [c for c in self.cells if c.state in LIVE_STATES and not c.busy and c.process is not None]

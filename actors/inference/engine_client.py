@@ -1,8 +1,6 @@
 """Control requests to one engine over SGLang 0.5.23's HTTP API, each with a deadline; errors name cell and URL.
 
-Only routes real SGLang serves (``srt/entrypoints/http_server.py``): the version is read from ``/model_info``
-and set with ``/update_weight_version``; tensor updates run inside ``/begin_weight_update`` ..
-``/end_weight_update`` as SGLang's scheduler requires.
+Only routes real SGLang serves (``srt/entrypoints/http_server.py``), so the CPU engine and SGLang are driven alike.
 """
 
 from __future__ import annotations
@@ -58,6 +56,7 @@ class EngineClient:
             return False
 
     async def weight_version(self, *, timeout_s: float) -> str:
+        """The engine's weight version, as ``/model_info`` reports it (set with :meth:`set_weight_version`)."""
         reply = await self.request("GET", "/model_info", timeout_s=timeout_s)
         if not isinstance(reply, dict) or "weight_version" not in reply:
             raise EngineRequestError(f"engine {self.cell_id} at {self.url}: /model_info has no weight_version: {reply}")
@@ -96,6 +95,7 @@ class EngineClient:
     async def update_from_serialized(self, payload: str, version: str, *, flush: bool = True, timeout_s: float) -> None:
         """CPU engine: load an ``actors.weights_wire`` payload and set ``version`` (``flush``: SGLang's flush_cache)."""
         body = {"serialized_named_tensors": [payload], "flush_cache": flush, "weight_version": version}
+        # Inside /begin_weight_update .. /end_weight_update, as SGLang's scheduler requires of tensor updates.
         await self.request("POST", "/begin_weight_update", {}, timeout_s=timeout_s)
         try:
             await self.request("POST", "/update_weights_from_tensor", body, timeout_s=timeout_s)

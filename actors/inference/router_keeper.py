@@ -1,11 +1,7 @@
 """The inference controller's sglang-router: started beside the controller, started again if it dies.
 
-The router runs on the controller's host (hosts.toml places the controller's pool, ``hosts = [...]``), listening on
-``RouterSettings.host`` (default: the host's advertised address). Its ports are chosen once, so a router started
-again after a crash keeps its URL: clients retry against the same address, and the controller registers every
-serving engine with the new router. The controller runs it so without the launcher's provider API, or with
-``router_pool = false``; under miles-launch with the provider API the router is a launcher pool, by default on the
-launcher's own machine (:mod:`actors.inference.router_table`, :mod:`actors.inference.router_pool`).
+Used without the launcher's provider API, or with ``router_pool = false``; otherwise the router is a launcher pool
+(:mod:`actors.inference.router_table`, :mod:`actors.inference.router_pool`).
 """
 
 from __future__ import annotations
@@ -22,12 +18,17 @@ logger = logging.getLogger(__name__)
 
 
 class RouterKeeper:
-    """One sglang-router process at a time, on fixed ports; :meth:`restart` replaces a dead one."""
+    """One sglang-router process at a time, on fixed ports; :meth:`restart` replaces a dead one.
+
+    It runs on the controller's host (hosts.toml places the controller's pool, ``hosts = [...]``), listening on
+    ``RouterSettings.host`` (default: the host's advertised address)."""
 
     def __init__(self, settings: RouterSettings, *, log_path: Path, spawner: Spawner) -> None:
         self.settings = settings
         self.log_path = log_path
         self.spawner = spawner
+        # Chosen once, so a router started again after a crash keeps its URL: clients retry against the same address,
+        # and the controller registers every serving engine with the new router.
         self.port = settings.port or free_port(settings.host)
         self.prometheus_port = settings.prometheus_port or free_port(settings.host)
         self.restarts = 0

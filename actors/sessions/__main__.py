@@ -1,10 +1,7 @@
-"""``python -m actors.sessions --port P (--router-url URL | --controller NAME) [--model-path DIR]``: one session
-server (actors/sessions/server.py), as a launcher command worker (actors/sessions/pool.py renders its pool).
+"""``python -m actors.sessions``: one session server (actors/sessions/server.py), as a launcher command worker.
 
-``--controller`` names the InferenceController actor (found through the launch's name service,
-``MILES_NAME_SERVICE``); its ``router_url()`` is asked again for every request, so a restarted router (new ports)
-is followed. ``--model-path``: the Hugging Face directory the engines serve (its tokenizer and chat template); the
-byte tokenizer of the built-in model without it.
+``--controller``: its router URL is asked again for every request, so a restarted router (new ports) is followed.
+``--model-path``: the Hugging Face directory the engines serve; without it, the built-in model's byte tokenizer.
 """
 
 from __future__ import annotations
@@ -32,6 +29,7 @@ def _router_url(args: argparse.Namespace) -> Callable[[], Awaitable[str]]:
         return fixed
     name = args.controller
 
+    # The InferenceController actor, found through the launch's name service (MILES_NAME_SERVICE).
     async def from_controller() -> str:
         from runtime import get_actor  # only a launch's session server needs the runtime
 
@@ -44,6 +42,7 @@ def _router_url(args: argparse.Namespace) -> Callable[[], Awaitable[str]]:
 
 
 def main(argv: list[str] | None = None) -> None:
+    """Serve one session server until stopped; actors/sessions/pool.py renders its command line."""
     parser = argparse.ArgumentParser(prog="python -m actors.sessions", description=__doc__)
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, required=True)

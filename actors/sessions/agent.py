@@ -1,10 +1,6 @@
 """The calculator agent: a tool-calling loop over OpenAI chat requests to one session's URL.
 
-Each turn posts the conversation so far to ``{session_url}/v1/chat/completions``; the reply is answered by the
-calculator (actors/sessions/calculator.py) as a ``tool`` message, until the model answers or ``max_turns``. With
-``resample_failed_calls = k`` a reply that makes no valid call is not answered with an error: the agent asks again
-from the same point (up to k times per turn), which forks the session into a new leaf each time, as an agent
-exploring alternatives does; the session keeps every leaf, keyed ``(sample_index, occurrence)``.
+It drives the session server as a real agent would, so its episodes exercise every session feature the rollout uses.
 """
 
 from __future__ import annotations
@@ -32,7 +28,11 @@ class ContextFull(AgentRequestFailed):
 
 @dataclass(frozen=True)
 class AgentSettings:
-    """How the agent talks to the model."""
+    """How the agent talks to the model.
+
+    ``resample_failed_calls = k``: a reply that makes no valid call is not answered with an error; the agent asks
+    again from the same point (up to k times per turn), which forks the session into a new leaf each time, as an
+    agent exploring alternatives does. The session keeps every leaf, keyed ``(sample_index, occurrence)``."""
 
     max_turns: int = 3
     max_tokens: int = 12
@@ -62,7 +62,10 @@ async def run_agent(
     http: aiohttp.ClientSession, session_url: str, question: str, settings: AgentSettings, *, seed: int | None = None
 ) -> dict[str, int]:
     """One episode on ``question``; returns counts (requests, tool_calls, resamples, context_full: the episode
-    ended because the next turn would not fit the context)."""
+    ended because the next turn would not fit the context).
+
+    Each turn posts the conversation so far to ``{session_url}/v1/chat/completions``; the reply is answered by the
+    calculator (actors/sessions/calculator.py) as a ``tool`` message, until the model answers or ``max_turns``."""
     messages = [{"role": "system", "content": SYSTEM_PROMPT}, {"role": "user", "content": question}]
     counts = {"requests": 0, "tool_calls": 0, "resamples": 0, "context_full": 0}
     for _turn in range(settings.max_turns):

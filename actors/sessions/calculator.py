@@ -1,8 +1,7 @@
 """A toy tool-use task: arithmetic questions, a calculator tool, and its reward.
 
-The agent (actors/sessions/agent.py) asks the model; a reply containing ``CALC(<expression>)`` is a tool call,
-answered by a ``tool`` message with the result (or the error); a reply containing ``ANSWER: <n>`` ends the episode.
-Expressions are integers joined by ``+``, ``-`` and ``*`` only, parsed by :mod:`ast` (never ``eval``).
+The agent (actors/sessions/agent.py) asks the model; a reply containing ``CALC(<expression>)`` is a tool call, one
+containing ``ANSWER: <n>`` ends the episode.
 """
 
 from __future__ import annotations
@@ -24,7 +23,8 @@ class CalculatorError(ValueError):
 
 
 def calculate(expression: str) -> int:
-    """The value of ``expression`` (integers, ``+ - *``, parentheses; at most 8 operands of at most 6 digits)."""
+    """The value of ``expression`` (integers, ``+ - *``, parentheses; at most 8 operands of at most 6 digits),
+    parsed by :mod:`ast`: a model's text is never given to ``eval``."""
     try:
         tree = ast.parse(expression.strip(), mode="eval")
     except SyntaxError:
@@ -48,7 +48,8 @@ def calculate(expression: str) -> int:
 
 
 def tool_reply(reply: str) -> str | None:
-    """The tool message for an assistant ``reply``: the result of its CALC call, an error, or None for an answer."""
+    """The ``tool`` message for an assistant ``reply``: the result of its CALC call, an error, or None for an
+    answer."""
     if ANSWER.search(reply):
         return None
     call = CALL.search(reply)

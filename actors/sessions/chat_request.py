@@ -1,8 +1,6 @@
 """An agent's OpenAI chat request turned into SGLang ``/generate`` sampling parameters, checked.
 
-The names follow SGLang 0.5.23's ``ChatCompletionRequest.to_sampling_params`` (``max_tokens`` /
-``max_completion_tokens`` -> ``max_new_tokens``, ``seed`` -> ``sampling_seed``, OpenAI's defaults for what is
-absent). A session records one leaf per request, so ``n`` must be 1 and nothing streams.
+The names follow SGLang 0.5.23's ``ChatCompletionRequest.to_sampling_params``, so an agent sees SGLang's behaviour.
 """
 
 from __future__ import annotations
@@ -15,7 +13,11 @@ _INTS = {"top_k": -1, "min_tokens": 0}
 
 
 def sampling_params(body: dict[str, Any]) -> dict[str, Any]:
-    """``/generate``'s ``sampling_params`` for the chat request ``body``; ValueError names a bad field."""
+    """``/generate``'s ``sampling_params`` for the chat request ``body``; ValueError names a bad field.
+
+    ``max_tokens`` / ``max_completion_tokens`` -> ``max_new_tokens``, ``seed`` -> ``sampling_seed``, OpenAI's
+    defaults for what is absent."""
+    # A session records one leaf per request: n must be 1 and nothing streams.
     if body.get("stream"):
         raise ValueError("stream: a session records whole turns; send stream=false")
     if body.get("n", 1) != 1:

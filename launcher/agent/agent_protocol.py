@@ -1,23 +1,6 @@
 """The host agent's wire protocol: one JSON object per line, launcher -> agent on stdin, agent -> launcher on stdout.
 
-Commands (``op``; ``req`` echoes back in the reply) are types, one per op, each with its ``parse``
-(launcher.agent.agent_commands): spawn -> ``spawned``/``spawn_failed``, kill -> ``killed``, list -> ``listing``,
-ports -> ``ports``, curve_keys -> ``curve_keys_written``, code_have/code_unpack -> ``code``, code_put and heartbeat
--> no reply, shutdown -> ``bye``. A malformed one is answered ``error`` naming the field.
-
-Replies (``ev``, with the command's ``req``):
-  spawned {id, pid, create_time, log_path, zygote} | spawn_failed {id, error}     killed {id, known}
-  listing {procs: [{id, pid, alive, ready, returncode}]}     ports {ports: [int]}     curve_keys_written {path}
-  code {path, present?}     bye {reason}     error {error}
-
-Events (``ev``) without a request:
-  hello     {host, pid, hostname, python, package_version, cuda_visible_devices}   (first line)
-  ready     {id, line?}            readiness check passed (line: the matching stdout line)
-  not_ready {id, error}            readiness deadline passed (the process keeps running; the launcher decides)
-  log       {id, stream, text}     a line of output, already prefixed ``(worker-id pid=N host=H)``
-  exited    {id, pid, returncode, signal}
-  heartbeat {}                     every second (the launcher's partition detector)
-  error     {req?, error}          a command was malformed
+Both sides take the op and event names and the line encoding from here, so they cannot drift apart.
 """
 
 from __future__ import annotations
@@ -29,6 +12,10 @@ READY_PREFIX = "MILES_ACTOR_READY"  # printed once by `python -m runtime.worker`
 PACKAGE_NAME = "miles-actors"
 CURVE_DIR_PREFIX = "curve-"  # key directories: WORKDIR/curve-{launch id}[-{host}]
 
+# Commands (``op``; ``req`` echoes back in the reply) are types, one per op, each with its ``parse``
+# (launcher.agent.agent_commands): spawn -> ``spawned``/``spawn_failed``, kill -> ``killed``, list -> ``listing``,
+# ports -> ``ports``, curve_keys -> ``curve_keys_written``, code_have/code_unpack -> ``code``, code_put and heartbeat
+# -> no reply, shutdown -> ``bye``. A malformed one is answered ``error`` naming the field.
 OP_SPAWN = "spawn"
 OP_KILL = "kill"
 OP_LIST = "list"
@@ -40,6 +27,18 @@ OP_CODE_HAVE = "code_have"
 OP_CODE_PUT = "code_put"
 OP_CODE_UNPACK = "code_unpack"
 
+# Replies (``ev``, with the command's ``req``):
+#   spawned {id, pid, create_time, log_path, zygote} | spawn_failed {id, error}     killed {id, known}
+#   listing {procs: [{id, pid, alive, ready, returncode}]}     ports {ports: [int]}     curve_keys_written {path}
+#   code {path, present?}     bye {reason}     error {error}
+# Events (``ev``) without a request:
+#   hello     {host, pid, hostname, python, package_version, cuda_visible_devices}   (first line)
+#   ready     {id, line?}            readiness check passed (line: the matching stdout line)
+#   not_ready {id, error}            readiness deadline passed (the process keeps running; the launcher decides)
+#   log       {id, stream, text}     a line of output, already prefixed ``(worker-id pid=N host=H)``
+#   exited    {id, pid, returncode, signal}
+#   heartbeat {}                     every second (the launcher's partition detector)
+#   error     {req?, error}          a command was malformed
 EV_HELLO = "hello"
 EV_SPAWNED = "spawned"
 EV_SPAWN_FAILED = "spawn_failed"

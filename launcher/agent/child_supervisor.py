@@ -1,10 +1,6 @@
 """The host agent's children: spawned (through the fork server or Popen), logged, probed for readiness, killed.
 
-Every child gets its own session/process group, PR_SET_PDEATHSIG(SIGKILL) on Linux and a log file
-``{workdir}/logs/{id}.log``; its output is streamed back prefixed ``(worker-id pid=N host=H)``. Each child's
-descendants are tracked with psutil (the agent is a child subreaper: orphans reparented to it are given back to the
-tree they came from by the :data:`PROC_MARKER` in their environment), and a tree is killed as a whole (SIGTERM,
-grace, SIGKILL). Spawns happen on the agent's main thread; readers, probes and waits on threads of their own.
+Kept apart from the agent's command loop so that a child's whole life, and its process tree, is handled in one place.
 """
 
 from __future__ import annotations
@@ -55,7 +51,10 @@ class Managed:
 
 
 class ChildSupervisor:
-    """The children of one host agent, by worker id; their events go to ``out``."""
+    """The children of one host agent, by worker id; their events go to ``out``.
+
+    Each child's descendants are tracked with psutil and a tree is killed as a whole (SIGTERM, grace, SIGKILL).
+    Spawns happen on the agent's main thread; readers, probes and waits on threads of their own."""
 
     def __init__(self, host: str, workdir: Path, out: EventWriter, zygote: ZygoteClient) -> None:
         self.host = host
@@ -77,6 +76,7 @@ class ChildSupervisor:
         log_path = self.workdir / "logs" / f"{wid}.log"
         try:
             cwd.mkdir(parents=True, exist_ok=True)
+            # Its own session/process group and PR_SET_PDEATHSIG(SIGKILL) on Linux: it dies with the agent.
             popen = self.zygote.launch(argv, env, cwd, stdin=bool(command.stdin))
         except OSError as exc:
             self.out.emit(proto.EV_SPAWN_FAILED, req=req, id=wid, error=f"cannot start {argv[0]!r}: {exc}")

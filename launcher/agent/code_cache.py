@@ -1,10 +1,6 @@
 """The host's side of code shipping: the job's code packages, cached by digest under ``WORKDIR/code``.
 
-The launcher asks whether the host holds a digest (``code_have``); if not it streams the zip in chunks
-(``code_put``) and asks for it to be unpacked (``code_unpack``). The agent checks everything it is sent: the digest
-is a sha256 in hex and must be the zip's own, the zip is bounded in bytes, entries and unpacked size, and no entry
-may be absolute, climb out with ``..``, be a link or replace a file; it is unpacked into a fresh directory that is
-renamed into place whole, so a reader (or a second agent on a shared workdir) sees all of it or nothing.
+Hosts that cannot import the launcher's working dir get the job's code from here, sent once per digest.
 """
 
 from __future__ import annotations
@@ -28,7 +24,12 @@ CACHE_DIR = "code"
 
 
 class CodeCache:
-    """Received packages of one agent: ``WORKDIR/code/{digest}`` directories, and zips still arriving."""
+    """Received packages of one agent: ``WORKDIR/code/{digest}`` directories, and zips still arriving.
+
+    The launcher asks whether the host holds a digest (``code_have``); if not it streams the zip in chunks
+    (``code_put``) and asks for it to be unpacked (``code_unpack``). The agent checks everything it is sent: the
+    digest is a sha256 in hex and must be the zip's own, the zip is bounded in bytes, entries and unpacked size, and
+    no entry may be absolute, climb out with ``..``, be a link or replace a file."""
 
     def __init__(self, workdir: Path) -> None:
         self.root = workdir / CACHE_DIR
@@ -84,6 +85,8 @@ class CodeCache:
         if digest not in self._incoming:
             raise ValueError(f"no code package {digest[:12]} was sent")
         out, part, declared = self._incoming.pop(digest)
+        # Unpacked into a fresh directory renamed into place whole: a reader (or a second agent on a shared
+        # workdir) sees all of it or nothing.
         staging = self.root / f".unpacking-{digest}-{os.getpid()}"
         try:
             out.close()

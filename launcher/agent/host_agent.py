@@ -1,14 +1,7 @@
 """Host agent: one per host, spawns and supervises that host's processes; ``python -m launcher.agent.host_agent``.
 
-It reads JSON-line commands on stdin and writes JSON-line events on stdout (see ``agent_protocol``;
-``agent_events`` writes them). Its children (``child_supervisor``) each get their own session/process group,
-PR_SET_PDEATHSIG(SIGKILL) on Linux and a log file; the agent is a child subreaper and kills every tree (SIGTERM,
-grace, SIGKILL) when stdin hits EOF, heartbeats stop for ``--heartbeat-timeout`` seconds, it gets
-SIGTERM/SIGHUP/SIGINT, or the launcher sends ``shutdown``; then it deletes the CURVE key directories the launcher
-gave it (``agent_keys``). Children die with it even when it is killed with SIGKILL (PDEATHSIG).
-``python -m runtime.worker`` children are forked by the agent's fork server
-(``runtime.processes.fork_server``, driven by ``launcher.agent.zygote_client``) and re-parented to the agent, with the
-same supervision.
+The launcher drives it with JSON-line commands on stdin (``agent_protocol``) and reads its events on stdout. It kills
+every child on stdin EOF, no heartbeat for ``--heartbeat-timeout`` seconds, SIGTERM/SIGHUP/SIGINT or ``shutdown``.
 """
 
 from __future__ import annotations
@@ -56,7 +49,12 @@ def _prctl(option: int, value: int) -> bool:
 
 
 class HostAgent:
-    """The agent's main loop: commands are handled on the main thread, which forks every child (``children``)."""
+    """The agent's main loop: commands are handled on the main thread, which forks every child (``children``).
+
+    Its children (``child_supervisor``) each get their own session/process group, PR_SET_PDEATHSIG(SIGKILL) on Linux
+    and a log file. ``python -m runtime.worker`` children are forked by the agent's fork server
+    (``runtime.processes.fork_server``, driven by ``launcher.agent.zygote_client``) and re-parented to the agent, with
+    the same supervision."""
 
     def __init__(self, host: str, workdir: Path, heartbeat_timeout_s: float, orphan_grace_s: float) -> None:
         self.host = host
@@ -80,6 +78,8 @@ class HostAgent:
 
     def run(self) -> int:
         """Serve until EOF, heartbeat loss, a signal or ``shutdown``; always kills every tree on the way out."""
+        # A child subreaper: orphans of its children's trees are reparented to the agent, which kills them too.
+        # Children die with it even when it is killed with SIGKILL (their PDEATHSIG).
         _prctl(PR_SET_CHILD_SUBREAPER, 1)
         for sig in (signal.SIGTERM, signal.SIGHUP, signal.SIGINT):
             signal.signal(sig, lambda signum, _frame: self._stop(f"signal {signal.Signals(signum).name}"))
@@ -127,8 +127,8 @@ class HostAgent:
                 self.out.emit(proto.EV_HEARTBEAT)
         log.warning("host agent %s stopping: %s", self.host, self.stop_reason)
         self.zygote.close()
-        self.children.kill_all(grace)
-        self.keys.remove_all()
+        self.children.kill_all(grace)  # every tree: SIGTERM, grace, SIGKILL
+        self.keys.remove_all()  # the CURVE key directories the launcher gave it (agent_keys)
         self.code.close()
         self.out.emit(proto.EV_BYE, reason=self.stop_reason)
         return 0

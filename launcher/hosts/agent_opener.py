@@ -1,9 +1,7 @@
 """How the launcher opens a host agent: one strategy per kind of host, chosen by each host's ``provider``.
 
-A local host, an SSH host and a node of a Slurm allocation differ only in how their agent starts and how its JSON
-lines travel, so that is the one seam: :class:`AgentOpener`, with LocalOpener (a child process), SshOpener (an SSH
-exec channel) and SrunOpener (an ``srun`` step). One WorkerProvider drives every launch through
-:class:`AgentOpeners`, whatever mix of hosts it has; the keys and the job's code go over each agent's own channel.
+A local host, an SSH host and a Slurm node differ only in how their agent starts and how its JSON lines travel, so
+that is the one seam; the keys and the job's code then go over each agent's own channel.
 """
 
 from __future__ import annotations
@@ -21,7 +19,8 @@ from launcher.hosts.ssh_opener import SshOpener
 
 
 class AgentOpener(Protocol):
-    """Starts the host agent of one kind of host."""
+    """Starts the host agent of one kind of host: LocalOpener (a child process), SshOpener (an SSH exec channel),
+    SrunOpener (an ``srun`` step)."""
 
     def open(self, host: HostConfig) -> AgentLink:
         """Start ``host``'s agent and return its started link (hello received); a LauncherError names the host."""
@@ -29,7 +28,9 @@ class AgentOpener(Protocol):
 
 
 class AgentOpeners:
-    """The launch's openers, one per ``provider`` value; opens each host's agent with the one its config names."""
+    """The launch's openers, one per ``provider`` value; opens each host's agent with the one its config names.
+
+    One WorkerProvider drives every launch through it, whatever mix of hosts it has."""
 
     def __init__(self, config: ClusterConfig, wiring: AgentWiring) -> None:
         srun_args = config.cluster.srun_args if config.cluster is not None else ()

@@ -1,10 +1,7 @@
 """The agent pool: one host agent per host, started in parallel, checked against the launcher, given the keys.
 
-The provider says how to open an agent on a host (``open_agent``: the host's opener, launcher/hosts/agent_opener.py);
-the pool starts the agents of the hosts a start needs (again for a host whose agent was lost), checks each agent's hello
-(Python and miles-actors versions, ``CUDA_VISIBLE_DEVICES`` against the plan's GPUs), ships this launch's CURVE keys
-to it and remembers where that host keeps them (``MILES_CURVE_DIR`` of its workers), and ships the job's code to it
-(launcher/launch/code_shipping.py).
+Every host a start needs gets a checked agent here, holding the launch's CURVE keys and the job's code, before any
+worker is spawned on it.
 """
 
 from __future__ import annotations
@@ -38,7 +35,11 @@ def launcher_versions() -> tuple[str, str | None]:
 
 
 class AgentPool:
-    """The links to the launch's host agents, by host name."""
+    """The links to the launch's host agents, by host name.
+
+    The provider says how to open an agent on a host (``open_agent``: the host's opener,
+    launcher/hosts/agent_opener.py); the pool starts the agents of the hosts a start needs (again for a host whose
+    agent was lost), checks each, ships it the keys and the code (launcher/launch/code_shipping.py)."""
 
     def __init__(
         self,
@@ -131,11 +132,13 @@ class AgentPool:
                 f"host {host.name!r}: cannot install the CURVE keys under {host.workdir} ({exc}); check that "
                 "the workdir is writable, or set [launcher] curve = false on a trusted network"
             ) from None
-        path = str(reply.get("path"))
+        path = str(reply.get("path"))  # where the host keeps them: its workers' MILES_CURVE_DIR
         link.key_dir = path
         self._host_key_dirs[host.name] = path
 
     def _check_host(self, host: HostConfig, hello: dict[str, Any]) -> None:
+        """Check the agent's hello: Python and miles-actors versions as the launcher's, the plan's GPUs on the host
+        and in its ``CUDA_VISIBLE_DEVICES``."""
         python, package = launcher_versions()
         if self.settings.check_versions:
             remote_python = str(hello.get("python"))

@@ -1,9 +1,4 @@
-"""Start a batch of cells: allocate ports, spawn through the agents, wait ready, attach actors; all-or-nothing.
-
-The starter registers the batch's cells in the cell table and waits on its lock for the workers' states (the agents'
-events move them); it asks the agent pool for ports and spawns, the launch services for what each worker is given
-(keys, the name service, the provider API) and names every attached actor there.
-"""
+"""Start a batch of cells: allocate ports, spawn through the agents, wait ready, attach actors; all-or-nothing."""
 
 from __future__ import annotations
 
@@ -44,7 +39,11 @@ class StopCells(Protocol):
 
 class CellStarter:
     """One start of a batch of cells; on any failure the batch is stopped (``stop_cells``) and an error naming
-    every failed worker (host, pid, reason, last output lines) is raised."""
+    every failed worker (host, pid, reason, last output lines) is raised.
+
+    It registers the batch's cells in the cell table and waits on its lock for the workers' states (the agents'
+    events move them); it asks the agent pool for ports and spawns, the launch services for what each worker is
+    given (keys, the name service, the provider API) and names every attached actor there."""
 
     def __init__(
         self,

@@ -1,11 +1,6 @@
 """Ship the job's code to the hosts of a launch: packed once, sent to each host's agent only if it lacks it.
 
-Local hosts import the working dir and py_modules in place. Every other host (SSH, and the nodes of a Slurm
-allocation) gets each package over its agent's own channel (the SSH connection, the ``srun`` step's pipes): the
-agent says whether ``WORKDIR/code/{digest}`` exists (a second launch of unchanged code sends nothing; on a workdir
-shared between nodes the first node's copy serves them all), else the zip goes in base64 chunks and the agent
-checks and unpacks it (launcher/agent/code_cache.py). Each worker spawn then carries the host's ``python_path``, which
-the agent puts first on the worker's PYTHONPATH.
+Workers on SSH hosts and Slurm nodes cannot import the launcher's working dir in place, as local ones do.
 """
 
 from __future__ import annotations
@@ -51,7 +46,12 @@ class CodeShipment:
             return self._packages
 
     def ship(self, host: HostConfig, link: AgentLink) -> None:
-        """Make every package present on ``host`` (nothing for a local host); AgentError names the host."""
+        """Make every package present on ``host`` (nothing for a local host); AgentError names the host.
+
+        Each package goes over the agent's own channel (the SSH connection, the ``srun`` step's pipes): the agent
+        says whether ``WORKDIR/code/{digest}`` exists (a second launch of unchanged code sends nothing; on a workdir
+        shared between nodes the first node's copy serves them all), else the zip goes in base64 chunks and the agent
+        checks and unpacks it (launcher/agent/code_cache.py)."""
         if host.provider == "local":
             return
         packages = self.packages()
@@ -90,7 +90,8 @@ class CodeShipment:
         return size
 
     def python_path(self, host: HostConfig) -> list[str]:
-        """The entries a worker on ``host`` puts first on its ``sys.path``."""
+        """The entries a worker on ``host`` puts first on its ``sys.path``: each spawn carries them and the agent puts
+        them first on the worker's PYTHONPATH (a local host: the working dir and py_modules, imported in place)."""
         if host.provider == "local":
             return local_paths(self.config.job)
         return list(self._paths.get(host.name, []))

@@ -1,18 +1,6 @@
 """The launch services: what the launcher process serves its launch, started once before the first host agent.
 
-- CURVE keys: with ``[launcher] curve`` (the default) this launch's keys are generated
-(:mod:`launcher.launch.curve_keys`);
-  the agent pool ships them to every host, every worker gets ``MILES_CURVE_DIR``, the launcher attaches with them
-  (``curve_dir``); :meth:`LaunchServices.close` removes them.
-- Names: the launcher is its launch's name authority: it serves the launch's registry of actor names
-  (:mod:`runtime.names.name_service`), and every worker and command job finds it in ``MILES_NAME_SERVICE``
-  (:meth:`LaunchServices.name_service_env`), so a name is one name on every host.
-- The provider API (:mod:`launcher.launch.provider_service`), for jobs and actors.
-- Prometheus HTTP service discovery (``metrics_sd_url``), mirrored into ``{launcher.workdir}/prometheus-targets.json``
-  (:mod:`launcher.launch.metrics_targets` says what it lists).
-
-Processes on SSH hosts and Slurm nodes reach these services at the launcher's address as their SSH connection came
-from, or on the route to the node (``reach_back``, filled in by the SSH and srun openers); local ones on loopback.
+Its CURVE keys, actor name service, provider API and Prometheus service discovery, one for every host of the launch.
 """
 
 from __future__ import annotations
@@ -29,11 +17,17 @@ from runtime.names import name_service
 from runtime.names.name_registry import NameRegistry
 from runtime.names.service import ServiceServer
 
-SD_FILE = "prometheus-targets.json"  # file_sd JSON under the launcher workdir
+# file_sd JSON under the launcher workdir, mirroring the HTTP service discovery (``metrics_sd_url``);
+# launcher.launch.metrics_targets says what it lists.
+SD_FILE = "prometheus-targets.json"
 
 
 class LaunchServices:
-    """This launch's keys, name service, provider API and service discovery (see the module docstring)."""
+    """This launch's keys, name service, provider API (:mod:`launcher.launch.provider_service`, for jobs and
+    actors) and service discovery.
+
+    Processes on SSH hosts and Slurm nodes reach them at the launcher's address as their SSH connection came from, or
+    on the route to the node (``reach_back``, filled in by the SSH and srun openers); local ones on loopback."""
 
     def __init__(self, config: ClusterConfig, provider_service: ProviderService, *, say: Say) -> None:
         self.config = config
@@ -55,6 +49,8 @@ class LaunchServices:
 
     def start(self) -> None:
         """Start what is not running yet: the keys, the name service, the provider API, service discovery."""
+        # With ``[launcher] curve`` (the default): the agent pool ships the keys to every host, every worker gets
+        # MILES_CURVE_DIR, the launcher attaches with them (curve_dir); close() removes them.
         if self.settings.curve and self.keys is None:
             self.keys = curve_keys.create_launch_keys(Path(self.settings.workdir), self.launch_id)
         if self.name_server is None:
@@ -83,7 +79,10 @@ class LaunchServices:
         )
 
     def _serve_names(self) -> None:
-        """Serve this launch's name registry (on every interface or on loopback: :meth:`_open_bind`)."""
+        """Serve this launch's name registry (on every interface or on loopback: :meth:`_open_bind`).
+
+        The launcher is its launch's name authority: every worker and command job finds it in ``MILES_NAME_SERVICE``
+        (:meth:`name_service_env`), so a name is one name on every host."""
         open_bind = self._open_bind()
         try:
             registry = NameRegistry()

@@ -1,25 +1,6 @@
 """The provider API: jobs and actors list, start, stop and restart the launch's cells through the launcher.
 
-The launcher process serves :class:`ProviderService` (its cell table) as an actor in-process
-(:mod:`runtime.names.service`) with the launch's CURVE keys: only holders of the launch's client key get through, as
-for every actor (with CURVE off, whoever reaches its port). It listens on every interface when SSH hosts must reach
-it (CURVE on, or ``allow_open_binds_without_curve``), else on loopback.
-
-Callers hold an :class:`~runtime.caller.handle.ActorHandle` to it (:func:`connect`) and call its methods as any
-actor's, arguments checked before the wire: ``await api.cells(pool)``, ``api.pools().result()``. A call that does
-not get through raises :class:`ProviderApiError` naming the endpoint; each carries a deadline (start and restart
-calls: the cells' start deadline on top). Who finds it where:
-
-- a serve worker whose spec lists ``plan_kwargs = ["provider_api"]`` gets its address (``{"endpoint",
-  "server_key"}``, the launcher as that worker's host reaches it) as the constructor kwarg ``provider_api``;
-- a job entrypoint uses ``ctx.provider_api`` (a handle); a command job finds the address in ``MILES_PROVIDER_API``
-  (JSON: :func:`from_env`).
-
-Calls: ``pools()``, ``cells(pool)`` (a :class:`~launcher.launch.provider_views.CellView` per cell),
-``deaths(since)`` (:class:`~launcher.launch.cells.DeathReport`, numbered from 0, for polling),
-``lost_hosts()``, and ``restart_cell(pool, index)``, ``start_cells(pool, indices)``, ``stop_cells(pool, indices)``
-(they wait for the cells to be ready, or stopped; calls for one cell are serialized). A cell on a lost host is dead
-and is not restarted there (the error says so): its host must come back first.
+The launcher serves :class:`ProviderService` in-process as an actor; jobs and actors hold a handle (:func:`connect`).
 """
 
 from __future__ import annotations
@@ -44,7 +25,8 @@ if TYPE_CHECKING:
     from launcher.launch.cell_table import CellTable
     from launcher.launch.cells import CellInfo, WorkerInfo
 
-#: Environment variable of a command job: the provider API's address (JSON).
+#: Environment variable of a command job: the provider API's address (JSON: :func:`from_env`). A job entrypoint uses
+#: ``ctx.provider_api`` (a handle) instead.
 PROVIDER_API_ENV = "MILES_PROVIDER_API"
 CALL_DEADLINE_S = 30.0  # queries; start/restart calls wait for the cells' start deadline on top
 DEFAULT_START_WAIT_S = 300.0  # a start call without deadline_s waits up to [launcher] start_deadline_s (300 s)
@@ -73,8 +55,10 @@ class CellControl(Protocol):
 
 
 class ProviderService:
-    """The launch's cells as the provider API serves them (see the module docstring): it reads the cell table and
-    has ``control`` start, stop and restart cells."""
+    """The launch's cells as the provider API serves them: it reads the cell table and has ``control`` start, stop and
+    restart cells (those calls wait for the cells to be ready, or stopped; calls for one cell are serialized).
+
+    A cell on a lost host is dead and is not restarted there (the error says so): its host must come back first."""
 
     def __init__(self, *, table: CellTable, control: CellControl) -> None:
         self._table = table
@@ -190,7 +174,10 @@ def _worker_view(worker: WorkerInfo, host_lost: bool) -> WorkerView:
 
 def serve_provider_api(provider: ProviderService, *, curve_dir: str | None, open_bind: bool) -> ServiceServer:
     """Serve ``provider`` with the launch's keys (``curve_dir``), on every interface when ``open_bind`` (its SSH hosts
-    must reach it: with CURVE on, or ``allow_open_binds_without_curve``), else on loopback."""
+    must reach it: with CURVE on, or ``allow_open_binds_without_curve``), else on loopback.
+
+    Only holders of the launch's client key get through, as for every actor (with CURVE off, whoever reaches its
+    port)."""
     try:
         return service.serve(
             provider, "provider-api", curve_dir=curve_dir, open_bind=open_bind, what="the provider API"
@@ -212,7 +199,8 @@ class ServesProviderApi(Protocol):
 
 def address_for(services: ServesProviderApi, host: str | None) -> dict[str, Any]:
     """The provider API's address (``{"endpoint", "server_key"}``) for a process on ``host`` (None: the launcher's
-    host)."""
+    host). A serve worker whose spec lists ``plan_kwargs = ["provider_api"]`` gets it as the constructor kwarg
+    ``provider_api``."""
     api = services.provider_api
     if api is None:
         raise ProviderApiError("the provider API is not served (the provider's connect() starts it)")
@@ -226,7 +214,10 @@ def connect(
     """A handle to the provider API at ``address`` (``{"endpoint", "server_key"}``, or a ServiceAddress): each call
     waits ``deadline_s`` (start and restart calls: their ``deadline_s``, or 300 s, on top) and raises
     ProviderApiError naming the endpoint when it does not get through. ``curve_dir``: the launch's client keys
-    (default: ``MILES_CURVE_DIR``, which the launcher sets everywhere; None: plain TCP)."""
+    (default: ``MILES_CURVE_DIR``, which the launcher sets everywhere; None: plain TCP).
+
+    Its methods are called as any actor's, arguments checked before the wire: ``await api.cells(pool)``,
+    ``api.pools().result()``."""
     parsed = address if isinstance(address, ServiceAddress) else ServiceAddress.from_dict(address)
     if parsed is None:
         raise ValueError(

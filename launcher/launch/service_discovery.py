@@ -1,21 +1,6 @@
 """Prometheus service discovery for a job: an HTTP SD endpoint and a file_sd JSON file listing every target.
 
-Prometheus (2.28 or later) reads ``http_sd_configs`` from ``GET /targets``: a JSON list of target groups, one
-per target here, e.g. ``[{"targets": ["10.0.0.5:9102"], "labels": {"pool": "rollout", "cell": "rollout-0",
-"worker": "rollout-0-0", "host": "node5"}}]``. The same JSON goes to a file for ``file_sd_configs``, replaced
-atomically on every change (Prometheus never reads half a file). One scrape config then covers the whole job::
-
-    scrape_configs:
-      - job_name: miles
-        scrape_interval: 5s
-        http_sd_configs:
-          - url: http://LAUNCHER_HOST:SD_PORT/targets
-            refresh_interval: 5s
-      # or, where the file is visible to Prometheus:
-      # file_sd_configs: [{files: [/path/to/miles-targets.json]}]
-
-Thread-safe: the launcher's threads add and remove targets while Prometheus reads. Each request is answered
-from a body prepared at the last change; a slow client is cut off after ``request_timeout_s``.
+One scrape config then covers the whole job, however its workers come and go (README.md, "Prometheus", shows it).
 """
 
 from __future__ import annotations
@@ -60,7 +45,10 @@ def _check_labels(address: str, labels: Mapping[str, str]) -> dict[str, str]:
 
 
 class ServiceDiscovery:
-    """Serves the current scrape targets over HTTP (``url``) and mirrors them into ``file_path``, if given."""
+    """Serves the current scrape targets over HTTP (``url``) and mirrors them into ``file_path``, if given.
+
+    Thread-safe: the launcher's threads add and remove targets while Prometheus reads. Each request is answered
+    from a body prepared at the last change; a slow client is cut off after ``request_timeout_s``."""
 
     def __init__(
         self,
@@ -140,6 +128,9 @@ class ServiceDiscovery:
 
     def _publish(self) -> None:
         """Rebuild the body and rewrite the file (with the lock held, so changes land in order)."""
+        # What Prometheus (2.28 or later) reads from ``http_sd_configs`` and ``file_sd_configs``: a JSON list of
+        # target groups, one per target, e.g. ``[{"targets": ["10.0.0.5:9102"], "labels": {"pool": "rollout",
+        # "cell": "rollout-0", "worker": "rollout-0-0", "host": "node5"}}]``.
         groups = [{"targets": [address], "labels": labels} for address, labels in sorted(self._targets.items())]
         self._body = json.dumps(groups, indent=1).encode()
         self.version += 1
@@ -149,6 +140,7 @@ class ServiceDiscovery:
         if self.file_path is None:
             return
         self.file_path.parent.mkdir(parents=True, exist_ok=True)
+        # Replaced atomically on every change: Prometheus never reads half a file.
         tmp = self.file_path.with_name(f".{self.file_path.name}.{os.getpid()}.tmp")
         with open(tmp, "wb") as handle:
             handle.write(self._body)

@@ -1,22 +1,7 @@
 """WorkerProvider: starts, stops and supervises the cells of a placement plan on the hosts of a cluster config.
 
-One provider serves every hosts.toml (local, SSH and Slurm hosts, mixed); how each host's agent is opened is the one
-thing that differs, and :class:`~launcher.hosts.agent_opener.AgentOpeners` picks it per host. The provider puts the
-launch together from its parts and drives them:
-
-- :class:`~launcher.launch.cell_table.CellTable` (``provider.table``): the started cells and their workers, the deaths,
-  restarts and lost hosts, under one lock;
-- :class:`~launcher.hosts.agent_opener.AgentOpeners` (``provider.openers``): how each host's agent starts (its
-  ``provider``);
-- :class:`~launcher.hosts.agent_pool.AgentPool` (``provider.agents``): one host agent per host, checked and given
-  the keys;
-- :class:`~launcher.launch.launch_services.LaunchServices` (``provider.services``): this launch's CURVE keys, name
-  service, provider API and Prometheus service discovery;
-- :class:`~launcher.launch.worker_events.WorkerEvents`: the agents' events applied to the table (deaths reported);
-- :class:`~launcher.launch.metrics_targets.MetricsTargets`: the live workers' ``/metrics`` published to the discovery;
-- :class:`~launcher.launch.cell_starter.CellStarter`: one start of a batch of cells, all-or-nothing.
-
-It also keeps the state file (``state_path``) that ``miles-launch status`` and ``down`` read.
+One provider serves every hosts.toml (local, SSH and Slurm hosts, mixed): it puts the launch together from its parts
+and drives them, and keeps the state file (``state_path``) that ``miles-launch status`` and ``down`` read.
 """
 
 from __future__ import annotations
@@ -51,7 +36,9 @@ log = logging.getLogger(__name__)
 
 
 class WorkerProvider:
-    """Starts and supervises the cells of a placement plan on the hosts of a cluster config."""
+    """Starts and supervises the cells of a placement plan on the hosts of a cluster config.
+
+    How each host's agent is opened is the one thing that differs between hosts: ``openers`` picks it per host."""
 
     def __init__(
         self,
@@ -68,11 +55,15 @@ class WorkerProvider:
         self.settings = config.launcher
         self.state_path = state_path
         self.progress = progress
+        # The started cells and their workers, the deaths, restarts and lost hosts, under one lock.
         self.table = CellTable(config, self.plan)
         self.phase = LaunchPhase()  # the state file carries it: `miles-launch status` shows what the console says
         self._state_lock = threading.Lock()  # one writer at a time, each writing what it read: no stale overwrite
+        # This launch's CURVE keys, name service, provider API and Prometheus service discovery.
         self.services = LaunchServices(config, ProviderService(table=self.table, control=self), say=self._say)
+        # The live workers' ``/metrics``, published to the service discovery.
         self.targets = MetricsTargets(self.table, self.services)
+        # The agents' events applied to the table (deaths reported).
         self._events = WorkerEvents(
             self.table,
             targets_changed=self.targets.sync,
@@ -82,7 +73,8 @@ class WorkerProvider:
             on_death=on_death,
         )
         wiring = AgentWiring(self.settings, self._events.on_event, self.services.reach_back, self._say)
-        self.openers = AgentOpeners(config, wiring)
+        self.openers = AgentOpeners(config, wiring)  # how each host's agent starts (its ``provider``)
+        # One host agent per host, checked and given the keys.
         self.agents = AgentPool(
             config, self.plan, open_agent=self.openers.open, on_connected=self._host_connected, say=self._say
         )
@@ -134,7 +126,7 @@ class WorkerProvider:
     def _start(self, cells: list[CellPlacement], deadline_s: float | None) -> list[CellInfo]:
         deadline = time.monotonic() + (deadline_s if deadline_s is not None else self.settings.start_deadline_s)
         self.connect(list(dict.fromkeys(w.host for c in cells for w in c.workers)))
-        starter = CellStarter(
+        starter = CellStarter(  # one start of a batch of cells, all-or-nothing
             cells,
             deadline,
             table=self.table,
