@@ -334,10 +334,6 @@ _DOCSTRING_USAGE = frozenset({
 #: Module docstrings still over the limit (issue 43 item 6 not done there yet): files other work was changing while
 #: runtime/ and launcher/ were cut, then actors/ (cut only where it was longest). Remove each entry once it is short.
 _DOCSTRING_NOT_YET_SHORT = frozenset({
-    "launcher/agent/agent_protocol.py", "launcher/agent/child_supervisor.py", "launcher/agent/code_cache.py",
-    "launcher/agent/host_agent.py", "launcher/hosts/agent_opener.py", "launcher/hosts/agent_pool.py",
-    "launcher/launch/cell_starter.py", "launcher/launch/code_shipping.py", "launcher/launch/launch_services.py",
-    "launcher/launch/provider_service.py", "launcher/launch/service_discovery.py", "launcher/launch/worker_provider.py",
     "runtime/actor/actor_server.py", "runtime/actor/admission.py", "runtime/actor/call_routing.py",
     "runtime/actor/call_store.py", "runtime/caller/connection.py", "runtime/caller/handle.py",
     "runtime/caller/link_liveness.py", "runtime/names/name_files.py", "runtime/names/name_registry.py",
@@ -347,15 +343,7 @@ _DOCSTRING_NOT_YET_SHORT = frozenset({
     "transport/local_twin.py", "transport/peer_queues.py", "transport/protocol.py", "transport/reader_handoff.py",
     "transport/sealed_pickle.py", "transport/security.py", "transport/session_secret.py", "transport/shared_memory.py",
     "transport/shm_names.py", "transport/shm_pool.py", "transport/sockets.py", "transport/stream_frames.py",
-    "transport/waker.py", "transport/zap_gate.py", "actors/dashboard/__init__.py", "actors/dashboard/jsonl_tail.py",
-    "actors/dashboard/run_store.py", "actors/dashboard/server.py", "actors/demo/__init__.py",
-    "actors/demo/engine_busy.py", "actors/demo/ref_group.py", "actors/demo/result.py", "actors/demo/run_state.py",
-    "actors/demo/task.py", "actors/hf/config.py", "actors/inference/cell_keeper.py",
-    "actors/inference/engine_client.py", "actors/inference/provider_address.py", "actors/inference/router_keeper.py",
-    "actors/model_config.py", "actors/processes.py", "actors/router.py", "actors/sessions/__init__.py",
-    "actors/sessions/__main__.py", "actors/sessions/agent.py", "actors/sessions/calculator.py",
-    "actors/sessions/chat_request.py", "actors/sglang_config.py", "actors/tokenizer.py", "actors/weights_group.py",
-    "actors/weights_wire.py",
+    "transport/waker.py", "transport/zap_gate.py",
 })  # fmt: skip
 
 
