@@ -1,12 +1,5 @@
 """msgpack codec with out-of-band zero-copy buffers for bytes, numpy arrays and torch CPU tensors.
 
-``encode(obj)`` gives a msgpack body and a list of buffers; buffers at least ``OUT_OF_BAND_THRESHOLD`` bytes
-long are not copied into the body but referenced by index, so ZeroMQ can send them with ``copy=False``.
-Arrays and tensors keep dtype, shape and strides: a transposed (permuted) array is sent as its dense base plus
-the permutation and comes back with the same strides; other non-contiguous arrays are made contiguous first.
-Tuples stay tuples. Large arrays decoded from received frames share the frame's memory, and those sent through
-shared memory (:func:`encode_shared`) share the sender's segment: numpy arrays are read-only either way.
-
 Decoding, bounded because every body is hostile until decoded, is :mod:`transport.decoder`'s (``decode`` is
 re-exported here).
 """
@@ -174,6 +167,8 @@ class _Encoder:
         )
 
     def array_state(self, array: np.ndarray) -> list[Any]:
+        """``[dtype, shape, permutation, data]``: a transposed (permuted) array is sent as its dense base plus the
+        permutation and comes back with the same strides; other non-contiguous arrays are made contiguous first."""
         shape, perm = list(array.shape), None
         if not array.flags.c_contiguous:
             perm = _dense_permutation(array.strides)
@@ -185,6 +180,7 @@ class _Encoder:
         return [array.dtype.str, shape, perm, self.data(raw, array.nbytes)]
 
     def tensor_state(self, tensor: Any) -> list[Any]:
+        """:meth:`array_state` for a torch CPU tensor."""
         dtype = str(tensor.dtype).removeprefix("torch.")
         tensor = tensor.detach()
         shape, perm = list(tensor.shape), None
@@ -271,6 +267,8 @@ def _check_depth(obj: Any) -> None:
 def encode(obj: Any, *, threshold: int = OUT_OF_BAND_THRESHOLD, bind: bytes = b"") -> tuple[bytes, list[Buffer]]:
     """Encode ``obj`` into a msgpack body and out-of-band buffers; raises UnsupportedTypeError.
 
+    Buffers at least ``threshold`` bytes long are not copied into the body but referenced by index, so ZeroMQ can
+    send them with ``copy=False``. Tuples stay tuples; arrays and tensors keep dtype, shape and strides.
     ``bind``: what the MAC of any sealed pickle in it is bound to (e.g. a call's id and direction); :func:`decode`
     must be given the same."""
     if _plain(obj, threshold):

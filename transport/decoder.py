@@ -1,13 +1,6 @@
 """Decoding a codec body from an untrusted peer: every body is hostile until decoded, and decoding is bounded.
 
-Limits (in :mod:`transport.protocol`): nesting at most ``MAX_DEPTH`` deep, of which ``MAX_EXT_DEPTH`` extension
-levels (counted as they are entered; the total is bounded by a scan of a small body's bytes, else by a walk of
-the decoded value); strings, lists and maps no longer than the bytes that would hold them; arrays and tensors
-only of plain numeric or bool dtypes, with shape, permutation and data size checked against each other before
-anything is built; each out-of-band buffer used once; a tensor only in a process that has already imported
-torch. Anything else raises DecodeError. Large arrays share the received frame's memory, or the sender's
-shared-memory segment (mapped copy-on-write, released to the sender when the last array or tensor using it goes):
-numpy arrays are read-only; a tensor written in place changes its own copy-on-write pages, never the sender's.
+Anything outside the limits (:func:`decode`, sizes in :mod:`transport.protocol`) raises DecodeError.
 """
 
 from __future__ import annotations
@@ -224,6 +217,8 @@ class _Decoder:
         return bytes(self.data(state, None))
 
     def array(self, state: Any) -> np.ndarray:
+        """A large array shares the received frame's memory, or the sender's shared-memory segment (mapped
+        copy-on-write, released to the sender when the last array or tensor using it goes): it is read-only."""
         dtype_name, shape, perm, ref = _array_fields(state, "an array's")
         dtype = _numpy_dtype(dtype_name)
         dense_shape, nbytes = _dense_shape(shape, perm, dtype.itemsize)
@@ -234,6 +229,8 @@ class _Decoder:
         return array.transpose(inverse(perm)) if perm else array
 
     def tensor(self, state: Any) -> Any:
+        """A tensor shares memory as :meth:`array` does; one written in place changes its own copy-on-write pages,
+        never the sender's."""
         torch = sys.modules.get("torch")
         if torch is None:  # importing torch for a peer would cost seconds and memory, and run its import code
             raise DecodeError(
@@ -306,7 +303,14 @@ _BUILDERS: dict[int, Callable[[_Decoder, Any], Any]] = {
 
 def decode(body: Buffer, buffers: Sequence[Buffer] = (), *, bind: bytes = b"") -> Any:
     """Decode a body produced by :func:`encode` (with the same ``bind``); raises DecodeError on anything else,
-    whatever the bytes."""
+    whatever the bytes.
+
+    Limits: nesting at most ``MAX_DEPTH`` deep, of which ``MAX_EXT_DEPTH`` extension levels (counted as they are
+    entered; the total is bounded by a scan of a small body's bytes, else by a walk of the decoded value); strings,
+    lists and maps no longer than the bytes that would hold them; arrays and tensors only of plain numeric or bool
+    dtypes, with shape, permutation and data size checked against each other before anything is built; each
+    out-of-band buffer used once; a tensor only in a process that has already imported torch.
+    """
     try:
         size = len(body) if type(body) is bytes else memoryview(body).nbytes
         if size <= MAX_DEPTH and _EXTENSION_HEADER.search(body) is None:

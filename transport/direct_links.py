@@ -1,20 +1,6 @@
-"""Same-host direct links beside an endpoint's ZeroMQ socket: a caller and an actor on one host talk over a
-plain Unix stream socket, so a round trip wakes two threads (the caller's, the actor's) instead of six (ZeroMQ adds
-both sides' I/O threads, twice each).
-
-An actor with a same-host twin (:mod:`transport.local_twin`) also listens on ``@miles-direct-HOST:PORT``
-(:class:`DirectListener`). A caller that reaches the twin connects there too (:class:`DirectConnector`), says
-which ZeroMQ routing id it is (the hello), and from then on sends over the link; the actor answers a routing id
-over its link while it has one, and over ZeroMQ otherwise. The ZeroMQ connection stays up beside it: its
-monitor still reports the link's drops and the peer's death, and it carries everything while there is no link.
-A caller whose link broke (the actor restarted) tries once to connect again, else falls back to ZeroMQ; it never
-moves from ZeroMQ to a link, which keeps its messages in order (:class:`DirectConnector`). Only without CURVE (a
-CURVE cluster authenticates every peer: it keeps ZeroMQ) and only with the same user's processes: the listener
-refuses other users' connects.
-
-Every method runs with the endpoint's lock held; what must happen on the loop (watching a socket for room,
-closing one the loop may still watch) goes through ``on_loop``. The links' descriptors form one epoll set
-(``fd``), which the endpoint watches together with its ZeroMQ socket.
+"""Same-host direct links beside an endpoint's ZeroMQ socket: a plain Unix stream socket between a caller and an
+actor on one host, so a round trip wakes two threads instead of six (ZeroMQ adds both sides' I/O threads, twice each).
+Only without CURVE (a CURVE cluster authenticates every peer: it keeps ZeroMQ), and only between one user's processes.
 """
 
 from __future__ import annotations
@@ -52,7 +38,15 @@ class Counters(Protocol):
 
 
 class DirectLinks:
-    """The direct links of one endpoint; subclasses say how links begin and what a received message becomes."""
+    """The direct links of one endpoint; subclasses say how links begin and what a received message becomes.
+
+    The ZeroMQ connection stays up beside the links: its monitor still reports a link's drops and the peer's death,
+    and it carries everything while there is no link.
+
+    Every method runs with the endpoint's lock held; what must happen on the loop (watching a socket for room,
+    closing one the loop may still watch) goes through ``on_loop``. The links' descriptors form one epoll set
+    (``fd``), which the endpoint watches together with its ZeroMQ socket.
+    """
 
     def __init__(self, *, name: str, max_message_bytes: int | None, max_queued: int | None) -> None:
         self.name = name
@@ -181,7 +175,11 @@ class DirectLinks:
 
 class DirectListener(DirectLinks):
     """An actor's side: accepts links from this host's callers (same user only, ``max_links`` at once, and only
-    while ``has_room()``: the socket's own connection limit) and answers each routing id over its link."""
+    while ``has_room()``: the socket's own connection limit) and answers each routing id over its link.
+
+    An actor with a same-host twin (transport.local_twin) listens on ``@miles-direct-HOST:PORT``. A caller's first
+    message (the hello) says which ZeroMQ routing id it is; a routing id without a link is answered over ZeroMQ.
+    """
 
     def __init__(
         self, listener: socket.socket, *, max_links: int, has_room: Callable[[], bool] = lambda: True, **kwargs

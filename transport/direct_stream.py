@@ -1,9 +1,6 @@
 """One same-host direct link: a non-blocking Unix stream socket that carries multipart messages both ways.
 
-Writes go out on the calling thread with one ``sendmsg`` (the head and every frame gathered, nothing copied);
-what the socket cannot take at once waits in order, as views of the caller's buffers, until the owner flushes it
-on writability. Reads come whole through :class:`~transport.stream_frames.StreamReader`. The owner serialises
-every use (the endpoint's lock).
+The owner serialises every use (the endpoint's lock).
 """
 
 from __future__ import annotations
@@ -55,7 +52,10 @@ class DirectStream:
 
     def write(self, frames: list[Buffer]) -> tuple[bool | None, int]:
         """Send one message: (True if it all went now, False if some of it waits for room, None if it was dropped
-        because ``max_queued`` messages wait already; bytes in the message). Raises OSError on a broken link."""
+        because ``max_queued`` messages wait already; bytes in the message). Raises OSError on a broken link.
+
+        It goes out on the calling thread with one ``sendmsg`` (the head and every frame gathered, nothing copied);
+        what the socket cannot take at once waits in order, as views of the caller's buffers, for :meth:`flush`."""
         views = [flat(frame) for frame in frames]
         parts = [memoryview(head(views)), *views]
         size = sum(map(len, parts))  # flat views: len is nbytes
@@ -94,8 +94,8 @@ class DirectStream:
                 self._queued -= 1
 
     def flush(self) -> bool:
-        """Send what waits, as far as the socket takes it; whether nothing waits any more. Raises OSError on a
-        broken link."""
+        """Send what waits, as far as the socket takes it (the owner calls it when the socket is writable); whether
+        nothing waits any more. Raises OSError on a broken link."""
         out = self._out
         while out:
             batch = [part for part, _ in (out[i] for i in range(min(len(out), _IOV_MAX)))]
@@ -107,7 +107,8 @@ class DirectStream:
         return True
 
     def read(self, limit: int) -> tuple[list[list[Buffer]], bool]:
-        """Whole messages that have come (at most ``limit``) and whether the link is still open."""
+        """Whole messages that have come (at most ``limit``, through the StreamReader) and whether the link is still
+        open."""
         return self.reader.read(self.sock, limit)
 
     def close(self) -> None:

@@ -1,8 +1,6 @@
 """An endpoint's socket monitor: the events that say a link is broken, read on the loop, never on the call path.
 
-A DEALER can report handshake failures that reconnecting cannot heal (a refused key, CURVE on one side only,
-:class:`~transport.security.HandshakeFailures`), so a caller fails at once instead of waiting for a liveness timeout,
-and link changes (a drop, a reconnect, a peer whose listener is gone: :mod:`transport.link_watch`).
+So a caller fails at once on what reconnecting cannot heal, instead of waiting for a liveness timeout.
 """
 
 from __future__ import annotations
@@ -22,7 +20,11 @@ log = logging.getLogger(__name__)
 
 class EndpointMonitor:
     """The monitor socket of ``socket`` (opened here, before the socket connects: the first handshake may fail at
-    once). ``on_handshake_failure(reason)`` and ``on_link(change, reason)`` run on the loop."""
+    once). ``on_handshake_failure(reason)`` and ``on_link(change, reason)`` run on the loop.
+
+    A DEALER reports handshake failures that reconnecting cannot heal (a refused key, CURVE on one side only:
+    :class:`~transport.security.HandshakeFailures`) and link changes (a drop, a reconnect, a peer whose listener is
+    gone: :mod:`transport.link_watch`)."""
 
     def __init__(
         self,

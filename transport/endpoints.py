@@ -1,20 +1,7 @@
 """asyncio endpoints over plain ZeroMQ sockets (ROUTER and DEALER sockets are opened in transport.sockets).
 
-Sockets are driven from the event loop with ``add_reader`` on the ZeroMQ file descriptor and non-blocking
-sends, which is much cheaper per message than awaiting ``zmq.asyncio`` futures. The ZeroMQ descriptor is
-edge-triggered, so every send re-checks for pending input. A send that meets the high-water mark waits in a
-local queue until the socket is writable again; nothing is dropped on the sending side, with one exception: a
-ROUTER queues per peer, and a peer that stops reading has a bounded queue of its own (:mod:`transport.peer_queues`).
-
-``send`` may be called from any thread: a lock serialises every use of the socket (ZeroMQ allows a socket to
-move between threads behind a full memory barrier, which the lock gives). A thread that sends directly saves
-the hand-off to the loop thread and back, the largest cost of a synchronous call.
-
-A thread that waits for a reply may read the socket itself (``receive_here``): the loop then leaves the socket
-to it, so the reply wakes that thread directly (who reads is a small state machine: :mod:`transport.reader_handoff`).
-A DEALER reports handshake failures and link changes through its socket monitor (:mod:`transport.endpoint_monitor`).
-Beside the socket, same-host direct links may carry the messages (:mod:`transport.direct_links`); readers then
-watch one epoll set of both.
+Driven from the event loop with ``add_reader`` and non-blocking sends, much cheaper per message than awaiting
+``zmq.asyncio`` futures; any thread may send, and a thread waiting for a reply may read the socket itself.
 """
 
 from __future__ import annotations
@@ -112,7 +99,9 @@ class ZmqEndpoint:
         self._on_frames = on_frames
         self._loop: asyncio.AbstractEventLoop | None = None
         self._loop_thread = 0
-        self._lock = threading.Lock()  # every use of the socket, from any thread
+        # Every use of the socket, from any thread: ZeroMQ allows a socket to move between threads behind a full
+        # memory barrier, which the lock gives.
+        self._lock = threading.Lock()
         # One reader at a time, so on_frames runs in arrival order; reentrant, because a handler's callback may
         # itself wait for a reply on this socket (a done-callback calling .result()) and must then read it.
         self._receive_lock = threading.RLock()
@@ -129,6 +118,7 @@ class ZmqEndpoint:
             name, self._fd, self._lock, receive_batch=self._receive_batch, has_input=self._has_input,
             on_loop=self._on_loop,
         )  # fmt: skip
+        # A DEALER's handshake failures and link changes (transport.endpoint_monitor).
         self._monitor = EndpointMonitor(
             socket, name=name, curve=curve, on_handshake_failure=on_handshake_failure, on_link=on_link,
             link_watch=link_watch,
@@ -160,9 +150,12 @@ class ZmqEndpoint:
     def send(self, frames: list[Buffer]) -> None:
         """Send a multipart message from any thread; large frames go without copying.
 
-        A thread sends at once when the socket is free. When another thread is using it, the message joins
-        an outbox that the loop sends in one go: nobody waits for the socket, and messages keep their order.
-        If the socket is full, messages wait in a queue that the loop flushes once it is writable again.
+        A thread sends at once when the socket is free, which saves the hand-off to the loop thread and back (the
+        largest cost of a synchronous call). When another thread is using it, the message joins an outbox that the
+        loop sends in one go: nobody waits for the socket, and messages keep their order. If the socket is full
+        (the high-water mark), messages wait in a queue that the loop flushes once it is writable again. Nothing is
+        dropped on the sending side, but by a ROUTER for a peer that stops reading: its queue is bounded
+        (transport.peer_queues).
         """
         if self._handoff.reader is _CLOSED:
             raise ConnectionError(f"{self.name}: endpoint is closed")
@@ -194,9 +187,10 @@ class ZmqEndpoint:
     def _readable(self) -> bool:
         """Whether input waits that a reader watching the descriptor would miss (lock held).
 
-        Any use of the socket may consume its descriptor's wake-up, so the loop or a waiting thread must be
-        told. With neither watching there is nothing to look for: a paused loop drains when it resumes, and a
-        thread looks at the socket before it waits (a lookup costs microseconds on the call path).
+        Any use of the socket may consume its (edge-triggered) descriptor's wake-up, so every send checks, and the
+        loop or a waiting thread must be told. With neither watching there is nothing to look for: a paused loop
+        drains when it resumes, and a thread looks at the socket before it waits (a lookup costs microseconds on
+        the call path).
         """
         handoff = self._handoff
         reader = handoff.reader

@@ -1,15 +1,6 @@
 """The versioned frame layout: ``[head, *buffers]``, one ZeroMQ frame for most messages.
 
-The head frame is ``MAGIC (2) | VERSION (1) | kind (1) | meta length (4, little-endian) | meta | body``: meta is
-a small msgpack list (ids, flags) and body, when present, is a codec body (arguments or a result). The frames
-after the head are that body's out-of-band buffers. Keeping meta apart from the body lets a server route,
-dedupe and fingerprint a call without decoding its arguments; keeping small messages in one frame keeps each
-send to a single ZeroMQ operation.
-
-``unpack`` bounds what it parses: at most ``max_frames`` frames and ``max_header_bytes`` of head, and a meta list
-of scalars and short lists or maps (``META_MAX_ITEMS``, ``META_MAX_BYTES``, no extension types). A receiver
-checks every field's exact type and size (each message's ``parse``, transport.messages), so nothing deeper
-than it expects gets by.
+Meta travels apart from the body, so a server routes, dedupes and fingerprints a call without decoding its arguments.
 """
 
 from __future__ import annotations
@@ -55,7 +46,12 @@ def pack(
     kind: Kind, meta: list[Any] | tuple[Any, ...], payload: tuple[bytes, list[Buffer]] | None = None
 ) -> list[Buffer]:
     """Frames for one message; ``meta`` is a message of transport.messages (or, in tests, any list), ``payload``
-    is ``codec.encode``'s result."""
+    is ``codec.encode``'s result.
+
+    The head frame is ``MAGIC (2) | VERSION (1) | kind (1) | meta length (4, little-endian) | meta | body``: meta is
+    a small msgpack list (ids, flags) and body, when present, is a codec body (arguments or a result). The frames
+    after the head are that body's out-of-band buffers. A small message is one frame: one ZeroMQ send.
+    """
     packed_meta = msgpack.packb(meta, use_bin_type=True)
     head = _PREFIXES[kind] + _META_LEN.pack(len(packed_meta)) + packed_meta
     if payload is None:
@@ -69,7 +65,12 @@ def _refuse_extension(code: int, data: bytes) -> Any:
 
 
 def unpack(frames: list[Buffer], *, max_header_bytes: int, max_frames: int = DEFAULT_MAX_FRAMES) -> Message:
-    """Parse frames (bytes or zmq.Frame); raises FrameError on anything malformed."""
+    """Parse frames (bytes or zmq.Frame); raises FrameError on anything malformed.
+
+    Bounded: at most ``max_frames`` frames and ``max_header_bytes`` of head, and a meta list of scalars and short
+    lists or maps (``META_MAX_ITEMS``, ``META_MAX_BYTES``, no extension types). The receiver then checks every
+    field's exact type and size (each message's ``parse``, transport.messages), so nothing deeper gets by.
+    """
     if not frames:
         raise FrameError("empty message")
     if len(frames) > max_frames:

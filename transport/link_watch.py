@@ -1,21 +1,7 @@
 """Whether a DEALER's peer is gone, from the socket monitor's link events (no traffic of its own).
 
-ZeroMQ reconnects a DEALER by itself and says so on its monitor socket: DISCONNECTED when the link drops,
-CLOSED for every reconnect attempt that failed, CONNECTED when one reaches a listener. A process that exits (or
-is killed) closes its sockets, so its host refuses the reconnects at once (a TCP reset, or no abstract socket of
-that name any more): a drop followed by ``refusals`` failed reconnects within ``window_s``, with no successful
-one between, means the peer's listener is gone. The first reconnect comes 100 ms after the drop and the next
-ones back off (200, 400 ms ...), so two refusals take about 0.3 s.
-
-What is never reported: a live peer whose link dropped (a proxy restarted, a ZMTP heartbeat timed out) takes
-the reconnect; a peer behind a partition times the reconnects out slowly, outside the window; a busy peer keeps
-its link and emits nothing at all. A failed reconnect does not say why it failed, and a live peer's full listen
-backlog fails a Unix-socket connect at once too, so the owner of the socket confirms with :func:`nothing_listens`
-(a connect of its own, whose error it can read) and checks that the peer did not answer since the drop (see
-``runtime.caller.link_liveness``): a refusal is the kernel's word, an answer is the peer's.
-
-``known_up``: the peer was listening when we were told of it (a handle that names a constructed incarnation),
-so refused first connects count as after a drop. Without it a peer that is not up yet is waited for.
+A process that exits closes its sockets, so its host refuses the reconnects at once: that is the evidence; a live
+peer (busy, or behind a partition) is never reported.
 """
 
 from __future__ import annotations
@@ -40,7 +26,16 @@ class LinkChange(enum.Enum):
 
 
 class LinkWatch:
-    """Turns one DEALER's monitor events into :class:`LinkChange`\\ s; ``observe`` runs on the loop."""
+    """Turns one DEALER's monitor events into :class:`LinkChange`\\ s; ``observe`` runs on the loop.
+
+    ZeroMQ reconnects a DEALER by itself: DISCONNECTED when the link drops, CLOSED for every reconnect attempt that
+    failed, CONNECTED when one reaches a listener. A drop followed by ``refusals`` failed reconnects within
+    ``window_s``, with no successful one between, means the peer's listener is gone (a TCP reset, or no abstract
+    socket of that name any more). A busy peer keeps its link and emits nothing at all.
+
+    ``known_up``: the peer was listening when we were told of it (a handle that names a constructed incarnation),
+    so refused first connects count as after a drop. Without it a peer that is not up yet is waited for.
+    """
 
     EVENTS = zmq.EVENT_CONNECTED | zmq.EVENT_DISCONNECTED | zmq.EVENT_CLOSED
 
@@ -48,6 +43,8 @@ class LinkWatch:
         self,
         *,
         known_up: bool = False,
+        # The first reconnect comes 100 ms after the drop and the next ones back off (200, 400 ms ...), so two
+        # refusals take about 0.3 s.
         refusals: int = 2,
         window_s: float = 1.5,
         clock: Callable[[], float] = time.monotonic,
@@ -69,7 +66,7 @@ class LinkWatch:
     def observe(self, event: int, value: int) -> tuple[LinkChange, str] | None:
         """The change ``event`` makes (with a reason in words), or None."""
         now = self._clock()
-        if event == zmq.EVENT_CONNECTED:
+        if event == zmq.EVENT_CONNECTED:  # a live peer whose link dropped (proxy restart, ZMTP heartbeat) is back
             was_lost = self._lost_at is not None
             self._lost_at, self._refused, self._reported = None, 0, False
             self._ever_connected = True
@@ -98,7 +95,12 @@ class LinkWatch:
 async def nothing_listens(address: str, timeout_s: float = 1.0) -> bool:
     """Whether a connect of our own to ``address`` (``tcp://HOST:PORT``, ``ipc://@NAME`` or ``ipc://PATH``) is
     refused, i.e. nothing listens there. A full backlog, a timeout or an unreachable network prove nothing: False.
-    A connect that succeeds is closed at once, before any greeting."""
+    A connect that succeeds is closed at once, before any greeting.
+
+    A failed reconnect does not say why it failed, and a live peer's full listen backlog fails a Unix-socket connect
+    at once too, so the owner of a DEALER confirms GONE with this connect, whose error it can read, and checks that
+    the peer did not answer since the drop (runtime.caller.link_liveness): a refusal is the kernel's word, an
+    answer is the peer's."""
     if address.startswith("ipc://"):
         name = address[len("ipc://") :]
         family, target = socket.AF_UNIX, "\0" + name[1:] if name.startswith("@") else name

@@ -1,10 +1,4 @@
-"""A ROUTER's queues for peers whose pipes are full: a peer that stops reading holds up no other.
-
-ZeroMQ queues a ROUTER's messages per peer. A peer that stops reading fills its own pipe; its messages then wait
-in a queue of its own, bounded by ``max_queued`` (past it they are dropped and counted as ``peer_queue_full``: a
-caller polls for what it missed), and are retried on a short timer, while messages to every other peer go out at
-once. Every message starts with the peer's routing id.
-"""
+"""A ROUTER's queues for peers whose pipes are full: a peer that stops reading holds up no other."""
 
 from __future__ import annotations
 
@@ -34,7 +28,10 @@ def _peer_key(frame: Buffer) -> bytes:
 class PeerQueues:
     """The messages waiting for peers whose pipes are full; every method runs with the endpoint's lock held.
 
-    ``try_send(frames)`` sends one message without blocking and says whether the socket took it."""
+    ZeroMQ queues a ROUTER's messages per peer (every message starts with the peer's routing id). A peer that stops
+    reading fills its own pipe; its messages then wait here, at most ``max_queued`` (past it they are dropped and
+    counted as ``peer_queue_full``), and are retried on a short timer while messages to every other peer go out at
+    once. ``try_send(frames)`` sends one message without blocking and says whether the socket took it."""
 
     def __init__(self, max_queued: int, try_send: Callable[[list[Buffer]], bool], stats: DropCounter) -> None:
         self._max_queued = max_queued

@@ -1,9 +1,5 @@
 """Wire constants: the frame layout version, message kinds and size limits, in one place.
 
-A message is a list of ZeroMQ frames: ``[header, *buffers]``. The header frame starts with a 4-byte prefix
-``MAGIC (2 bytes) | VERSION (1) | kind (1)`` followed by msgpack meta and body (:mod:`transport.frames`); buffers
-are raw out-of-band payloads (large bytes, numpy arrays, torch tensors) that the body refers to by index.
-
 Every peer is untrusted: the limits below bound what a receiver parses and builds from a message.
 """
 
@@ -11,6 +7,9 @@ from __future__ import annotations
 
 import enum
 
+# A message is a list of ZeroMQ frames: ``[head, *buffers]``. The head frame starts with a 4-byte prefix
+# ``MAGIC (2 bytes) | VERSION (1) | kind (1)`` followed by msgpack meta and body (transport.frames); buffers are raw
+# out-of-band payloads (large bytes, numpy arrays, torch tensors) that the body refers to by index.
 MAGIC = b"MA"
 VERSION = 1
 PREFIX_LEN = 4

@@ -1,16 +1,6 @@
 """Who reads an endpoint's socket: the state of the hand-off between the event loop and threads that wait on it.
 
-``NEW``: not started, nobody reads. ``LOOP``: the loop watches the socket's descriptor. ``PAUSE_ASKED``: the loop
-still reads, but a thread inside ``receive_here`` asked it to step aside (once; the loop answers soon). ``THREADS``:
-the loop left the socket to the waiting threads and looks again after 1, 2, 4 ... 10 ms; it takes the socket back
-once no thread has waited since its last look. ``IDLE_WATCH``: a thread has waited through a whole look at the
-longest interval (an idle actor's lane thread, a caller blocked on a long call): the loop looks only once a second,
-and the last waiting thread to leave wakes it. ``CLOSED``: the socket is closed; nobody reads any more.
-
-Moves are made under the endpoint's lock, by :meth:`ReaderHandoff._move` alone, and only when the reader changes:
-never per message. A :class:`~transport.endpoints.ZmqEndpoint` owns one :class:`ReaderHandoff`: it decides who
-reads and when the loop steps aside and looks again; the endpoint itself receives and hands messages up (the
-callables it gives the hand-off).
+A thread waiting for a reply reads the socket itself, so the reply wakes that thread directly.
 """
 
 from __future__ import annotations
@@ -36,12 +26,17 @@ _sched_yield = getattr(os, "sched_yield", lambda: time.sleep(0))
 
 
 class Reader(enum.Enum):
-    NEW = "new"
-    LOOP = "loop"
+    NEW = "new"  # not started, nobody reads
+    LOOP = "loop"  # the loop watches the socket's descriptor
+    # The loop still reads, but a thread inside receive_here asked it to step aside (once; the loop answers soon).
     PAUSE_ASKED = "pause asked"
+    # The loop left the socket to the waiting threads and looks again after 1, 2, 4 ... 10 ms; it takes the socket
+    # back once no thread has waited since its last look.
     THREADS = "threads"
+    # A thread has waited through a whole look at the longest interval (an idle actor's lane thread, a caller
+    # blocked on a long call): the loop looks only once a second, and the last waiting thread to leave wakes it.
     IDLE_WATCH = "idle watch"
-    CLOSED = "closed"
+    CLOSED = "closed"  # the socket is closed; nobody reads any more
 
 
 #: The moves the hand-off may make (any state may close).
@@ -61,7 +56,10 @@ _NEW, _LOOP, _PAUSE_ASKED, _THREADS, _IDLE_WATCH, _CLOSED = (Reader.NEW, Reader.
 
 class ReaderHandoff:
     """Who reads one endpoint's socket, and both sides of the hand-off: the loop's, and that of a thread inside
-    :meth:`receive_here`. The endpoint reads ``reader`` and ``waiters`` (under its lock) on its send path."""
+    :meth:`receive_here`. The endpoint reads ``reader`` and ``waiters`` (under its lock) on its send path.
+
+    A :class:`~transport.endpoints.ZmqEndpoint` owns one: it decides who reads and when the loop steps aside and
+    looks again; the endpoint itself receives and hands messages up (the callables it gives the hand-off)."""
 
     def __init__(
         self,
@@ -106,8 +104,8 @@ class ReaderHandoff:
         return list(self.waiters)
 
     def _move(self, to: Reader) -> None:
-        """Move the hand-off to ``to`` (lock held); a move that :data:`MOVES` lacks is a bug. Moves happen when
-        the reader changes, never per message."""
+        """Move the hand-off to ``to`` (lock held); a move that :data:`MOVES` lacks is a bug. Every move is made
+        here, and only when the reader changes: never per message."""
         if to not in MOVES[self.reader]:
             raise RuntimeError(f"{self.name}: the reader cannot go from {self.reader.name} to {to.name}")
         self.reader = to

@@ -1,19 +1,7 @@
 """Sealed pickles: values the codec has no wire type for, cloudpickled and authenticated by the session secret.
 
-A value the codec cannot carry as itself (an ``argparse.Namespace``, a function, a numpy object array, a
-``TensorDict``...) travels as a pickle stream plus its out-of-band buffers (pickle protocol 5: numpy arrays and
-dense CPU tensors are not copied into the stream; the codec sends the buffers as frames or through shared memory
-like any array), sealed with ``HMAC-SHA256(session secret, domain | binding | lengths | stream | buffers)``
-(:mod:`transport.session_secret`; the binding is what the runtime ties it to: a call's id and direction). A
-receiver checks, before it reads a byte of the stream: that it accepts pickles at all (``MILES_PICKLE`` is not
-``0``) and holds a secret, that the declared sizes are within ``MILES_PICKLE_MAX_BYTES``, and that the MAC is the
-one its own secret gives for the binding it expects. A pickle from a peer without the secret (forged), from
-another launch (another secret), from another call, truncated or grown is refused, counted in :data:`REFUSED`
-(reason -> count) and never unpickled.
-
-One SHA-256 stream runs at about 1.3 GB/s, ~50 ms per 64 MiB at each end: buffers longer than ``_CHUNK`` are
-digested in pieces on a few threads (hashlib releases the GIL) and the MAC covers the digests, and a buffer in
-shared memory is bound by its segment's name instead (see :func:`mac`).
+A pickle from a peer without the secret, from another launch or another call, truncated or grown, is refused and
+never unpickled: its size and MAC are checked before a byte of the stream is read (:func:`open_sealed`).
 """
 
 from __future__ import annotations
@@ -42,7 +30,9 @@ log = logging.getLogger(__name__)
 MAX_BYTES_ENV = "MILES_PICKLE_MAX_BYTES"
 DEFAULT_MAX_BYTES = 1 << 30
 _DOMAIN = b"miles-sealed-pickle/1\0"  # what the MAC is for: never valid as another MAC made with the secret
-_CHUNK = 4 << 20  # buffers longer than this are digested in pieces, in parallel
+# One SHA-256 stream runs at about 1.3 GB/s, ~50 ms per 64 MiB at each end: buffers longer than this are digested
+# in pieces on a few threads (hashlib releases the GIL) and the MAC covers the digests.
+_CHUNK = 4 << 20
 _MAX_OUT_OF_BAND = 256  # buffers beyond this many stay in the stream (the message's frame count is bounded)
 _LOGGED_REFUSALS = 20
 
@@ -114,7 +104,11 @@ def _tensor_from_buffer(buffer: Buffer, dtype: str, shape: tuple[int, ...], requ
 
 
 def dumps(obj: Any, threshold: int) -> tuple[memoryview, list[memoryview]]:
-    """The pickle stream of ``obj`` and its out-of-band buffers (those at least ``threshold`` bytes long)."""
+    """The pickle stream of ``obj`` and its out-of-band buffers (those at least ``threshold`` bytes long).
+
+    For what the codec cannot carry as itself (an ``argparse.Namespace``, a function, a numpy object array, a
+    ``TensorDict``...). Pickle protocol 5: numpy arrays and dense CPU tensors are not copied into the stream; the
+    codec sends the buffers as frames or through shared memory like any array."""
     buffers: list[memoryview] = []
 
     def out_of_band(buffer: pickle.PickleBuffer) -> bool:  # False: out of band
@@ -146,7 +140,8 @@ def _digest(piece: memoryview) -> bytes:
 
 def mac(secret: bytes, parts: list[Buffer], names: list[str | None], bind: bytes = b"") -> bytes:
     """The seal of a pickle stream and its buffers (``parts``: the stream first), bound to ``bind`` (the runtime
-    binds a call's arguments and its result to the call's id and direction: runtime.core.outcome).
+    binds a call's arguments and its result to the call's id and direction: runtime.core.outcome):
+    ``HMAC-SHA256(session secret, domain | binding | lengths | stream | buffers)`` (transport.session_secret).
 
     A part that travels through shared memory (``names[i]``: its segment's name, else None) is bound by its name
     and length, not its bytes: a segment is only ever honoured in this user's private directory under a fresh
@@ -221,7 +216,11 @@ def refuse_malformed(message: str) -> PickleRefused:
 
 def open_sealed(given: Any, parts: list[Buffer], names: list[str | None], bind: bytes = b"") -> Any:
     """The value of a sealed pickle (``parts``: its stream, then its buffers; ``names``: the shared-memory segment
-    each came in, or None), unpickled only once its MAC is this process's secret's."""
+    each came in, or None), unpickled only once its MAC is this process's secret's.
+
+    Checked before a byte of the stream is read: that this process accepts pickles at all (``MILES_PICKLE`` is not
+    ``0``) and holds a secret, that the declared sizes are within ``MILES_PICKLE_MAX_BYTES``, and that the MAC is
+    the one its own secret gives for ``bind``. A refusal is counted in :data:`REFUSED` (reason -> count)."""
     why = unavailable()
     if why is not None:
         raise _refuse("disabled" if not session_secret.enabled() else "no_secret", f"not unpickled: {why}")

@@ -1,21 +1,7 @@
 """CURVE security for the actor transport: keys by role, socket options, and the ZAP authenticator.
 
-Keys by role, so that no process holds a secret it does not need:
-- **Actor (server) keys**: every actor process has a keypair of its own. Its spawner draws it and hands the
-  secret to that one process on its stdin (with the spawn token, :mod:`runtime.core.control_auth`); the public key
-  travels in the actor's handles. A client checks it in the handshake, so nobody can pose as an actor without
-  that actor's own secret, and one compromised worker can impersonate no other actor.
-- **Client keys**: one keypair per cluster, in a key directory (:func:`generate_cluster_keys`) that a launcher
-  ships to each host (files mode 0600) and names in ``MILES_CURVE_DIR``. A server accepts a connection only
-  when the client proves it holds an authorised client secret (checked by a ZAP handler); any other peer fails
-  the handshake, so none of its messages ever reach the actor. Holding the client key lets a process call any
-  actor's public methods with checked arguments, nothing more: construction and shutdown need the spawner's
-  token, which no key gives.
-
-Opting out (no ``MILES_CURVE_DIR``, or ``curve_dir=None``) is for trusted networks only. Its price is speed:
-CURVE encrypts and authenticates every byte on TCP (libsodium's XSalsa20-Poly1305), so large transfers between
-hosts are several times slower (``bench/curve_bench.py`` measures it); small calls pay little, and same-host
-buffers that travel through shared memory are not encrypted at all (only their names cross the socket).
+Keys by role, so that no process holds a secret it does not need: every actor has a keypair of its own
+(:class:`ServerKeys`); a cluster's clients share one (:class:`CurveConfig`), which never allows control calls.
 """
 
 from __future__ import annotations
@@ -55,13 +41,24 @@ class _FromEnv:
 
 
 #: Default of every ``curve_dir`` option: use ``MILES_CURVE_DIR`` when it is set, else no CURVE.
+#: Opting out (no ``MILES_CURVE_DIR``, or ``curve_dir=None``) is for trusted networks only. Its price is speed: CURVE
+#: encrypts and authenticates every byte on TCP (libsodium's XSalsa20-Poly1305), so large transfers between hosts
+#: are several times slower (``bench/curve_bench.py`` measures it); small calls pay little, and same-host buffers
+#: that travel through shared memory are not encrypted at all (only their names cross the socket).
 FROM_ENV: Final = _FromEnv()
 CurveDir = str | os.PathLike[str] | _FromEnv | None
 
 
 @dataclass(frozen=True)
 class CurveConfig:
-    """A cluster's client keypair (z85-encoded, 40 bytes each) and the client keys its servers accept."""
+    """A cluster's client keypair (z85-encoded, 40 bytes each) and the client keys its servers accept.
+
+    One keypair per cluster, in a key directory (:func:`generate_cluster_keys`) that a launcher ships to each host
+    (files mode 0600) and names in ``MILES_CURVE_DIR``. A server accepts a connection only when the client proves
+    it holds an authorised client secret (checked by a ZAP handler); any other peer fails the handshake, so none
+    of its messages ever reach the actor. Holding the client key lets a process call any actor's public methods
+    with checked arguments, nothing more: construction and shutdown need the spawner's token, which no key gives.
+    """
 
     directory: str
     client_public: bytes
@@ -74,7 +71,13 @@ class CurveConfig:
 
 @dataclass(frozen=True)
 class ServerKeys:
-    """One actor's own CURVE keypair (z85)."""
+    """One actor's own CURVE keypair (z85).
+
+    Its spawner draws it and hands the secret to that one process on its stdin (with the spawn token,
+    runtime.core.control_auth); the public key travels in the actor's handles. A client checks it in the
+    handshake, so nobody can pose as an actor without that actor's own secret, and one compromised worker can
+    impersonate no other actor.
+    """
 
     public: bytes
     secret: bytes

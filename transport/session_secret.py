@@ -1,11 +1,6 @@
 """The session secret: what every process of one launch (or of one driver's tree) holds, and no peer outside it.
 
-It authenticates values that travel pickled (:mod:`transport.sealed_pickle`). ``miles-launch`` draws one per
-launch and hands it to every worker in the spawn command its host agents get (over the same SSH or pipe channel
-as the CURVE keys); a driver run without the launcher draws one the first time it spawns a child
-(``runtime.processes.driver_fork.child_environment``). Either way it reaches children as ``MILES_SESSION_SECRET`` in
-their environment, never on a command line and never over the network in clear. ``MILES_PICKLE=0`` turns pickled
-values off in a process (it neither sends nor accepts them).
+It authenticates values that travel pickled (:mod:`transport.sealed_pickle`).
 """
 
 from __future__ import annotations
@@ -13,7 +8,11 @@ from __future__ import annotations
 import os
 import secrets
 
-#: The environment variable holding the secret: 64 hex digits (32 bytes).
+#: The environment variable holding the secret: 64 hex digits (32 bytes). ``miles-launch`` draws one per launch and
+#: hands it to every worker in the spawn command its host agents get (over the same SSH or pipe channel as the CURVE
+#: keys); a driver run without the launcher draws one the first time it spawns a child
+#: (``runtime.processes.driver_fork.child_environment``). Either way it reaches children in their environment,
+#: never on a command line and never over the network in clear.
 SECRET_ENV = "MILES_SESSION_SECRET"
 #: ``0`` turns pickled values off in this process; anything else (or unset) leaves them on.
 PICKLE_ENV = "MILES_PICKLE"

@@ -1,25 +1,6 @@
 """Same-host shared-memory path for large buffers: the sender copies once into memory it keeps mapped, the
 receiver maps the same pages (no copy) and hands out read-only views on them.
-
-The sender copies a buffer into a segment of its pool (:mod:`transport.shm_pool`), a file in its user's private
-directory ``SHM_DIR`` (``/dev/shm/miles-u<uid>``, mode 0700), and sends only the segment's public name
-``miles-<pid>-<32 hex digits>``. The receiver (:func:`read`) *takes* the segment by renaming it to
-``<name>.r<its pid>``, maps it copy-on-write and returns a read-only view: numpy arrays decoded from it are
-read-only (as arrays from socket frames are), and a torch tensor written in place gets private pages, never
-touching the sender's. When the last view goes (the mapping is garbage), the receiver renames the file to
-``<name>.f`` and the sender reuses the segment. The sender takes back a segment never taken once the call is
-settled (:func:`unlink`: a reader that comes later finds the name gone), and one whose reader died.
-``sweep_orphans`` and ``remove_files_of`` clean up after processes that died. ``MILES_SHM=0`` turns the path
-off (every byte then crosses the socket: useful to measure TCP, or where /dev/shm is small); ``MILES_SHM_DIR``
-moves the base directory; ``MILES_SHM_POOL_BYTES`` caps each process's pool.
-
-What binds a reference to the buffer it names: the name's 128 random bits, fresh for every message, known only
-to the writer and to the peer it sent the name to, in a directory no other user can list or write. The pid in
-a name only says whose it is for cleaning up: it proves nothing. The directory is used only if it is a real
-directory (not a link) of this user with mode 0700. A reader takes a name by an atomic rename (so one reader at
-most gets it), opens it without following links and maps it only if it is a regular file of this user, linked
-once, holding at least the bytes the reference states; otherwise it raises ValueError and renames the file back,
-leaving it in place. Processes of different users never share buffers: their ``machine_id`` differs.
+A reference is bound to its buffer by the name's 128 random bits, in a directory no other user can list or write.
 """
 
 from __future__ import annotations
@@ -43,10 +24,11 @@ from transport.shm_pool import SegmentPool, max_bytes_from_env
 
 log = logging.getLogger(__name__)
 
-SHM_ROOT = Path(os.environ.get("MILES_SHM_DIR", "/dev/shm"))
-#: This user's private directory of buffers (created on first use).
+SHM_ROOT = Path(os.environ.get("MILES_SHM_DIR", "/dev/shm"))  # MILES_SHM_DIR moves the base directory
+#: This user's private directory of buffers (created on first use; used only as this user's own, mode 0700).
 SHM_DIR = SHM_ROOT / f"miles-u{os.geteuid()}"
-#: Set to ``0`` to keep every buffer on the socket, even between processes of one machine.
+#: Set to ``0`` to keep every buffer on the socket, even between processes of one machine (useful to measure TCP,
+#: or where /dev/shm is small).
 SHM_ENV = "MILES_SHM"
 #: Buffers at least this large use shared memory when both ends are on one machine.
 SHM_THRESHOLD = 4 * 1024 * 1024  # below this, one zero-copy TCP frame is as fast as a copy through /dev/shm
@@ -57,7 +39,8 @@ _WARN_EVERY_S = 60.0
 
 
 def machine_id() -> str:
-    """Identifies this machine, boot and user: equal on both ends means they can share buffers."""
+    """Identifies this machine, boot and user: equal on both ends means they can share buffers (processes of
+    different users never do)."""
     try:
         boot_id = Path("/proc/sys/kernel/random/boot_id").read_text().strip()
     except OSError:
@@ -113,7 +96,7 @@ _warned_at = -_WARN_EVERY_S
 
 
 def pool() -> SegmentPool:
-    """This process's pool of segments (made on first use)."""
+    """This process's pool of segments (made on first use; ``MILES_SHM_POOL_BYTES`` caps it)."""
     global _pool
     with _pool_lock:
         if _pool is None:
@@ -134,7 +117,10 @@ os.register_at_fork(after_in_child=_forget_pool_in_child)
 
 def write(data: memoryview) -> str | None:
     """Copy ``data`` into a segment and publish it; returns its name, or None when shared memory cannot take it
-    now (e.g. /dev/shm is full: the caller then sends the bytes on the socket)."""
+    now (e.g. /dev/shm is full: the caller then sends the bytes on the socket).
+
+    The segment is a file of this process's pool (transport.shm_pool) in ``SHM_DIR``; only its public name
+    (transport.shm_names: 128 random bits, fresh for every message) is sent, to the one peer that reads it."""
     global _warned_at
     try:
         return pool().write(data)
@@ -148,7 +134,12 @@ def write(data: memoryview) -> str | None:
 def read(name: str, nbytes: int) -> memoryview:
     """Take buffer ``name`` and map its first ``nbytes`` bytes: a read-only view, released to its sender when
     the last view of it goes. Raises ValueError, and leaves the file in place, if it is not a buffer this user
-    wrote."""
+    wrote.
+
+    The take is an atomic rename to ``<name>.r<pid>`` (one reader at most gets it); the file is opened without
+    following links and mapped copy-on-write only if it is a regular file of this user, linked once, holding at
+    least ``nbytes``. A torch tensor written in place gets private pages, never the sender's. When the last view
+    goes, the file is renamed ``<name>.f`` and the sender reuses the segment."""
     if type(name) is not str or not shm_names.PUBLIC.fullmatch(name) or type(nbytes) is not int:
         shown = name[:80] if isinstance(name, str) else type(name).__name__
         raise ValueError(f"invalid shared-memory reference {shown!r}")

@@ -1,15 +1,6 @@
 """Names of shared-memory files: who holds a segment is said by its file's name alone.
 
-A sender's segment is named, in turn (each change an atomic rename in the private directory):
-
-- ``miles-seg-<pid>-<32 hex>``: free, its sender's (the *private* name);
-- ``miles-<pid>-<32 hex>``: sent, not yet taken (the *public* name, with 128 fresh random bits per message, so a
-  public name is valid once);
-- ``<public>.r<reader pid>``: taken by that reader, which maps it;
-- ``<public>.f``: released by its reader (its last view is gone); its sender takes it back.
-
-``<pid>`` is always the sender's. Pids have at most 7 digits (Linux's limit), hex digits are lower case; nothing
-that does not match exactly is ever touched.
+Each change of holder is an atomic rename in the private directory; nothing that does not match exactly is touched.
 """
 
 from __future__ import annotations
@@ -19,6 +10,14 @@ import re
 import secrets
 from typing import NamedTuple
 
+# A sender's segment is named, in turn:
+# - ``miles-seg-<pid>-<32 hex>``: free, its sender's (the *private* name);
+# - ``miles-<pid>-<32 hex>``: sent, not yet taken (the *public* name, with 128 fresh random bits per message, so a
+#   public name is valid once);
+# - ``<public>.r<reader pid>``: taken by that reader, which maps it;
+# - ``<public>.f``: released by its reader (its last view is gone); its sender takes it back.
+# ``<pid>`` is always the sender's: it says whose a file is, for cleaning up, and proves nothing. Pids have at most
+# 7 digits (Linux's limit), hex digits are lower case.
 SEGMENT_PREFIX = "miles-seg-"
 TAKEN = ".r"
 FREED = ".f"

@@ -1,8 +1,7 @@
 """Opening the ZeroMQ sockets behind the endpoints: a bound ROUTER (an actor) and a connected DEALER (a caller).
 
-Both take an optional :class:`~transport.security.CurveConfig`: the ROUTER then admits only the cluster's
-clients, the DEALER proves it is one. Same-host calls skip TCP (see :mod:`transport.local_twin`) and, without
-CURVE, ZeroMQ's I/O threads too (direct links, :mod:`transport.direct_links`).
+With a :class:`~transport.security.CurveConfig`, the ROUTER admits only the cluster's clients, and the DEALER
+proves it is one.
 """
 
 from __future__ import annotations
@@ -92,6 +91,7 @@ def router(
             gate.release(domain)
         raise OSError(f"cannot bind {address}: {exc}") from exc
     bound = socket.getsockopt_string(zmq.LAST_ENDPOINT)
+    # Same-host calls skip TCP (the twin) and, without CURVE, ZeroMQ's I/O threads too (direct links).
     twin = local_twin.name_for(bound) if local_twin.enabled() else None
     if twin is not None:
         try:

@@ -1,10 +1,6 @@
 """Multipart messages on a byte stream (a same-host direct link, :mod:`transport.direct_stream`).
 
-A message is ``count (4, little-endian) | size (8) * count | the frames' bytes``. The reader bounds what it takes
-before it allocates anything: at most ``max_frames`` frames (and at least one) and ``max_message_bytes`` in all
-(``first_message_bytes`` for the first message: a hello); a peer that sends more is cut off (:class:`StreamError`),
-never buffered. Frames below ``COPY_BELOW`` are copied
-out of one read buffer (many small messages per ``recv``); larger ones are read straight into their own buffer.
+A message is ``count (4, little-endian) | size (8) * count | the frames' bytes``.
 """
 
 from __future__ import annotations
@@ -17,7 +13,8 @@ from transport.protocol import OUT_OF_BAND_THRESHOLD
 
 _COUNT = struct.Struct("<I")
 _SIZE = struct.Struct("<Q")
-#: Frames smaller than this are copied out of the shared read buffer.
+#: Frames smaller than this are copied out of the shared read buffer (many small messages per ``recv``); larger ones
+#: are read straight into their own buffer.
 COPY_BELOW = OUT_OF_BAND_THRESHOLD
 _BUFFER_BYTES = 256 * 1024
 #: Compact the read buffer when less than this is free at its end: the largest head or copied frame then fits.
@@ -40,7 +37,11 @@ def head(views: list[memoryview]) -> bytes:
 
 
 class StreamReader:
-    """Reads whole messages off one non-blocking stream socket, within limits (one reader at a time)."""
+    """Reads whole messages off one non-blocking stream socket, within limits (one reader at a time).
+
+    It bounds what it takes before it allocates anything: at most ``max_frames`` frames (and at least one) and
+    ``max_message_bytes`` in all (``first_message_bytes`` for the first message: a hello); a peer that sends more
+    is cut off (:class:`StreamError`), never buffered."""
 
     def __init__(
         self, *, max_frames: int, max_message_bytes: int | None, first_message_bytes: int | None = None

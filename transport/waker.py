@@ -1,9 +1,4 @@
-"""A thread's wake-up descriptor: lets one thread wake another that sleeps in ``poll`` on a socket.
-
-A thread waiting for input on an endpoint (see :meth:`ZmqEndpoint.receive_here`) also polls its waker, so
-another thread can wake it when what it waits for happened elsewhere: its call was settled by the loop, a job
-was queued for it, or a message arrived that only it is there to read.
-"""
+"""A thread's wake-up descriptor: lets one thread wake another that sleeps in ``poll`` on a socket."""
 
 from __future__ import annotations
 
@@ -14,7 +9,11 @@ import threading
 
 class Waker:
     """An eventfd (a pipe where there is none) owned by one thread: readable once another thread called
-    ``wake``, until ``clear``."""
+    ``wake``, until ``clear``.
+
+    A thread waiting for input on an endpoint (:meth:`transport.endpoints.ZmqEndpoint.receive_here`) also polls its
+    waker, so another thread can wake it when what it waits for happened elsewhere: its call was settled by the
+    loop, a job was queued for it, or a message arrived that only it is there to read."""
 
     _local = threading.local()
 

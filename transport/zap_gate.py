@@ -1,14 +1,7 @@
 """The ZAP handler of a ZeroMQ context: which connections an actor's socket admits.
 
-libzmq asks the handler (the ZAP protocol, RFC 27) about every new connection to a socket that names a ZAP domain,
-before any of that peer's messages reach the socket. The gate answers per socket ("guarded" with
-:meth:`ZapGate.guard`): over ``max_connections`` open connections, no (status 500, which the client sees as such,
-and libzmq closes the connection at once); with CURVE, only authorised client keys (status 400 otherwise). Open
-connections are counted from the socket's own monitor events (accepted, disconnected), read by the gate's thread, so
-the count and the answers never race. A connection still in its handshake counts as open (it holds a descriptor
-too), so a burst of connections is refused down to fewer than ``max_connections``, never past it. Refusing there
-keeps one peer that opens thousands of connections from taking every file descriptor: the actor goes on serving the
-connections it has.
+It keeps one peer that opens thousands of connections from taking every file descriptor (the actor goes on serving
+the connections it has), and with CURVE admits only authorised client keys.
 """
 
 from __future__ import annotations
@@ -67,7 +60,12 @@ class _Guarded:
 
 
 class ZapGate:
-    """One per context: a thread answering ZAP requests for every socket guarded in that context."""
+    """One per context: a thread answering ZAP requests for every socket guarded in that context.
+
+    libzmq asks the handler (the ZAP protocol, RFC 27) about every new connection to a socket that names a ZAP
+    domain, before any of that peer's messages reach the socket. Open connections are counted from the socket's own
+    monitor events (accepted, disconnected), read by the gate's thread, so the count and the answers never race.
+    """
 
     _gates: dict[int, ZapGate] = {}
     _gates_lock = threading.Lock()
@@ -183,6 +181,9 @@ class ZapGate:
         peer = address.decode(errors="replace")
         if version != _ZAP_VERSION or guarded is None:
             self._reply(request_id, b"400", b"unknown ZAP domain")
+        # Over max_connections: status 500, which the client sees as such, and libzmq closes the connection at
+        # once. A connection still in its handshake counts as open (it holds a descriptor too), so a burst of
+        # connections is refused down to fewer than max_connections, never past it.
         elif guarded.open > guarded.max_connections:  # the count includes this connection
             guarded.refused += 1
             self._log_refusal(f"refused a connection from {peer}: max_connections={guarded.max_connections} are open")

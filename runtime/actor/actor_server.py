@@ -1,14 +1,6 @@
 """The server side of an actor process: its socket, its phase, and how it starts, serves, leaves and stops.
 
-Messages are handled one at a time, quickly and without blocking, by whichever reader holds the socket: the
-event loop, or the default lane's thread while it is idle (a call for that lane then runs on the thread that
-read it, with no hand-off). PING is answered here; SUBMIT, POLL and ACK go to call routing
-(:mod:`runtime.actor.call_routing`), which deduplicates, admits (:mod:`runtime.actor.admission`) and routes each call to
-its lane (:mod:`runtime.actor.server_lanes`); the call runner (:mod:`runtime.actor.call_runner`) runs it.
-The loop is the control lane: it keeps answering health checks and polls while a sync method runs. A lane
-thread records and sends its own results (the call store and the socket are thread-safe).
-The server's phase (created, listening, constructing, serving, leaving, stopping, stopped) moves only along
-:mod:`runtime.actor.server_phase`'s table.
+PING is answered here; SUBMIT, POLL and ACK go to call routing (:mod:`runtime.actor.call_routing`).
 """
 
 from __future__ import annotations
@@ -56,7 +48,11 @@ _LEAVE_CHECK_S = 0.01
 
 
 class ActorServer:
-    """Serves one actor instance (constructed later by the ``__construct__`` control call)."""
+    """Serves one actor instance (constructed later by the ``__construct__`` control call).
+
+    The loop is the control lane: it keeps answering health checks and polls while a sync method runs. A lane
+    thread records and sends its own results (the call store and the socket are thread-safe).
+    """
 
     def __init__(
         self,
@@ -120,6 +116,8 @@ class ActorServer:
             spawn_token=spawn_token,
             actor=self.name,
         )
+        # Call routing deduplicates, admits (runtime.actor.admission) and routes each call to its lane
+        # (runtime.actor.server_lanes); the call runner (runtime.actor.call_runner) runs it.
         calls = self._router
         self._handlers: dict[Kind, Callable[[bytes, wire.Message], None]] = {
             Kind.SUBMIT: calls.on_submit,
@@ -130,7 +128,8 @@ class ActorServer:
 
     @property
     def phase(self) -> ServerPhase:
-        """Where the server is in its life (:mod:`runtime.actor.server_phase`)."""
+        """Where the server is in its life: created, listening, constructing, serving, leaving, stopping, stopped,
+        moving only along :mod:`runtime.actor.server_phase`'s table."""
         return self._phase.now
 
     # ---- lifecycle -------------------------------------------------------------------------------------------
@@ -284,7 +283,9 @@ class ActorServer:
         self._loop_work.run_soon(fn)
 
     def _on_frames(self, frames: list[Any]) -> None:
-        """Handle one message, on the loop or on an idle lane thread (the endpoint runs one at a time)."""
+        """Handle one message, quickly and without blocking, on whichever reader holds the socket (the endpoint runs
+        one at a time): the event loop, or the default lane's thread while it is idle (a call for that lane then
+        runs on the thread that read it, with no hand-off)."""
         peer = frames[0]
         if type(peer) is not bytes:  # a ZeroMQ frame (direct links give bytes)
             peer = peer.bytes

@@ -1,19 +1,7 @@
 """Admission: whether an actor server takes a new call, and what its refusal says.
 
-Call routing (:mod:`runtime.actor.call_routing`) asks, in this order, for a SUBMIT it has not seen before (a resend of
-a known call is answered from the call store instead, before any of this but the first check):
-
-1. the incarnation the call was meant for: a call for an earlier boot of a restarted actor is refused
-   (``restarted``) and was not run;
-2. its call id: one the store may have forgotten is refused (:meth:`runtime.actor.call_store.CallStore.id_problem`);
-3. a control call (construct, shutdown): its proof of the spawn token, and the phase (one construct only);
-4. the method: the actor must be constructed and have it (:meth:`runtime.core.metadata.ActorClassInfo.method`);
-5. the budgets (:func:`capacity_problem`): calls and bytes held by the store (arguments of queued calls and
-   results), in all and per caller, so one caller that never acknowledges cannot lock the others out, with a
-   reserve above ``max_calls`` for control-plane calls (health, stats, object fetches), so a full store never
-   silences health checks.
-
-Each check returns None, or a message that says what happened and what to do.
+Each check returns None, or a message that says what happened and what to do; call routing
+(:mod:`runtime.actor.call_routing`) asks them in order (:meth:`runtime.actor.call_routing.CallRouter.on_submit`).
 """
 
 from __future__ import annotations
@@ -48,7 +36,12 @@ def control_problem(
 
 def capacity_problem(store: CallStore, incoming_bytes: int, peer: bytes, *, control: bool = False) -> str | None:
     """Why a new call of ``incoming_bytes`` from ``peer`` cannot be held by ``store`` now, or None. ``control``
-    calls may also use the reserve above ``max_calls`` and are not held to the per-peer call budget."""
+    calls may also use the reserve above ``max_calls`` and are not held to the per-peer call budget.
+
+    The budgets count calls and bytes held by the store (arguments of queued calls and results), in all and per
+    caller, so one caller that never acknowledges cannot lock the others out; the reserve is for control-plane
+    calls (health, stats, object fetches), so a full store never silences health checks.
+    """
     limits = store.limits
     max_calls = limits.max_calls + (limits.control_reserve_calls if control else 0)
     if len(store.records) >= max_calls:

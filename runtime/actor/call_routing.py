@@ -1,13 +1,6 @@
 """Call routing: SUBMIT -> dedupe -> admission -> a lane; POLL and ACK; recording and sending each result.
 
-A SUBMIT is first looked up in the call store: a resend of a known call is answered with what became of it
-(its result, or its state) and never runs twice. A new one passes admission (:mod:`runtime.actor.admission`), is
-recorded, and goes where its method runs: sync methods to their group's thread lane, async methods as tasks on
-their group's own loop, built-in and control-plane methods on the server's loop (the control lane), the
-constructor on a lane of its own (:mod:`runtime.actor.server_lanes`). The call runner (:mod:`runtime.actor.call_runner`)
-turns its outcome into RESULT frames, which :meth:`CallRouter.finish` records and sends on the thread that ran
-the call. POLL asks what became of calls, ACK lets the store drop a result (a tombstone remains). A leaving
-server answers every new SUBMIT with ActorDied (:meth:`CallRouter.on_submit_while_leaving`).
+A resend of a known call is answered from the call store with what became of it: a call never runs twice.
 """
 
 from __future__ import annotations
@@ -78,6 +71,7 @@ class CallRouter:
         self._info = info  # last: calls are routed once this is set
 
     # ---- POLL, ACK -------------------------------------------------------------------------------------------
+    # POLL asks what became of calls; ACK lets the store drop a result (a tombstone remains).
 
     def on_ack(self, peer: bytes, message: wire.Message) -> None:
         self._ack(peer, Ack.parse(message.meta).call_ids)
@@ -109,6 +103,14 @@ class CallRouter:
     # ---- SUBMIT ----------------------------------------------------------------------------------------------
 
     def on_submit(self, peer: bytes, message: wire.Message) -> None:
+        """Admit a new call and route it, or answer a resend with what became of it (its result, or its state).
+
+        Checks, in order: the incarnation (a call for an earlier boot of a restarted actor is refused ``restarted``
+        and was not run); a known call id (a resend, answered from the store); the id (one the store may have
+        forgotten is refused: CallStore.id_problem); a control call's proof of the spawn token and the phase (one
+        construct only); then, in :meth:`_accept`, the method (the actor must be constructed and have it) and the
+        budgets (:func:`runtime.actor.admission.capacity_problem`).
+        """
         head = Submit.parse(message.meta)
         call_id = head.call_id
         if head.acks:
@@ -156,6 +158,10 @@ class CallRouter:
             self._reject(peer, head.call_id, "exited", reason)
 
     def _accept(self, record: CallRecord, deadline: float | None, body: Buffer, buffers: list[Buffer]) -> None:
+        """Record a call that passes the last checks and send it where its method runs: sync methods to their
+        group's thread lane, async methods as tasks on their group's own loop, built-in and control-plane methods
+        on the server's loop (the control lane), the constructor on a lane of its own (runtime.actor.server_lanes).
+        """
         peer, call_id, method_name = record.peer, record.call_id, record.method
         builtin = builtin_methods.BUILTINS.get(method_name)
         info: MethodInfo | None = None
@@ -223,7 +229,8 @@ class CallRouter:
         self._send(peer, error_frames(call_id, self._boot_id, code, message))
 
     def finish(self, done: tuple[CallRecord, list[Buffer]]) -> None:
-        """Record a call's result and send it; runs on the loop or on the lane thread that ran the call."""
+        """Record a call's result (the RESULT frames the call runner made of its outcome) and send it; runs on the
+        loop or on the lane thread that ran the call."""
         record, frames = done
         if record.refused:  # refused before it ran: the id is not used up, a corrected resend may run
             self._store.forget(record)

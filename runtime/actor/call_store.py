@@ -1,18 +1,7 @@
 """The server's record of calls: dedupe by call id + request fingerprint, results until acked, tombstones.
 
-A call is recorded when its SUBMIT is accepted and keeps its encoded result until the client ACKs it; then only
-a small tombstone remains, so a late duplicate SUBMIT is recognised and never runs again. Results never
-acknowledged are expired by a timer after ``result_ttl_s``. Stored bytes (arguments of queued calls and
-results) are counted, in all and per peer: :mod:`runtime.actor.admission` holds new calls to the budgets of
-:class:`StoreLimits` (``max_calls``, ``memory_budget_bytes``, their per-peer twins, the control-plane reserve).
-The store is changed from the event loop and from lane threads (which record results): a lock guards changes.
-
-Never twice: a call id, once accepted, is remembered (as a record, then a tombstone) until ``tombstone_ttl_s``
-after its call was acknowledged or expired, and at most ``max_tombstones`` tombstones are kept (oldest dropped
-first). Call ids carry the time they were made (:mod:`runtime.core.call_ids`), so an id the store may have forgotten is
-refused instead of run (:meth:`CallStore.id_problem`): one no newer than the newest id it has dropped, or older than
-``tombstone_ttl_s - max_clock_skew_s`` by this host's clock; and one made more than ``max_clock_skew_s`` ahead of it
-(a caller whose clock runs ahead would otherwise outlive its own tombstones).
+A call never runs twice: its id is remembered (as a record, then a tombstone) so a late duplicate is recognised,
+and an id the store may have forgotten is refused (:meth:`CallStore.id_problem`).
 """
 
 from __future__ import annotations
@@ -92,7 +81,14 @@ class StoreLimits:
 
 @dataclass
 class CallStore:
-    """Calls by id, their tombstones, and the bytes they hold."""
+    """Calls by id, their tombstones, and the bytes they hold.
+
+    A call is recorded when its SUBMIT is accepted and keeps its encoded result until the client ACKs it; then only
+    a small tombstone remains, for ``tombstone_ttl_s`` (at most ``max_tombstones``, oldest dropped first). Results
+    never acknowledged are expired by a timer after ``result_ttl_s``. Stored bytes (arguments of queued calls and
+    results) are counted in all and per peer, for the budgets of :class:`StoreLimits` (runtime.actor.admission).
+    Changed from the event loop and from lane threads (which record results): ``lock`` guards changes.
+    """
 
     limits: StoreLimits = field(default_factory=StoreLimits)
     records: dict[bytes, CallRecord] = field(default_factory=dict)
@@ -119,6 +115,10 @@ class CallStore:
 
     def id_problem(self, call_id: bytes, now: float) -> str | None:
         """Why a new call may not use ``call_id`` (unknown to :meth:`lookup`) at ``now`` (unix seconds), or None.
+
+        Call ids carry the time they were made (runtime.core.call_ids). Refused: an id no newer than the newest one
+        dropped, or older than ``tombstone_ttl_s - max_clock_skew_s`` by this host's clock; and one made more than
+        ``max_clock_skew_s`` ahead of it (a caller whose clock runs ahead would otherwise outlive its tombstones).
 
         Call it after :meth:`lookup` found nothing: a tombstone's key joins ``forgotten_key`` before it is dropped,
         so an id dropped between the two is refused here."""

@@ -1,20 +1,6 @@
 """The client side of one actor: a DEALER socket multiplexing many calls, with liveness and recovery.
 
-Every call keeps its SUBMIT frames until its result arrives (:mod:`runtime.caller.call`). Calls that stay silent are
-POLLed; the server answers with the result, "running" (it will push the result), or "unknown" (the SUBMIT was lost:
-it is resent, which is safe because the server dedupes by call id). Heartbeats and the socket monitor tell a dead
-actor (:mod:`runtime.caller.link_liveness`); a process watcher (when we spawned it) reports an exit at once. Replies
-carry the server's boot id: a new one means the actor restarted, and the calls in flight fail with ActorRestarted
-instead of hanging. While a spawner restarts the actor (``hold``), new calls wait for the new incarnation
-(``release``) or their deadline. Where a new call goes is the state (:mod:`runtime.caller.connection_state`).
-A call its handle pinned to an incarnation (``Call.boot_id``) is refused with ActorRestarted, unsent, once that one
-is known gone (:mod:`runtime.caller.incarnations`); an unpinned call goes to the incarnation that answers now.
-
-A call may be submitted from any thread. Once the socket is open, the calling thread packs and sends its SUBMIT
-itself (the endpoint's send is thread-safe). Replies are read by the loop, or by a thread blocked on a result
-(``wait``), which takes them off the socket itself; timers, heartbeats and restarts stay on the loop. One lock
-guards the calls table and the state, so a call never slips past a restart or a death, and calls from one thread
-leave in the order they were made.
+A lost SUBMIT is resent (the server dedupes by call id); when the actor dies or restarts, calls fail instead of hanging.
 """
 
 from __future__ import annotations
@@ -65,7 +51,14 @@ class Connection:
     """All calls from this process to one actor endpoint. ``submit`` and ``wait`` run on any thread.
 
     ``context`` opens the socket; ``loop_work`` runs on the loop what belongs there (calls waiting for the socket,
-    deadline timers, freeing shared memory) and says whether the calling thread is the loop's."""
+    deadline timers, freeing shared memory) and says whether the calling thread is the loop's.
+
+    Once the socket is open, the calling thread sends its SUBMIT itself (the endpoint's send is thread-safe).
+    Replies are read by the loop, or by a thread blocked in :meth:`wait`, which takes them off the socket itself;
+    timers, heartbeats and restarts stay on the loop. One lock guards the calls table and the state
+    (runtime.caller.connection_state: where a new call goes), so a call never slips past a restart or a death,
+    and calls from one thread leave in the order they were made.
+    """
 
     def __init__(
         self,
@@ -149,7 +142,9 @@ class Connection:
     # ---- sending ---------------------------------------------------------------------------------------------
 
     def submit(self, call: Call) -> None:
-        """Send ``call`` from any thread: at once when the socket is open, else through the loop."""
+        """Send ``call`` from any thread: at once when the socket is open, else through the loop. A call its handle
+        pinned to an incarnation (``Call.boot_id``) is refused with ActorRestarted, unsent, once that one is known
+        gone (runtime.caller.incarnations); an unpinned call goes to the incarnation that answers now."""
         wake: Callable[[], None] | None = None
         with self._lock:
             if call.boot_id in self._gone:  # pinned to an incarnation known to be gone (None never is)
@@ -285,6 +280,8 @@ class Connection:
             self._run_soon(self.flush_acks)
 
     def _on_status(self, message: wire.Message) -> None:
+        """The answer to a POLL of a silent call (it kept its SUBMIT frames): "running" (the server will push the
+        result), "unknown" (the SUBMIT was lost: resent), or "acked"/"expired" (its result is gone)."""
         call_id, state, boot_id = Status.parse(message.meta)
         self._check_boot(boot_id)
         with self._lock:
@@ -300,6 +297,8 @@ class Connection:
         self._settle_with(call, not_delivered(state, self.site(call.method)))
 
     def _check_boot(self, boot_id: str) -> None:
+        """Replies carry the server's boot id: a new one means the actor restarted, and the calls in flight (but
+        those pinned to the new one) fail with ActorRestarted instead of hanging."""
         if boot_id == self.boot_id:  # the common case, decided without the lock
             return
         with self._lock:
@@ -311,6 +310,8 @@ class Connection:
             self._fail_all(ActorRestarted, lost_in_flight(old, boot_id), spare=boot_id)
 
     # ---- liveness (runtime.caller.link_liveness) --------------------------------------------------------------------
+    # Heartbeats and the socket monitor tell a dead actor; a process watcher (when we spawned it) reports an exit at
+    # once.
 
     def silent_for(self, now: float) -> float | None:
         """How long the actor has said nothing while calls are pending; None while none are."""

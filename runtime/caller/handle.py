@@ -1,18 +1,6 @@
 """Actor handles: ``handle.method(*args, **kwargs)`` returns a PendingCall you can ``await`` or ``.result()``.
 
-Arguments are checked against the method's type hints and encoded on the caller's thread, before anything
-reaches the wire; a bad call raises at once (CallRejected, or TypeError for an argument that cannot be sent).
-Handles are themselves sendable: pass one to another actor and it calls the same actor directly. They also
-survive pickle and cloudpickle (e.g. inside a config object): the copy reaches the same actor from any process
-and can call its methods, but it never carries the spawn token (a pickle may end up anywhere), so it cannot
-kill the actor (``CallRejected``), as a handle from ``get_actor`` cannot.
-
-Incarnations: an actor restarted under ``max_restarts`` is a new process (a new ``boot_id``) at the same endpoint.
-The handle ``spawn`` returned follows restarts (calls made during one wait for the new incarnation). Every other
-handle (sent, pickled, from ``get_actor`` or ``connect``) is pinned to the incarnation it names: once that one is
-gone its calls fail with ``ActorRestarted`` and never run, neither on the old incarnation nor on the new one, until
-its holder moves it on with :meth:`ActorHandle.follow_restart` (state built up in the old incarnation is gone, and
-only the holder knows whether its calls still make sense). ``runtime.ray_compat`` handles follow, as Ray's do.
+Handles are sendable and survive pickle: the copy calls the same actor directly, from any process.
 """
 
 from __future__ import annotations
@@ -120,7 +108,13 @@ def _method_ref(
 
 class ActorHandle:
     """A reference to one actor, pinned to the incarnation ``boot_id`` unless it follows restarts (the handle from
-    ``spawn``; see :attr:`follows_restarts` and the module docstring).
+    ``spawn``; see :attr:`follows_restarts`).
+
+    An actor restarted under ``max_restarts`` is a new process (a new ``boot_id``) at the same endpoint. The handle
+    ``spawn`` returned follows restarts (calls made during one wait for the new incarnation). Every other handle
+    (sent, pickled, from ``get_actor`` or ``connect``) is pinned: once its incarnation is gone its calls fail with
+    ``ActorRestarted`` and never run, on the old one nor the new one, until its holder calls :meth:`follow_restart`
+    (state built up in the old incarnation is gone; only the holder knows whether its calls still make sense).
 
     ``curve_dir``: the CURVE client keys to call it with (default ``MILES_CURVE_DIR``; None: plain TCP).
     ``server_key``: the actor's own CURVE public key (z85), which it must prove in the handshake.
@@ -246,6 +240,8 @@ class ActorHandle:
     def _submit(
         self, method: str, args: tuple[Any, ...], kwargs: dict[str, Any], deadline_s: float | None, site: str
     ) -> PendingCall:
+        # Arguments are checked against the method's type hints and encoded on the caller's thread, before anything
+        # reaches the wire: a bad call raises at once (CallRejected, or TypeError for an argument that cannot be sent).
         if self.info is not None and not method.startswith("__"):
             self.info.method(method, actor=self.actor_name).bind(args, kwargs, actor=self.actor_name)
         conn = self._conn
@@ -347,8 +343,9 @@ class ActorHandle:
         }
 
     def __reduce__(self) -> tuple[Any, tuple[dict[str, Any]]]:
-        """Pickled as its identity only: the copy calls the same actor, never with this one's spawn token,
-        process or supervisor (which must not leave this process)."""
+        """Pickled as its identity only (pickle and cloudpickle, e.g. inside a config object): the copy calls the same
+        actor from any process, never with this one's spawn token (a pickle may end up anywhere, so the copy cannot
+        kill the actor, as a handle from ``get_actor`` cannot), process or supervisor (which must not leave here)."""
         return _handle_from_state, (self.to_state(),)
 
 

@@ -1,13 +1,6 @@
 """Whether the actor behind a connection is alive: heartbeats while calls are pending, and the link's changes.
 
-Every ``PING_INTERVAL_S`` while calls are pending, a PING goes out and calls silent for ``POLL_AFTER_S`` are POLLed;
-an actor that has said nothing for the connection's ``liveness_timeout_s`` is taken for dead (unreachable).
-
-A death is seen at once by every holder, not only the spawner: the socket monitor (read on the loop, off the call
-path) reports a dropped link, a probe PING goes out, and when the reconnects are refused, a connect of our own is
-refused too and the probe got no answer, the actor's process is gone (:mod:`transport.link_watch`). A busy actor
-keeps its link and its control lane answers PINGs, so it is never taken for dead. Where a process watcher of ours
-reports the exit with its code (the spawner, its supervisor) or a restart is under way, the link is left to it.
+A death is seen at once by every holder, not only the spawner; a busy actor is never taken for dead.
 """
 
 from __future__ import annotations
@@ -60,7 +53,12 @@ class LinkLiveness:
         self._confirming: asyncio.Task[None] | None = None  # is the listener really gone? (see _confirm_gone)
 
     async def heartbeat(self, socket: ZmqEndpoint) -> None:
-        """Beat until the actor is dead (or the task is cancelled); acknowledgements left over go out too."""
+        """Beat until the actor is dead (or the task is cancelled); acknowledgements left over go out too.
+
+        Every ``PING_INTERVAL_S`` while calls are pending, a PING goes out and calls silent for ``POLL_AFTER_S``
+        are POLLed; an actor that has said nothing for ``liveness_timeout_s`` is taken for dead (unreachable). A
+        busy actor keeps its link and its control lane answers PINGs, so it is never taken for dead.
+        """
         watched, nonce = self._watched, 0
         while watched.dead is None:
             await asyncio.sleep(PING_INTERVAL_S)
@@ -82,8 +80,10 @@ class LinkLiveness:
                 socket.send(Poll(quiet).pack())
 
     def changed(self, socket: ZmqEndpoint, change: LinkChange, reason: str) -> None:
-        """The socket monitor's word: a drop sends a probe; a peer whose listener is gone is confirmed gone
-        (:meth:`_confirm_gone`)."""
+        """The socket monitor's word (read on the loop, off the call path): a drop sends a probe; a peer whose
+        listener is gone is confirmed gone (:meth:`_confirm_gone`): reconnects refused, a connect of our own refused
+        and no answer to the probe (transport.link_watch). Where a process watcher of ours reports the exit with
+        its code (the spawner, its supervisor) or a restart is under way, the link is left to it."""
         self._link_down = change is not LinkChange.BACK
         if change is LinkChange.LOST:
             self._probes += 1

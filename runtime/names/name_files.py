@@ -1,10 +1,7 @@
 """The name registry of a plain driver's tree: one small JSON file (a handle's state) per name, in a directory.
 
-``MILES_ACTOR_REGISTRY`` names the directory; without it, the first spawning process of a tree (a driver script)
-makes a private one (mode 0700, removed at exit) and hands it to every actor it spawns, and they to theirs. A
-driver's ``runtime.spawn`` only starts local processes, so its whole tree is on one host and shares the directory.
-(A launch uses its launcher's name service instead: :mod:`runtime.names.name_service`.) Claims are serialised with a
-file lock. It has the operations of :class:`runtime.names.name_registry.NameRegistry`.
+A driver's ``runtime.spawn`` only starts local processes, so its whole tree is on one host and shares the directory.
+(A launch uses its launcher's name service instead: :mod:`runtime.names.name_service`.)
 """
 
 from __future__ import annotations
@@ -31,7 +28,9 @@ _own_dir: Path | None = None  # the registry this process made (it has no MILES_
 
 
 def registry_dir() -> Path:
-    """This tree's registry: ``MILES_ACTOR_REGISTRY``, else a private directory made once (removed at exit)."""
+    """This tree's registry: ``MILES_ACTOR_REGISTRY``, else a private directory made once (mode 0700, removed at
+    exit). The first spawning process of a tree (a driver script) makes it and hands it to every actor it spawns,
+    and they to theirs."""
     global _own_dir
     directory = os.environ.get(REGISTRY_ENV)
     if directory:
@@ -44,7 +43,9 @@ def registry_dir() -> Path:
 
 
 class FileRegistry:
-    """Names in the directory :func:`registry_dir` names; names and namespaces are checked by the caller."""
+    """Names in the directory :func:`registry_dir` names, with the operations of
+    :class:`runtime.names.name_registry.NameRegistry`; names and namespaces are checked by the caller. Claims are
+    serialised with a file lock."""
 
     def __init__(self, directory: Path) -> None:
         self.directory = directory

@@ -1,9 +1,6 @@
 """A registry of actor names: ``(namespace, name) -> handle state``, thread-safe, bounded; and the rule for names.
 
-The data structure a launch's name service serves (:mod:`runtime.names.name_service`) and the launcher uses directly. It
-knows nothing of handles, servers or clients: an entry is a handle's state (a JSON-safe dict) that it only stores,
-compares by endpoint and bounds in size. Claims are atomic: it checks and writes under one lock, so two callers
-cannot both take a name.
+The data structure a launch's name service serves (:mod:`runtime.names.name_service`) and the launcher uses directly.
 """
 
 from __future__ import annotations
@@ -40,7 +37,11 @@ def check_key(namespace: str, name: str) -> None:
 
 
 class NameRegistry:
-    """Names of one launch: ``(namespace, name) -> handle state``, thread-safe, bounded."""
+    """Names of one launch: ``(namespace, name) -> handle state``, thread-safe, bounded.
+
+    It knows nothing of handles, servers or clients: an entry is a handle's state (a JSON-safe dict) that it only
+    stores, compares by endpoint and bounds in size.
+    """
 
     def __init__(self, *, max_names: int = DEFAULT_MAX_NAMES, max_entry_bytes: int = DEFAULT_MAX_ENTRY_BYTES) -> None:
         self.max_names = max_names
@@ -67,7 +68,8 @@ class NameRegistry:
         self, namespace: str, name: str, state: dict[str, Any], replacing: dict[str, Any] | None
     ) -> dict[str, Any] | None:
         """Register ``state`` under the name unless another actor holds it; returns that holder's entry (the claim
-        then failed). ``replacing``: an entry the caller found dead; it is taken over only if it is still there."""
+        then failed). ``replacing``: an entry the caller found dead; it is taken over only if it is still there.
+        Atomic: it checks and writes under one lock, so two callers cannot both take a name."""
         check_key(namespace, name)
         with self._lock:
             current = self._entries.get((namespace, name))

@@ -1,17 +1,6 @@
 """A launch's name service: one registry of actor names for every host of a launch, kept by the launcher.
 
-The launcher process is the name authority of its launch: it keeps a :class:`~runtime.names.name_registry.NameRegistry`
-and serves it as :class:`NameService`, an actor served in-process (:mod:`runtime.names.service`); other processes
-call it through a handle (:func:`connect`) whose calls carry a deadline and raise :class:`NameServiceUnavailable`
-when they do not get through. Every process of the launch finds it in
-``MILES_NAME_SERVICE`` (JSON: the endpoint as that host reaches the launcher, and the service's CURVE public key),
-so ``get_actor`` and ``spawn(..., name=...)`` see the same names on every host (:mod:`runtime.names.naming`). Claims are
-atomic: the registry checks and writes under one lock, so two hosts cannot both take a name.
-
-Who may call it: any holder of the launch's CURVE client key, as any actor's public methods (with CURVE off, anyone
-who reaches its port). Entries hold a handle's state only (never a spawn token). What a caller can store is
-bounded: an entry's size (``max_entry_bytes``) and the number of names in the registry (``max_names``), with
-errors that say so.
+With it ``get_actor`` and ``spawn(..., name=...)`` see the same names on every host (:mod:`runtime.names.naming`).
 """
 
 from __future__ import annotations
@@ -30,6 +19,7 @@ from runtime.names.service import ServiceAddress, ServiceServer
 from transport import register_type
 
 #: The environment variable naming a launch's name service (set by the launcher on every worker and command job).
+#: JSON: the endpoint as that host reaches the launcher, and the service's CURVE public key.
 NAME_SERVICE_ENV = "MILES_NAME_SERVICE"
 CALL_DEADLINE_S = 10.0
 
@@ -65,7 +55,13 @@ class NameServiceUnavailable(RuntimeError):
 
 
 class NameService:
-    """The registry as an actor serves it to the launch's processes (only these methods; ``put`` stays local)."""
+    """The registry as an actor serves it to the launch's processes (only these methods; ``put`` stays local).
+
+    The launcher is the name authority of its launch and serves this in-process (runtime.names.service). Who may
+    call it: any holder of the launch's CURVE client key, as any actor's public methods (with CURVE off, anyone who
+    reaches its port). Entries hold a handle's state only (never a spawn token); what a caller can store is bounded
+    (the registry's ``max_entry_bytes`` and ``max_names``), with errors that say so.
+    """
 
     def __init__(self, *, registry: NameRegistry) -> None:
         self.registry = registry  # the launcher's own names go here directly (runtime.names.naming)

@@ -1,24 +1,6 @@
 """Named actors: ``spawn(..., name="x", namespace="ns")`` and ``get_actor("x", namespace="ns")``.
 
-Names live in this process (the handles it registered) and in its tree's registry, one of:
-
-- in a launch (``miles-launch``): the launch's name service, which the launcher process keeps and serves
-  (:mod:`runtime.names.name_service`); every worker, command job and actor they spawn finds it in
-  ``MILES_NAME_SERVICE``, so a name is one name on every host of the launch; the launcher process itself uses
-  its registry directly;
-- in a plain driver's tree: a registry directory the first spawning process makes and hands down
-  (:mod:`runtime.names.name_files`; ``MILES_ACTOR_REGISTRY`` names one explicitly). ``get_actor`` works inside any
-  actor of the same launch or driver with no setup.
-
-A name belongs to one live actor: spawning another under it raises ValueError (``get_if_exists=True`` returns
-the live one instead); the name of an actor that died may be taken again (:mod:`runtime.processes.spawn_names` asks the
-holder). ``namespace`` scopes names (as Ray's): the same name in two namespaces is two actors; the default
-namespace is the one the launcher's cells are in. An entry holds no secret (no spawn token): a handle from
-``get_actor`` can call methods, not kill.
-
-The functions that ask the registry are sync; on the runtime's event loop thread (e.g. inside a coroutine run by
-``runtime.spawn``) use their async variants (``get_actor_async``): with a name service, the sync ones refuse to
-block the loop they would wait on.
+A name is shared by a whole launch or driver tree: ``get_actor`` works inside any of its actors with no setup.
 """
 
 from __future__ import annotations
@@ -41,14 +23,19 @@ from runtime.names.name_service import NAME_SERVICE_ENV, HandleState
 
 log = logging.getLogger(__name__)
 
+# ``namespace`` scopes names (as Ray's): the same name in two namespaces is two actors. The default namespace is
+# the one the launcher's cells are in.
 DEFAULT_NAMESPACE = ""
 
-_names: dict[tuple[str, str], ActorHandle] = {}
+_names: dict[tuple[str, str], ActorHandle] = {}  # the handles this process registered (names live here too)
 _lock = threading.Lock()
 _background: set[asyncio.Task[Any]] = set()  # forget/refresh sent from the loop thread, kept until done
 
 #: This process's registry: the one it serves (a launcher), a handle to the launch's name service, or its tree's
 #: files. The three answer the same methods; the handle's answers are calls to await (or ``.result()``).
+#: In a launch (``miles-launch``) every worker, command job and actor they spawn finds the name service in
+#: ``MILES_NAME_SERVICE``, so a name is one name on every host; in a plain driver's tree the first spawning
+#: process makes a registry directory and hands it down (runtime.names.name_files; ``MILES_ACTOR_REGISTRY``).
 Backend = NameRegistry | ActorHandle | FileRegistry
 
 
@@ -150,7 +137,9 @@ async def claim_async(
     name: str, handle: ActorHandle, namespace: str, *, replacing: dict[str, Any] | None
 ) -> dict[str, Any] | None:
     """Register ``handle`` under the name unless another actor holds it; returns that holder's entry (the claim then
-    failed). ``replacing``: an entry its caller found dead; it is taken over only if it is still the one there."""
+    failed). ``replacing``: an entry its caller found dead; it is taken over only if it is still the one there.
+    A name belongs to one live actor: ``spawn`` under a live one's name raises ValueError (``get_if_exists=True``
+    returns it instead); a dead actor's name may be taken again (runtime.processes.spawn_names asks the holder)."""
     state = handle.to_state()
     holder = await _ask(lambda r: r.claim(namespace, name, _sent(r, state), _sent(r, replacing)))
     if holder is None:
@@ -218,6 +207,7 @@ def _found(name: str, namespace: str, state: dict[str, Any] | None, known: list[
 def get_actor(name: str, namespace: str = DEFAULT_NAMESPACE) -> ActorHandle:
     """The actor registered under the name in ``namespace`` (as Ray's ``ray.get_actor``); raises ActorNotFound
     (a KeyError and a ValueError) listing the names known there. On the runtime's loop thread: ``get_actor_async``.
+    An entry holds no secret (no spawn token): the handle can call methods, not kill the actor.
     """
     check_key(namespace, name)
     handle = local_handle(name, namespace)

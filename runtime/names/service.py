@@ -1,14 +1,7 @@
 """One object a process serves to the other processes of its launch as an actor, its address, and a handle to it.
 
 What the launch's name service (:mod:`runtime.names.name_service`) and the launcher's provider API
-(:mod:`launcher.launch.provider_service`) share. The object is served from an in-process actor server
-(:func:`runtime.processes.driver_server.start_server`: its public methods and the built-ins, no control calls) with the
-launch's CURVE keys, on every interface when other hosts must reach it, else on loopback. A process finds it by a
-:class:`ServiceAddress` (its endpoint as that process's host reaches the server, and the server's CURVE public key),
-which travels as JSON (an environment variable, a constructor kwarg), and calls it through an
-:class:`~runtime.caller.handle.ActorHandle` (:func:`connect`) as any actor: arguments and results checked against
-the class's hints, with the service's :class:`~runtime.caller.call_policy.CallPolicy` (a deadline per call; a call
-that does not get through raises the service's error, naming the endpoint and the fix).
+(:mod:`launcher.launch.provider_service`) share.
 """
 
 from __future__ import annotations
@@ -31,7 +24,8 @@ log = logging.getLogger(__name__)
 
 @dataclass(frozen=True)
 class ServiceAddress:
-    """Where a process reaches a service: its endpoint and its CURVE public key (z85; None: CURVE off)."""
+    """Where a process reaches a service: its endpoint as that process's host reaches the server, and its CURVE
+    public key (z85; None: CURVE off). It travels as JSON (an environment variable, a constructor kwarg)."""
 
     endpoint: str
     server_key: str | None
@@ -92,7 +86,9 @@ class ServiceServer:
 
 def serve(instance: object, name: str, *, curve_dir: CurveDir, open_bind: bool, what: str) -> ServiceServer:
     """Serve ``instance`` as the actor ``name`` from this process, on every interface when ``open_bind`` (other
-    hosts reach it) else on loopback, with CURVE when ``curve_dir`` names keys. ``what``: e.g. "the provider API"."""
+    hosts reach it) else on loopback, with CURVE when ``curve_dir`` names keys. ``what``: e.g. "the provider API".
+    An in-process actor server (:func:`runtime.processes.driver_server.start_server`) serves its public methods and
+    the built-ins, no control calls."""
     server = driver_server.start_server(
         instance, name, bind="tcp://0.0.0.0:0" if open_bind else "tcp://127.0.0.1:0",
         curve=security.resolve(curve_dir), what=f"start {what}",
@@ -105,7 +101,9 @@ def connect(
 ) -> ActorHandle:
     """A handle to the service at ``address``: an instance of ``service`` (its class: arguments are checked against
     its hints before the wire, and the types they name registered) served as the actor ``name``, called with
-    ``policy``. ``curve_dir``: the client keys (default ``MILES_CURVE_DIR``). Its connection opens on first call."""
+    ``policy`` (a deadline per call; a call that does not get through raises the service's error, naming the
+    endpoint and the fix). ``curve_dir``: the client keys (default ``MILES_CURVE_DIR``). Its connection opens on
+    first call."""
     return ActorHandle(
         endpoint=address.endpoint, name=name, class_path=class_path(service), boot_id=None, host=address.endpoint,
         pid=0, info=class_info(service), server_key=address.server_key, curve_dir=curve_dir, policy=policy,
