@@ -331,20 +331,6 @@ _DOCSTRING_USAGE = frozenset({
     "launcher/__init__.py", "launcher/console/cli.py", "runtime/__init__.py", "runtime/collective.py",
     "runtime/metrics.py", "runtime/ray_compat/__init__.py",
 })  # fmt: skip
-#: Module docstrings still over the limit (issue 43 item 6 not done there yet): files other work was changing while
-#: runtime/ and launcher/ were cut, then actors/ (cut only where it was longest). Remove each entry once it is short.
-_DOCSTRING_NOT_YET_SHORT = frozenset({
-    "runtime/actor/actor_server.py", "runtime/actor/admission.py", "runtime/actor/call_routing.py",
-    "runtime/actor/call_store.py", "runtime/caller/connection.py", "runtime/caller/handle.py",
-    "runtime/caller/link_liveness.py", "runtime/names/name_files.py", "runtime/names/name_registry.py",
-    "runtime/names/name_service.py", "runtime/names/naming.py", "runtime/names/service.py", "transport/__init__.py",
-    "transport/codec.py", "transport/decoder.py", "transport/direct_links.py", "transport/direct_stream.py",
-    "transport/endpoint_monitor.py", "transport/endpoints.py", "transport/frames.py", "transport/link_watch.py",
-    "transport/local_twin.py", "transport/peer_queues.py", "transport/protocol.py", "transport/reader_handoff.py",
-    "transport/sealed_pickle.py", "transport/security.py", "transport/session_secret.py", "transport/shared_memory.py",
-    "transport/shm_names.py", "transport/shm_pool.py", "transport/sockets.py", "transport/stream_frames.py",
-    "transport/waker.py", "transport/zap_gate.py",
-})  # fmt: skip
 
 
 def _docstring_lines(path: Path) -> int:
@@ -355,16 +341,10 @@ def _docstring_lines(path: Path) -> int:
 def test_module_docstrings_are_short() -> None:
     """A module docstring says what the module is and why in one to three lines; mechanism is a comment where it
     bites, or the docstring of the class or function it concerns (shared STYLE.md, issue 43 item 6)."""
-    allowed = _DOCSTRING_USAGE | _DOCSTRING_NOT_YET_SHORT
     long = {}
     for package in LAYERS:
         for path in sorted((ROOT / package).rglob("*.py")):
             name = path.relative_to(ROOT).as_posix()
-            if name not in allowed and (count := _docstring_lines(path)) > MAX_DOCSTRING_LINES:
+            if name not in _DOCSTRING_USAGE and (count := _docstring_lines(path)) > MAX_DOCSTRING_LINES:
                 long[name] = count
     assert not long, f"module docstrings over {MAX_DOCSTRING_LINES} lines (move the mechanism to the code): {long}"
-    stale = sorted(
-        name for name in _DOCSTRING_NOT_YET_SHORT
-        if not (ROOT / name).exists() or _docstring_lines(ROOT / name) <= MAX_DOCSTRING_LINES
-    )  # fmt: skip
-    assert not stale, f"short now (or gone): remove from _DOCSTRING_NOT_YET_SHORT: {stale}"
