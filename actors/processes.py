@@ -19,7 +19,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, TypeVar
 
-from runtime.processes.parent_death import die_with_parent_preexec
+from runtime.internals import die_with_parent_preexec
 
 logger = logging.getLogger(__name__)
 

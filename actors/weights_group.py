@@ -13,7 +13,7 @@ import torch
 import torch.distributed as dist
 from torch.distributed import distributed_c10d as c10d
 
-from runtime.tensors.collective_groups import new_process_group
+from runtime.collective import new_process_group
 
 BACKENDS = ("gloo", "nccl")
 

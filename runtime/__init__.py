@@ -60,7 +60,7 @@ from runtime.core.errors import (
     RemoteError,  # also an instance of the remote exception's class when loaded here (except ValueError catches it)
 )
 from runtime.core.metadata import method
-from runtime.names.naming import get_actor
+from runtime.names.naming import get_actor, get_actor_async
 from runtime.objects.object_refs import ObjectRef
 from runtime.objects.tensor_put import put
 from runtime.processes.spawn import connect, connect_async, spawn, spawn_async, spawn_many
@@ -92,6 +92,7 @@ __all__ = [
     "exit_actor",
     "gather",
     "get_actor",
+    "get_actor_async",
     "method",
     "put",
     "register_type",

@@ -30,7 +30,10 @@ from runtime.tensors.collective_groups import (
     get_group,
     group_names,
     member,
+    new_process_group,
 )
+from runtime.tensors.net_routes import interface_towards
+from runtime.tensors.tensor_specs import torch_dtype
 
 __all__ = [
     "BACKENDS",
@@ -41,7 +44,10 @@ __all__ = [
     "destroy_group",
     "get_group",
     "group_names",
+    "interface_towards",
     "member",
+    "new_process_group",
+    "torch_dtype",
     "wait_freed",
 ]
 

@@ -35,6 +35,15 @@ if _hard == resource.RLIM_INFINITY or _soft < _hard:
         print(f"[tests] could not raise RLIMIT_NOFILE from {_soft}: {exc}", file=sys.stderr)
 
 
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Under pytest-xdist (``-n 2 --dist loadgroup``: scripts/test.sh) a module's tests run on one worker, so its
+    module fixtures (a network-namespace cluster, a launch) start once; the real Slurm cluster's tests share one."""
+    for item in items:
+        if item.get_closest_marker("xdist_group") is None:
+            slurm = "slurm_cluster" in getattr(item, "fixturenames", ())
+            item.add_marker(pytest.mark.xdist_group("slurm" if slurm else item.nodeid.partition("::")[0]))
+
+
 def _running(proc: psutil.Process) -> bool:
     """Alive and not a zombie (one that ends or becomes a zombie while we look counts as gone)."""
     try:
@@ -45,8 +54,7 @@ def _running(proc: psutil.Process) -> bool:
 
 def _children() -> list[psutil.Process]:
     """Our running descendants but this process's own fork server (runtime.processes.driver_fork), which lives as long
-    as
-    we do."""
+    as we do."""
     own = driver_fork.server_pid()
     try:
         return [p for p in psutil.Process(os.getpid()).children(recursive=True) if p.pid != own and _running(p)]

@@ -169,6 +169,26 @@ def test_the_core_imports_only_itself_and_transport() -> None:
     assert not {m: r for m, r in found.items() if r}, found
 
 
+#: What the layers above runtime/ may import of it: its package (runtime.__all__), the plumbing a launcher needs
+#: (runtime.internals), collective groups, metrics, and the Ray-shaped API. Its sub-packages are its own business.
+RUNTIME_PUBLIC = ("runtime", "runtime.internals", "runtime.collective", "runtime.metrics")
+
+
+def test_the_layers_above_use_only_the_runtimes_public_modules() -> None:
+    found = [
+        f"{module} -> {target}"
+        for module, targets in sorted(project_graph().items())
+        if not module.startswith("runtime")
+        for target in sorted(targets)
+        if target.startswith("runtime.")
+        and target not in RUNTIME_PUBLIC
+        and not target.startswith("runtime.ray_compat")
+    ]
+    assert not found, "import these names from runtime, runtime.internals or runtime.collective instead:\n" + "\n".join(
+        found
+    )
+
+
 MAX_MODULES_PER_FOLDER = 30
 
 

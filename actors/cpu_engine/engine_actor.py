@@ -19,8 +19,7 @@ from actors.cpu_engine.server import create_app
 from actors.cpu_engine.settings import EngineSettings
 from actors.model_config import ModelConfig
 from actors.processes import advertised_host
-from runtime import method
-from runtime.tensors.tensor_refs import TensorRef
+from runtime import TensorRef, method
 
 START_TIMEOUT_S = 30.0
 WILDCARDS = ("0.0.0.0", "::", "")

@@ -12,8 +12,8 @@ import torch
 
 from actors.cpu_engine.model import LlamaForCausalLM
 from actors.cpu_engine.weights import check_named_tensors, load_named_tensors
-from runtime.tensors.tensor_refs import TensorRef
-from runtime.tensors.tensor_specs import torch_dtype
+from runtime import TensorRef
+from runtime.collective import torch_dtype
 
 
 def ref_loader(

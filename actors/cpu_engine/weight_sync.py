@@ -30,8 +30,7 @@ from actors.cpu_engine.weights import (
 )
 from actors.weights_group import WeightsGroup, dtype_from_name
 from actors.weights_wire import decode_named_tensors
-from runtime import within
-from runtime.tensors.tensor_refs import TensorRef
+from runtime import TensorRef, within
 
 logger = logging.getLogger(__name__)
 

@@ -16,8 +16,7 @@ from actors.inference.provider_address import worker_url_host
 from launcher.launch.cells import DeathReport
 from launcher.launch.provider_service import ProviderApiError
 from launcher.launch.provider_views import CellView
-from runtime import ActorHandle, RemoteError, within
-from runtime.names.naming import get_actor_async
+from runtime import ActorHandle, RemoteError, get_actor_async, within
 
 logger = logging.getLogger(__name__)
 

@@ -16,7 +16,7 @@ import torch.distributed as dist
 
 from actors.trainer._megatron import mcore_random, parallel_state
 from actors.trainer.config import Backend
-from runtime.tensors.net_routes import interface_towards
+from runtime.collective import interface_towards
 
 logger = logging.getLogger(__name__)
 

@@ -25,7 +25,7 @@ from launcher.agent.process_tree import ProcessTree, terminate_trees
 from launcher.agent.readiness import wait_ready
 from launcher.agent.zygote_client import ZygoteClient
 from launcher.console.log_filter import ConsoleLogFilter
-from runtime.processes.fork_client import ForkedWorker
+from runtime.internals import ForkedWorker
 from transport import shared_memory
 
 PROC_MARKER = "MILES_AGENT_PROC"  # env var naming the worker a process descends from (survives double forks)

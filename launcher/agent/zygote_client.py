@@ -7,8 +7,7 @@ import os
 import subprocess
 from pathlib import Path
 
-from runtime.processes.fork_client import READY_WAIT_S, ForkClient, ForkedWorker
-from runtime.processes.parent_death import die_with_parent_preexec
+from runtime.internals import READY_WAIT_S, ForkClient, ForkedWorker, die_with_parent_preexec
 
 __all__ = ["ENABLE_ENV", "READY_WAIT_S", "ForkedWorker", "ZygoteClient"]
 

@@ -20,9 +20,8 @@ from launcher.errors import ConfigError
 from launcher.launch.code_package import CodePackage, code_packages
 from launcher.launch.code_package import describe as describe_code
 from launcher.launch.job import resolve_entrypoint, use_job_code
-from runtime.core.errors import ActorDefinitionError
-from runtime.core.metadata import check_keyword_only_constructor
-from runtime.core.type_checks import deep_check, hint_name, matches, short
+from runtime import ActorDefinitionError
+from runtime.internals import check_keyword_only_constructor, deep_check, hint_name, matches, short
 
 Source = tuple[str, str]  # (hosts.toml's name, its text)
 

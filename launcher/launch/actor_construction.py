@@ -15,7 +15,7 @@ from launcher.launch.cell_table import CellTable
 from launcher.launch.cells import WorkerInfo
 from launcher.launch.construction_progress import ConstructionProgress
 from launcher.launch.worker_state import WorkerState
-from runtime.caller.client import ClientRuntime
+from runtime.internals import ClientRuntime
 
 #: How long past its own deadline a construction may take before the launcher gives up on it (its calls carry
 #: the deadline; this only bounds a loop that stopped answering).
@@ -50,12 +50,12 @@ class ActorConstruction:
     def run(self) -> None:
         """Construct every worker's actor; on the first failure (or an interrupt) cancel the others and raise.
 
-    Each construction is a coroutine on the client runtime's loop (``runtime.internals.attach_async``), not a
-    thread: on a failure the start stops at once with its error (traceback, pool, cell, host), the progress line
-    says ``failed`` and the constructions still running are cancelled, as on Ctrl-C, so nothing is left running
-    that the interpreter would wait for at exit (a thread blocked in a constructor call kept the launcher alive
-    for seconds after its teardown). Every worker's state moves (ready -> attached, or failed) in the cell table
-    and the state file as the console reports it, so ``miles-launch status`` shows what the console shows."""
+        Each construction is a coroutine on the client runtime's loop (``runtime.internals.attach_async``), not a
+        thread: on a failure the start stops at once with its error (traceback, pool, cell, host), the progress line
+        says ``failed`` and the constructions still running are cancelled, as on Ctrl-C, so nothing is left running
+        that the interpreter would wait for at exit (a thread blocked in a constructor call kept the launcher alive
+        for seconds after its teardown). Every worker's state moves (ready -> attached, or failed) in the cell table
+        and the state file as the console reports it, so ``miles-launch status`` shows what the console shows."""
         progress = ConstructionProgress([(w.placement.pool_id, w.worker_id) for w in self.workers], self._say)
         loop = ClientRuntime.get().loop
         with self.table.cond:

@@ -22,8 +22,7 @@ from launcher.launch.cells import CellInfo, WorkerInfo
 from launcher.launch.launch_services import LaunchServices
 from launcher.launch.worker_command import build_spawn, port_counts
 from launcher.launch.worker_state import ENDED_STATES, LIVE_STATES, WorkerState
-from runtime.core.control_auth import SpawnTicket
-from runtime.names.naming import DEFAULT_NAMESPACE
+from runtime.internals import DEFAULT_NAMESPACE, SpawnTicket
 
 log = logging.getLogger(__name__)
 

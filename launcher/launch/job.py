@@ -24,9 +24,8 @@ from launcher.launch import provider_service
 from launcher.launch.cells import CellInfo, DeathReport, WorkerInfo
 from launcher.launch.code_package import local_paths
 from launcher.launch.worker_provider import WorkerProvider
-from runtime.caller.handle import ActorHandle
-from runtime.names.name_service import NAME_SERVICE_ENV
-from runtime.processes.parent_death import die_with_parent_preexec
+from runtime import ActorHandle
+from runtime.internals import NAME_SERVICE_ENV, die_with_parent_preexec
 from transport import session_secret
 from transport.security import CURVE_DIR_ENV
 from transport.session_secret import SECRET_ENV

@@ -13,9 +13,7 @@ from launcher.errors import LauncherError
 from launcher.launch import curve_keys
 from launcher.launch.provider_service import ProviderService, serve_provider_api
 from launcher.launch.service_discovery import ServiceDiscovery
-from runtime.names import name_service
-from runtime.names.name_registry import NameRegistry
-from runtime.names.service import ServiceServer
+from runtime.internals import NameRegistry, ServiceServer, serve_name_service
 
 # file_sd JSON under the launcher workdir, mirroring the HTTP service discovery (``metrics_sd_url``);
 # launcher.launch.metrics_targets says what it lists.
@@ -86,7 +84,7 @@ class LaunchServices:
         open_bind = self._open_bind()
         try:
             registry = NameRegistry()
-            self.name_server = name_service.serve(curve_dir=self.curve_dir, open_bind=open_bind, registry=registry)
+            self.name_server = serve_name_service(curve_dir=self.curve_dir, open_bind=open_bind, registry=registry)
             self.name_registry = registry
         except (OSError, RuntimeError) as exc:
             raise LauncherError(f"cannot serve the launch's actor names: {exc}") from None

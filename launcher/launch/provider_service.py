@@ -15,10 +15,8 @@ from pydantic import Field
 from launcher.errors import LauncherError
 from launcher.launch.cells import DeathReport
 from launcher.launch.provider_views import CellView, WorkerView
-from runtime.caller.call_policy import CallPolicy
-from runtime.caller.handle import ActorHandle
-from runtime.names import service
-from runtime.names.service import ServiceAddress, ServiceServer
+from runtime import ActorHandle
+from runtime.internals import CallPolicy, ServiceAddress, ServiceServer, connect_service, serve_service
 from transport.security import FROM_ENV, CurveDir
 
 if TYPE_CHECKING:
@@ -179,7 +177,7 @@ def serve_provider_api(provider: ProviderService, *, curve_dir: str | None, open
     Only holders of the launch's client key get through, as for every actor (with CURVE off, whoever reaches its
     port)."""
     try:
-        return service.serve(
+        return serve_service(
             provider, "provider-api", curve_dir=curve_dir, open_bind=open_bind, what="the provider API"
         )
     except (OSError, RuntimeError) as exc:
@@ -237,7 +235,7 @@ def connect(
         )
 
     policy = CallPolicy(deadline_s=deadline, unavailable=unavailable)
-    return service.connect(parsed, ProviderService, name="provider-api", policy=policy, curve_dir=curve_dir)
+    return connect_service(parsed, ProviderService, name="provider-api", policy=policy, curve_dir=curve_dir)
 
 
 def from_env() -> ActorHandle | None:

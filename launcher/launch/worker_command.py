@@ -10,7 +10,7 @@ from launcher.agent.agent_commands import Spawn
 from launcher.config.hosts_config import HostConfig
 from launcher.config.placement import WorkerPlacement
 from launcher.config.specs import CommandWorkerSpec, PortScope, ServeWorkerSpec
-from runtime.names.name_service import NAME_SERVICE_ENV
+from runtime.internals import NAME_SERVICE_ENV
 from transport import session_secret
 from transport.security import CURVE_DIR_ENV
 from transport.session_secret import SECRET_ENV
