@@ -21,7 +21,9 @@ from tests.actors.conftest import free_port
 
 def _python_record(level: int, message: str) -> str:
     formatter = logging.Formatter("%(asctime)s %(levelname)s pid=7 %(name)s: %(message)s")
-    return formatter.format(logging.LogRecord("actors.x", level, __file__, 1, message, None, None))
+    record = logging.LogRecord("actors.x", level, __file__, 1, message, None, None)
+    record.created, record.msecs = 1_780_000_000.0, 491.0  # a fixed time: test ids stay the same in every process
+    return formatter.format(record)
 
 
 @pytest.mark.parametrize(
