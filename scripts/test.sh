@@ -7,4 +7,6 @@ bash scripts/setup.sh
 echo "[test] ruff"
 ruff check .
 echo "[test] pytest"
-python -m pytest tests -q --durations=30 "$@"
+# Two workers (pytest-xdist): the suite mostly waits on processes, using about half of two cores when serial.
+# A module's tests stay on one worker (tests/conftest.py), so module fixtures start once.
+python -m pytest tests -q --durations=30 -n 2 --dist loadgroup "$@"

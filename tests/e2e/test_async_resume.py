@@ -21,7 +21,9 @@ from tests.e2e.test_demo_job import LAUNCH, ROOT, ROW, left_behind, marked_env
 
 pytestmark = pytest.mark.processes
 
-ITERATIONS = 5  # the kill comes at iteration 2; the resumed run does the rest
+# The kill comes right after iteration 2 (the rank's pid is looked up at iteration 1: a lookup takes seconds on a
+# loaded machine, longer than the rest of a run of 5 iterations); the resumed run does the rest.
+ITERATIONS = 8
 
 
 def config_for(tmp_path: Path, *, resume: bool) -> Path:
@@ -54,12 +56,15 @@ def test_a_dead_trainer_rank_stops_the_run_and_resume_continues_from_its_checkpo
     try:
         assert proc.stdout is not None
         deadline = time.monotonic() + 200
+        victim = None
         for line in proc.stdout:
             seen.append(line)
+            if (m := ROW.match(line)) and int(m.group(1)) == 1:
+                victim = trainer_pid(config, "trainer-0-1")
             if ((m := ROW.match(line)) and int(m.group(1)) == 2) or time.monotonic() > deadline:
                 break
-        assert any(ROW.match(line) for line in seen), "".join(seen[-30:])
-        os.kill(trainer_pid(config, "trainer-0-1"), signal.SIGKILL)
+        assert victim is not None and any(ROW.match(line) for line in seen), "".join(seen[-30:])
+        os.kill(victim, signal.SIGKILL)
         rest, _ = proc.communicate(timeout=120)
     finally:
         if proc.poll() is None:
@@ -67,7 +72,9 @@ def test_a_dead_trainer_rank_stops_the_run_and_resume_continues_from_its_checkpo
             proc.wait(10)
     output = "".join(seen) + rest
     assert proc.returncode != 0, output[-3000:]
-    error = next(line for line in output.splitlines() if line.startswith("actors.demo.async_loop.TrainerFailed"))
+    errors = [line for line in output.splitlines() if line.startswith("actors.demo.async_loop.TrainerFailed")]
+    assert errors, output[-4000:]
+    error = errors[0]
     assert "rank 1: ActorDied" in error and "trainer-0-1" in error and "SIGKILL" in error, error
     done = int(re.search(r"last checkpoint: \S+iter-(\d+) \(iteration (\d+)\)", error).group(2))  # type: ignore[union-attr]
     assert 1 <= done < ITERATIONS and "resume = true" in error, error
