@@ -20,22 +20,25 @@ async def within(
     the builtin ``TimeoutError`` raised; a cancel of the caller cancels it too and is always raised, and a result
     that came in the same turn is given to ``on_dropped`` (a lock just taken is released there)."""
     task = asyncio.ensure_future(awaitable)
+    timed_out = False
     try:
         done, _ = await asyncio.wait({task}, timeout=None if timeout_s is None else max(0.0, timeout_s))
-    except asyncio.CancelledError:
-        task.cancel()
+        if not done:
+            timed_out = True
+            task.cancel()
+            await asyncio.wait({task})  # it may finish with a result instead: then that result stands
+            if task.cancelled():
+                raise TimeoutError(f"no result within {timeout_s} s")
+    except asyncio.CancelledError:  # while waiting for it, or for it to end after a timeout
+        if not timed_out:  # else it has its cancel already: a second would cut short how it ends
+            task.cancel()
         with contextlib.suppress(asyncio.CancelledError):  # a second cancel: the first is raised all the same
             await asyncio.wait({task})
         if task.done() and not task.cancelled() and task.exception() is None and on_dropped is not None:
             on_dropped(task.result())
         _settle(task)
         raise
-    if not done:
-        task.cancel()
-        await asyncio.wait({task})  # a cancel of the caller meanwhile is raised from here
-        if task.cancelled():
-            raise TimeoutError(f"no result within {timeout_s} s")
-    return task.result()  # it may have finished while being cancelled: then its outcome stands
+    return task.result()
 
 
 def _settle(task: asyncio.Future[object]) -> None:

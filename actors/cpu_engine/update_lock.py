@@ -63,7 +63,7 @@ class ModelUpdateLock:
 
     async def _wait(self, ready: object, timeout_s: float, who: str) -> None:
         try:
-            await within(self._cond.wait_for(ready), max(0.0, timeout_s))  # type: ignore[arg-type]
+            await within(self._cond.wait_for(ready), timeout_s)  # type: ignore[arg-type]
         except TimeoutError as exc:
             raise UpdateLockTimeout(
                 f"{who} waited {timeout_s}s for the model update lock "

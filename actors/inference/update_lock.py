@@ -17,7 +17,7 @@ class UpdateLock:
     async def acquire(self, timeout_s: float) -> bool:
         """Take the lock within ``timeout_s`` (False if it stayed held)."""
         try:
-            await within(self._lock.acquire(), max(0.0, timeout_s), on_dropped=lambda _: self._lock.release())
+            await within(self._lock.acquire(), timeout_s, on_dropped=lambda _: self._lock.release())
             return True
         except TimeoutError:
             return False

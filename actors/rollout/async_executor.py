@@ -276,6 +276,6 @@ def newest_version_mask(loss_mask: list[int], versions: list[str]) -> list[int]:
 
 async def _wait(event: asyncio.Event, timeout_s: float) -> None:
     try:
-        await within(event.wait(), max(0.0, timeout_s))
+        await within(event.wait(), timeout_s)  # within clamps a past deadline to 0
     except TimeoutError:
         pass

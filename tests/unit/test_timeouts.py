@@ -86,3 +86,25 @@ def test_a_lock_taken_in_the_turn_of_the_cancel_is_given_back() -> None:
         assert not lock.locked()
 
     run(body())
+
+
+def test_a_result_that_comes_while_a_timed_out_wait_is_cancelled_is_given_to_on_dropped() -> None:
+    async def body() -> None:
+        dropped: list[str] = []
+
+        async def stubborn() -> str:
+            try:
+                await asyncio.sleep(10)
+            except asyncio.CancelledError:  # takes a while to end, then ends with a result after all
+                await asyncio.sleep(0.2)
+                return "late"
+            return "never"
+
+        waiter = asyncio.create_task(within(stubborn(), 0.01, on_dropped=dropped.append))
+        await asyncio.sleep(0.1)  # timed out: within waits for stubborn to end its cancel
+        waiter.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await waiter
+        assert dropped == ["late"]
+
+    run(body())
