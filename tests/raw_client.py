@@ -13,13 +13,14 @@ from transport import frames as wire
 from transport.codec import decode, encode
 from transport.messages import Ack, Result, Submit
 from transport.protocol import Kind
+from transport.sockets import shared_context
 
 
 class RawClient:
     """Blocking client: build frames by hand, send them as often as you like, read replies."""
 
     def __init__(self, endpoint: str) -> None:
-        self.socket = zmq.Context.instance().socket(zmq.DEALER)
+        self.socket = shared_context().socket(zmq.DEALER)
         self.socket.setsockopt(zmq.LINGER, 0)
         self.socket.connect(endpoint)
 

@@ -15,7 +15,7 @@ import zmq
 
 from transport import local_twin
 from transport.endpoints import ZmqEndpoint
-from transport.sockets import dealer, router
+from transport.sockets import dealer, router, shared_context
 from transport.waker import Waker
 
 
@@ -52,7 +52,7 @@ def pair(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> Ite
     thread = threading.Thread(target=loop.run_forever, name="test-loop", daemon=True)
     thread.start()
     pair = Pair(loop, thread)
-    context = zmq.Context.instance()
+    context = shared_context()
 
     def on_server(frames: list[zmq.Frame]) -> None:
         pair.served.append(bytes(frames[1]))  # a ZeroMQ frame, or bytes off a direct link

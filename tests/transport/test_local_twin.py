@@ -8,6 +8,7 @@ import pytest
 import zmq
 
 from transport import local_twin
+from transport.sockets import shared_context
 
 
 def _bound_router(context: zmq.Context, twin: bool) -> tuple[zmq.Socket, str]:
@@ -21,7 +22,7 @@ def _bound_router(context: zmq.Context, twin: bool) -> tuple[zmq.Socket, str]:
 
 
 def test_a_twin_is_named_after_the_tcp_address_and_found_while_its_owner_listens() -> None:
-    context = zmq.Context.instance()
+    context = shared_context()
     socket, address = _bound_router(context, twin=True)
     port = address.rsplit(":", 1)[1]
     assert local_twin.name_for(address) == f"ipc://@miles-tcp-127.0.0.1:{port}"
@@ -36,7 +37,7 @@ def test_a_twin_is_named_after_the_tcp_address_and_found_while_its_owner_listens
 
 
 def test_a_tcp_listener_without_a_twin_is_reached_over_tcp() -> None:
-    socket, address = _bound_router(zmq.Context.instance(), twin=False)
+    socket, address = _bound_router(shared_context(), twin=False)
     try:
         assert local_twin.find(address) is None
     finally:
@@ -46,7 +47,7 @@ def test_a_tcp_listener_without_a_twin_is_reached_over_tcp() -> None:
 def test_addresses_that_are_not_plain_tcp_or_are_names_get_no_twin() -> None:
     assert local_twin.find("ipc:///tmp/some.sock") is None
     assert local_twin.name_for("inproc://x") is None
-    socket, address = _bound_router(zmq.Context.instance(), twin=True)
+    socket, address = _bound_router(shared_context(), twin=True)
     try:
         port = address.rsplit(":", 1)[1]
         # Names are never resolved on the call path; the caller given a name keeps TCP.
