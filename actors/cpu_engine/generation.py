@@ -226,12 +226,16 @@ def run_batch(
     logits = torch.stack([last for _, _, last in prefilled])
     while True:
         tokens = [seq.step(logits[row]) for row, seq in enumerate(live)]
+        finished = [row for row, seq in enumerate(live) if seq.done]
+        if prefix_cache is not None:  # before before_step answers them (SGLang caches a request before it replies)
+            _cache_finished(prefix_cache, live, finished, cache, starts)
         retracted = bool(before_step(live))
         for seq in live:
             seq.check_abort()
         keep = [row for row, seq in enumerate(live) if not seq.done]
-        if prefix_cache is not None:
-            _cache_finished(prefix_cache, live, cache, starts)
+        if prefix_cache is not None:  # aborted in before_step: answered at the next step or when the batch ends
+            aborted = [row for row, seq in enumerate(live) if seq.done and row not in finished]
+            _cache_finished(prefix_cache, live, aborted, cache, starts)
         if not keep:
             return
         if len(keep) < len(live):  # drop finished rows so they cost nothing from here on
@@ -272,10 +276,13 @@ def _recompute(
             cache.values[layer][row, :, start : cache.length] = fresh.values[layer][0, :, : len(tokens)]
 
 
-def _cache_finished(prefix_cache: PrefixCache, live: list[Sequence], cache: KVCache, starts: torch.Tensor) -> None:
+def _cache_finished(
+    prefix_cache: PrefixCache, live: list[Sequence], rows: list[int], cache: KVCache, starts: torch.Tensor
+) -> None:
     """Insert each finished row's prompt and output but the last token (the last was never fed to the model)."""
-    for row, seq in enumerate(live):
-        if not seq.done or len(seq.output_ids) < 2:
+    for row in rows:
+        seq = live[row]
+        if len(seq.output_ids) < 2:
             continue  # with one output token the prompt alone is computed, and it was cached at prefill
         start = int(starts[row])
         tokens = [*seq.item.input_ids, *seq.output_ids[:-1]]

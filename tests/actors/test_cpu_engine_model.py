@@ -83,3 +83,45 @@ def test_prefix_cache_is_a_bounded_radix_tree_evicting_lru_leaves() -> None:
     assert cache.num_tokens == 10
     assert cache.match([1, 2, 7, 8], limit=4).length == 2 and cache.match([1, 2, 3, 4], limit=4).length == 4
     assert cache.flush() == 10 and cache.num_tokens == 0 and cache.match([1, 2], limit=2) is None
+
+
+def test_a_finished_sequence_is_cached_before_its_request_is_answered() -> None:
+    """SGLang's scheduler caches a finished request (``release_kv_cache``) before it streams the reply, so a
+    ``/flush_cache`` sent after the reply finds that request's tokens to drop. The engine answers requests in
+    ``before_step``: by then each finished sequence (and one aborted there, by the next answer) is cached."""
+    import threading
+
+    from actors.cpu_engine.generation import Sequence, run_batch
+    from actors.cpu_engine.prefix_cache import PrefixCache
+    from actors.cpu_engine.protocol import GenerationItem, SamplingParams
+
+    model, cache = build_model(GQA), PrefixCache(max_tokens=1000)
+    seqs = [
+        Sequence(
+            item=GenerationItem(
+                rid=str(n),
+                input_ids=[tokenizer.BOS_ID, 9, n],
+                return_logprob=False,
+                logprob_text=False,
+                params=SamplingParams(max_new_tokens=n, ignore_eos=True, temperature=0.0),
+            ),
+            generator=torch.Generator().manual_seed(0),
+            max_new_tokens=n,
+        )
+        for n in (2, 4, 6)
+    ]
+    seen: list[str] = []
+
+    def before_step(live: list[Sequence]) -> None:
+        for seq in seqs:
+            if seq.done and seq.item.rid not in seen:  # the engine answers this request now
+                seen.append(seq.item.rid)
+                tokens = [*seq.item.input_ids, *seq.output_ids[:-1]]
+                hit = cache.match(tokens, limit=len(tokens))
+                assert hit is not None and hit.length == len(tokens), (seq.item.rid, hit and hit.length)
+        if len(seqs[2].output_ids) == 3:
+            seqs[2].abort_message = "aborted by the test"
+
+    run_batch(model, seqs, model_lock=threading.Lock(), before_step=before_step, prefix_cache=cache)
+    before_step([])  # the batch's end answers what is left
+    assert seen == ["2", "4", "6"] and seqs[2].finish_reason["type"] == "abort"

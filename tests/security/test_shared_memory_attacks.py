@@ -8,6 +8,7 @@ place, under its name (a reader takes a buffer by renaming it, and renames back 
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import stat
@@ -41,13 +42,34 @@ def reference(name: str, nbytes: int = SIZE) -> bytes:
 
 @pytest.fixture
 def shm_dir() -> Iterator[Path]:
-    """The real private directory; what a test plants in it is removed afterwards (this process's pool notices)."""
+    """The real private directory; what a test plants in it is removed afterwards (this process's pool notices).
+
+    Other processes of this user (another pytest-xdist worker, its engines) use the same directory at the same
+    time: only names of this process or of a process gone (the test's writer) are removed, those gone already
+    skipped."""
     assert shared_memory.available()
     before = set(os.listdir(shared_memory.SHM_DIR))
     yield shared_memory.SHM_DIR
     for name in set(os.listdir(shared_memory.SHM_DIR)) - before:
         path = shared_memory.SHM_DIR / name
-        path.rmdir() if path.is_dir() and not path.is_symlink() else path.unlink()
+        if not _of_this_or_a_gone_process(name):
+            continue
+        with contextlib.suppress(FileNotFoundError):
+            path.rmdir() if path.is_dir() and not path.is_symlink() else path.unlink()
+
+
+def _of_this_or_a_gone_process(name: str) -> bool:
+    found = re.match(r"miles-(?:seg-)?(\d+)-", name)  # a buffer or a pool's segment names its process
+    if found is None:
+        return False
+    pid = int(found.group(1))
+    if pid == os.getpid():
+        return True
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    return False
 
 
 def test_buffers_have_unguessable_names_in_a_directory_only_this_user_can_list(shm_dir: Path) -> None:
