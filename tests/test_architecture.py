@@ -170,8 +170,9 @@ def test_the_core_imports_only_itself_and_transport() -> None:
 
 
 #: What the layers above runtime/ may import of it: its package (runtime.__all__), the plumbing a launcher needs
-#: (runtime.internals), collective groups, metrics, and the Ray-shaped API. Its sub-packages are its own business.
-RUNTIME_PUBLIC = ("runtime", "runtime.internals", "runtime.collective", "runtime.metrics")
+#: (runtime.internals), collective groups, metrics, placement on a launch's hosts, and the Ray-shaped API. Its
+#: sub-packages are its own business.
+RUNTIME_PUBLIC = ("runtime", "runtime.internals", "runtime.collective", "runtime.metrics", "runtime.placement")
 
 
 def test_the_layers_above_use_only_the_runtimes_public_modules() -> None:
@@ -184,9 +185,7 @@ def test_the_layers_above_use_only_the_runtimes_public_modules() -> None:
         and target not in RUNTIME_PUBLIC
         and not target.startswith("runtime.ray_compat")
     ]
-    assert not found, "import these names from runtime, runtime.internals or runtime.collective instead:\n" + "\n".join(
-        found
-    )
+    assert not found, f"import these names from one of {RUNTIME_PUBLIC} instead:\n" + "\n".join(found)
 
 
 MAX_MODULES_PER_FOLDER = 30

@@ -19,6 +19,7 @@ from launcher.config.slurm_config import Allocation, SlurmCluster, expand_cluste
 from launcher.config.specs import ENTRYPOINT_RE, PoolSpec, _check_env
 from launcher.console.log_filter import StreamLogs
 from launcher.errors import ConfigError
+from runtime.placement import CPU, GPU, check_resources
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -58,6 +59,12 @@ class HostConfig(BaseModel):
     provider: Literal["local", "ssh", "slurm"] = "ssh"
     ssh: SSHConfig = Field(default_factory=SSHConfig)
     gpus: int | tuple[int, ...] = Field(default=0, description="a count (ids 0..n-1) or explicit GPU ids")
+    cpus: int | None = Field(
+        default=None, ge=0, description="CPUs actors placed at run time may reserve (default: what the agent sees)"
+    )
+    resources: dict[str, float] = Field(
+        default_factory=dict, description="custom resources for run-time placement, e.g. {disk = 1}"
+    )
     python: str = Field(
         default="python3", description="Python with miles-actors installed (local hosts: the launcher's by default)"
     )
@@ -86,6 +93,14 @@ class HostConfig(BaseModel):
     @classmethod
     def _env(cls, value: dict[str, str]) -> dict[str, str]:
         return _check_env(value)
+
+    @field_validator("resources")
+    @classmethod
+    def _resources(cls, value: dict[str, float]) -> dict[str, float]:
+        reserved = sorted({CPU, GPU} & value.keys())
+        if reserved:
+            raise ValueError(f"{reserved[0]} is counted by the host's gpus/cpus fields, not under resources")
+        return check_resources(value)
 
     @model_validator(mode="after")
     def _provider_rules(self) -> HostConfig:

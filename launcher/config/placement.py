@@ -106,21 +106,8 @@ class Inventory:
         return [(h, g) for h in self.hosts for g in sorted(self.free[h])]
 
     def fits(self, host: str, amount: Fraction, *, emptiest: bool = False, min_gpu: int = 0) -> tuple[int, ...] | None:
-        """GPU ids (>= ``min_gpu``) on ``host`` that can take a bundle of ``amount`` GPUs, or None.
-
-        A fraction goes on the first GPU with room (packing), or with ``emptiest`` on the GPU with the most room.
-        """
-        free = self.free[host]
-        if amount == 0:
-            return ()
-        ids = [gpu for gpu in sorted(free) if gpu >= min_gpu]
-        if amount < 1:
-            candidates = [gpu for gpu in ids if free[gpu] >= amount]
-            if not candidates:
-                return None
-            return (max(candidates, key=lambda gpu: (free[gpu], -gpu)) if emptiest else candidates[0],)
-        whole = [gpu for gpu in ids if free[gpu] == 1]
-        return tuple(whole[: int(amount)]) if len(whole) >= amount else None
+        """GPU ids (>= ``min_gpu``) on ``host`` that can take a bundle of ``amount`` GPUs, or None."""
+        return gpus_that_fit(self.free[host], amount, emptiest=emptiest, min_gpu=min_gpu)
 
     def take(self, host: str, gpus: tuple[int, ...], share: Fraction) -> None:
         """Reserve ``share`` of each listed GPU."""
@@ -138,8 +125,28 @@ class Inventory:
         return "; ".join(parts)
 
 
-def _amount(gpus: float) -> Fraction:
-    return Fraction(gpus).limit_denominator(1000)
+def gpus_that_fit(
+    free: dict[int, Fraction], amount: Fraction, *, emptiest: bool = False, min_gpu: int = 0
+) -> tuple[int, ...] | None:
+    """GPU ids (>= ``min_gpu``) among ``free`` (id -> free share) that can take ``amount`` GPUs, or None.
+
+    A whole number takes that many wholly free GPUs, lowest ids first; a fraction goes on the first GPU with room
+    (packing), or with ``emptiest`` on the GPU with the most room."""
+    if amount == 0:
+        return ()
+    ids = [gpu for gpu in sorted(free) if gpu >= min_gpu]
+    if amount < 1:
+        candidates = [gpu for gpu in ids if free[gpu] >= amount]
+        if not candidates:
+            return None
+        return (max(candidates, key=lambda gpu: (free[gpu], -gpu)) if emptiest else candidates[0],)
+    whole = [gpu for gpu in ids if free[gpu] == 1]
+    return tuple(whole[: int(amount)]) if len(whole) >= amount else None
+
+
+def amount_of(quantity: float) -> Fraction:
+    """A resource quantity as an exact fraction (shares that sum to 1 fill a GPU exactly)."""
+    return Fraction(quantity).limit_denominator(1000)
 
 
 def plan_placement(
@@ -201,7 +208,7 @@ def _colocation_order(pools: list[PoolSpec]) -> list[PoolSpec]:
 def _place_cell(
     pool: PoolSpec, index: int, allowed: list[str], inv: Inventory, cursor: int
 ) -> tuple[list[tuple[str, tuple[int, ...]]], int]:
-    amount = _amount(pool.worker.gpus)
+    amount = amount_of(pool.worker.gpus)
     share = amount if amount < 1 else Fraction(1)
     bundles: list[tuple[str, tuple[int, ...]]] = []
     if pool.strategy is Strategy.PACK:
@@ -244,7 +251,7 @@ def _fill(
 
 
 def _colocate(pool: PoolSpec, target: tuple[CellPlacement, ...], inv: Inventory) -> tuple[CellPlacement, ...]:
-    amount = _amount(pool.worker.gpus)
+    amount = amount_of(pool.worker.gpus)
     theirs = [w for cell in target for w in cell.workers]  # paired in order: (cell, worker) of both pools, flattened
     if len(theirs) != pool.cells * pool.workers_per_cell:
         raise PlacementError(
@@ -274,7 +281,7 @@ def _colocate(pool: PoolSpec, target: tuple[CellPlacement, ...], inv: Inventory)
 def _cell(
     pool: PoolSpec, index: int, bundles: list[tuple[str, tuple[int, ...]]], share: Fraction | None = None
 ) -> CellPlacement:
-    amount = _amount(pool.worker.gpus)
+    amount = amount_of(pool.worker.gpus)
     share = share if share is not None else (amount if amount < 1 else Fraction(1))
     per_host: dict[str, int] = {}
     workers = []

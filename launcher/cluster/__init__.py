@@ -1,0 +1,7 @@
+"""The launch as one cluster: the ledger of hosts and holders, and placing groups of bundles over hosts."""
+
+from launcher.cluster.capacity import Capacity, Claim
+from launcher.cluster.group_placement import place_bundles
+from launcher.cluster.ledger import ClusterLedger, Lease, LostHost
+
+__all__ = ["Capacity", "Claim", "ClusterLedger", "Lease", "LostHost", "place_bundles"]
