@@ -95,6 +95,7 @@ class HostAgent:
             package_version=_package_version(),
             cuda_visible_devices=os.environ.get("CUDA_VISIBLE_DEVICES"),
             gpus=detect_gpus(),  # the launcher refuses GPU ids this host does not have (launcher/launch/gpu_check.py)
+            cpus=len(os.sched_getaffinity(0)),  # what actors placed at run time may reserve (hosts.toml cpus wins)
         )
         self.zygote.start()  # imports in the background; the first worker spawn waits for it (bounded)
         last_heard = time.monotonic()

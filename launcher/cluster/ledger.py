@@ -19,6 +19,7 @@ from launcher.config.placement import PlacementPlan, amount_of
 from runtime.placement import CPU, BundleView, Grant, GroupSpec, GroupView, NodeView, PlacementRefused, ResourceRequest
 
 FIX = "kill actors, remove placement groups, or add hosts"
+POOL_LEASE = "pool:"  # a pool worker's lease: ``pool:<worker_id>``, held for the whole launch
 
 
 @dataclass
@@ -93,23 +94,28 @@ class ClusterLedger:
                 gpu_ids=worker.gpu_ids, gpu_share=amount_of(worker.gpu_share) if worker.gpu_ids else Fraction(0)
             )
             self._nodes[worker.host].capacity.take(claim)
-            lease = Lease(f"pool:{worker.worker_id}", "launch", f"pool {worker.pool_id}", worker.host, claim)
+            lease = Lease(f"{POOL_LEASE}{worker.worker_id}", "launch", f"pool {worker.pool_id}", worker.host, claim)
             self._leases[lease.lease_id] = lease
 
     # hosts ------------------------------------------------------------------------------------------------
 
     def host_up(self, host: str, *, cpus: int) -> None:
-        """The host's agent is up and sees ``cpus`` CPUs (hosts.toml's ``cpus`` wins)."""
+        """The host's agent is up (again, after a loss: whole, less what its pools hold) and sees ``cpus`` CPUs
+        (hosts.toml's ``cpus`` wins)."""
         with self._lock:
             node = self._nodes[host]
-            if node.config.cpus is None:
-                node.capacity.set_total(CPU, Fraction(cpus))
-            if node.lost_reason is None:
-                node.up = True
+            if node.lost_reason is not None:
+                node.capacity = Capacity.of({CPU: 0, **node.config.resources}, node.config.gpu_ids)
+                for lease in self._leases.values():
+                    if lease.host == host:
+                        node.capacity.take(lease.claim)
+            node.capacity.set_total(CPU, Fraction(cpus if node.config.cpus is None else node.config.cpus))
+            node.up, node.lost_reason = True, None
 
     def host_lost(self, host: str, reason: str) -> LostHost:
-        """The host's agent is gone: its leases end, its resources leave the cluster (for this launch), and every
-        placement group with a bundle there fails whole."""
+        """The host's agent is gone: the leases of actors on it end, it takes no more until its agent is back, and
+        every placement group with a bundle there fails whole. Its pools keep their GPUs (their cells restart
+        there)."""
         with self._lock:
             node = self._nodes[host]
             node.up, node.lost_reason = False, reason
@@ -120,7 +126,8 @@ class ClusterLedger:
                     lost.leases += self._end_group(group, "FAILED", f"host {host!r} lost ({reason}); bundle(s) {where}")
                     lost.groups.append(group.group_id)
             for lease in [lease for lease in self._leases.values() if lease.host == host]:
-                lost.leases.append(self._drop(lease))
+                if not lease.lease_id.startswith(POOL_LEASE):
+                    lost.leases.append(self._drop(lease))
             return lost
 
     def nodes(self) -> list[NodeView]:

@@ -211,6 +211,11 @@ class LauncherSettings(BaseModel):
         description="refuse GPU ids a host does not have (nvidia-smi -L / /proc/driver/nvidia/gpus on the host); "
         "false (or --no-gpu-check) for GPU ids that are only labels on a CPU machine",
     )
+    cluster: bool = Field(
+        default=True,
+        description="start an agent on every host, also those no pool runs on, so actors can be placed there at "
+        "run time (false: only the pools' hosts)",
+    )
     curve: bool = Field(
         default=True,
         description="CURVE-authenticate every actor socket with per-launch keys (false: plain TCP, trusted networks)",

@@ -284,7 +284,7 @@ def _run(config: ClusterConfig, plan: PlacementPlan, printer: ProgressPrinter) -
     previous_curve_env = os.environ.get(CURVE_DIR_ENV)
     code = 1
     try:
-        hosts = plan.hosts_used()
+        hosts = provider.hosts_to_connect()
         security = "CURVE on" if config.launcher.curve else "CURVE OFF (plain TCP: trusted network only)"
         printer.step(f"connecting to {len(hosts)} host(s): {', '.join(hosts)} ({security})")
         started = time.monotonic()

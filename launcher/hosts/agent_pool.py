@@ -47,7 +47,7 @@ class AgentPool:
         plan: PlacementPlan,
         *,
         open_agent: Callable[[HostConfig], AgentLink],
-        on_connected: Callable[[str], None],
+        on_connected: Callable[[str, dict[str, Any]], None],
         say: Say,
     ) -> None:
         self.config = config
@@ -117,7 +117,7 @@ class AgentPool:
             f"host {host.name}: agent pid {hello.get('pid')} up (Python {hello.get('python')}, miles-actors "
             f"{hello.get('package_version')}{keys}) in {time.monotonic() - started:.2f}s"
         )
-        self._on_connected(host.name)
+        self._on_connected(host.name, hello)
         return link
 
     def _ship_keys(self, host: HostConfig, link: AgentLink, keys: curve_keys.LaunchKeys) -> None:

@@ -142,6 +142,7 @@ class CellStarter:
                 stream_logs=self.settings.stream_logs,
                 curve_dir=self.agents.host_curve_dir(worker.host),
                 name_service=self.services.name_service_env(worker.host),
+                placement_api=self.services.placement_api_env(worker.host),
             )
             worker.env = command.env
             stdin = None

@@ -26,6 +26,7 @@ from launcher.launch.code_package import local_paths
 from launcher.launch.worker_provider import WorkerProvider
 from runtime import ActorHandle
 from runtime.internals import NAME_SERVICE_ENV, die_with_parent_preexec
+from runtime.placement import PLACEMENT_API_ENV
 from transport import session_secret
 from transport.security import CURVE_DIR_ENV
 from transport.session_secret import SECRET_ENV
@@ -140,6 +141,7 @@ def run_job(job: JobConfig, ctx: JobContext, *, state_path: Path | None = None) 
         METRICS_SD_ENV: ctx.metrics_sd_url or "",
         NAME_SERVICE_ENV: ctx.provider.name_service_env(None),  # get_actor and named spawns use the launch's names
         provider_service.PROVIDER_API_ENV: json.dumps(provider_service.address_for(ctx.provider.services, None)),
+        PLACEMENT_API_ENV: ctx.provider.services.placement_api_env(None),  # runtime.placement.nodes() etc.
     }
     if state_path is not None:
         env["MILES_LAUNCH_STATE"] = str(state_path)

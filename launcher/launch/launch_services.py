@@ -1,6 +1,7 @@
 """The launch services: what the launcher process serves its launch, started once before the first host agent.
 
-Its CURVE keys, actor name service, provider API and Prometheus service discovery, one for every host of the launch.
+Its CURVE keys, actor name service, provider API, placement API and Prometheus service discovery, one for every host
+of the launch.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from launcher.errors import LauncherError
 from launcher.launch import curve_keys
 from launcher.launch.provider_service import ProviderService, serve_provider_api
 from launcher.launch.service_discovery import ServiceDiscovery
+from runtime import placement
 from runtime.internals import NameRegistry, ServiceServer, serve_name_service
 
 # file_sd JSON under the launcher workdir, mirroring the HTTP service discovery (``metrics_sd_url``);
@@ -22,22 +24,32 @@ SD_FILE = "prometheus-targets.json"
 
 class LaunchServices:
     """This launch's keys, name service, provider API (:mod:`launcher.launch.provider_service`, for jobs and
-    actors) and service discovery.
+    actors), placement API (the cluster ledger, :mod:`launcher.cluster`) and service discovery.
 
     Processes on SSH hosts and Slurm nodes reach them at the launcher's address as their SSH connection came from, or
     on the route to the node (``reach_back``, filled in by the SSH and srun openers); local ones on loopback."""
 
-    def __init__(self, config: ClusterConfig, provider_service: ProviderService, *, say: Say) -> None:
+    def __init__(
+        self,
+        config: ClusterConfig,
+        provider_service: ProviderService,
+        placement_service: placement.PlacementApi,
+        *,
+        launch_id: str,
+        say: Say,
+    ) -> None:
         self.config = config
         self.settings = config.launcher
         self._provider_service = provider_service
+        self._placement_service = placement_service
         self._say = say
-        self.launch_id = curve_keys.new_launch_id()
+        self.launch_id = launch_id
         self.keys: curve_keys.LaunchKeys | None = None  # None: CURVE off (or not started yet)
         self.reach_back: dict[str, str] = {}  # remote host -> the launcher's address as that host reaches it
         self.name_server: ServiceServer | None = None
         self.name_registry: NameRegistry | None = None  # the names it serves (the launcher's own go here directly)
         self.provider_api: ServiceServer | None = None
+        self.placement_api: ServiceServer | None = None
         self.service_discovery: ServiceDiscovery | None = None
 
     @property
@@ -46,7 +58,8 @@ class LaunchServices:
         return self.keys.directory if self.keys is not None else None
 
     def start(self) -> None:
-        """Start what is not running yet: the keys, the name service, the provider API, service discovery."""
+        """Start what is not running yet: the keys, the name service, the provider and placement APIs, service
+        discovery."""
         # With ``[launcher] curve`` (the default): the agent pool ships the keys to every host, every worker gets
         # MILES_CURVE_DIR, the launcher attaches with them (curve_dir); close() removes them.
         if self.settings.curve and self.keys is None:
@@ -57,6 +70,13 @@ class LaunchServices:
             self.provider_api = serve_provider_api(
                 self._provider_service, curve_dir=self.curve_dir, open_bind=self._open_bind()
             )
+        if self.placement_api is None:
+            try:
+                self.placement_api = placement.serve(
+                    self._placement_service, curve_dir=self.curve_dir, open_bind=self._open_bind()
+                )
+            except (OSError, RuntimeError) as exc:
+                raise LauncherError(f"cannot serve the placement API: {exc}") from None
         if self.settings.metrics_sd_port >= 0 and self.service_discovery is None:
             host, port = self.settings.metrics_sd_host, self.settings.metrics_sd_port
             path = Path(self.settings.workdir) / SD_FILE
@@ -99,6 +119,14 @@ class LaunchServices:
         reach = self.reach_back.get(host, "127.0.0.1") if host is not None else "127.0.0.1"
         return self.name_server.address(reach).to_json()
 
+    def placement_api_env(self, host: str | None) -> str:
+        """``MILES_PLACEMENT_API`` for a process on ``host`` (None: the launcher's host), as
+        :meth:`name_service_env`."""
+        if self.placement_api is None:
+            raise LauncherError("the launch's placement API is not running (connect() starts it)")
+        reach = self.reach_back.get(host, "127.0.0.1") if host is not None else "127.0.0.1"
+        return self.placement_api.address(reach).to_json()
+
     @property
     def metrics_sd_url(self) -> str | None:
         """URL of the Prometheus HTTP service discovery (``http_sd_configs``) as this machine reaches it."""
@@ -125,11 +153,13 @@ class LaunchServices:
             self._say(f"Prometheus service discovery from {names}: http://{shown}:{sd.port}{sd.path}")
 
     def close(self) -> None:
-        """Remove the keys on this host, stop the provider API, the name service and service discovery."""
+        """Remove the keys on this host, stop the provider and placement APIs, the name service and service
+        discovery."""
         curve_keys.remove_keys(self.curve_dir)
-        if self.provider_api is not None:
-            self.provider_api.close()
-            self.provider_api = None
+        for served in (self.provider_api, self.placement_api):
+            if served is not None:
+                served.close()
+        self.provider_api = self.placement_api = None
         if self.name_server is not None:
             self.name_server.close()
             self.name_server = None

@@ -11,6 +11,7 @@ from launcher.config.hosts_config import HostConfig
 from launcher.config.placement import WorkerPlacement
 from launcher.config.specs import CommandWorkerSpec, PortScope, ServeWorkerSpec
 from runtime.internals import NAME_SERVICE_ENV
+from runtime.placement import PLACEMENT_API_ENV
 from transport import session_secret
 from transport.security import CURVE_DIR_ENV
 from transport.session_secret import SECRET_ENV
@@ -56,13 +57,15 @@ def build_spawn(
     stream_logs: str,
     curve_dir: str | None = None,
     name_service: str = "",
+    placement_api: str = "",
 ) -> Spawn:
     """The agent ``spawn`` command for one worker (``ports`` holds worker and cell ports).
 
     ``curve_dir``: where this host's copy of the launch's CURVE keys is; None (CURVE off) sets ``MILES_CURVE_DIR``
     empty, so a value inherited from the agent's environment cannot turn CURVE on for one side only.
     ``name_service``: ``MILES_NAME_SERVICE``, the launch's name service as this host reaches it
-    (``provider.name_service_env``); the launcher's value wins over any env, as the keys do.
+    (``provider.name_service_env``); the launcher's value wins over any env, as the keys do. ``placement_api``:
+    ``MILES_PLACEMENT_API``, the same for the launch's placement API.
     """
     env = {
         # What an actor bound on 0.0.0.0 names as its own address (e.g. in the object refs it hands out): the
@@ -74,6 +77,7 @@ def build_spawn(
         **plan_env(host, placement, master_addr=master_addr, master_port=master_port),
         CURVE_DIR_ENV: curve_dir or "",  # the launcher's keys win over any env: both sides must agree
         NAME_SERVICE_ENV: name_service,
+        **({PLACEMENT_API_ENV: placement_api} if placement_api else {}),
         SECRET_ENV: session_secret.ensure(),  # the launch's (the launcher's): pickled values travel within it
     }
     if isinstance(spec, ServeWorkerSpec):

@@ -1,5 +1,5 @@
-"""Worker events: what the host agents report (spawned, ready, exited, output, a lost agent), applied to the cell table.
-"""
+"""Worker events: what the host agents report (spawned, ready, exited, output, a lost agent), applied to the cell
+table and the cluster ledger."""
 
 from __future__ import annotations
 
@@ -41,6 +41,7 @@ class WorkerEvents:
         say: Say,
         log_sink: LogSink | None = None,
         on_death: DeathCallback | None = None,
+        on_host_lost: Callable[[str, str], object] | None = None,
     ) -> None:
         self._table = table
         self._targets_changed = targets_changed  # called under the table's lock
@@ -48,6 +49,7 @@ class WorkerEvents:
         self._say = say
         self._log_sink = log_sink
         self._on_death = on_death
+        self._on_host_lost = on_host_lost  # (host, reason): the cluster ledger stops placing there
 
     def on_event(self, host: str, event: dict[str, Any]) -> None:
         """Apply one event of ``host``'s agent."""
@@ -130,6 +132,8 @@ class WorkerEvents:
             why = str(event.get("reason"))
             self._table.lost_hosts[host] = why
             workers = self._table.running_on(host)
+        if self._on_host_lost is not None:
+            self._on_host_lost(host, why)
         self._say(f"host {host!r} lost: {why}; its {len(workers)} worker(s) die with its agent", logging.ERROR)
         with self._table.cond:
             reason = f"lost with its host agent ({why})"

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from launcher.agent.agent_commands import Kill
+from launcher.cluster import ClusterLedger, LedgerService
 from launcher.config.hosts_config import ClusterConfig
 from launcher.config.placement import CellPlacement, PlacementPlan, plan_placement
 from launcher.errors import LauncherError
@@ -22,6 +23,7 @@ from launcher.hosts.agent_link import AgentLink
 from launcher.hosts.agent_opener import AgentOpeners
 from launcher.hosts.agent_pool import AgentPool
 from launcher.hosts.agent_wiring import AgentWiring
+from launcher.launch import curve_keys
 from launcher.launch.cell_starter import CellStarter
 from launcher.launch.cell_table import CellTable
 from launcher.launch.cells import CellInfo, DeathReport, WorkerInfo
@@ -59,8 +61,17 @@ class WorkerProvider:
         self.table = CellTable(config, self.plan)
         self.phase = LaunchPhase()  # the state file carries it: `miles-launch status` shows what the console says
         self._state_lock = threading.Lock()  # one writer at a time, each writing what it read: no stale overwrite
-        # This launch's CURVE keys, name service, provider API and Prometheus service discovery.
-        self.services = LaunchServices(config, ProviderService(table=self.table, control=self), say=self._say)
+        # This launch's CURVE keys, name service, provider API, placement API (every host's resources and who holds
+        # them: the cluster ledger) and Prometheus service discovery.
+        launch_id = curve_keys.new_launch_id()
+        self.ledger = ClusterLedger(config.hosts, self.plan, launch_id=launch_id)
+        self.services = LaunchServices(
+            config,
+            ProviderService(table=self.table, control=self),
+            LedgerService(ledger=self.ledger),
+            launch_id=launch_id,
+            say=self._say,
+        )
         # The live workers' ``/metrics``, published to the service discovery.
         self.targets = MetricsTargets(self.table, self.services)
         # The agents' events applied to the table (deaths reported).
@@ -71,6 +82,7 @@ class WorkerProvider:
             say=self._say,
             log_sink=log_sink,
             on_death=on_death,
+            on_host_lost=self.ledger.host_lost,
         )
         wiring = AgentWiring(self.settings, self._events.on_event, self.services.reach_back, self._say)
         self.openers = AgentOpeners(config, wiring)  # how each host's agent starts (its ``provider``)
@@ -82,23 +94,36 @@ class WorkerProvider:
     # ---- lifecycle -------------------------------------------------------------------------------------------
 
     def connect(self, hosts: list[str] | None = None) -> None:
-        """Start (in parallel) and check one host agent per host used by the plan (again for a host whose agent
-        was lost); all-or-nothing (on failure the provider is closed). The first call also creates this launch's
-        CURVE keys and starts the launch services (names, provider API, service discovery)."""
-        names = self.agents.missing(hosts if hosts is not None else self.plan.hosts_used())
+        """Start (in parallel) and check one host agent per host (:meth:`hosts_to_connect`; again for a host whose
+        agent was lost); all-or-nothing (on failure the provider is closed). The first call also creates this
+        launch's CURVE keys and starts the launch services (names, provider and placement APIs, service
+        discovery)."""
+        names = self.agents.missing(hosts if hosts is not None else self.hosts_to_connect())
         if not names:
             return
         try:
             self.services.start()
             self.agents.connect(names, self.services.keys)
-        except LauncherError:
+        except LauncherError as exc:
             self.close(grace_s=0)
+            spare = [name for name in names if name not in self.plan.hosts_used() and name in str(exc)]
+            if spare:  # the same error, saying why a host no pool uses was connected at all
+                raise type(exc)(
+                    f"{exc}. No pool runs on {', '.join(spare)}: its agent starts so that actors can be placed there "
+                    "at run time; [launcher] cluster = false connects only the pools' hosts"
+                ) from exc
             raise
         self.services.say_remote_sd_url(names)
         self._save_state()
 
-    def _host_connected(self, host: str) -> None:
+    def hosts_to_connect(self) -> list[str]:
+        """Every host of hosts.toml (``[launcher] cluster``, the default), else the hosts the pools use."""
+        return [host.name for host in self.config.hosts] if self.settings.cluster else self.plan.hosts_used()
+
+    def _host_connected(self, host: str, hello: dict[str, Any]) -> None:
         self.table.lost_hosts.pop(host, None)
+        cpus = hello.get("cpus")
+        self.ledger.host_up(host, cpus=cpus if type(cpus) is int and 0 <= cpus < 1 << 20 else 0)
 
     def _say(self, message: str, level: int = logging.INFO) -> None:
         log.log(level, "%s", message)
@@ -106,7 +131,9 @@ class WorkerProvider:
             self.progress(message)
 
     def start_all(self, *, deadline_s: float | None = None) -> list[CellInfo]:
-        """Connect and start every cell of every pool of the plan (one batch), waiting until all are ready."""
+        """Connect every host (:meth:`hosts_to_connect`) and start every cell of every pool of the plan (one batch),
+        waiting until all are ready."""
+        self.connect()
         return self._start(self.plan.cells(), deadline_s)
 
     def start_cells(

@@ -146,3 +146,20 @@ class GroupView(BaseModel):
     state: GroupState
     bundles: list[BundleView]
     reason: str | None = None
+
+
+@register_type
+class LeaseView(BaseModel):
+    """Who holds what: a pool worker (``pool:<worker_id>``, for the whole launch) or an actor placed at run time
+    (``rt-<n>``), on ``host`` or in a placement group's bundle."""
+
+    model_config = _FROZEN
+
+    lease_id: str
+    owner: str
+    label: str
+    host: str
+    resources: dict[str, float]
+    gpu_ids: list[int]
+    group_id: str | None = None
+    bundle_index: int = -1

@@ -16,6 +16,7 @@ from runtime.caller.connection import Connection
 from runtime.caller.handle import ActorHandle
 from runtime.caller.handle_names import checked_class_info
 from runtime.names import naming
+from runtime.placement import placement_api
 from runtime.processes import driver_fork, driver_server
 from runtime.processes.construction import attach_worker_async, construct, handle_from_record
 from runtime.processes.process import ActorProcess
@@ -91,6 +92,7 @@ async def spawn_async(
         **(env or {}),
         CURVE_DIR_ENV: curve.directory if curve is not None else "",
         **naming.child_env(),  # its own spawns and get_actor use this tree's names
+        **placement_api.child_env(),  # and it asks the same launch about its hosts
     }
     detached = lifetime == "detached"
     options = construct_options(name, concurrency_groups, max_concurrency, limits)

@@ -8,7 +8,7 @@ import socket
 import time
 from typing import Any
 
-from runtime import ActorHandle, get_actor, metrics, spawn
+from runtime import ActorHandle, get_actor, metrics, placement, spawn
 
 
 class Counter:
@@ -32,6 +32,10 @@ class Counter:
         """Print ``text`` (actor output the launcher's console shows); returns it."""
         print(text, flush=True)
         return text
+
+    def nodes(self) -> list[Any]:
+        """The launch's hosts as this worker's placement API answers (runtime.placement)."""
+        return placement.nodes()
 
     def sleep(self, seconds: float) -> float:
         """Block the default lane for ``seconds``."""

@@ -193,3 +193,15 @@ def test_actors_in_a_bundle_take_from_the_bundle_and_removal_returns_it_all() ->
     assert view.state == "REMOVED" and sorted(lease.label for lease in ended) == ["A", "C"]
     assert book.nodes() == before and book.leases() == []
     assert book.release(first.lease_id) is None  # its actor's own release, after the removal, is harmless
+
+
+def test_a_host_back_after_a_loss_is_whole_less_what_its_pools_hold() -> None:
+    engine = PoolSpec(id="engine", cells=1, worker={"kind": "serve", "actor_class": "m:C", "gpus": 1})
+    book = ledger(host("h1", 2), pools=[engine])
+    book.reserve(ResourceRequest(resources={"GPU": 1, "CPU": 3}), owner="job", label="A")
+    lost = book.host_lost("h1", "agent killed")
+    assert [lease.label for lease in lost.leases] == ["A"]  # the pool keeps its GPU: its cell restarts there
+    book.host_up("h1", cpus=4)
+    (h1,) = book.nodes()
+    assert h1.alive and h1.lost_reason is None and h1.available == {"CPU": 4.0, "GPU": 1.0}
+    assert [lease.lease_id for lease in book.leases()] == ["pool:engine-0-0"]

@@ -124,6 +124,7 @@ def test_hello_reports_versions(agent: AgentProc) -> None:
     hello = agent.hello
     assert hello["host"] == "testhost" and hello["pid"] == agent.proc.pid
     assert hello["package_version"] is not None and hello["python"].count(".") == 2
+    assert hello["cpus"] == len(os.sched_getaffinity(agent.proc.pid))  # the run-time placement ledger counts them
 
 
 def test_spawn_ready_line_logs_and_exit_code(agent: AgentProc, tmp_path: Path) -> None:
