@@ -4,5 +4,6 @@ from launcher.cluster.capacity import Capacity, Claim
 from launcher.cluster.group_placement import place_bundles
 from launcher.cluster.ledger import ClusterLedger, Lease, LostHost
 from launcher.cluster.ledger_service import LedgerService
+from launcher.cluster.placed_actors import PlacedActors
 
-__all__ = ["Capacity", "Claim", "ClusterLedger", "Lease", "LedgerService", "LostHost", "place_bundles"]
+__all__ = ["Capacity", "Claim", "ClusterLedger", "Lease", "LedgerService", "LostHost", "PlacedActors", "place_bundles"]

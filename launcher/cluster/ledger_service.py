@@ -1,16 +1,48 @@
-"""The cluster ledger as the launch's placement API: what every process of the launch asks about its hosts."""
+"""The cluster ledger as the launch's placement API: what every process of the launch asks about its hosts, and
+how it places actors on them."""
 
 from __future__ import annotations
 
-from launcher.cluster.ledger import ClusterLedger
-from runtime.placement import LeaseView, NodeView, PlacementApi
+import asyncio
+import time
+from typing import Annotated
+
+from pydantic import Field
+
+from launcher.cluster.ledger import POOL_LEASE, ClusterLedger, Lease
+from launcher.cluster.placed_actors import PlacedActors
+from runtime import within
+from runtime.placement import (
+    ExitReport,
+    Grant,
+    LeaseView,
+    NodeView,
+    PlacementApi,
+    PlacementRefused,
+    ResourceRequest,
+    Started,
+    StartSpec,
+)
+
+RETRY_S = 0.1  # a request that waits for room tries again this often
+OWNER_CHECK_S = 1.0
+MAX_EXIT_WAIT_S = 60.0
+_Id = Annotated[str, Field(min_length=1, max_length=200)]
+_Wait = Annotated[float, Field(ge=0, le=MAX_EXIT_WAIT_S)]
 
 
 class LedgerService(PlacementApi):
-    """Answers :class:`runtime.placement.PlacementApi` from ``ledger`` (served by the launcher in-process)."""
+    """Answers :class:`runtime.placement.PlacementApi` from ``ledger`` and ``placed`` (served by the launcher
+    in-process). An owner that stops renewing for ``owner_timeout_s`` (its process died: a runtime renews every
+    second while it holds leases) loses its actors, but for detached ones."""
 
-    def __init__(self, *, ledger: ClusterLedger) -> None:
+    def __init__(self, *, ledger: ClusterLedger, placed: PlacedActors, owner_timeout_s: float) -> None:
         self._ledger = ledger
+        self._placed = placed
+        self._owner_timeout_s = owner_timeout_s
+        self._seen: dict[str, float] = {}  # owner -> when it last renewed (or reserved)
+        self._detached: set[str] = set()
+        self._expiry: asyncio.Task[None] | None = None
 
     def nodes(self) -> list[NodeView]:
         return self._ledger.nodes()
@@ -19,7 +51,7 @@ class LedgerService(PlacementApi):
         return [
             LeaseView(
                 lease_id=lease.lease_id,
-                owner=lease.owner,
+                owner=_shown(lease.owner),
                 label=lease.label,
                 host=lease.host,
                 resources=lease.claim.asked(),
@@ -29,3 +61,108 @@ class LedgerService(PlacementApi):
             )
             for lease in self._ledger.leases()
         ]
+
+    async def reserve(self, request: ResourceRequest, label: _Id, owner: _Id, detached: bool = False) -> Grant:
+        self._renewed(owner)
+        deadline = time.monotonic() + request.wait_s
+        while True:
+            try:
+                grant = self._ledger.reserve(request, owner=owner, label=label)
+            except PlacementRefused as exc:
+                if time.monotonic() >= deadline:
+                    if request.wait_s:
+                        raise PlacementRefused(f"still short after waiting {request.wait_s:g} s: {exc}") from None
+                    raise
+                await asyncio.sleep(RETRY_S)
+                continue
+            if detached:
+                self._detached.add(grant.lease_id)
+            return grant
+
+    async def start(self, lease_id: _Id, owner: _Id, spec: StartSpec) -> Started:
+        lease = self._owned(lease_id, owner)
+        node_id = next(node.node_id for node in self._ledger.nodes() if node.host == lease.host)
+        self._placed.launch(lease, spec, node_id=node_id)
+        try:
+            started, failure, ended = await self._until(lease_id, spec.ready_deadline_s + 5.0)
+        except TimeoutError:
+            self._placed.kill(lease_id)
+            raise RuntimeError(f"{spec.label} on {lease.host}: not up within {spec.ready_deadline_s:g} s") from None
+        if ended is not None:
+            raise RuntimeError(f"{ended.describe()} before it was up")
+        if failure is not None or started is None:
+            self._placed.kill(lease_id)
+            raise RuntimeError(f"{spec.label} on {lease.host} did not start: {failure}")
+        return started
+
+    async def release(self, lease_id: _Id, owner: _Id) -> bool:
+        self._owned(lease_id, owner)
+        self._placed.kill(lease_id)
+        self._detached.discard(lease_id)
+        return True
+
+    async def wait_exit(self, lease_id: _Id, wait_s: _Wait = 30.0) -> ExitReport | None:
+        try:
+            return (await self._until(lease_id, wait_s, exited=True))[2]
+        except TimeoutError:
+            return None
+
+    def renew(self, owner: _Id) -> None:
+        self._renewed(owner)
+
+    # ---- helpers ------------------------------------------------------------------------------------------------
+
+    def _owned(self, lease_id: str, owner: str) -> Lease:
+        found = next((lease for lease in self._ledger.leases(owner) if lease.lease_id == lease_id), None)
+        if found is None or lease_id.startswith(POOL_LEASE):
+            raise PlacementRefused(f"lease {lease_id[:80]!r} is not held by this process (ended, or never its own)")
+        self._renewed(owner)
+        return found
+
+    async def _until(
+        self, lease_id: str, timeout_s: float, *, exited: bool = False
+    ) -> tuple[Started | None, str | None, ExitReport | None]:
+        """The lease's process state once it is up, failed or exited (only exited, with ``exited``)."""
+        loop = asyncio.get_running_loop()
+        changed = asyncio.Event()
+        remove = self._placed.watch(lease_id, lambda: loop.call_soon_threadsafe(changed.set))
+        deadline = time.monotonic() + timeout_s
+        try:
+            while True:
+                started, failure, ended = state = self._placed.state(lease_id)
+                if ended is not None or (not exited and (started is not None or failure is not None)):
+                    return state
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    raise TimeoutError
+                changed.clear()
+                await within(changed.wait(), left, on_dropped=_nothing)
+        finally:
+            remove()
+
+    def _renewed(self, owner: str) -> None:
+        self._seen[owner] = time.monotonic()
+        if self._expiry is None:
+            self._expiry = asyncio.get_running_loop().create_task(self._expire_owners())
+
+    async def _expire_owners(self) -> None:
+        """Stop the actors of owners gone silent (their process died: its runtime renews every second)."""
+        while True:
+            await asyncio.sleep(OWNER_CHECK_S)
+            now = time.monotonic()
+            for owner, seen in list(self._seen.items()):
+                if now - seen < self._owner_timeout_s:
+                    continue
+                del self._seen[owner]
+                for lease in self._ledger.leases(owner):
+                    if lease.lease_id not in self._detached:
+                        self._placed.kill(lease.lease_id)
+
+
+def _shown(owner: str) -> str:
+    """An owner as others see it: its host and pid, never its secret part (which proves ownership)."""
+    return owner.rsplit("/", 1)[0]
+
+
+def _nothing(_: object) -> None:
+    return None

@@ -42,6 +42,7 @@ class WorkerEvents:
         log_sink: LogSink | None = None,
         on_death: DeathCallback | None = None,
         on_host_lost: Callable[[str, str], object] | None = None,
+        other: Callable[[str, dict[str, Any]], bool] | None = None,
     ) -> None:
         self._table = table
         self._targets_changed = targets_changed  # called under the table's lock
@@ -50,12 +51,15 @@ class WorkerEvents:
         self._log_sink = log_sink
         self._on_death = on_death
         self._on_host_lost = on_host_lost  # (host, reason): the cluster ledger stops placing there
+        self._other = other  # events of processes that are not the cells' (actors placed at run time)
 
     def on_event(self, host: str, event: dict[str, Any]) -> None:
         """Apply one event of ``host``'s agent."""
         ev = event.get("ev")
         if ev == proto.EV_AGENT_LOST:
             self._on_agent_lost(host, event)
+            return
+        if self._other is not None and self._table.worker(str(event.get("id"))) is None and self._other(host, event):
             return
         with self._table.cond:
             worker = self._table.worker(str(event.get("id")))

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from launcher.agent.agent_commands import Kill
-from launcher.cluster import ClusterLedger, LedgerService
+from launcher.cluster import ClusterLedger, LedgerService, PlacedActors
 from launcher.config.hosts_config import ClusterConfig
 from launcher.config.placement import CellPlacement, PlacementPlan, plan_placement
 from launcher.errors import LauncherError
@@ -65,10 +65,15 @@ class WorkerProvider:
         # them: the cluster ledger) and Prometheus service discovery.
         launch_id = curve_keys.new_launch_id()
         self.ledger = ClusterLedger(config.hosts, self.plan, launch_id=launch_id)
+        # Actors placed on any host at run time (runtime.spawn(resources=, host=)): started by the hosts' agents.
+        self.placed = PlacedActors(config, self.ledger, _LaunchAgents(self), log_sink=log_sink)
+        ledger_service = LedgerService(
+            ledger=self.ledger, placed=self.placed, owner_timeout_s=self.settings.heartbeat_timeout_s
+        )
         self.services = LaunchServices(
             config,
             ProviderService(table=self.table, control=self),
-            LedgerService(ledger=self.ledger),
+            ledger_service,
             launch_id=launch_id,
             say=self._say,
         )
@@ -82,7 +87,8 @@ class WorkerProvider:
             say=self._say,
             log_sink=log_sink,
             on_death=on_death,
-            on_host_lost=self.ledger.host_lost,
+            on_host_lost=self.placed.host_lost,
+            other=self.placed.on_event,
         )
         wiring = AgentWiring(self.settings, self._events.on_event, self.services.reach_back, self._say)
         self.openers = AgentOpeners(config, wiring)  # how each host's agent starts (its ``provider``)
@@ -293,3 +299,25 @@ class WorkerProvider:
                 write_state(self.state_path, self.config, hosts, launch=self.phase.record())
             except OSError as exc:
                 log.warning("cannot write state file %s: %s", self.state_path, exc)
+
+
+class _LaunchAgents:
+    """What placed actors need of the launch: its agents, their code and keys, and the services' addresses."""
+
+    def __init__(self, provider: WorkerProvider) -> None:
+        self._provider = provider
+
+    def link(self, host: str) -> AgentLink:
+        return self._provider.agents.link(host)
+
+    def python_path(self, host: str) -> list[str]:
+        return self._provider.agents.code.python_path(self._provider.config.host(host))
+
+    def curve_dir(self, host: str) -> str | None:
+        return self._provider.agents.host_curve_dir(host)
+
+    def name_service_env(self, host: str) -> str:
+        return self._provider.services.name_service_env(host)
+
+    def placement_api_env(self, host: str) -> str:
+        return self._provider.services.placement_api_env(host)

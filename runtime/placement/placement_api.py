@@ -3,6 +3,7 @@ serves it), its address in ``MILES_PLACEMENT_API``, and a handle to it."""
 
 from __future__ import annotations
 
+import inspect
 import os
 import threading
 from typing import Any
@@ -11,7 +12,15 @@ from runtime.caller.call_policy import CallPolicy
 from runtime.caller.handle import ActorHandle
 from runtime.names import service
 from runtime.names.service import ServiceAddress, ServiceServer
-from runtime.placement.placement_types import LeaseView, NodeView
+from runtime.placement.placement_types import (
+    ExitReport,
+    Grant,
+    LeaseView,
+    NodeView,
+    ResourceRequest,
+    Started,
+    StartSpec,
+)
 from transport.security import FROM_ENV, CurveDir
 
 PLACEMENT_API_ENV = "MILES_PLACEMENT_API"  # set by miles-launch in every worker, job and placed actor
@@ -36,6 +45,27 @@ class PlacementApi:
 
     def holders(self) -> list[LeaseView]:
         """Every lease held: pool workers for the launch, and actors placed at run time."""
+        raise NotImplementedError
+
+    async def reserve(self, request: ResourceRequest, label: str, owner: str, detached: bool = False) -> Grant:
+        """Hold ``request``'s resources for an actor of ``owner`` (PlacementRefused, saying what is short, when
+        nothing fits: at once, or after ``request.wait_s``); a detached lease outlives its owner."""
+        raise NotImplementedError
+
+    async def start(self, lease_id: str, owner: str, spec: StartSpec) -> Started:
+        """Start the actor process of ``owner``'s lease on its host; where it serves, once it is up."""
+        raise NotImplementedError
+
+    async def release(self, lease_id: str, owner: str) -> bool:
+        """Stop the lease's process, if any, and return its resources."""
+        raise NotImplementedError
+
+    async def wait_exit(self, lease_id: str, wait_s: float = 30.0) -> ExitReport | None:
+        """How the lease's process ended, once it has (None after ``wait_s``)."""
+        raise NotImplementedError
+
+    def renew(self, owner: str) -> None:
+        """``owner`` is alive (its runtime says so every second while it holds leases)."""
         raise NotImplementedError
 
 
@@ -66,7 +96,14 @@ def connect(
             f"{deadline_s:g} s: is the launcher still running, and can this host reach it? ({exc})"
         )
 
-    policy = CallPolicy(deadline_s=lambda method, kwargs: deadline_s, unavailable=unavailable)
+    def deadline(method: str, kwargs: dict[str, Any]) -> float:
+        if method == "start":
+            return deadline_s + kwargs["spec"].ready_deadline_s + 5.0
+        if method == "reserve":
+            return deadline_s + kwargs["request"].wait_s
+        return deadline_s + float(kwargs.get("wait_s") or 0.0)
+
+    policy = CallPolicy(deadline_s=deadline, unavailable=unavailable)
     return service.connect(address, PlacementApi, name="placement-api", policy=policy, curve_dir=curve_dir)
 
 
@@ -101,6 +138,15 @@ def api() -> Any:
                 )
             handle = _handles[text] = connect(address)
         return handle
+
+
+async def call(method: str, **kwargs: Any) -> Any:
+    """Call ``method`` of this launch's placement API with keyword arguments, from the runtime's loop."""
+    found = api()
+    if isinstance(found, PlacementApi):
+        result = getattr(found, method)(**kwargs)
+        return await result if inspect.isawaitable(result) else result
+    return await found.method(method)(**kwargs)
 
 
 def nodes(timeout_s: float = CALL_DEADLINE_S) -> list[NodeView]:

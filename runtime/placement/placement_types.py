@@ -21,6 +21,8 @@ RESOURCE_NAME_RE = re.compile(r"^[A-Za-z][A-Za-z0-9_.:-]{0,63}$")
 MAX_RESOURCE_KINDS = 32
 MAX_AMOUNT = 1e6
 MAX_BUNDLES = 1024
+MAX_WAIT_S = 3600.0
+MAX_ENV = 256
 _FROZEN = ConfigDict(frozen=True, extra="forbid")
 
 
@@ -48,7 +50,8 @@ def check_resources(resources: dict[str, float]) -> dict[str, float]:
 class ResourceRequest(BaseModel):
     """What one actor holds while it lives: ``resources`` (``{"GPU": 1, "CPU": 2, "disk": 1}``), on ``host``
     (hard, or a preference with ``soft``), spread over hosts (``spread``: the host with most free), or inside
-    ``bundle_index`` of placement group ``group_id`` (-1: any bundle with room); else near ``near_host``."""
+    ``bundle_index`` of placement group ``group_id`` (-1: any bundle with room); else near ``near_host``. Refused at
+    once when nothing fits, unless ``wait_s`` asks to wait that long for room."""
 
     model_config = _FROZEN
 
@@ -59,6 +62,7 @@ class ResourceRequest(BaseModel):
     group_id: str | None = None
     bundle_index: int = Field(default=-1, ge=-1, lt=MAX_BUNDLES)
     near_host: str | None = None
+    wait_s: float = Field(default=0.0, ge=0, le=MAX_WAIT_S)  # 0: refused at once when nothing fits
 
     @field_validator("resources")
     @classmethod
@@ -163,3 +167,59 @@ class LeaseView(BaseModel):
     gpu_ids: list[int]
     group_id: str | None = None
     bundle_index: int = -1
+
+
+@register_type
+class StartSpec(BaseModel):
+    """How to start the actor process of a lease: its label, the spawn ticket line its stdin gets (its token and
+    keys: it travels only inside the launch's CURVE channel), extra environment, working directory, whether it
+    serves ``/metrics``, and how long it may take to come up."""
+
+    model_config = _FROZEN
+
+    label: str = Field(max_length=200)
+    ticket_line: str = Field(max_length=4096, repr=False)
+    env: dict[str, str] = Field(default_factory=dict, max_length=MAX_ENV)
+    cwd: str | None = Field(default=None, max_length=4096)
+    metrics: bool = True
+    ready_deadline_s: float = Field(default=60.0, gt=0, le=MAX_WAIT_S)
+
+
+@register_type
+class Started(BaseModel):
+    """The actor process of a lease is up: where it serves (as every host reaches it), its pid, boot id and log."""
+
+    model_config = _FROZEN
+
+    lease_id: str
+    host: str
+    endpoint: str
+    pid: int
+    boot_id: str
+    metrics_port: int | None = None
+    log_path: str | None = None
+
+
+@register_type
+class ExitReport(BaseModel):
+    """The actor process of a lease is gone: how (``returncode``/``signal``, or its host lost: ``reason``) and what
+    it printed last."""
+
+    model_config = _FROZEN
+
+    lease_id: str
+    label: str
+    host: str
+    pid: int | None
+    returncode: int | None
+    signal: str | None
+    reason: str
+    last_lines: list[str] = Field(default_factory=list)
+
+    def describe(self) -> str:
+        """``actor Learner (lease rt-7, pid 123) on n1 exited with code 1``, then its last lines."""
+        pid = f", pid {self.pid}" if self.pid else ""
+        text = f"actor {self.label} (lease {self.lease_id}{pid}) on {self.host} {self.reason}"
+        if not self.last_lines:
+            return text
+        return f"{text}; its last output:\n" + "\n".join(f"  | {line}" for line in self.last_lines)

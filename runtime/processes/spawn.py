@@ -7,6 +7,7 @@ import asyncio
 import difflib
 import functools
 import inspect
+import os
 from collections.abc import Awaitable, Callable
 from typing import Any, ParamSpec
 
@@ -17,6 +18,8 @@ from runtime.caller.handle import ActorHandle
 from runtime.caller.handle_names import checked_class_info
 from runtime.names import naming
 from runtime.placement import placement_api
+from runtime.placement.placed_spawn import spawn_placed_async
+from runtime.placement.placement_types import ResourceRequest
 from runtime.processes import driver_fork, driver_server
 from runtime.processes.construction import attach_worker_async, construct, handle_from_record
 from runtime.processes.process import ActorProcess
@@ -51,8 +54,11 @@ async def spawn_async(
     namespace: str = naming.DEFAULT_NAMESPACE,
     get_if_exists: bool = False,
     lifetime: str | None = None,
+    resources: dict[str, float] | None = None,
+    host: str | None = None,
+    placement: ResourceRequest | None = None,
 ) -> ActorHandle:
-    """Start a local actor process and construct ``actor_class(**kwargs)`` in it.
+    """Start an actor process (here, or on a host of the launch) and construct ``actor_class(**kwargs)`` in it.
 
     The process runs ``python -m runtime.worker`` (forked by this process's fork server,
     :mod:`runtime.processes.driver_fork`, else started with subprocess: :mod:`runtime.processes.process`); the actor
@@ -71,8 +77,14 @@ async def spawn_async(
     ``max_concurrency``: default-lane threads of an actor without async methods, else its concurrent coroutines.
     ``lifetime="detached"``: the actor does not die with this process (its owner), only with the process this one
     lives no longer than (the driver, or the launch's host agent); default None: it dies with its owner.
+
+    Inside a launch (miles-launch), ``resources`` (``{"GPU": 1, "CPU": 2}``) and ``host`` place the actor on any host
+    of it that has them free, with ``CUDA_VISIBLE_DEVICES`` set to its GPUs (:mod:`runtime.placement`;
+    ``placement=ResourceRequest(...)`` says more: spread, a soft host, waiting for room); nothing fits: refused at
+    once (PlacementRefused, saying what is short). ``kill()`` or this process's end returns what it held.
     """
     check_spawn_options(max_restarts, lifetime, name, namespace)
+    request = _placement_request(resources, host, placement, max_restarts, metrics_port)
     stale = None
     if name is not None:
         holder, stale = await live_holder(name, namespace, curve_dir)
@@ -87,6 +99,15 @@ async def spawn_async(
     kwargs = dict(kwargs) if kwargs else None  # restarts re-run the constructor with these, as given now
     if curve_dir is FROM_ENV and env and CURVE_DIR_ENV in env:
         curve_dir = env[CURVE_DIR_ENV] or None
+    if request is not None:
+        handle = await spawn_placed_async(
+            actor_class, request, label=label, kwargs=kwargs, name=name, cwd=cwd,
+            env={key: value for key, value in (env or {}).items() if key != CURVE_DIR_ENV},  # the launch's keys there
+            concurrency_groups=concurrency_groups, max_concurrency=max_concurrency, limits=limits,
+            deadline_s=deadline_s, curve_dir=curve_dir, metrics=metrics_port is not None,
+            detached=lifetime == "detached",
+        )  # fmt: skip
+        return await _claim_name(handle, name, namespace, stale, get_if_exists, curve_dir)
     curve = security.resolve(curve_dir)  # refuse missing or unsafe keys before forking
     child_env = {
         **(env or {}),
@@ -137,14 +158,53 @@ async def spawn_async(
         handle, process, label=label, max_restarts=max_restarts, launch=launch, construct=reconstruct, curve=curve,
         previous_exits=exits, on_restarted=naming.refresh,  # get_actor hands out the new incarnation
     )  # fmt: skip
+    return await _claim_name(handle, name, namespace, stale, get_if_exists, curve_dir)
+
+
+async def _claim_name(
+    handle: ActorHandle,
+    name: str | None,
+    namespace: str,
+    stale: dict[str, Any] | None,
+    get_if_exists: bool,
+    curve_dir: CurveDir,
+) -> ActorHandle:
+    """Register the new actor's name; when another spawn took it meanwhile, kill this one (and return the other's
+    handle with ``get_if_exists``)."""
     if name is not None:
         holder = await naming.claim_async(name, handle, namespace, replacing=stale)
-        if holder is not None:  # another spawn took the name meanwhile
+        if holder is not None:
             handle.kill()
             if get_if_exists:
                 return ActorHandle(**holder, curve_dir=curve_dir)
             raise taken(name, namespace, holder)
     return handle
+
+
+def _placement_request(
+    resources: dict[str, float] | None,
+    host: str | None,
+    placement: ResourceRequest | None,
+    max_restarts: int,
+    metrics_port: int | None,
+) -> ResourceRequest | None:
+    """What to ask the launch for, when the actor is placed by it (None: a local spawn)."""
+    if placement is not None and (resources is not None or host is not None):
+        raise ValueError("spawn: give resources=/host= or placement=ResourceRequest(...), not both")
+    if placement is None and resources is None and host is None:
+        return None
+    if max_restarts != 0:
+        raise ValueError(
+            "spawn: max_restarts with resources=/host=/placement= is not supported yet; restart a placed actor by "
+            "spawning it again (its handle raises ActorDied when it ends)"
+        )
+    if metrics_port not in (0, None):
+        raise ValueError(
+            f"spawn: a placed actor's metrics port is picked on its host; pass 0 or None, not {metrics_port}"
+        )
+    if placement is not None:
+        return placement
+    return ResourceRequest(resources=resources or {}, host=host, near_host=os.environ.get("MILES_HOST") or None)
 
 
 def _blocking(spawn_coroutine: Callable[P, Awaitable[ActorHandle]]) -> Callable[P, ActorHandle]:

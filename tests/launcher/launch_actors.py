@@ -100,6 +100,32 @@ class Counter:
         """Exit the process abruptly."""
         os._exit(code)
 
+    def place(self, resources: dict[str, float], host: str | None) -> dict[str, Any]:
+        """Spawn a Probe on a host of the launch that has ``resources`` free (held while this actor lives)."""
+        child = spawn("launch_actors:Probe", resources=resources, host=host)
+        self.children[("placed", str(child.pid))] = child
+        return child.where().result(timeout=30)
+
+
+class Probe:
+    """A placed actor that says where it runs and what it was given."""
+
+    def __init__(self, *, fail: bool = False) -> None:
+        if fail:
+            print("the probe cannot start here", flush=True)
+            raise RuntimeError("no probe today")
+
+    def where(self) -> dict[str, Any]:
+        """Host, pid, GPUs and lease, as the launcher set them."""
+        env = os.environ
+        return {
+            "host": env.get("MILES_HOST"),
+            "pid": os.getpid(),
+            "cuda": env.get("CUDA_VISIBLE_DEVICES"),
+            "lease": env.get("MILES_PLACEMENT_LEASE"),
+            "node_id": env.get("MILES_NODE_ID"),
+        }
+
 
 class SlowStart:
     """An actor whose constructor takes ``seconds`` (a trainer importing Megatron and joining its group)."""
