@@ -100,6 +100,23 @@ class Counter:
         """Exit the process abruptly."""
         os._exit(code)
 
+    def call_probe(self, probe: ActorHandle) -> dict[str, Any]:
+        """Call a probe placed elsewhere (a handle another process spawned)."""
+        return probe.where().result(timeout=30)
+
+    def seconds_until_dead(self, probe: ActorHandle | None = None, timeout_s: float = 20.0) -> list[Any]:
+        """How long until calls to ``probe`` (default: the probe this actor placed) fail, and how they fail."""
+        if probe is None:
+            probe = next(child for (kind, _), child in self.children.items() if kind == "placed")
+        started = time.monotonic()
+        while time.monotonic() - started < timeout_s:
+            try:
+                probe.where().result(timeout=timeout_s)
+            except Exception as exc:
+                return [time.monotonic() - started, f"{type(exc).__name__}: {exc}"]
+            time.sleep(0.05)
+        return [timeout_s, "still answering"]
+
     def place(self, resources: dict[str, float], host: str | None) -> dict[str, Any]:
         """Spawn a Probe on a host of the launch that has ``resources`` free (held while this actor lives)."""
         child = spawn("launch_actors:Probe", resources=resources, host=host)

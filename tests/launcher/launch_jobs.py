@@ -175,3 +175,32 @@ def leave_a_thread(ctx: Any) -> int:
         json.dump({"launcher_pid": os.getpid()}, fh)
     while True:
         time.sleep(0.5)
+
+
+def place_across(ctx: Any) -> int:
+    """Actors placed at run time across SSH hosts: h1's pool actor places one on h2; the job places one on h2 and
+    kill -9s it (h1's actor, a holder, sees the death); then h2's agent is killed (the actor h1 placed there dies
+    with it, and h2 leaves the cluster). One JSON line."""
+    import signal
+
+    from runtime import placement, spawn
+
+    (counter,) = ctx.handles("c")
+    placed = counter.place({"GPU": 1}, "h2").result(timeout=60)
+    probe = spawn("launch_actors:Probe", resources={"GPU": 1}, host="h2")
+    probe_where = probe.where().result(timeout=30)
+    across = counter.call_probe(probe).result(timeout=30)
+    held = {n.host: n.available for n in placement.nodes()}
+    os.kill(probe_where["pid"], signal.SIGKILL)
+    killed = counter.seconds_until_dead(probe).result(timeout=60)
+    time.sleep(0.5)  # the exit reaches the ledger
+    after_kill = {n.host: n.available for n in placement.nodes()}
+    os.kill(ctx.provider.agents.link("h2").hello["pid"], signal.SIGKILL)
+    lost = counter.seconds_until_dead().result(timeout=60)
+    nodes = {n.host: [n.alive, n.lost_reason] for n in placement.nodes()}
+    out = {
+        "placed": placed, "probe": probe_where, "endpoint": probe.endpoint, "across": across, "held": held,
+        "killed": killed, "after_kill": after_kill, "lost": lost, "nodes": nodes,
+    }  # fmt: skip
+    print("PLACED " + json.dumps(out), flush=True)
+    return 0

@@ -1,0 +1,40 @@
+"""Actors placed at run time across two SSH hosts in network namespaces (launcher/cluster, runtime/placement): an
+actor on h1 places one on h2 and calls it; the job places one on h2, kill -9 of it reaches a holder on h1 and
+returns its GPU; kill -9 of h2's agent fails the actor h1 placed there and takes h2 out of the cluster."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from pathlib import Path
+
+import pytest
+from launch_helpers import NetnsCluster, subprocess_env
+from sshd_fixture import SshKeys
+from test_netns_cluster import launcher_argv, write
+
+pytestmark = pytest.mark.processes
+
+
+def test_actors_placed_across_hosts_and_their_ends(
+    netns_cluster: NetnsCluster, ssh_keys: SshKeys, tmp_path: Path
+) -> None:
+    config = write(tmp_path, netns_cluster, ssh_keys, "launch_jobs:place_across", pool_hosts=["h1"], cells=1)
+    result = subprocess.run(
+        launcher_argv(netns_cluster, config), capture_output=True, text=True, timeout=180, env=subprocess_env()
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    out = json.loads(result.stdout.split("PLACED ", 1)[1].splitlines()[0])
+    h2_address = netns_cluster.hosts[1][2]
+    assert out["endpoint"].startswith(f"tcp://{h2_address}:")  # where other hosts reach h2
+    assert (out["placed"]["host"], out["placed"]["cuda"]) == ("h2", "0")
+    assert (out["probe"]["host"], out["probe"]["cuda"]) == ("h2", "1")
+    assert out["across"] == out["probe"]  # h1's actor called the job's actor on h2
+    assert out["held"]["h2"]["GPU"] == 0.0 and out["held"]["h1"]["GPU"] == 1.5  # the pool holds half of one
+    seconds, error = out["killed"]
+    assert error.startswith("ActorDied") and seconds < 5, out["killed"]
+    assert out["after_kill"]["h2"]["GPU"] == 1.0  # the killed actor's GPU is free again
+    seconds, error = out["lost"]
+    assert error.startswith("ActorDied") and "lost with its host agent" in error and seconds < 5, out["lost"]
+    assert out["nodes"]["h1"] == [True, None] and out["nodes"]["h2"][0] is False
+    assert netns_cluster.stray_pids() == {ns: set() for _, ns, _ in netns_cluster.hosts}
