@@ -211,9 +211,10 @@ class ClusterLedger:
         with self._lock:
             return self._view(self._group(group_id))
 
-    def groups(self) -> list[GroupView]:
+    def groups(self, owner: str | None = None) -> list[GroupView]:
+        """Every placement group, or ``owner``'s."""
         with self._lock:
-            return [self._view(group) for group in self._groups.values()]
+            return [self._view(g) for g in self._groups.values() if owner is None or g.owner == owner]
 
     # under the lock --------------------------------------------------------------------------------------
 

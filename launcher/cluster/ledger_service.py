@@ -15,6 +15,8 @@ from runtime import within
 from runtime.placement import (
     ExitReport,
     Grant,
+    GroupSpec,
+    GroupView,
     LeaseView,
     NodeView,
     PlacementApi,
@@ -26,9 +28,9 @@ from runtime.placement import (
 
 RETRY_S = 0.1  # a request that waits for room tries again this often
 OWNER_CHECK_S = 1.0
-MAX_EXIT_WAIT_S = 60.0
+MAX_WAIT_S = 3600.0
 _Id = Annotated[str, Field(min_length=1, max_length=200)]
-_Wait = Annotated[float, Field(ge=0, le=MAX_EXIT_WAIT_S)]
+_Wait = Annotated[float, Field(ge=0, le=MAX_WAIT_S)]
 
 
 class LedgerService(PlacementApi):
@@ -107,6 +109,35 @@ class LedgerService(PlacementApi):
         except TimeoutError:
             return None
 
+    async def create_group(self, spec: GroupSpec, owner: _Id, wait_s: _Wait = 0.0, detached: bool = False) -> GroupView:
+        self._renewed(owner)
+        deadline = time.monotonic() + wait_s
+        while True:
+            try:
+                group = self._ledger.create_group(spec, owner=owner)
+            except PlacementRefused as exc:
+                if time.monotonic() >= deadline:
+                    if wait_s:
+                        raise PlacementRefused(f"still short after waiting {wait_s:g} s: {exc}") from None
+                    raise
+                await asyncio.sleep(RETRY_S)
+                continue
+            if detached:
+                self._detached.add(group.group_id)
+            return group
+
+    async def remove_group(self, group_id: _Id, owner: _Id) -> GroupView:
+        if not any(g.group_id == group_id for g in self._ledger.groups(owner)):
+            raise PlacementRefused(f"placement group {group_id[:80]!r} is not held by this process")
+        view, ended = self._ledger.remove_group(group_id)
+        for lease in ended:
+            self._placed.kill(lease.lease_id)
+        self._detached.discard(group_id)
+        return view
+
+    def groups(self) -> list[GroupView]:
+        return self._ledger.groups()
+
     def renew(self, owner: _Id) -> None:
         self._renewed(owner)
 
@@ -154,6 +185,10 @@ class LedgerService(PlacementApi):
                 if now - seen < self._owner_timeout_s:
                     continue
                 del self._seen[owner]
+                for group in self._ledger.groups(owner):
+                    if group.group_id not in self._detached and group.state == "CREATED":
+                        for lease in self._ledger.remove_group(group.group_id)[1]:
+                            self._placed.kill(lease.lease_id)
                 for lease in self._ledger.leases(owner):
                     if lease.lease_id not in self._detached:
                         self._placed.kill(lease.lease_id)

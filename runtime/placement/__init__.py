@@ -1,11 +1,13 @@
 """Placing actors on the hosts of a launch: the cluster ledger's requests, grants and views, and the launch's
 placement API (``placement.nodes()``: the hosts, their resources and who holds them)."""
 
+from runtime.placement.groups import create_group, create_group_async, remove_group, remove_group_async
 from runtime.placement.placement_api import (
     PLACEMENT_API_ENV,
     PlacementApi,
     PlacementUnavailable,
     api,
+    groups,
     holders,
     nodes,
     serve,
@@ -50,7 +52,12 @@ __all__ = [
     "Strategy",
     "api",
     "check_resources",
+    "create_group",
+    "create_group_async",
+    "groups",
     "holders",
     "nodes",
+    "remove_group",
+    "remove_group_async",
     "serve",
 ]

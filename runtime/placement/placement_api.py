@@ -15,6 +15,8 @@ from runtime.names.service import ServiceAddress, ServiceServer
 from runtime.placement.placement_types import (
     ExitReport,
     Grant,
+    GroupSpec,
+    GroupView,
     LeaseView,
     NodeView,
     ResourceRequest,
@@ -62,6 +64,19 @@ class PlacementApi:
 
     async def wait_exit(self, lease_id: str, wait_s: float = 30.0) -> ExitReport | None:
         """How the lease's process ended, once it has (None after ``wait_s``)."""
+        raise NotImplementedError
+
+    async def create_group(self, spec: GroupSpec, owner: str, wait_s: float = 0.0, detached: bool = False) -> GroupView:
+        """Reserve every bundle of ``spec`` over the launch's hosts, all or none (PlacementRefused saying what is
+        short: at once, or after ``wait_s``); a detached group outlives its owner."""
+        raise NotImplementedError
+
+    async def remove_group(self, group_id: str, owner: str) -> GroupView:
+        """Return every bundle of ``owner``'s group; the actors placed in it are stopped."""
+        raise NotImplementedError
+
+    def groups(self) -> list[GroupView]:
+        """Every placement group of the launch, created, removed or failed."""
         raise NotImplementedError
 
     def renew(self, owner: str) -> None:
@@ -153,6 +168,12 @@ def nodes(timeout_s: float = CALL_DEADLINE_S) -> list[NodeView]:
     """The launch's hosts (blocking; in async code ``await api().nodes()``)."""
     found = api()
     return found.nodes() if isinstance(found, PlacementApi) else found.nodes().result(timeout=timeout_s)
+
+
+def groups(timeout_s: float = CALL_DEADLINE_S) -> list[GroupView]:
+    """The launch's placement groups (blocking; in async code ``await api().groups()``)."""
+    found = api()
+    return found.groups() if isinstance(found, PlacementApi) else found.groups().result(timeout=timeout_s)
 
 
 def holders(timeout_s: float = CALL_DEADLINE_S) -> list[LeaseView]:

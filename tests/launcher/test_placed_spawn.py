@@ -120,3 +120,27 @@ def _alive(pid: int) -> bool:
     except ProcessLookupError:
         return False
     return True
+
+
+def test_placement_groups_reserve_all_or_nothing_and_their_actors_end_with_them(launch: WorkerProvider) -> None:
+    before = {node.host: node.available for node in placement.nodes()}
+    with pytest.raises(PlacementRefused, match=r"placement group 'pg' \(STRICT_SPREAD, 2 bundle\(s\)\): no distinct"):
+        placement.create_group([{"GPU": 1}, {"GPU": 1}], "STRICT_SPREAD", name="pg")  # n0's GPU is the pool's
+    spread = placement.create_group([{"CPU": 1}, {"CPU": 1}], "SPREAD", name="spread")
+    assert [bundle.host for bundle in spread.bundles] == ["n0", "n1"]
+    packed = placement.create_group([{"GPU": 1}, {"GPU": 1}], "STRICT_PACK", name="packed")
+    assert [(bundle.host, bundle.gpu_ids) for bundle in packed.bundles] == [("n1", [0]), ("n1", [1])]
+    assert free("n1")["GPU"] == 0.0 and {g.name: g.state for g in placement.groups()} == {
+        "spread": "CREATED", "packed": "CREATED"
+    }  # fmt: skip
+    inside = spawn(
+        "launch_actors:Probe", placement=ResourceRequest(resources={"GPU": 1}, group_id=packed.group_id, bundle_index=1)
+    )
+    assert [inside.where().result(timeout=30)[key] for key in ("host", "cuda")] == ["n1", "1"]
+    with pytest.raises(PlacementRefused, match=r"bundle index 2 is invalid: placement group 'packed' has 2 bundle"):
+        spawn("launch_actors:Probe", placement=ResourceRequest(group_id=packed.group_id, bundle_index=2))
+    assert placement.remove_group(packed).state == "REMOVED"
+    with pytest.raises(ActorDied, match=r"actor Probe \(lease rt-\d+, pid \d+\) on n1 "):
+        wait_for("the group's actor stopped", lambda: inside.where().result(timeout=10) and None, 10)
+    placement.remove_group(spread)
+    wait_for("every bundle returned", lambda: {node.host: node.available for node in placement.nodes()} == before, 5)
