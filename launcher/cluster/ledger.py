@@ -301,11 +301,21 @@ class ClusterLedger:
         return ended
 
     def _held(self, host: str, resources: dict[str, float]) -> str:
-        """Free/total of the asked resources on ``host``, and who holds most of them."""
+        """Free/total of the asked resources on ``host``, and who holds most of them (leases and placement groups
+        holding some of what was asked)."""
         holders: dict[str, int] = {}
+
+        def count(label: str, claim: Claim) -> None:
+            if any(name in resources for name in claim.asked()):
+                holders[label] = holders.get(label, 0) + 1
+
         for lease in self._leases.values():
             if lease.host == host and lease.group_id is None:
-                holders[lease.label] = holders.get(lease.label, 0) + 1
+                count(lease.label, lease.claim)
+        for group in self._groups.values():
+            for bundle in group.bundles if group.state == "CREATED" else []:
+                if bundle.host == host:
+                    count(f"placement group {group.spec.name or group.group_id[:8]}", bundle.claim)
         held = ", ".join(f"{label} x{count}" for label, count in sorted(holders.items(), key=lambda kv: -kv[1])[:3])
         return self._nodes[host].capacity.shortfall(resources) + (f" (held by {held})" if held else "")
 

@@ -1,7 +1,6 @@
 """Placing actors on the hosts of a launch: the cluster ledger's requests, grants and views, and the launch's
 placement API (``placement.nodes()``: the hosts, their resources and who holds them)."""
 
-from runtime.placement.groups import create_group, create_group_async, remove_group, remove_group_async
 from runtime.placement.placement_api import (
     PLACEMENT_API_ENV,
     PlacementApi,
@@ -12,6 +11,7 @@ from runtime.placement.placement_api import (
     nodes,
     serve,
 )
+from runtime.placement.placement_groups import create_group, create_group_async, remove_group, remove_group_async
 from runtime.placement.placement_types import (
     CPU,
     GPU,

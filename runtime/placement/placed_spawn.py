@@ -12,7 +12,7 @@ from runtime.core.control_auth import SpawnTicket
 from runtime.placement import lease_owner
 from runtime.placement.placed_process import PlacedProcess
 from runtime.placement.placement_api import call
-from runtime.placement.placement_types import ResourceRequest, StartSpec
+from runtime.placement.placement_types import Grant, ResourceRequest, StartSpec
 from runtime.processes.construction import attach_worker_async
 from transport.security import CurveDir
 
@@ -23,6 +23,7 @@ async def spawn_placed_async(
     actor_class: type | str,
     request: ResourceRequest,
     *,
+    lease: Grant | None = None,
     label: str,
     kwargs: dict[str, Any] | None,
     name: str | None,
@@ -36,11 +37,12 @@ async def spawn_placed_async(
     metrics: bool,
     detached: bool,
 ) -> ActorHandle:
-    """Reserve ``request`` on the launch's hosts, start the actor process there and construct the actor in it; the
-    handle's ``kill()`` releases the lease. PlacementRefused (nothing started) when nothing fits."""
+    """Reserve ``request`` on the launch's hosts (or take ``lease``, reserved already), start the actor process there
+    and construct the actor in it; the handle's ``kill()`` releases the lease. PlacementRefused (nothing started)
+    when nothing fits."""
     me = lease_owner.owner()
     lease_owner.keep_renewing()
-    grant = await call("reserve", request=request, label=label, owner=me, detached=detached)
+    grant = lease or await call("reserve", request=request, label=label, owner=me, detached=detached)
     try:
         ticket = SpawnTicket.new()
         spec = StartSpec(

@@ -19,7 +19,7 @@ from runtime.caller.handle_names import checked_class_info
 from runtime.names import naming
 from runtime.placement import placement_api
 from runtime.placement.placed_spawn import spawn_placed_async
-from runtime.placement.placement_types import ResourceRequest
+from runtime.placement.placement_types import Grant, ResourceRequest
 from runtime.processes import driver_fork, driver_server
 from runtime.processes.construction import attach_worker_async, construct, handle_from_record
 from runtime.processes.process import ActorProcess
@@ -57,6 +57,7 @@ async def spawn_async(
     resources: dict[str, float] | None = None,
     host: str | None = None,
     placement: ResourceRequest | None = None,
+    lease: Grant | None = None,
 ) -> ActorHandle:
     """Start an actor process (here, or on a host of the launch) and construct ``actor_class(**kwargs)`` in it.
 
@@ -82,9 +83,10 @@ async def spawn_async(
     of it that has them free, with ``CUDA_VISIBLE_DEVICES`` set to its GPUs (:mod:`runtime.placement`;
     ``placement=ResourceRequest(...)`` says more: spread, a soft host, waiting for room); nothing fits: refused at
     once (PlacementRefused, saying what is short). ``kill()`` or this process's end returns what it held.
+    ``lease``: a lease reserved already (runtime.ray_compat reserves in ``.remote()``, to refuse there).
     """
     check_spawn_options(max_restarts, lifetime, name, namespace)
-    request = _placement_request(resources, host, placement, max_restarts, metrics_port)
+    request = _placement_request(resources, host, placement, max_restarts, metrics_port, lease)
     stale = None
     if name is not None:
         holder, stale = await live_holder(name, namespace, curve_dir)
@@ -101,7 +103,7 @@ async def spawn_async(
         curve_dir = env[CURVE_DIR_ENV] or None
     if request is not None:
         handle = await spawn_placed_async(
-            actor_class, request, label=label, kwargs=kwargs, name=name, cwd=cwd,
+            actor_class, request, lease=lease, label=label, kwargs=kwargs, name=name, cwd=cwd,
             env={key: value for key, value in (env or {}).items() if key != CURVE_DIR_ENV},  # the launch's keys there
             concurrency_groups=concurrency_groups, max_concurrency=max_concurrency, limits=limits,
             deadline_s=deadline_s, curve_dir=curve_dir, metrics=metrics_port is not None,
@@ -187,10 +189,13 @@ def _placement_request(
     placement: ResourceRequest | None,
     max_restarts: int,
     metrics_port: int | None,
+    lease: Grant | None,
 ) -> ResourceRequest | None:
     """What to ask the launch for, when the actor is placed by it (None: a local spawn)."""
     if placement is not None and (resources is not None or host is not None):
         raise ValueError("spawn: give resources=/host= or placement=ResourceRequest(...), not both")
+    if lease is not None:
+        placement = placement or ResourceRequest()
     if placement is None and resources is None and host is None:
         return None
     if max_restarts != 0:

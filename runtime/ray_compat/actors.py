@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import contextlib
 import functools
 import os
 from typing import Any
@@ -16,10 +17,13 @@ from runtime.caller.handle_names import checked_class_info
 from runtime.core.metadata import method as native_method
 from runtime.names import naming
 from runtime.names.name_registry import check_name
+from runtime.placement import lease_owner
+from runtime.placement.placement_api import call
+from runtime.placement.placement_types import Grant
 from runtime.processes.spawn import spawn_async
 from runtime.processes.spawn_names import live_holder, taken
+from runtime.ray_compat import cluster, placement, state
 from runtime.ray_compat import options as opts
-from runtime.ray_compat import placement, state
 from runtime.ray_compat.actor_classes import bind_arguments, keyword_class
 from runtime.ray_compat.calls import Arguments, resolve_args
 from runtime.ray_compat.handles import RAY_METHOD, ActorHandle, ActorMethod, Lease, failed
@@ -132,17 +136,29 @@ class ActorClass:
                 raise taken(name, namespace, found.native)
         wants = opts.resources_of(options, 0.0, what)
         env, cwd = opts.runtime_env(options.get("runtime_env"), what)
-        ledger, group = placement.where(options.get("scheduling_strategy"), what)
-        held, gpu_ids = ledger.reserve(wants, what)
-        env = {**session.env, **env, **placement.captured_env(options.get("scheduling_strategy"))}
+        strategy = options.get("scheduling_strategy")
+        ledger, group = placement.where(strategy, what)
+        env = {**session.env, **env, **placement.captured_env(strategy)}
+        grant = None
+        if session.cluster:  # on a host of the launch: reserved there now (refused at once), GPUs set by the launcher
+            if int(options.get("max_restarts", 0)) != 0:
+                raise NotImplementedError(
+                    f"{what}: max_restarts for an actor placed on a launch's hosts is not supported yet; "
+                    "ray.init(num_cpus=...) keeps actors on this machine, where restarts work"
+                )
+            request = placement.request_for(strategy, wants, what)
+            grant = cluster.reserve(request, what, detached=options.get("lifetime") == "detached")
+            gpu_ids = [str(gpu) for gpu in grant.gpu_ids]
+        else:
+            held, gpu_ids = ledger.reserve(wants, what)
         if wants.get("GPU"):
             env[GPU_IDS_ENV] = ",".join(gpu_ids)
-            if {**os.environ, **env}.get(NOSET_CUDA, "0") in ("", "0"):
+            if grant is None and {**os.environ, **env}.get(NOSET_CUDA, "0") in ("", "0"):
                 env["CUDA_VISIBLE_DEVICES"] = ",".join(gpu_ids)
-        spawning = _spawn(cls, (args, kwargs), options, namespace, env, cwd)
+        spawning = _spawn(cls, (args, kwargs), options, namespace, env, cwd, grant)
         keep = bool(name) or options.get("lifetime") == "detached"
         lease = Lease(spawning, name or cls.__name__, owner=True, keep=keep)
-        lease.held = (ledger, held, gpu_ids)
+        lease.held = (ledger, held, gpu_ids) if grant is None else None  # a launch's lease ends with its actor
         spawning.add_done_callback(lambda f: failed(f) and lease.end())
         if name is not None:
             session.starting[(namespace, name)] = lease
@@ -170,18 +186,31 @@ def _named(session: state.Session, name: str, namespace: str, cls: type, what: s
 
 
 def _spawn(
-    cls: type, arguments: Arguments, options: dict[str, Any], namespace: str, env: dict[str, str], cwd: str | None
+    cls: type,
+    arguments: Arguments,
+    options: dict[str, Any],
+    namespace: str,
+    env: dict[str, str],
+    cwd: str | None,
+    grant: Grant | None = None,
 ) -> concurrent.futures.Future[Any]:
-    """Spawn on the runtime's loop, not waiting: top-level refs among the arguments are resolved first."""
+    """Spawn on the runtime's loop, not waiting: top-level refs among the arguments are resolved first. With
+    ``grant`` (a lease on a launch's host) the actor starts there."""
 
     async def start() -> Any:
-        args, kwargs = await asyncio.get_running_loop().run_in_executor(None, resolve_args, *arguments)
-        return await spawn_async(
-            keyword_class(cls), kwargs=bind_arguments(cls, args, kwargs), name=options.get("name"),
-            namespace=namespace, get_if_exists=bool(options.get("get_if_exists", False)),
-            lifetime=options.get("lifetime"), max_restarts=int(options.get("max_restarts", 0)),
-            max_concurrency=options.get("max_concurrency"), concurrency_groups=options.get("concurrency_groups"),
-            env=env, cwd=cwd, deadline_s=CONSTRUCT_DEADLINE_S,
-        )  # fmt: skip
+        try:
+            args, kwargs = await asyncio.get_running_loop().run_in_executor(None, resolve_args, *arguments)
+            return await spawn_async(
+                keyword_class(cls), kwargs=bind_arguments(cls, args, kwargs), name=options.get("name"),
+                namespace=namespace, get_if_exists=bool(options.get("get_if_exists", False)),
+                lifetime=options.get("lifetime"), max_restarts=int(options.get("max_restarts", 0)),
+                max_concurrency=options.get("max_concurrency"), concurrency_groups=options.get("concurrency_groups"),
+                env=env, cwd=cwd, deadline_s=CONSTRUCT_DEADLINE_S, lease=grant,
+            )  # fmt: skip
+        except BaseException:
+            if grant is not None:  # not started: the launch gets it back (twice is harmless)
+                with contextlib.suppress(Exception):
+                    await call("release", lease_id=grant.lease_id, owner=lease_owner.owner())
+            raise
 
     return asyncio.run_coroutine_threadsafe(start(), ClientRuntime.get().loop)

@@ -11,12 +11,14 @@ from runtime.caller import waiting as native_wait
 from runtime.core.errors import ActorNotFound
 from runtime.names import naming
 from runtime.names.naming import get_actor as native_get_actor
+from runtime.ray_compat import cluster, state
 from runtime.ray_compat import options as opts
-from runtime.ray_compat import state
 from runtime.ray_compat.exceptions import GetTimeoutError
 from runtime.ray_compat.handles import ActorHandle
 from runtime.ray_compat.refs import ObjectRef, ObjectRefGenerator
 from runtime.ray_compat.resources import nodes as _nodes
+
+log = logging.getLogger(__name__)
 
 _INIT_REFUSED = {
     "include_dashboard": "there is no dashboard: each actor serves Prometheus /metrics (README: Metrics)",
@@ -43,11 +45,14 @@ def init(
     logging_level: int | str = logging.INFO,
     **more: Any,
 ) -> dict[str, Any]:
-    """Start the session: this machine's CPUs/GPUs (or the counts given) as the cluster; returns its context."""
+    """Start the session; returns its context. Inside a launch (a job or actor started by miles-launch),
+    ``address`` None or ``"auto"`` joins the launch's cluster: its hosts, their resources, actors and placement
+    groups placed across them (:mod:`runtime.ray_compat.cluster`). Otherwise, or with ``address="local"`` or
+    ``num_cpus``/``num_gpus``/``resources`` given, this machine's CPUs/GPUs (or the counts given) are the cluster."""
     if address not in (None, "local", "auto"):
         raise NotImplementedError(
             f"ray.init(address={address!r}): there is no Ray cluster to connect to; run the script under "
-            "`miles-launch hosts.toml` to reach a launch's actors (get_actor), or leave address unset"
+            "`miles-launch hosts.toml` (its hosts are the cluster: address='auto'), or leave address unset"
         )
     for key, value in more.items():
         if key in _INIT_REFUSED and value not in (None, False):
@@ -66,11 +71,17 @@ def init(
     if runtime_env and runtime_env.get("working_dir"):
         raise NotImplementedError("ray.init(runtime_env={'working_dir': ...}): give working_dir per actor or task")
     logging.getLogger("runtime").setLevel(logging_level)
-    state.start(num_cpus, num_gpus, resources, namespace, env)
+    counts = num_cpus is not None or num_gpus is not None or bool(resources)
+    in_launch = address != "local" and cluster.joined()
+    if in_launch and counts:
+        log.info("ray.init with num_cpus/num_gpus/resources: a session of this machine, not the launch's hosts")
+    state.start(num_cpus, num_gpus, resources, namespace, env, cluster=in_launch and not counts)
     return _context()
 
 
 def _context() -> dict[str, Any]:
+    if state.current().cluster:
+        return {"address": "auto", "node_id": cluster.this_node_id()}
     return {"address": "local", "node_id": _nodes(state.current().ledger)[0]["NodeID"]}
 
 
@@ -153,12 +164,12 @@ def get_actor(name: str, namespace: str | None = None) -> ActorHandle:
 
 
 def nodes() -> list[dict[str, Any]]:
-    return _nodes(state.current().ledger)
+    return cluster.ray_nodes() if state.current().cluster else _nodes(state.current().ledger)
 
 
 def cluster_resources() -> dict[str, float]:
-    return dict(state.current().ledger.total)
+    return cluster.total() if state.current().cluster else dict(state.current().ledger.total)
 
 
 def available_resources() -> dict[str, float]:
-    return state.current().ledger.available()
+    return cluster.available() if state.current().cluster else state.current().ledger.available()

@@ -10,13 +10,17 @@ import os
 from dataclasses import dataclass, field
 from typing import Any
 
-from runtime.ray_compat import state
+from runtime.placement import placement_groups as launch_groups
+from runtime.placement.placement_types import ResourceRequest
+from runtime.ray_compat import cluster, state
 from runtime.ray_compat.refs import ObjectRef, _done
 from runtime.ray_compat.resources import Ledger, node_id
 
 STRATEGIES = ("PACK", "SPREAD", "STRICT_PACK", "STRICT_SPREAD")
 #: The group an actor placed with placement_group_capture_child_tasks=True finds itself in (its environment).
 CAPTURED_ENV = "MILES_RAY_CAPTURED_GROUP"
+#: Inside a launch, how long ``placement_group`` waits for room (default 0: refused at once with what is short).
+PLACEMENT_WAIT_ENV = "MILES_RAY_PLACEMENT_WAIT_S"
 _captured: PlacementGroup | None = None
 
 
@@ -44,6 +48,8 @@ class PlacementGroup:
     actors: list[Any] = field(default_factory=list)
     removed: bool = False
     _held: list[tuple[dict[str, float], list[str]]] = field(default_factory=list)
+    node_ids: list[str] = field(default_factory=list)  # where each bundle is, in a launch (empty: this machine)
+    hosts: list[str] = field(default_factory=list)
 
     @property
     def bundle_count(self) -> int:
@@ -64,13 +70,18 @@ class PlacementGroup:
         for that process to fill; the reservation itself stays with this session."""
         bundles = [[dict(b.total), list(b.gpu_ids)] for b in self.bundles]
         return {"id": str(self.id), "specs": self.bundle_specs, "strategy": self.strategy, "name": self.name,
-                "bundles": bundles}  # fmt: skip
+                "bundles": bundles, "node_ids": list(self.node_ids), "hosts": list(self.hosts)}  # fmt: skip
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         self.__init__(  # type: ignore[misc]
             GroupID(state["id"]), [dict(s) for s in state["specs"]], str(state["strategy"]), str(state["name"]),
             [Ledger(dict(total), [str(g) for g in gpus]) for total, gpus in state["bundles"]],
+            node_ids=[str(n) for n in state.get("node_ids", [])], hosts=[str(h) for h in state.get("hosts", [])],
         )  # fmt: skip
+
+    def end(self) -> None:
+        """Remove the group (``ray.shutdown()`` of the session that made it)."""
+        remove_placement_group(self)
 
     def ready(self) -> ObjectRef:
         return ObjectRef(future=_done(self), what=f"placement group {self.name or self.id}")
@@ -95,7 +106,9 @@ class PlacementGroup:
             "placement_group_id": self.id,
             "name": self.name,
             "bundles": {i: dict(spec) for i, spec in enumerate(self.bundle_specs)},
-            "bundles_to_node_id": dict.fromkeys(range(self.bundle_count), node_id()),
+            "bundles_to_node_id": dict(enumerate(self.node_ids))
+            if self.node_ids
+            else dict.fromkeys(range(self.bundle_count), node_id()),
             "strategy": self.strategy,
             "state": "REMOVED" if self.removed else "CREATED",
         }
@@ -128,19 +141,21 @@ def placement_group(
     for option, value in unsupported.items():
         if value is not None:
             raise NotImplementedError(f"placement_group({option}=...) is not supported by runtime.ray_compat")
+    if lifetime not in (None, "detached"):
+        raise ValueError(f"placement_group: lifetime must be None or 'detached', got {lifetime!r}")
+    session = state.current()
+    if session.cluster:
+        return _launch_group(session, bundles, strategy, name, lifetime)
     if lifetime == "detached":
         raise NotImplementedError(
             "placement_group(lifetime='detached'): a placement group here is a reservation in this driver's ray.init "
             "session and ends with it; omit lifetime (detached actors need no group: .options(lifetime='detached'))"
         )
-    if lifetime is not None:
-        raise ValueError(f"placement_group: lifetime must be None or 'detached', got {lifetime!r}")
     if strategy == "STRICT_SPREAD" and len(bundles) > 1:
         raise ValueError(
             "placement_group(strategy='STRICT_SPREAD') with several bundles needs one node per bundle; "
-            "runtime.ray_compat places on this machine only: spread over hosts with a hosts.toml pool (SPREAD)"
+            "a ray.init session of this machine has one node: run under miles-launch, whose hosts are the cluster"
         )
-    session = state.current()
     group = PlacementGroup(GroupID(os.urandom(9).hex()), [dict(b) for b in bundles], strategy, name)
     what = f"placement group {name or group.id}"
     try:
@@ -156,6 +171,25 @@ def placement_group(
     return group
 
 
+def _launch_group(
+    session: state.Session, bundles: list[dict[str, float]], strategy: str, name: str, lifetime: str | None
+) -> PlacementGroup:
+    """A group reserved on the launch's hosts (all bundles or none; ``MILES_RAY_PLACEMENT_WAIT_S``: how long to wait
+    for room, default 0: refused at once with what is short, where Ray would leave it pending)."""
+    wait_s = float(os.environ.get(PLACEMENT_WAIT_ENV) or 0.0)
+    view = launch_groups.create_group(
+        [{k: float(v) for k, v in b.items()} for b in bundles], strategy,  # type: ignore[arg-type]
+        name=name, wait_s=wait_s, lifetime=lifetime,
+    )  # fmt: skip
+    group = PlacementGroup(
+        GroupID(view.group_id), [dict(b) for b in bundles], strategy, name,
+        [Ledger(dict(b.resources), [str(g) for g in b.gpu_ids]) for b in view.bundles],
+        node_ids=[b.node_id for b in view.bundles], hosts=[b.host for b in view.bundles],
+    )  # fmt: skip
+    session.groups.append(group)
+    return group
+
+
 def remove_placement_group(group: PlacementGroup) -> None:
     """Kill the group's actors and give its bundles back."""
     if group.removed:
@@ -164,6 +198,11 @@ def remove_placement_group(group: PlacementGroup) -> None:
     for lease in group.actors:
         with contextlib.suppress(Exception):
             lease.end()
+    if group.node_ids:
+        launch_groups.remove_group(str(group.id))  # the launch stops what else was placed in it
+        with contextlib.suppress(ValueError):
+            state.current().groups.remove(group)
+        return
     session = state.running()
     if session is not None:
         for held, gpu_ids in group._held:
@@ -244,7 +283,7 @@ def where(strategy: Any, what: str) -> tuple[Ledger, PlacementGroup | None]:
             return _any_bundle(group), group
         return group.bundle(index, what), group
     if isinstance(strategy, NodeAffinitySchedulingStrategy):
-        if strategy.node_id != node_id() and not strategy.soft:
+        if strategy.node_id != node_id() and not strategy.soft and not session.cluster:  # a launch: request_for
             raise ValueError(
                 f"{what}: NodeAffinitySchedulingStrategy(node_id={strategy.node_id!r}) names another node; "
                 f"runtime.ray_compat places on this one ({node_id()!r}); use soft=True, or a hosts.toml pool"
@@ -254,6 +293,41 @@ def where(strategy: Any, what: str) -> tuple[Ledger, PlacementGroup | None]:
         f"{what}: scheduling_strategy must be 'DEFAULT', 'SPREAD', a PlacementGroupSchedulingStrategy or a "
         f"NodeAffinitySchedulingStrategy, got {strategy!r}"
     )
+
+
+def request_for(strategy: Any, wants: dict[str, float], what: str) -> ResourceRequest:
+    """What an actor with ``scheduling_strategy=strategy`` asks a launch for (a session inside one)."""
+    resources = {name: amount for name, amount in wants.items() if amount and not name.startswith("node:")}
+    nodes = [name.removeprefix("node:") for name in wants if name.startswith("node:")]  # Ray's per-node resource
+    if strategy is None or strategy == "DEFAULT":
+        captured = get_current_placement_group()
+        if captured is not None and captured.node_ids:
+            return ResourceRequest(resources=resources, group_id=str(captured.id))
+        if nodes:
+            return ResourceRequest(resources=resources, host=cluster.host_at(nodes[0], what))
+        return ResourceRequest(resources=resources, near_host=os.environ.get("MILES_HOST") or None)
+    if strategy == "SPREAD":
+        return ResourceRequest(resources=resources, spread=True)
+    if isinstance(strategy, PlacementGroupSchedulingStrategy):
+        group, index = strategy.placement_group, strategy.placement_group_bundle_index
+        if not group.node_ids:
+            raise ValueError(f"{what}: placement group {group.name or group.id} is not one of this launch's groups")
+        group.bundle(0 if index == -1 else index, what)
+        return ResourceRequest(resources=resources, group_id=str(group.id), bundle_index=index)
+    if isinstance(strategy, NodeAffinitySchedulingStrategy):
+        return ResourceRequest(resources=resources, host=cluster.host_of(strategy.node_id, what), soft=strategy.soft)
+    return ResourceRequest(resources=resources)  # where() refuses other strategies, as for a session of this machine
+
+
+def task_host(strategy: Any) -> str | None:
+    """Where a task with ``strategy`` runs: the host of its bundle of a launch's group when that is not this one,
+    else None (this machine)."""
+    if not isinstance(strategy, PlacementGroupSchedulingStrategy) or not strategy.placement_group.node_ids:
+        return None
+    group, index = strategy.placement_group, strategy.placement_group_bundle_index
+    here = os.environ.get("MILES_HOST")
+    hosts = group.hosts if index == -1 else [group.hosts[index]]
+    return None if here in hosts else hosts[0]
 
 
 def _any_bundle(group: PlacementGroup) -> Ledger:

@@ -7,7 +7,7 @@ import os
 from typing import Any
 
 from runtime.objects import object_owner
-from runtime.ray_compat import state
+from runtime.ray_compat import cluster, state
 from runtime.ray_compat.resources import node_id
 
 #: The GPU ids an actor was given (``num_gpus``), set in its environment by ray_compat.
@@ -27,7 +27,7 @@ class RuntimeContext:
         return f"{os.getppid() if self._actor else os.getpid():08x}"
 
     def get_node_id(self) -> str:
-        return node_id()
+        return (cluster.this_node_id() if state.current().cluster else None) or node_id()
 
     def get_actor_id(self) -> str | None:
         found = self._actor

@@ -9,6 +9,7 @@ import threading
 from dataclasses import dataclass, field
 from typing import Any
 
+from runtime.ray_compat import cluster
 from runtime.ray_compat.resources import Ledger, make_ledger
 from runtime.ray_compat.task_slots import TaskSlots
 
@@ -17,9 +18,10 @@ log = logging.getLogger(__name__)
 
 @dataclass
 class Session:
-    ledger: Ledger
+    ledger: Ledger  # this machine's (its tasks run here)
     namespace: str
     env: dict[str, str]  # runtime_env env_vars of ray.init: every actor and task worker gets them
+    cluster: bool = False  # inside a launch: actors and placement groups go on its hosts (runtime.ray_compat.cluster)
     actors: list[Any] = field(default_factory=list)  # the Leases of the actors started here (ended at shutdown)
     pools: dict[Any, Any] = field(default_factory=dict)  # task worker pools, by their env
     groups: list[Any] = field(default_factory=list)  # placement groups
@@ -37,22 +39,24 @@ _session: Session | None = None
 
 def start(
     num_cpus: float | None, num_gpus: float | None, resources: dict[str, float] | None, namespace: str | None,
-    env: dict[str, str],
+    env: dict[str, str], *, cluster: bool = False,
 ) -> Session:  # fmt: skip
     global _session
     with _lock:
-        _session = Session(make_ledger(num_cpus, num_gpus, resources), namespace or "", env)
+        _session = Session(make_ledger(num_cpus, num_gpus, resources), namespace or "", env, cluster=cluster)
         return _session
 
 
 def current() -> Session:
-    """The session, started with the defaults if ``ray.init`` was not called (as Ray does)."""
+    """The session, started with the defaults if ``ray.init`` was not called (as Ray does): inside a launch, its
+    hosts are the cluster."""
     session = _session
     if session is not None:
         return session
+    in_launch = cluster.joined()
     with _lock:
         if _session is None:
-            globals()["_session"] = Session(make_ledger(None, None, None), "", {})
+            globals()["_session"] = Session(make_ledger(None, None, None), "", {}, cluster=in_launch)
         return _session  # type: ignore[return-value]
 
 
@@ -71,6 +75,9 @@ def stop() -> None:
     for lease in reversed(session.actors):
         with contextlib.suppress(Exception):
             lease.end()
+    for group in list(session.groups):  # a launch's groups are returned to it (this machine's end with the session)
+        with contextlib.suppress(Exception):
+            group.end()
     session.slots.close(RuntimeError("ray.shutdown() was called while this task waited for CPUs; it never ran"))
     for pool in session.pools.values():
         with contextlib.suppress(Exception):

@@ -32,11 +32,13 @@ class TaskPool:
     task at a time, and a task goes to the least busy worker once the CPUs it asks for are free (``num_cpus``,
     default 1, held while it runs: :mod:`runtime.ray_compat.task_slots`; a streaming task takes none). A worker that
     dies is replaced and its task retried (``max_retries``, default 3, system failures). Task workers hold no GPUs:
-    a task asking ``num_gpus`` is refused (use an actor, which gets its GPUs)."""
+    a task asking ``num_gpus`` is refused (use an actor, which gets its GPUs). Inside a launch, a task in a bundle of
+    a placement group on another host runs on a pool placed on that host."""
 
-    def __init__(self, size: int, env: dict[str, str], cwd: str | None) -> None:
+    def __init__(self, size: int, env: dict[str, str], cwd: str | None, *, host: str | None = None) -> None:
         self.size = max(1, size)
         self._env, self._cwd = env, cwd
+        self._host = host  # another host of the launch (a task in a bundle there): its workers are placed there
         self._secret = os.urandom(32)
         self._workers: list[NativeHandle] = []
         self._busy: dict[int, int] = {}
@@ -56,7 +58,7 @@ class TaskPool:
             if idle is not None and (self._busy.get(id(idle), 0) == 0 or len(live) >= self.size):
                 self._busy[id(idle)] = self._busy.get(id(idle), 0) + 1
                 return idle
-        worker = spawn(TaskWorker, kwargs={"secret": self._secret}, env=self._env, cwd=self._cwd)
+        worker = spawn(TaskWorker, kwargs={"secret": self._secret}, env=self._env, cwd=self._cwd, host=self._host)
         with self._lock:
             stopped = self._stopped
             if not stopped:
@@ -162,6 +164,7 @@ class RemoteFunction:
                 "actor with num_gpus, which gets its GPUs in CUDA_VISIBLE_DEVICES"
             )
         ledger, _ = placement.where(options.get("scheduling_strategy"), what)
+        host = placement.task_host(options.get("scheduling_strategy"))  # a bundle on another host of the launch
         for name, amount in wants.items():
             if amount > ledger.total.get(name, 0.0):
                 raise ValueError(
@@ -169,11 +172,12 @@ class RemoteFunction:
                 )
         env, cwd = opts.runtime_env(options.get("runtime_env"), what)
         env = {**session.env, **env}
-        key = (tuple(sorted(env.items())), cwd)
+        key = (tuple(sorted(env.items())), cwd, host)
         cpus = wants.get("CPU", 1.0)
         with contextlib.suppress(KeyError):
             return session.pools[key], cpus
-        return session.pools.setdefault(key, TaskPool(int(session.ledger.total.get("CPU", 1)), env, cwd)), cpus
+        size = int(ledger.total.get("CPU", 1) if host else session.ledger.total.get("CPU", 1))
+        return session.pools.setdefault(key, TaskPool(size, env, cwd, host=host)), cpus
 
     def remote(self, *args: Any, **kwargs: Any) -> Any:
         options, what = self._options, self._what
