@@ -6,6 +6,7 @@ from __future__ import annotations
 import collections
 import json
 import logging
+import os
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -81,10 +82,12 @@ class PlacedActors:
         if clash:
             raise LauncherError(f"{spec.label}: env may not set {clash[0]}: the launcher sets it from the placement")
         host = self._config.host(lease.host)
+        paths = [spec.env.get("PYTHONPATH", ""), host.env.get("PYTHONPATH", "")]  # the caller's first, then the host's
         env = {
             "MILES_ADVERTISE_HOST": host.reach_address,
             **host.env,
             **spec.env,
+            **({"PYTHONPATH": os.pathsep.join(p for p in paths if p)} if any(paths) else {}),
             CURVE_DIR_ENV: self._agents.curve_dir(host.name) or "",
             NAME_SERVICE_ENV: self._agents.name_service_env(host.name),
             PLACEMENT_API_ENV: self._agents.placement_api_env(host.name),

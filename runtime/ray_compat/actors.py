@@ -147,6 +147,7 @@ class ActorClass:
                     "ray.init(num_cpus=...) keeps actors on this machine, where restarts work"
                 )
             request = placement.request_for(strategy, wants, what)
+            env = {**cluster.as_ray_env(), **env}
             grant = cluster.reserve(request, what, detached=options.get("lifetime") == "detached")
             gpu_ids = [str(gpu) for gpu in grant.gpu_ids]
         else:

@@ -4,6 +4,8 @@
 from __future__ import annotations
 
 import os
+import sys
+from pathlib import Path
 from typing import Any
 
 from runtime.caller.client import ClientRuntime
@@ -71,6 +73,14 @@ def host_at(address: str, what: str) -> str:
     if found is None:
         raise ValueError(f"{what}: no node of this launch has address {address!r}")
     return found
+
+
+def as_ray_env() -> dict[str, str]:
+    """What an actor placed on another host needs for ``import ray`` to be this package there, as here (the shim
+    directory first on its ``PYTHONPATH``; hosts share this install's path, as a cluster's image does)."""
+    if sys.modules.get("ray") is not sys.modules["runtime.ray_compat"]:
+        return {}
+    return {"PYTHONPATH": str(Path(__file__).with_name("shim"))}
 
 
 def reserve(request: ResourceRequest, what: str, *, detached: bool) -> Grant:

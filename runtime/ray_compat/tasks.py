@@ -14,8 +14,8 @@ import cloudpickle
 from runtime.caller.handle import ActorHandle as NativeHandle
 from runtime.core.errors import ActorDied
 from runtime.processes.spawn import spawn
+from runtime.ray_compat import cluster, placement, state, task_interrupt
 from runtime.ray_compat import options as opts
-from runtime.ray_compat import placement, state, task_interrupt
 from runtime.ray_compat.calls import RetryingCall, arguments_ready, refs_for, resolve_args, retry_on
 from runtime.ray_compat.exceptions import worker_crashed
 from runtime.ray_compat.refs import ObjectRefGenerator
@@ -58,7 +58,8 @@ class TaskPool:
             if idle is not None and (self._busy.get(id(idle), 0) == 0 or len(live) >= self.size):
                 self._busy[id(idle)] = self._busy.get(id(idle), 0) + 1
                 return idle
-        worker = spawn(TaskWorker, kwargs={"secret": self._secret}, env=self._env, cwd=self._cwd, host=self._host)
+        env = {**cluster.as_ray_env(), **self._env} if self._host else self._env
+        worker = spawn(TaskWorker, kwargs={"secret": self._secret}, env=env, cwd=self._cwd, host=self._host)
         with self._lock:
             stopped = self._stopped
             if not stopped:
