@@ -68,16 +68,30 @@ def _non_daemon_threads() -> list[str]:
 def test_ctrl_c_while_constructing_leaves_no_thread_to_wait_for(tmp_path: Path) -> None:
     cfg = config(tmp_path, [{"id": "trainer", "cells": 2, "worker": SLOW}])
     said: list[str] = []
+    sent: list[object] = []
     before = set(_non_daemon_threads())
+    # miles-launch's main installs Python's own SIGINT handler (launcher/console/cli.py): the same here, whatever an
+    # earlier test in this process left.
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
     with WorkerProvider(cfg, progress=said.append) as provider:
 
         def ctrl_c_once_constructing() -> None:
-            wait_for("the constructors to run", lambda: any(s.startswith("constructing") for s in said), 60)
+            try:
+                wait_for("the constructors to run", lambda: any(s.startswith("constructing") for s in said), 60)
+            except AssertionError as exc:
+                sent.append(exc)
+                return
             signal.pthread_kill(threading.main_thread().ident, signal.SIGINT)  # a Ctrl-C, as the kernel sends it
+            sent.append(time.monotonic())
 
         threading.Thread(target=ctrl_c_once_constructing, daemon=True).start()
-        with pytest.raises(KeyboardInterrupt):
-            provider.start_all(deadline_s=120)
+        try:
+            with pytest.raises(KeyboardInterrupt):
+                provider.start_all(deadline_s=120)
+        except pytest.fail.Exception:
+            raise AssertionError(f"no KeyboardInterrupt; the Ctrl-C thread: {sent}, progress: {said}") from None
+        finally:
+            signal.signal(signal.SIGINT, previous)
         # What the interpreter would join at exit (an executor's threads are no daemons): none may be left, even
         # before the teardown (a thread blocked in a constructor call lasted until its worker's death was seen).
         assert set(_non_daemon_threads()) <= before, _non_daemon_threads()
