@@ -204,3 +204,41 @@ def place_across(ctx: Any) -> int:
     }  # fmt: skip
     print("PLACED " + json.dumps(out), flush=True)
     return 0
+
+
+def placed_then_cut(ctx: Any) -> int:
+    """A SPREAD placement group over h1 and h2 with a placed actor in each bundle; once the test cuts h2's link
+    (after $MILES_TEST_MARKER appears), what every holder sees: one JSON line."""
+    from runtime import DeadlineExceeded, placement, spawn
+    from runtime.placement import ResourceRequest
+
+    group = placement.create_group([{"CPU": 1}, {"CPU": 1}], "SPREAD", name="spread")
+    probes = [
+        spawn(
+            "launch_actors:Probe",
+            placement=ResourceRequest(resources={"CPU": 1}, group_id=group.group_id, bundle_index=i),
+        )
+        for i in range(2)
+    ]
+    wheres = [probe.where().result(timeout=30)["host"] for probe in probes]
+    total = {n.host: n.total for n in placement.nodes()}
+    with open(os.environ["MILES_TEST_MARKER"], "w") as fh:
+        json.dump({"hosts": wheres}, fh)
+    deadline = time.monotonic() + 30
+    errors: list[str | None] = [None, None]
+    while time.monotonic() < deadline and (None in errors or placement.groups()[0].state == "CREATED"):
+        for i, probe in enumerate(probes):
+            if errors[i] is None:
+                try:
+                    probe.where().result(timeout=2)
+                except DeadlineExceeded:
+                    continue  # cut off, not yet declared lost: the call waits
+                except Exception as exc:
+                    errors[i] = f"{type(exc).__name__}: {exc}"
+        time.sleep(0.2)
+    time.sleep(1.0)  # the failed group's h1 bundle returns
+    nodes = {n.host: {"alive": n.alive, "available": n.available} for n in placement.nodes()}
+    view = next(g for g in placement.groups() if g.group_id == group.group_id)
+    out = {"hosts": wheres, "errors": errors, "group": [view.state, view.reason], "nodes": nodes, "total": total}
+    print("CUT " + json.dumps(out), flush=True)
+    return 0
