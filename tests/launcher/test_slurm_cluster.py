@@ -2,11 +2,11 @@
 network namespaces, two fake GPUs per node declared as gres).
 
 Inside an allocation (``salloc``): the plan comes from the allocation, every worker gets its GPU id and LOCAL_RANK
-from it, a cell on node2 restarts there through the provider API, Prometheus targets are the nodes' addresses, and
-a killed host agent is a lost host. From the login node (``--submit``): the demo job runs on both nodes and its
-console is streamed; a job cancelled mid-run (Ctrl-C of the submitter, or ``miles-launch down``) leaves no process
-on any node. Pools that ask for more GPUs than the allocation has, and a launch outside any allocation, fail with
-the fix.
+from it, a cell on node2 restarts there through the provider API, Prometheus targets are the nodes' addresses, an
+actor is placed on node2 at run time, and a killed host agent is a lost host (its placed actor too). From the login
+node (``--submit``): the demo job runs on both nodes and its console is streamed; a job cancelled mid-run (Ctrl-C of
+the submitter, or ``miles-launch down``) leaves no process on any node. Pools that ask for more GPUs than the
+allocation has, and a launch outside any allocation, fail with the fix.
 """
 
 from __future__ import annotations
@@ -98,8 +98,11 @@ def test_in_allocation_gpu_ids_restart_targets_and_lost_host(slurm_cluster: Slur
     assert not set(restart["before"]) & set(restart["after"])
     targets = tagged(out, "TARGETS")
     assert {t.rsplit(":", 1)[0] for t in targets} == {slurm_cluster.address(n) for n in NODES}, targets
+    placed = tagged(out, "PLACED")  # an actor placed at run time, through node2's srun agent
+    assert placed["host"] == "node2" and placed["endpoint"].startswith(f"tcp://{slurm_cluster.address('node2')}:")
     lost = tagged(out, "LOST")
     assert list(lost["lost_hosts"]) == ["node2"] and lost["node1_alive"] == [True]
+    assert lost["placed"].startswith("ActorDied") and "lost with its host agent" in lost["placed"], lost
     assert lost["deaths"] and all("lost with its host agent" in reason for reason in lost["deaths"]), lost
     assert "teardown complete" in out
     # `miles-launch logs` inside the allocation: the worker's log file, read on its node (the restarted worker's)
