@@ -44,7 +44,7 @@ class LedgerService(PlacementApi):
         self._owner_timeout_s = owner_timeout_s
         self._seen: dict[str, float] = {}  # owner -> when it last renewed (or reserved)
         self._detached: set[str] = set()
-        self._expiry: asyncio.Task[None] | None = None
+        self._watching = False
 
     def nodes(self) -> list[NodeView]:
         return self._ledger.nodes()
@@ -138,7 +138,7 @@ class LedgerService(PlacementApi):
     def groups(self) -> list[GroupView]:
         return self._ledger.groups()
 
-    def renew(self, owner: _Id) -> None:
+    async def renew(self, owner: _Id) -> None:
         self._renewed(owner)
 
     # ---- helpers ------------------------------------------------------------------------------------------------
@@ -173,25 +173,26 @@ class LedgerService(PlacementApi):
 
     def _renewed(self, owner: str) -> None:
         self._seen[owner] = time.monotonic()
-        if self._expiry is None:
-            self._expiry = asyncio.get_running_loop().create_task(self._expire_owners())
+        if not self._watching:
+            self._watching = True
+            asyncio.get_running_loop().call_later(OWNER_CHECK_S, self._expire_owners)
 
-    async def _expire_owners(self) -> None:
-        """Stop the actors of owners gone silent (their process died: its runtime renews every second)."""
-        while True:
-            await asyncio.sleep(OWNER_CHECK_S)
-            now = time.monotonic()
-            for owner, seen in list(self._seen.items()):
-                if now - seen < self._owner_timeout_s:
-                    continue
-                del self._seen[owner]
-                for group in self._ledger.groups(owner):
-                    if group.group_id not in self._detached and group.state == "CREATED":
-                        for lease in self._ledger.remove_group(group.group_id)[1]:
-                            self._placed.kill(lease.lease_id)
-                for lease in self._ledger.leases(owner):
-                    if lease.lease_id not in self._detached:
+    def _expire_owners(self) -> None:
+        """Stop the actors of owners gone silent (their process died: its runtime renews every second); a timer on
+        the service's loop, every second (nothing is left pending when the loop stops)."""
+        now = time.monotonic()
+        for owner, seen in list(self._seen.items()):
+            if now - seen < self._owner_timeout_s:
+                continue
+            del self._seen[owner]
+            for group in self._ledger.groups(owner):
+                if group.group_id not in self._detached and group.state == "CREATED":
+                    for lease in self._ledger.remove_group(group.group_id)[1]:
                         self._placed.kill(lease.lease_id)
+            for lease in self._ledger.leases(owner):
+                if lease.lease_id not in self._detached:
+                    self._placed.kill(lease.lease_id)
+        asyncio.get_running_loop().call_later(OWNER_CHECK_S, self._expire_owners)
 
 
 def _shown(owner: str) -> str:

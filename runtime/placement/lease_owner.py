@@ -9,13 +9,14 @@ import os
 import secrets
 import socket
 
-from runtime.placement.placement_api import PlacementUnavailable, call
+from runtime.placement.placement_api import PlacementApi, PlacementUnavailable, api
 
 log = logging.getLogger(__name__)
 
 RENEW_S = 1.0  # this process tells the launch it is alive this often while it holds leases
 _owner: list[str] = []
-_renewing: list[asyncio.Task[None]] = []
+_renewing: list[bool] = []
+_local: set[asyncio.Future[None]] = set()
 
 
 def owner() -> str:
@@ -26,15 +27,21 @@ def owner() -> str:
 
 
 def keep_renewing() -> None:
-    """Renew this process's leases from now on (on the runtime's loop)."""
-    if not _renewing or _renewing[0].done():
-        _renewing[:] = [asyncio.ensure_future(_renew())]
+    """Renew this process's leases from now on, every second, until it exits (on the runtime's loop: a timer, so
+    nothing is left pending when the loop stops)."""
+    if not _renewing:
+        _renewing.append(True)
+        asyncio.get_running_loop().call_soon(_tick)
 
 
-async def _renew() -> None:
-    while True:
-        try:
-            await call("renew", owner=owner())
-        except PlacementUnavailable as exc:
-            log.debug("renewing this process's leases: %s", exc)
-        await asyncio.sleep(RENEW_S)
+def _tick() -> None:
+    try:
+        found = api()
+        if isinstance(found, PlacementApi):  # the launcher itself: a coroutine that ends in one step
+            _local.add(task := asyncio.ensure_future(found.renew(owner())))
+            task.add_done_callback(_local.discard)
+        else:
+            found.method("renew")(owner=owner())  # not awaited: a lost renewal is the next one's to make up
+    except PlacementUnavailable as exc:
+        log.debug("renewing this process's leases: %s", exc)
+    asyncio.get_running_loop().call_later(RENEW_S, _tick)

@@ -79,7 +79,7 @@ class PlacementApi:
         """Every placement group of the launch, created, removed or failed."""
         raise NotImplementedError
 
-    def renew(self, owner: str) -> None:
+    async def renew(self, owner: str) -> None:
         """``owner`` is alive (its runtime says so every second while it holds leases)."""
         raise NotImplementedError
 
