@@ -91,13 +91,15 @@ class LedgerService(PlacementApi):
             self._placed.kill(lease_id)
             raise RuntimeError(f"{spec.label} on {lease.host}: not up within {spec.ready_deadline_s:g} s") from None
         if ended is not None:
-            raise RuntimeError(f"{ended.describe()} before it was up")
+            raise RuntimeError(ended.model_copy(update={"reason": f"{ended.reason} before it was up"}).describe())
         if failure is not None or started is None:
             self._placed.kill(lease_id)
             raise RuntimeError(f"{spec.label} on {lease.host} did not start: {failure}")
         return started
 
     async def release(self, lease_id: _Id, owner: _Id) -> bool:
+        if not any(lease.lease_id == lease_id for lease in self._ledger.leases()):
+            return False  # ended already (its process exited, or it was released): nothing to do
         self._owned(lease_id, owner)
         self._placed.kill(lease_id)
         self._detached.discard(lease_id)

@@ -142,8 +142,10 @@ class PlacedActors:
         link = self._agents.link(placed.lease.host) if placed is not None and placed.exit is None else None
         if link is not None and link.alive:
             link.send(Kill(lease_id, grace_s))
-        else:
-            self._ledger.release(lease_id)
+        if link is None or not link.alive:
+            self._ledger.release(lease_id)  # no process to wait for (never started, or ended)
+        elif placed is not None and placed.failure is not None:  # it failed to start: no exit may ever come
+            self._end(lease_id, None, None, f"did not start: {placed.failure}")
 
     def on_event(self, host: str, event: dict[str, Any]) -> bool:
         """An agent's event for a placed actor: applied, True; any other id: False."""

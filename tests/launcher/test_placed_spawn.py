@@ -102,6 +102,10 @@ def test_a_killed_or_failing_actor_returns_what_it_held(launch: WorkerProvider) 
     with pytest.raises(RuntimeError, match=r"'Probe' method '__construct__' on host 'n1': .*no probe today"):
         spawn("launch_actors:Probe", kwargs={"fail": True}, resources={"GPU": 1}, host="n1")
     wait_for("the failed one's lease returned", lambda: free("n1") == before, 5)
+    started_badly = r"(?s)actor Probe \(lease rt-\d+, pid \d+\) on n1 exited with code 1 before it was up; its last"
+    with pytest.raises(RuntimeError, match=started_badly + r" output:\n.*Unknown level: 'NO-SUCH-LEVEL'"):
+        spawn("launch_actors:Probe", resources={"GPU": 1}, host="n1", env={"MILES_LOG_LEVEL": "NO-SUCH-LEVEL"})
+    wait_for("the unstarted one's lease returned", lambda: free("n1") == before, 5)
 
 
 def test_a_pool_actor_places_its_own_and_they_end_with_it(launch: WorkerProvider) -> None:
