@@ -286,18 +286,27 @@ class ClusterConfig(BaseModel):
         raise KeyError(pool_id)
 
 
-def load_config(path: str | Path, *, allocation: Allocation | None = None) -> ClusterConfig:
+def load_config(
+    path: str | Path, *, allocation: Allocation | None = None, job: dict[str, Any] | None = None
+) -> ClusterConfig:
     """Read and validate a hosts.toml; raises ConfigError naming file, line, host/pool and field. ``allocation``:
-    the Slurm nodes a ``[cluster]`` file plans with (default: the allocation this process runs in)."""
+    the Slurm nodes a ``[cluster]`` file plans with (default: the allocation this process runs in). ``job``: what the
+    job runs instead of ``[job]``'s entrypoint or command (``miles-launch --driver``)."""
     path = Path(path)
     try:
         text = path.read_text()
     except OSError as exc:
         raise ConfigError(f"{path}: cannot read: {exc.strerror}") from None
-    return parse_config(text, source=path, allocation=allocation)
+    return parse_config(text, source=path, allocation=allocation, job=job)
 
 
-def parse_config(text: str, *, source: Path | None = None, allocation: Allocation | None = None) -> ClusterConfig:
+def parse_config(
+    text: str,
+    *,
+    source: Path | None = None,
+    allocation: Allocation | None = None,
+    job: dict[str, Any] | None = None,
+) -> ClusterConfig:
     """Validate hosts.toml text (see load_config).
 
     ``[host_defaults]`` is merged into every ``[[hosts]]`` entry before validation; relative ``workdir``/``key_file``
@@ -310,6 +319,9 @@ def parse_config(text: str, *, source: Path | None = None, allocation: Allocatio
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError(f"{label}: not valid TOML: {exc}") from None
     base = source.parent.resolve() if source else Path.cwd()
+    if job is not None:
+        kept = {k: v for k, v in raw.get("job", {}).items() if k not in ("entrypoint", "command")}
+        raw["job"] = {**job, **kept}  # [job] working_dir, env, args, timeout_s still apply
     raw = expand_cluster(raw, label=label, allocation=allocation)
     prepared = _prepare(raw, base, code_dir=source is not None)
     data = add_launcher_host(expand_pools(expand_sections(prepared, base=base, label=label), label=label))

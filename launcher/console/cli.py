@@ -21,6 +21,7 @@ import signal
 import sys
 import threading
 import time
+from pathlib import Path
 from typing import Any, NoReturn
 
 from launcher.config.hosts_config import LOOPBACK_BIND, ClusterConfig, check_open_binds, load_config, open_bind_hosts
@@ -66,6 +67,12 @@ def main(argv: list[str] | None = None) -> int:
     if command == "run":
         parser.add_argument("--dry-run", action="store_true", help="print the placement plan and exit")
         parser.add_argument(
+            "--driver",
+            metavar="SCRIPT",
+            help="run SCRIPT with this Python as the job, instead of [job] (a Ray script: ray.init(address='auto') "
+            "joins the launch's hosts); its directory is the job's code unless [job] working_dir says otherwise",
+        )
+        parser.add_argument(
             "--submit", action="store_true", help="[cluster] provider = 'slurm': sbatch the launch, follow its console"
         )
         parser.add_argument("--no-logs", action="store_true", help="no worker output on the console (log files only)")
@@ -99,7 +106,9 @@ def main(argv: list[str] | None = None) -> int:
     try:
         submit = getattr(args, "submit", False)
         config = load_config(
-            args.config, allocation=slurm_launch.login_allocation(args.config, submit=submit, command=command)
+            args.config,
+            allocation=slurm_launch.login_allocation(args.config, submit=submit, command=command),
+            job=_driver_job(getattr(args, "driver", None)),
         )
         if command == "status":
             return _status(config, as_json=args.json)
@@ -329,6 +338,16 @@ def _run(config: ClusterConfig, plan: PlacementPlan, printer: ProgressPrinter) -
         for sig, handler in previous_handlers.items():
             signal.signal(sig, handler)
     return code
+
+
+def _driver_job(script: str | None) -> dict[str, Any] | None:
+    """``--driver SCRIPT``: a command job running SCRIPT with this Python, its directory the job's code."""
+    if script is None:
+        return None
+    path = Path(script).resolve()
+    if not path.is_file():
+        raise ConfigError(f"--driver {script}: no such file")
+    return {"command": [sys.executable, str(path)], "working_dir": str(path.parent)}
 
 
 def _install_signal_handlers() -> dict[int, Any]:

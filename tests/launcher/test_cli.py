@@ -238,3 +238,48 @@ def test_a_command_job_shares_the_launch_names(tmp_path: Path) -> None:
     result = cli(str(write(tmp_path, {"command": [PYTHON, "-c", script]}, pools)))
     assert result.returncode == 0, result.stderr[-3000:]
     assert "CELL 1" in result.stdout and "BACK 42" in result.stdout
+
+
+DRIVER = """
+import json
+from runtime.ray_compat.as_ray import install_as_ray
+
+install_as_ray()
+import ray
+import helper  # beside this script: the job's code, on every host's path
+
+@ray.remote(num_gpus=1)
+class Where:
+    def where(self):
+        import os
+        return [os.environ.get("MILES_HOST"), os.environ.get("CUDA_VISIBLE_DEVICES"), helper.NAME]
+
+context = ray.init(address="auto")
+hosts = [node["NodeManagerHostname"] for node in ray.nodes()]
+placed = [Where.options(scheduling_strategy="SPREAD").remote() for _ in range(2)]
+print("DRIVER " + json.dumps({"context": context["address"], "hosts": hosts,
+                               "where": sorted(ray.get([p.where.remote() for p in placed]))}), flush=True)
+"""
+
+
+def test_driver_runs_a_ray_script_as_the_job_over_the_launchs_hosts(tmp_path: Path) -> None:
+    """``miles-launch hosts.toml --driver script.py``: no [job] needed; the script's ``ray.init(address="auto")``
+    joins the launch, its actors spread over both hosts with a GPU each, and its directory is the job's code."""
+    data = {
+        "launcher": {"workdir": str(tmp_path / "run"), "stop_grace_s": 2, "gpu_check": False},
+        "hosts": [local_host("n0", tmp_path / "n0", gpus=1), local_host("n1", tmp_path / "n1", gpus=1)],
+        "pools": [{"id": "c", "worker": COUNTER, "hosts": ["n0"]}],
+    }
+    config = tmp_path / "hosts.toml"
+    config.write_text(toml_text.dump(data))
+    code = tmp_path / "job"
+    code.mkdir()
+    (code / "driver.py").write_text(DRIVER)
+    (code / "helper.py").write_text('NAME = "helper from the driver\'s directory"\n')
+    result = cli(str(config), "--driver", str(code / "driver.py"))
+    assert result.returncode == 0, result.stderr[-3000:]
+    out = json.loads(result.stdout.split("DRIVER ", 1)[1].splitlines()[0])
+    assert out["context"] == "auto" and out["hosts"] == ["n0", "n1"]
+    assert out["where"] == [[host, "0", "helper from the driver's directory"] for host in ("n0", "n1")]
+    missing = cli(str(config), "--driver", str(tmp_path / "nope.py"))
+    assert missing.returncode == 2 and f"--driver {tmp_path / 'nope.py'}: no such file" in missing.stderr
