@@ -200,8 +200,10 @@ def remove_placement_group(group: PlacementGroup) -> None:
             lease.end()
     if group.node_ids:
         launch_groups.remove_group(str(group.id))  # the launch stops what else was placed in it
-        with contextlib.suppress(ValueError):
-            state.current().groups.remove(group)
+        session = state.running()  # not current(): at ray.shutdown() that would start a new session
+        if session is not None:
+            with contextlib.suppress(ValueError):
+                session.groups.remove(group)
         return
     session = state.running()
     if session is not None:

@@ -97,7 +97,7 @@ def test_a_lease_is_granted_where_asked_and_returned_when_released() -> None:
     with pytest.raises(PlacementRefused) as refused:
         book.reserve(on_h1, owner="job", label="D")
     assert str(refused.value).startswith(
-        "D {'GPU': 1.0}: no host has it free (free/total): h1 GPU 0/1 (held by C x1, X x1)"
+        "D {'GPU': 1.0}: no host has it free (free/total): h1 GPU 0/1 (held by X x1)"  # C holds no GPU
     )
     soft = book.reserve(on_h1.model_copy(update={"soft": True}), owner="job", label="E")
     assert (soft.host, soft.gpu_ids) == ("h2", [1])  # h1 preferred, but full
