@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from launcher.cluster.capacity import Capacity, Claim
-from runtime.placement import GroupSpec, PlacementRefused
+from runtime.placement import GroupSpec, PlacementShort
 
 MAX_SEARCH_STEPS = 100_000  # STRICT_SPREAD's search for distinct hosts: bounded, then refused
 
@@ -24,7 +24,7 @@ def place_bundles(hosts: Mapping[str, Capacity], spec: GroupSpec) -> list[tuple[
             if placed is not None:
                 return placed
         if spec.strategy == "STRICT_PACK":
-            raise PlacementRefused(f"{_what(spec)}: needs {_sum(spec.bundles)} on one host; {_free(trial, spec)}")
+            raise PlacementShort(f"{_what(spec)}: needs {_sum(spec.bundles)} on one host; {_free(trial, spec)}")
         return _fill(trial, spec)
     if spec.strategy == "SPREAD":
         return _spread(trial, spec)
@@ -56,7 +56,7 @@ def _fill(trial: dict[str, Capacity], spec: GroupSpec) -> list[tuple[str, Claim]
                 current = (current + offset) % len(names)
                 break
         else:
-            raise PlacementRefused(_no_room(spec, index, trial))
+            raise PlacementShort(_no_room(spec, index, trial))
     return placed
 
 
@@ -73,14 +73,14 @@ def _spread(trial: dict[str, Capacity], spec: GroupSpec) -> list[tuple[str, Clai
                 uses[name] += 1
                 break
         else:
-            raise PlacementRefused(_no_room(spec, index, trial))
+            raise PlacementShort(_no_room(spec, index, trial))
     return placed
 
 
 def _strict_spread(trial: dict[str, Capacity], spec: GroupSpec) -> list[tuple[str, Claim]]:
     bundles, names = spec.bundles, list(trial)
     if len(bundles) > len(names):
-        raise PlacementRefused(
+        raise PlacementShort(
             f"{_what(spec)}: needs {len(bundles)} distinct alive hosts, the launch has {len(names)} "
             f"({', '.join(names) or 'none'}); nothing was reserved"
         )
@@ -108,7 +108,7 @@ def _strict_spread(trial: dict[str, Capacity], spec: GroupSpec) -> list[tuple[st
     if not assign(0):
         lacking = [index for index, hosts in enumerate(fits) if not hosts]
         why = f"bundle {lacking[0]} {bundles[lacking[0]]} fits on no host" if lacking else "no distinct host each"
-        raise PlacementRefused(f"{_what(spec)}: {why}; {_free(trial, spec)}")
+        raise PlacementShort(f"{_what(spec)}: {why}; {_free(trial, spec)}")
     placed = []
     for index, bundle in enumerate(bundles):
         claim = trial[chosen[index]].fit(bundle)

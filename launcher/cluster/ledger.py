@@ -16,7 +16,17 @@ from launcher.cluster.capacity import Capacity, Claim
 from launcher.cluster.group_placement import place_bundles
 from launcher.config.hosts_config import HostConfig
 from launcher.config.placement import PlacementPlan, amount_of
-from runtime.placement import CPU, BundleView, Grant, GroupSpec, GroupView, NodeView, PlacementRefused, ResourceRequest
+from runtime.placement import (
+    CPU,
+    BundleView,
+    Grant,
+    GroupSpec,
+    GroupView,
+    NodeView,
+    PlacementRefused,
+    PlacementShort,
+    ResourceRequest,
+)
 
 FIX = "kill actors, remove placement groups, or add hosts"
 POOL_LEASE = "pool:"  # a pool worker's lease: ``pool:<worker_id>``, held for the whole launch
@@ -163,7 +173,7 @@ class ClusterLedger:
                     self._nodes[name].capacity.take(claim)
                     return self._grant(self._lease(owner, label, name, claim))
             hosts = "; ".join(f"{name} {self._held(name, request.resources)}" for name in candidates)
-            raise PlacementRefused(
+            raise PlacementShort(
                 f"{label} {request.resources}: no host has it free (free/total): {hosts or 'no alive host'}. "
                 f"Nothing was started: {FIX}."
             )
@@ -266,7 +276,7 @@ class ClusterLedger:
                 lease = self._lease(owner, label, bundle.host, claim, group.group_id, bundle.index)
                 return self._grant(lease)
         shown = "; ".join(f"bundle {b.index} on {b.host}: {b.capacity.shortfall(request.resources)}" for b in bundles)
-        raise PlacementRefused(f"{label} {request.resources}: {what} has no room (free/total): {shown}")
+        raise PlacementShort(f"{label} {request.resources}: {what} has no room (free/total): {shown}")
 
     def _lease(
         self, owner: str, label: str, host: str, claim: Claim, group_id: str | None = None, bundle_index: int = -1

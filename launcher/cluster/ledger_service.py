@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import asyncio
 import time
-from typing import Annotated
+from collections.abc import Callable
+from typing import Annotated, TypeVar
 
 from pydantic import Field
 
@@ -21,11 +22,13 @@ from runtime.placement import (
     NodeView,
     PlacementApi,
     PlacementRefused,
+    PlacementShort,
     ResourceRequest,
     Started,
     StartSpec,
 )
 
+T = TypeVar("T")
 RETRY_S = 0.1  # a request that waits for room tries again this often
 OWNER_CHECK_S = 1.0
 MAX_WAIT_S = 3600.0
@@ -66,20 +69,10 @@ class LedgerService(PlacementApi):
 
     async def reserve(self, request: ResourceRequest, label: _Id, owner: _Id, detached: bool = False) -> Grant:
         self._renewed(owner)
-        deadline = time.monotonic() + request.wait_s
-        while True:
-            try:
-                grant = self._ledger.reserve(request, owner=owner, label=label)
-            except PlacementRefused as exc:
-                if time.monotonic() >= deadline:
-                    if request.wait_s:
-                        raise PlacementRefused(f"still short after waiting {request.wait_s:g} s: {exc}") from None
-                    raise
-                await asyncio.sleep(RETRY_S)
-                continue
-            if detached:
-                self._detached.add(grant.lease_id)
-            return grant
+        grant = await _until_it_fits(lambda: self._ledger.reserve(request, owner=owner, label=label), request.wait_s)
+        if detached:
+            self._detached.add(grant.lease_id)
+        return grant
 
     async def start(self, lease_id: _Id, owner: _Id, spec: StartSpec) -> Started:
         lease = self._owned(lease_id, owner)
@@ -113,20 +106,10 @@ class LedgerService(PlacementApi):
 
     async def create_group(self, spec: GroupSpec, owner: _Id, wait_s: _Wait = 0.0, detached: bool = False) -> GroupView:
         self._renewed(owner)
-        deadline = time.monotonic() + wait_s
-        while True:
-            try:
-                group = self._ledger.create_group(spec, owner=owner)
-            except PlacementRefused as exc:
-                if time.monotonic() >= deadline:
-                    if wait_s:
-                        raise PlacementRefused(f"still short after waiting {wait_s:g} s: {exc}") from None
-                    raise
-                await asyncio.sleep(RETRY_S)
-                continue
-            if detached:
-                self._detached.add(group.group_id)
-            return group
+        group = await _until_it_fits(lambda: self._ledger.create_group(spec, owner=owner), wait_s)
+        if detached:
+            self._detached.add(group.group_id)
+        return group
 
     async def remove_group(self, group_id: _Id, owner: _Id) -> GroupView:
         if not any(g.group_id == group_id for g in self._ledger.groups(owner)):
@@ -195,6 +178,21 @@ class LedgerService(PlacementApi):
                 if lease.lease_id not in self._detached:
                     self._placed.kill(lease.lease_id)
         asyncio.get_running_loop().call_later(OWNER_CHECK_S, self._expire_owners)
+
+
+async def _until_it_fits(attempt: Callable[[], T], wait_s: float) -> T:
+    """``attempt()`` until it is not refused for want of room, for at most ``wait_s`` (0: once); any other refusal
+    (no such host, resource or bundle) at once."""
+    deadline = time.monotonic() + wait_s
+    while True:
+        try:
+            return attempt()
+        except PlacementShort as exc:
+            if time.monotonic() >= deadline:
+                if wait_s:
+                    raise PlacementShort(f"still short after waiting {wait_s:g} s: {exc}") from None
+                raise
+        await asyncio.sleep(RETRY_S)
 
 
 def _shown(owner: str) -> str:

@@ -63,5 +63,6 @@ async def spawn_placed_async(
             log.warning("releasing lease %s of %s: %s", grant.lease_id, label, exc)
         raise
     handle.process = process
+    handle.connection.exit_watched = True  # its exit comes from the launcher, with how it ended: not the link watch
     process.when_exited(lambda code: handle.mark_dead(process.exit_report(code)))
     return handle

@@ -31,6 +31,10 @@ class PlacementRefused(ValueError):
     and nothing was reserved."""
 
 
+class PlacementShort(PlacementRefused):
+    """Refused for want of room only: the same request may fit once something is released (``wait_s`` waits)."""
+
+
 def check_resources(resources: dict[str, float]) -> dict[str, float]:
     """Ray's rules for a resource request: known-shaped names, amounts >= 0, and an amount over 1 a whole number
     (``ray._private.utils``: "Resource quantities >1 must be whole numbers"); zero amounts are dropped."""

@@ -18,7 +18,7 @@ from launch_helpers import local_host, wait_for, write_hosts_toml
 from launcher.config.hosts_config import load_config
 from launcher.launch.worker_provider import WorkerProvider
 from runtime import ActorDied, placement, spawn
-from runtime.placement import PlacementRefused, ResourceRequest
+from runtime.placement import PlacementRefused, PlacementShort, ResourceRequest
 from transport.security import CURVE_DIR_ENV
 
 pytestmark = pytest.mark.processes
@@ -73,8 +73,10 @@ def test_nothing_that_fits_is_refused_at_once_and_waiting_gets_room(launch: Work
         "Probe {'GPU': 3.0}: no host has it free (free/total): n0 GPU 0/1 (held by pool c"
     )
     assert "Nothing was started" in str(refused.value)
+    started = time.monotonic()
     with pytest.raises(PlacementRefused, match=r"host 'n7' is not a host of this launch \(n0, n1\)"):
-        spawn("launch_actors:Probe", host="n7")
+        spawn("launch_actors:Probe", placement=ResourceRequest(host="n7", wait_s=30))  # no waiting would help
+    assert time.monotonic() - started < 5
     first = spawn("launch_actors:Probe", resources={"GPU": 2}, host="n1")
     got: list[Any] = []
     waiting = threading.Thread(
@@ -88,6 +90,8 @@ def test_nothing_that_fits_is_refused_at_once_and_waiting_gets_room(launch: Work
     first.kill()
     waiting.join(30)
     assert got and got[0].where().result(timeout=30)["cuda"] == "0,1"
+    with pytest.raises(PlacementShort, match=r"still short after waiting 0.5 s: Probe \{'GPU': 2.0\}: no host has"):
+        spawn("launch_actors:Probe", placement=ResourceRequest(resources={"GPU": 2}, wait_s=0.5))
     got[0].kill()
 
 
