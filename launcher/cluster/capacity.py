@@ -21,8 +21,7 @@ class Claim:
 
     def asked(self) -> dict[str, float]:
         """The claim as a request reads (``{"GPU": 2, "CPU": 1}``)."""
-        gpus = self.gpu_share * len(self.gpu_ids) if self.gpu_share < 1 else Fraction(len(self.gpu_ids))
-        shown = {**self.resources, **({GPU: gpus} if self.gpu_ids else {})}
+        shown = {**self.resources, **({GPU: self.gpu_share * len(self.gpu_ids)} if self.gpu_ids else {})}
         return {name: float(amount) for name, amount in shown.items()}
 
 
@@ -42,7 +41,9 @@ class Capacity:
     gpus: dict[int, Fraction]  # free share per GPU id
 
     @classmethod
-    def of(cls, resources: Mapping[str, float | Fraction], gpu_ids: Iterable[int], gpu_share: Fraction = Fraction(1)):
+    def of(
+        cls, resources: Mapping[str, float | Fraction], gpu_ids: Iterable[int], gpu_share: Fraction = Fraction(1)
+    ) -> Capacity:
         """Full capacity: ``resources`` counted, and ``gpu_share`` of each of ``gpu_ids``."""
         total = {name: Fraction(amount) for name, amount in resources.items()}
         gpus = {gpu: gpu_share for gpu in gpu_ids}
@@ -95,8 +96,6 @@ class Capacity:
 
     def shortfall(self, resources: Mapping[str, float]) -> str:
         """What of ``resources`` is free here, as ``GPU 0/2, CPU 3/4`` (free/total)."""
-        parts = []
-        for name in resources:
-            total, free = self.totals().get(name, 0.0), self.available().get(name, 0.0)
-            parts.append(f"{name} {free:g}/{total:g}")
+        totals, available = self.totals(), self.available()
+        parts = [f"{name} {available.get(name, 0.0):g}/{totals.get(name, 0.0):g}" for name in resources]
         return ", ".join(parts) or "nothing asked"

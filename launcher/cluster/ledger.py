@@ -90,12 +90,7 @@ class ClusterLedger:
 
     def __init__(self, hosts: Sequence[HostConfig], plan: PlacementPlan | None = None, *, launch_id: str = "") -> None:
         self._lock = threading.Lock()
-        self._nodes = {
-            host.name: _Node(
-                host, _node_id(launch_id, host.name), Capacity.of({CPU: host.cpus or 0, **host.resources}, host.gpu_ids)
-            )
-            for host in hosts
-        }
+        self._nodes = {host.name: _Node(host, _node_id(launch_id, host.name), _whole(host)) for host in hosts}
         self._leases: dict[str, Lease] = {}
         self._groups: dict[str, _Group] = {}
         self._numbers = itertools.count(1)
@@ -115,7 +110,7 @@ class ClusterLedger:
         with self._lock:
             node = self._nodes[host]
             if node.lost_reason is not None:
-                node.capacity = Capacity.of({CPU: 0, **node.config.resources}, node.config.gpu_ids)
+                node.capacity = _whole(node.config)
                 for lease in self._leases.values():
                     if lease.host == host:
                         node.capacity.take(lease.claim)
@@ -315,17 +310,17 @@ class ClusterLedger:
         holding some of what was asked)."""
         holders: dict[str, int] = {}
 
-        def count(label: str, claim: Claim) -> None:
+        def holds(label: str, claim: Claim) -> None:
             if any(name in resources for name in claim.asked()):
                 holders[label] = holders.get(label, 0) + 1
 
         for lease in self._leases.values():
             if lease.host == host and lease.group_id is None:
-                count(lease.label, lease.claim)
+                holds(lease.label, lease.claim)
         for group in self._groups.values():
             for bundle in group.bundles if group.state == "CREATED" else []:
                 if bundle.host == host:
-                    count(f"placement group {group.spec.name or group.group_id[:8]}", bundle.claim)
+                    holds(f"placement group {group.spec.name or group.group_id[:8]}", bundle.claim)
         held = ", ".join(f"{label} x{count}" for label, count in sorted(holders.items(), key=lambda kv: -kv[1])[:3])
         return self._nodes[host].capacity.shortfall(resources) + (f" (held by {held})" if held else "")
 
@@ -353,6 +348,11 @@ class ClusterLedger:
                 for b in group.bundles
             ],
         )
+
+
+def _whole(host: HostConfig) -> Capacity:
+    """A host's capacity with nothing held (its CPUs as hosts.toml gives them, else 0 until its agent says)."""
+    return Capacity.of({CPU: host.cpus or 0, **host.resources}, host.gpu_ids)
 
 
 def _node_id(launch_id: str, host: str) -> str:

@@ -114,11 +114,7 @@ class LedgerService(PlacementApi):
     async def remove_group(self, group_id: _Id, owner: _Id) -> GroupView:
         if not any(g.group_id == group_id for g in self._ledger.groups(owner)):
             raise PlacementRefused(f"placement group {group_id[:80]!r} is not held by this process")
-        view, ended = self._ledger.remove_group(group_id)
-        for lease in ended:
-            self._placed.kill(lease.lease_id)
-        self._detached.discard(group_id)
-        return view
+        return self._remove_group(group_id)
 
     def groups(self) -> list[GroupView]:
         return self._ledger.groups()
@@ -152,9 +148,17 @@ class LedgerService(PlacementApi):
                 if left <= 0:
                     raise TimeoutError
                 changed.clear()
-                await within(changed.wait(), left, on_dropped=_nothing)
+                await within(changed.wait(), left)
         finally:
             remove()
+
+    def _remove_group(self, group_id: str) -> GroupView:
+        """Return every bundle of the group and stop the actors placed in it."""
+        view, ended = self._ledger.remove_group(group_id)
+        for lease in ended:
+            self._placed.kill(lease.lease_id)
+        self._detached.discard(group_id)
+        return view
 
     def _renewed(self, owner: str) -> None:
         self._seen[owner] = time.monotonic()
@@ -172,8 +176,7 @@ class LedgerService(PlacementApi):
             del self._seen[owner]
             for group in self._ledger.groups(owner):
                 if group.group_id not in self._detached and group.state == "CREATED":
-                    for lease in self._ledger.remove_group(group.group_id)[1]:
-                        self._placed.kill(lease.lease_id)
+                    self._remove_group(group.group_id)
             for lease in self._ledger.leases(owner):
                 if lease.lease_id not in self._detached:
                     self._placed.kill(lease.lease_id)
@@ -198,7 +201,3 @@ async def _until_it_fits(attempt: Callable[[], T], wait_s: float) -> T:
 def _shown(owner: str) -> str:
     """An owner as others see it: its host and pid, never its secret part (which proves ownership)."""
     return owner.rsplit("/", 1)[0]
-
-
-def _nothing(_: object) -> None:
-    return None

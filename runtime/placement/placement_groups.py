@@ -7,6 +7,7 @@ from runtime.caller.client import ClientRuntime
 from runtime.placement import lease_owner
 from runtime.placement.placement_api import CALL_DEADLINE_S, call
 from runtime.placement.placement_types import GroupSpec, GroupView, Strategy
+from runtime.processes.spawn_checks import check_lifetime
 
 
 async def create_group_async(
@@ -20,8 +21,7 @@ async def create_group_async(
     """Reserve ``bundles`` over the launch's hosts by ``strategy`` (PACK, SPREAD, STRICT_PACK, STRICT_SPREAD), all
     or none: PlacementRefused, saying what is short, at once or after ``wait_s``. It lives as long as this process
     (``lifetime="detached"``: as the launch) or until :func:`remove_group`."""
-    if lifetime not in (None, "detached", "non_detached"):
-        raise ValueError(f"lifetime must be None, 'non_detached' or 'detached', got {lifetime!r}")
+    check_lifetime(lifetime)
     spec = GroupSpec(bundles=bundles, strategy=strategy, name=name)
     lease_owner.keep_renewing()
     return await call(

@@ -62,11 +62,16 @@ def dumps_by_value(actor_class: type) -> bytes:
     return out.getvalue()
 
 
+def check_lifetime(lifetime: object) -> None:
+    """Refuse a ``lifetime`` that is not one of :data:`LIFETIMES` (an actor's or a placement group's)."""
+    if lifetime not in LIFETIMES:
+        raise ValueError(f"lifetime must be None, 'non_detached' or 'detached', got {lifetime!r}")
+
+
 def check_spawn_options(max_restarts: int, lifetime: str | None, name: str | None, namespace: str) -> None:
     """Refuse bad ``spawn`` options (ValueError naming the option), before anything else happens."""
     check_max_restarts(max_restarts)
-    if lifetime not in LIFETIMES:
-        raise ValueError(f"lifetime must be None, 'non_detached' or 'detached', got {lifetime!r}")
+    check_lifetime(lifetime)
     if name is not None:
         name_registry.check_name("name", name)
     if namespace:
