@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -201,3 +202,22 @@ def run_local_example(
 def result_line(stdout: str) -> dict[str, Any]:
     """The JSON of a job's last ``RESULT {json}`` line."""
     return json.loads(stdout.rsplit("RESULT ", 1)[1].splitlines()[0])
+
+
+@contextlib.contextmanager
+def launched_here(path: Path) -> Iterator[Any]:
+    """A launch of the hosts.toml at ``path`` served by this process (its WorkerProvider, every cell started), with
+    this process holding the launch's keys as miles-launch's entrypoint job does; torn down, and the environment
+    restored, on exit."""
+    from launcher.config.hosts_config import load_config
+    from launcher.launch.worker_provider import WorkerProvider
+    from transport.security import CURVE_DIR_ENV
+
+    previous = os.environ.get(CURVE_DIR_ENV)
+    with WorkerProvider(load_config(path)) as provider:
+        provider.start_all(deadline_s=60)
+        os.environ[CURVE_DIR_ENV] = provider.curve_dir or ""
+        try:
+            yield provider
+        finally:
+            os.environ.pop(CURVE_DIR_ENV) if previous is None else os.environ.__setitem__(CURVE_DIR_ENV, previous)

@@ -13,13 +13,11 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from launch_helpers import local_host, wait_for, write_hosts_toml
+from launch_helpers import launched_here, local_host, wait_for, write_hosts_toml
 
-from launcher.config.hosts_config import load_config
 from launcher.launch.worker_provider import WorkerProvider
 from runtime import ActorDied, placement, spawn
 from runtime.placement import PlacementRefused, PlacementShort, ResourceRequest
-from transport.security import CURVE_DIR_ENV
 
 pytestmark = pytest.mark.processes
 
@@ -34,14 +32,8 @@ def launch(tmp_path_factory: pytest.TempPathFactory) -> Iterator[WorkerProvider]
     path = write_hosts_toml(
         tmp_path, hosts, [{"id": "c", "worker": COUNTER, "hosts": ["n0"]}], gpu_check=False, heartbeat_timeout_s=3
     )
-    previous = os.environ.get(CURVE_DIR_ENV)
-    with WorkerProvider(load_config(path)) as provider:
-        provider.start_all(deadline_s=60)
-        os.environ[CURVE_DIR_ENV] = provider.curve_dir or ""  # as miles-launch does for its entrypoint job
-        try:
-            yield provider
-        finally:
-            os.environ.pop(CURVE_DIR_ENV) if previous is None else os.environ.__setitem__(CURVE_DIR_ENV, previous)
+    with launched_here(path) as provider:
+        yield provider
 
 
 def free(host: str) -> dict[str, float]:

@@ -14,10 +14,9 @@ import socket
 from collections.abc import Iterator
 
 import pytest
-from launch_helpers import local_host, wait_for, write_hosts_toml
+from launch_helpers import launched_here, local_host, wait_for, write_hosts_toml
 
 import runtime.ray_compat as ray
-from launcher.config.hosts_config import load_config
 from launcher.launch.worker_provider import WorkerProvider
 from runtime import placement
 from runtime.ray_compat.util.placement_group import placement_group, placement_group_table, remove_placement_group
@@ -25,7 +24,6 @@ from runtime.ray_compat.util.scheduling_strategies import (
     NodeAffinitySchedulingStrategy,
     PlacementGroupSchedulingStrategy,
 )
-from transport.security import CURVE_DIR_ENV
 
 pytestmark = pytest.mark.processes
 
@@ -36,14 +34,8 @@ def launch(tmp_path_factory: pytest.TempPathFactory) -> Iterator[WorkerProvider]
     hosts = [local_host(f"n{i}", tmp_path / f"n{i}", gpus=2, cpus=4) for i in range(2)]
     counter = {"kind": "serve", "actor_class": "launch_actors:Counter"}
     path = write_hosts_toml(tmp_path, hosts, [{"id": "c", "worker": counter, "hosts": ["n0"]}], gpu_check=False)
-    previous = os.environ.get(CURVE_DIR_ENV)
-    with WorkerProvider(load_config(path)) as provider:
-        provider.start_all(deadline_s=60)
-        os.environ[CURVE_DIR_ENV] = provider.curve_dir or ""  # as miles-launch does for its entrypoint job
-        try:
-            yield provider
-        finally:
-            os.environ.pop(CURVE_DIR_ENV) if previous is None else os.environ.__setitem__(CURVE_DIR_ENV, previous)
+    with launched_here(path) as provider:
+        yield provider
 
 
 @ray.remote
