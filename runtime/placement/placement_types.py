@@ -23,6 +23,7 @@ MAX_AMOUNT = 1e6
 MAX_BUNDLES = 1024
 MAX_WAIT_S = 3600.0
 MAX_ENV = 256
+MAX_LAST_LINES = 100  # an exit report's output lines (the launcher sends its last 20)
 _FROZEN = ConfigDict(frozen=True, extra="forbid")
 
 
@@ -218,7 +219,7 @@ class ExitReport(BaseModel):
     returncode: int | None
     signal: str | None
     reason: str
-    last_lines: list[str] = Field(default_factory=list)
+    last_lines: list[str] = Field(default_factory=list, max_length=MAX_LAST_LINES)
 
     def describe(self) -> str:
         """``actor Learner (lease rt-7, pid 123) on n1 exited with code 1``, then its last lines."""
