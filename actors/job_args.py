@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping
+import functools
+from collections.abc import Callable, Mapping
 from typing import Any, TypeVar
 
 S = TypeVar("S")
+R = TypeVar("R")
 
 
 def job_settings(settings_type: type[S], args: Mapping[str, Any], what: str = "settings") -> S:
@@ -17,3 +19,21 @@ def job_settings(settings_type: type[S], args: Mapping[str, Any], what: str = "s
     if unknown:
         raise ValueError(f"job.args: unknown {what} {unknown}; known: {sorted(known)}")
     return settings_type(**args)
+
+
+def takes_settings(
+    settings_type: type[S], what: str = "settings"
+) -> Callable[[Callable[[Any, S], R]], Callable[[Any], R]]:
+    """Decorate a job entrypoint ``main(ctx, settings)``: it is called as ``main(ctx)`` with ``[job.args]`` read into
+    ``settings_type``, and miles-launch runs the same check (the entrypoint's ``check_args``) before it starts
+    anything, so a typo fails at once rather than once every pool is up."""
+
+    def mark(entrypoint: Callable[[Any, S], R]) -> Callable[[Any], R]:
+        @functools.wraps(entrypoint)
+        def main(ctx: Any) -> R:
+            return entrypoint(ctx, job_settings(settings_type, ctx.args, what))
+
+        main.check_args = functools.partial(job_settings, settings_type, what=what)  # type: ignore[attr-defined]
+        return main
+
+    return mark

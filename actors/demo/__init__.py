@@ -8,11 +8,12 @@ from __future__ import annotations
 from typing import Any
 
 from actors.demo.loop import DemoSettings, finish, run_loop
-from actors.job_args import job_settings
+from actors.job_args import takes_settings
 from actors.job_roles import rl_roles
 
 
-def main(ctx: Any) -> int:
+@takes_settings(DemoSettings, "demo settings")
+def main(ctx: Any, settings: DemoSettings) -> int:
     """Entrypoint for ``[job] entrypoint = "actors.demo:main"``; ``ctx`` is a launcher.JobContext.
 
     The launcher starts three pools (see hosts.example.toml): ``trainer`` (TrainerActor ranks on megatron-core with
@@ -22,7 +23,6 @@ def main(ctx: Any) -> int:
 
     The default is the tiny built-in model; a commented variant in hosts.example.toml starts from a Hugging Face
     directory instead (``model_path`` for the trainer, the engines, the rollout's tokenizer and this job)."""
-    settings = job_settings(DemoSettings, ctx.args, "demo settings")
     trainer, controller, rollout = rl_roles(ctx)
     print("[demo] starting the router and the engines ...", flush=True)
     cells = controller.start().result(timeout=300)

@@ -12,7 +12,7 @@ from actors.demo.loop import DemoSettings, WeightSync
 from actors.demo.progress import IterationRecord, ProgressBoard
 from actors.demo.result import mean_rewards, result_line
 from actors.demo.run_state import RunCheckpoints, RunPoint
-from actors.job_args import job_settings
+from actors.job_args import takes_settings
 from actors.job_roles import rl_roles
 from actors.trainer.group import TrainerGroup, TrainerGroupError
 from actors.trainer.objective_config import off_policy_problems
@@ -185,9 +185,9 @@ class OffPolicyRefused(ValueError):
     """The run would train on a biased gradient: the message names the objective's options that correct it."""
 
 
-def main(ctx: Any) -> int:
+@takes_settings(AsyncDemoSettings, "async demo settings")
+def main(ctx: Any, settings: AsyncDemoSettings) -> int:
     """Entrypoint for ``[job] entrypoint = "actors.demo.async_loop:main"``; ``ctx`` is a launcher.JobContext."""
-    settings = job_settings(AsyncDemoSettings, ctx.args, "async demo settings")
     trainer, controller, rollout = rl_roles(ctx)
     print(f"[async] {refuse_uncorrected(settings, trainer, rollout)}", flush=True)
     print("[async] starting the router and the engines ...", flush=True)

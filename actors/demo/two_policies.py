@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from actors.demo.loop import WeightSync
-from actors.job_args import job_settings
+from actors.job_args import takes_settings
 from actors.rollout.prompt_plan import PromptPlan
 from actors.trainer.group import TrainerGroup
 from runtime import ActorHandle, wait
@@ -134,9 +134,9 @@ def summary(policy: Policy) -> dict[str, Any]:
     }  # fmt: skip
 
 
-def main(ctx: Any) -> int:
+@takes_settings(TwoPolicySettings, "settings")
+def main(ctx: Any, settings: TwoPolicySettings) -> int:
     """Entrypoint for ``[job] entrypoint = "actors.demo.two_policies:main"``; ``ctx`` is a launcher.JobContext."""
-    settings = job_settings(TwoPolicySettings, ctx.args, "settings")
     policies = []
     for name in settings.policies:
         (controller,) = ctx.handles(f"inference-{name}")

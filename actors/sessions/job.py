@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from actors.demo.loop import WeightSync
-from actors.job_args import job_settings
+from actors.job_args import takes_settings
 from actors.job_roles import rl_roles
 from actors.rollout.staleness import version_number
 from actors.sessions.calculator import make_questions
@@ -39,9 +39,9 @@ class AgentJobSettings:
 # cuts the turn in flight and the session server sends it again on the new weights (a turn is recorded only once
 # answered whole); each record keeps its turns' versions, and a batch is trained only when its oldest turn is within
 # max_staleness of the trainer's version.
-def main(ctx: Any) -> int:
+@takes_settings(AgentJobSettings, "settings")
+def main(ctx: Any, settings: AgentJobSettings) -> int:
     """Entrypoint; ``ctx`` is a launcher.JobContext."""
-    settings = job_settings(AgentJobSettings, ctx.args, "settings")
     trainer, controller, rollout = rl_roles(ctx)
     controller.start().result(timeout=300)
     totals = {"leaves": 0, "turns": 0, "tool_calls": 0, "samples_retried": 0, "samples_lost": 0,

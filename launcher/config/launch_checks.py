@@ -19,7 +19,7 @@ from launcher.config.user_imports import MissingDependency, import_object
 from launcher.errors import ConfigError
 from launcher.launch.code_package import CodePackage, code_packages
 from launcher.launch.code_package import describe as describe_code
-from launcher.launch.job import resolve_entrypoint, use_job_code
+from launcher.launch.job import check_job_args, resolve_entrypoint, use_job_code
 from runtime import ActorDefinitionError
 from runtime.internals import check_keyword_only_constructor, deep_check, hint_name, matches, short
 
@@ -61,9 +61,15 @@ def check_launch(config: ClusterConfig) -> LaunchCheck:
     text = _text(config)
     if config.job.entrypoint is not None:
         try:
-            resolve_entrypoint(config.job.entrypoint)
+            entrypoint = resolve_entrypoint(config.job.entrypoint)
         except ConfigError as exc:  # a dependency missing too: the job runs here, in the launcher
             errors.append(_at(text, "job", "entrypoint", str(exc)))
+        else:
+            try:
+                check_job_args(entrypoint, config.job.args)
+            except ConfigError as exc:
+                named = [key for key in config.job.args if repr(key) in str(exc) or f"job.args.{key}" in str(exc)]
+                errors.append(_at(text, "job.args", named[0] if named else "", str(exc)))
     for pool in config.pools:
         if isinstance(pool.worker, ServeWorkerSpec):
             errors += check_pool(pool, pool.worker, text, result.warnings)

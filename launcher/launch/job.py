@@ -11,7 +11,7 @@ import signal
 import subprocess
 import sys
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -112,6 +112,19 @@ def resolve_entrypoint(entrypoint: str) -> Callable[..., Any]:
     if not callable(function):
         raise ConfigError(f"job.entrypoint {entrypoint!r}: {function!r} is not callable")
     return function
+
+
+def check_job_args(entrypoint: Callable[..., Any], args: Mapping[str, Any]) -> None:
+    """Run the entrypoint's own check of ``[job.args]`` (its ``check_args`` attribute, as
+    ``actors.job_args.takes_settings`` sets it), so bad settings fail before anything starts; ConfigError."""
+    check = getattr(entrypoint, "check_args", None)
+    if not callable(check):
+        return
+    try:
+        check(dict(args))
+    except (TypeError, ValueError) as exc:  # pydantic's ValidationError is a ValueError
+        message = str(exc)
+        raise ConfigError(message if message.startswith("job.args") else f"job.args: {message}") from None
 
 
 def use_job_code(job: JobConfig) -> None:

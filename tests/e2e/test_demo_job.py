@@ -119,15 +119,18 @@ def test_demo_with_weight_sync_over_refs(tmp_path: Path) -> None:
     assert "RESULT {" in result.stdout and "teardown complete" in output
 
 
-@pytest.mark.parametrize("bad", ["bogus = 1"])
-def test_bad_demo_settings_fail_clearly(tmp_path: Path, bad: str) -> None:
+@pytest.mark.parametrize("bad", ["bogus = 1", "iterations = 0"])
+def test_bad_demo_settings_fail_before_anything_starts(tmp_path: Path, bad: str) -> None:
     config = small_config(tmp_path, iterations=2)
-    text = config.read_text().replace("iterations = 2", bad)
-    config.write_text(text)
+    config.write_text(config.read_text().replace("iterations = 2", bad))
     result = subprocess.run([*LAUNCH, str(config), "--no-logs"], capture_output=True, text=True, timeout=300,
                             cwd=ROOT)  # fmt: skip
-    assert result.returncode != 0
-    assert ("iterations" in result.stdout + result.stderr) or ("bogus" in result.stdout + result.stderr)
+    output = result.stdout + result.stderr
+    assert result.returncode == 2, output[-3000:]
+    line = 1 + config.read_text().splitlines().index(bad)
+    problem = "unknown demo settings ['bogus']; known: [" if "bogus" in bad else "iterations must be at least 1"
+    assert f"hosts.toml:{line}: " in output and problem in output, output[-3000:]
+    assert "found before starting anything" in output and "connecting to" not in output, output[-3000:]
 
 
 def test_ctrl_c_mid_loop_stops_everything(tmp_path: Path) -> None:
