@@ -10,7 +10,7 @@ import inspect
 import itertools
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Protocol
 
 from runtime.caller.argument_errors import UNSENDABLE, argument_error
 from runtime.caller.call import Call
@@ -106,6 +106,23 @@ def _method_ref(
     )
 
 
+class ActorOwner(Protocol):
+    """What stops an actor this process started, given to its handle when the handle is made: the restart policy of
+    a spawned actor (runtime.processes.supervisor.Supervisor) or a placed actor's process (runtime.placement)."""
+
+    restarts_actor: bool  # it brings the actor back after a crash: the handle follows restarts
+
+    @property
+    def process(self) -> Any:
+        """The process that runs the actor now (exit code, pid, recent output)."""
+
+    def stop(self) -> None:
+        """Kill the actor for good."""
+
+    def kill_for_restart(self) -> None:
+        """Kill the actor's process as a crash would (only where ``restarts_actor``)."""
+
+
 class ActorHandle:
     """A reference to one actor, pinned to the incarnation ``boot_id`` unless it follows restarts (the handle from
     ``spawn``; see :attr:`follows_restarts`).
@@ -121,6 +138,7 @@ class ActorHandle:
     ``metrics_port``: where the actor process serves Prometheus ``/metrics`` (None if unknown or off).
     ``policy``: a deadline per call and the error a call that did not get through raises (a service's handle:
     :mod:`runtime.caller.call_policy`); it stays with this handle (a copy sent or pickled has none).
+    ``owner``: what stops the actor, when this process started it (:class:`ActorOwner`); it never leaves this process.
     """
 
     def __init__(
@@ -142,6 +160,7 @@ class ActorHandle:
         spawn_token: bytes | None = None,
         server_key: str | None = None,
         policy: CallPolicy | None = None,
+        owner: ActorOwner | None = None,
     ) -> None:
         self.endpoint = endpoint
         self.actor_name = name
@@ -155,16 +174,13 @@ class ActorHandle:
         self.metrics_port = metrics_port
         self.spawn_token = spawn_token  # proves control calls (construct, shutdown); only the spawner has it
         self.server_key = server_key  # the actor's own CURVE public key (z85): only it can answer as this actor
-        self.process: Any = None  # runtime.processes.process.ActorProcess when this process spawned it
-        self.supervisor: Any = None  # runtime.processes.supervisor.Supervisor when this process spawned it
+        self._owner = owner
         self._runtime = runtime or ClientRuntime.get()
         self._curve_dir = curve_dir
         self._connection = connection  # opened on first use: a handle that is only passed along costs nothing
         self._follows = False  # set through follows_restarts
         self.policy = policy
-        # Called with this handle once kill() has stopped the actor: runtime.names.naming sets it when it registers a
-        # name for this handle, to forget its names (the handle knows nothing of names).
-        self._on_kill: Callable[[ActorHandle], None] | None = None
+        self._killed: list[Callable[[ActorHandle], None]] = []  # when_killed callbacks
 
     @property
     def _conn(self) -> Connection:
@@ -199,11 +215,35 @@ class ActorHandle:
         return self._conn
 
     @property
+    def owner(self) -> ActorOwner | None:
+        """What stops the actor, where this process started it (spawn's handle); None for any other handle."""
+        return self._owner
+
+    @property
+    def process(self) -> Any:
+        """The process that runs the actor now, where this process started it; else None."""
+        return self._owner.process if self._owner is not None else None
+
+    def when_killed(self, callback: Callable[[ActorHandle], None]) -> None:
+        """Call ``callback(handle)`` once :meth:`kill` has stopped the actor (naming forgets its names then)."""
+        if callback not in self._killed:
+            self._killed.append(callback)
+
+    def now_at(self, record: dict[str, Any], *, spawn_token: bytes | None) -> None:
+        """Point this handle at a new incarnation of its actor (``__construct__``'s or ``__health__``'s record):
+        its owner's restart, or :meth:`follow_restart`."""
+        self.boot_id, self.pid, self.host = record["boot_id"], record["pid"], record["host"]
+        self.metrics_port = record.get("metrics_port")
+        if spawn_token is not None:
+            self.spawn_token = spawn_token
+
+    @property
     def follows_restarts(self) -> bool:
         """Whether calls go to whichever incarnation answers, not only to ``boot_id``: the handle ``spawn`` returned
         (its supervisor restarts the actor), a handle that names no incarnation yet, or one set so
         (``runtime.ray_compat`` sets it: Ray's handles follow restarts)."""
-        return self._follows or self.supervisor is not None or self.boot_id is None
+        restarts = self._owner is not None and self._owner.restarts_actor
+        return self._follows or restarts or self.boot_id is None
 
     @follows_restarts.setter
     def follows_restarts(self, follows: bool) -> None:
@@ -227,8 +267,7 @@ class ActorHandle:
         health = await current_incarnation(
             lambda left: ask.options(deadline_s=left)(), self.actor_name, self.endpoint, self.server_key, deadline_s
         )
-        self.boot_id, self.pid, self.host = health["boot_id"], health["pid"], health["host"]
-        self.metrics_port = health.get("metrics_port")
+        self.now_at(health, spawn_token=None)
         self._connection = None  # the live one from now on (a new one where this one saw the old incarnation die)
         return self
 
@@ -301,18 +340,17 @@ class ActorHandle:
         ``no_restart=False`` (as Ray's ``ray.kill``): kill the process and let the restart policy
         (``max_restarts``) bring it back; this handle keeps working. Only for a handle from ``spawn``.
         """
+        owner = self._owner
         if not no_restart:
-            if self.supervisor is None:
+            if owner is None or not owner.restarts_actor:
                 raise ValueError(
                     f"actor {self.actor_name!r}: kill(no_restart=False) needs the handle spawn() returned, whose "
                     "process restarts the actor; this handle has no restart policy"
                 )
-            self.supervisor.kill_for_restart()
+            owner.kill_for_restart()
             return
-        if self.supervisor is not None:
-            self.supervisor.stop()
-        elif self.process is not None:
-            self.process.kill()
+        if owner is not None:
+            owner.stop()
         elif self._conn.dead is None:
             if self.spawn_token is None:
                 raise CallRejected(
@@ -323,8 +361,8 @@ class ActorHandle:
                 self.method("__shutdown__")().result(timeout=5.0)
             except Exception:  # already gone, unreachable: either way it is dead to us
                 pass
-        if self._on_kill is not None:
-            self._on_kill(self)
+        for callback in self._killed:
+            callback(self)
         self.mark_dead(f"actor {self.actor_name!r} was killed by its owner")
 
     def to_state(self) -> dict[str, Any]:
@@ -345,7 +383,7 @@ class ActorHandle:
     def __reduce__(self) -> tuple[Any, tuple[dict[str, Any]]]:
         """Pickled as its identity only (pickle and cloudpickle, e.g. inside a config object): the copy calls the same
         actor from any process, never with this one's spawn token (a pickle may end up anywhere, so the copy cannot
-        kill the actor, as a handle from ``get_actor`` cannot), process or supervisor (which must not leave here)."""
+        kill the actor, as a handle from ``get_actor`` cannot), nor its owner (which must not leave here)."""
         return _handle_from_state, (self.to_state(),)
 
 

@@ -118,7 +118,7 @@ def _remember(name: str, namespace: str, handle: ActorHandle) -> None:
     """Hold ``handle`` under the name here; killing it forgets its names (the hook the handle calls then)."""
     with _lock:
         _names[(namespace, name)] = handle
-    handle._on_kill = forget
+    handle.when_killed(forget)
 
 
 def local_handle(name: str, namespace: str = DEFAULT_NAMESPACE) -> ActorHandle | None:

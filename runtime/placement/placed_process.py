@@ -23,7 +23,10 @@ KILL_WAIT_S = 10.0
 
 class PlacedProcess:
     """What a spawner knows of a placed actor's process: pid, host, its exit (``when_exited``, ``wait_exited``,
-    ``exit_report``, as :class:`runtime.processes.process.ActorProcess`), and ``kill()``."""
+    ``exit_report``, as :class:`runtime.processes.process.ActorProcess`), and ``kill()``; its handle's owner
+    (runtime.caller.handle.ActorOwner): a placed actor is not restarted."""
+
+    restarts_actor = False
 
     def __init__(self, started: Started, *, label: str, owner: str) -> None:
         self.lease_id = started.lease_id
@@ -63,6 +66,17 @@ class PlacedProcess:
         if self.report is None:
             return f"actor {self.label} (lease {self.lease_id}, pid {self.pid}) on {self.host} exited with code {code}"
         return self.report.model_copy(update={"reason": self.report.reason + when}).describe()
+
+    @property
+    def process(self) -> PlacedProcess:
+        return self
+
+    def stop(self) -> None:
+        """Stop the actor for good (:meth:`kill`)."""
+        self.kill()
+
+    def kill_for_restart(self) -> None:
+        raise ValueError(f"actor {self.label} is placed by the launch and has no restart policy")
 
     def kill(self) -> None:
         """Release the lease: the host's agent kills the process tree, its resources return to the launch."""

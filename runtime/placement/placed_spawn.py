@@ -54,7 +54,7 @@ async def spawn_placed_async(
         handle = await attach_worker_async(
             started.endpoint, actor_class, ticket=ticket, kwargs=kwargs, name=name,
             concurrency_groups=concurrency_groups, max_concurrency=max_concurrency, limits=limits,
-            deadline_s=deadline_s, host=started.host, curve_dir=curve_dir, watch=process,
+            deadline_s=deadline_s, host=started.host, curve_dir=curve_dir, watch=process, owner=process,
         )  # fmt: skip
     except BaseException:
         try:
@@ -62,7 +62,6 @@ async def spawn_placed_async(
         except Exception as exc:  # the launch is gone: so is what it started
             log.warning("releasing lease %s of %s: %s", grant.lease_id, label, exc)
         raise
-    handle.process = process
     handle.connection.exit_watched = True  # its exit comes from the launcher, with how it ended: not the link watch
     process.when_exited(lambda code: handle.mark_dead(process.exit_report(code)))
     return handle

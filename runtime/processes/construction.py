@@ -7,7 +7,7 @@ from typing import Any
 
 from runtime.actor.call_store import StoreLimits
 from runtime.caller.client import ClientRuntime
-from runtime.caller.handle import ActorHandle
+from runtime.caller.handle import ActorHandle, ActorOwner
 from runtime.caller.handle_names import checked_class_info
 from runtime.core.control_auth import SpawnTicket
 from runtime.core.errors import ActorDied, RemoteError, remote_error
@@ -94,6 +94,7 @@ async def attach_worker_async(
     liveness_timeout_s: float | None = None,
     curve_dir: CurveDir = FROM_ENV,
     watch: ActorProcess | None = None,
+    owner: ActorOwner | None = None,
 ) -> ActorHandle:
     """Construct ``actor_class(**kwargs)`` inside the empty worker at ``endpoint``; returns its handle.
 
@@ -103,6 +104,7 @@ async def attach_worker_async(
     ``watch``: the worker's process, when this process started it: if it exits during construction, this fails at
     once with ActorDied naming its exit code (or signal) and its last output lines. Without it, a worker that
     dies is seen by the connection's link watch (ActorDied within about a second, without the exit code).
+    ``owner``: what stops the actor, when this process started it (the returned handle holds it).
     """
     cls, ref = class_and_ref(actor_class)
     info: ActorClassInfo | None = None
@@ -133,7 +135,9 @@ async def attach_worker_async(
     finally:
         if watcher is not None:
             watcher.stop()
-    return handle_from_record(endpoint, built, info=info, curve_dir=curve_dir, spawn_token=ticket.token, **liveness)
+    return handle_from_record(
+        endpoint, built, info=info, curve_dir=curve_dir, spawn_token=ticket.token, owner=owner, **liveness
+    )
 
 
 class _ConstructionWatch:

@@ -131,12 +131,8 @@ async def spawn_async(
         return await attach_worker_async(
             driver_server.advertised(ready["endpoint"]), actor_class, ticket=process.ticket, kwargs=kwargs, name=name,
             concurrency_groups=concurrency_groups, max_concurrency=max_concurrency, limits=limits,
-            deadline_s=deadline_s, host=ready["host"], curve_dir=curve_dir, watch=process,
+            deadline_s=deadline_s, host=ready["host"], curve_dir=curve_dir, watch=process, owner=supervisor,
         )  # fmt: skip
-
-    await driver_fork.prepare_async()  # the first spawn of this process starts its fork server
-    process, handle, exits = await start_first(start, first, label, max_restarts, metrics_port)
-    handle.process = process
 
     def launch(on_exit: Callable[[int], None]) -> ActorProcess:
         port = None if metrics_port is None else (handle.metrics_port or metrics_port)
@@ -156,10 +152,13 @@ async def spawn_async(
         again = {**options, "name": handle.actor_name, "restarts": restarts}  # the same name in logs and metrics
         return await construct(bootstrap, ref, kwargs, again, deadline_s, label)
 
-    handle.supervisor = Supervisor(
-        handle, process, label=label, max_restarts=max_restarts, launch=launch, construct=reconstruct, curve=curve,
-        previous_exits=exits, on_restarted=naming.refresh,  # get_actor hands out the new incarnation
+    supervisor = Supervisor(
+        label=label, max_restarts=max_restarts, launch=launch, construct=reconstruct, curve=curve,
+        on_restarted=naming.refresh,  # get_actor hands out the new incarnation
     )  # fmt: skip
+    await driver_fork.prepare_async()  # the first spawn of this process starts its fork server
+    process, handle, exits = await start_first(start, first, label, max_restarts, metrics_port)
+    supervisor.watch(handle, process, exits)
     return await _claim_name(handle, name, namespace, stale, get_if_exists, curve_dir)
 
 

@@ -50,39 +50,45 @@ class Supervisor:
     ``exit_actor()``) and exits while this process shuts down. A method raising SystemExit(n) or another
     BaseException exits non-zero (:mod:`runtime.actor.actor_exit`) and is restarted."""
 
+    restarts_actor = True  # its handle follows restarts (runtime.caller.handle.ActorOwner)
+
     def __init__(
         self,
-        handle: ActorHandle,
-        process: ActorProcess,
         *,
         label: str,
         max_restarts: int,
         launch: Launch,
         construct: Construct,
         curve: CurveConfig | None,
-        previous_exits: list[int] | None = None,
         on_restarted: Callable[[ActorHandle], None] | None = None,
     ) -> None:
-        """``previous_exits``: exit codes of incarnations that died before this one was up (each a restart);
-        ``on_restarted(handle)`` runs once a new incarnation is up (naming re-registers it)."""
+        """Made before the first incarnation, whose handle holds it (its owner); :meth:`watch` then takes that
+        incarnation. ``on_restarted(handle)`` runs once a new incarnation is up (naming re-registers it)."""
         check_max_restarts(max_restarts)
-        self.handle = handle
-        self.process = process
+        self.handle: ActorHandle | None = None
+        self.process: ActorProcess | None = None
         self.label = label
         self.max_restarts = max_restarts
-        self.exit_codes: list[int] = list(previous_exits or [])
-        self.restarts = len(self.exit_codes)
+        self.exit_codes: list[int] = []
+        self.restarts = 0
         self._launch = launch
         self._construct = construct
         self._curve = curve
         self._on_restarted = on_restarted
-        self._runtime = handle._runtime
+        self._runtime = ClientRuntime.get()
         self._lock = threading.Lock()
         self._incarnation = 0
         self._reported: set[int] = set()
         self._stopping = False
         self._restarting = False
         self._bootstrap: Connection | None = None
+
+    def watch(self, handle: ActorHandle, process: ActorProcess, previous_exits: list[int]) -> None:
+        """Take the first incarnation: its handle and process; ``previous_exits``: exit codes of incarnations that
+        died before it was up (each a restart)."""
+        self.handle, self.process = handle, process
+        self.exit_codes = list(previous_exits)
+        self.restarts = len(self.exit_codes)
         handle.connection.exit_watched = True  # exits are reported here, with the code: not by the link watch
         process.when_exited(self._exit_callback(0))  # at once if it already exited
 
@@ -91,13 +97,15 @@ class Supervisor:
         with self._lock:
             self._stopping = True
             process = self.process
-        process.kill()
+        if process is not None:
+            process.kill()
 
     def kill_for_restart(self) -> None:
         """Kill the actor's process as a crash would: the restart policy decides what follows."""
         with self._lock:
             process = self.process
-        process.kill()
+        if process is not None:
+            process.kill()
 
     def _budget_spent(self) -> bool:
         return self.max_restarts != UNLIMITED and self.restarts >= self.max_restarts
@@ -218,9 +226,8 @@ class Supervisor:
 
     def _adopt(self, process: ActorProcess, incarnation: int, built: dict[str, Any]) -> None:
         handle = self.handle
-        handle.boot_id, handle.pid, handle.process = built["boot_id"], built["pid"], process
-        handle.spawn_token = process.ticket.token
-        handle.metrics_port = built.get("metrics_port")
+        assert handle is not None
+        handle.now_at(built, spawn_token=process.ticket.token)
         with self._lock:
             self._restarting = False
             self._bootstrap = None

@@ -43,7 +43,7 @@ def test_a_handle_survives_pickle_and_cloudpickle_and_reaches_the_same_actor(rel
             assert copy.endpoint == counter.endpoint and copy.server_key == counter.server_key
         assert counter.add(0).result(10) == 7
         # The copy never carries the spawn token: it can call methods, not kill.
-        assert copy.spawn_token is None and copy.supervisor is None
+        assert copy.spawn_token is None and copy.owner is None and copy.process is None
         assert relay.kill_pickled(pickle.dumps(counter)).result(10).startswith("refused: ")
         with pytest.raises(CallRejected, match="can be killed only by the process that spawned"):
             copy.kill()

@@ -44,7 +44,7 @@ def test_unlimited_restarts(no_leaks: None) -> None:
         for _ in range(3):  # more than any finite budget this test could have set by accident
             os.kill(pid, signal.SIGKILL)
             pid = _wait_for_new_pid(actor, pid)
-        assert actor.supervisor.restarts == 3 and actor.dead is None
+        assert actor.owner.restarts == 3 and actor.dead is None
     finally:
         actor.kill()
     with pytest.raises(ValueError, match="-1 for unlimited"):
@@ -57,7 +57,7 @@ def test_a_crash_inside_the_constructor_counts_against_max_restarts(tmp_path: Pa
     actor = spawn("ray_parity_actors:CrashingConstructor", kwargs={"counter_path": str(crashes)}, max_restarts=2)
     try:
         assert actor.method("get_pid")().result(10) == actor.pid
-        assert actor.supervisor.restarts == 2 and actor.supervisor.exit_codes == [3, 3]
+        assert actor.owner.restarts == 2 and actor.owner.exit_codes == [3, 3]
     finally:
         actor.kill()
     crashes.write_text("2")
