@@ -14,7 +14,7 @@ from dataclasses import dataclass
 import torch
 import torch.distributed as dist
 
-from actors.trainer._megatron import mcore_random, parallel_state
+from actors.trainer import _megatron as mcore
 from actors.trainer.config import Backend
 from runtime.collective import interface_towards
 
@@ -35,11 +35,11 @@ class ParallelLayout:
 
     @property
     def tp_group(self) -> dist.ProcessGroup:
-        return parallel_state.get_tensor_model_parallel_group()
+        return mcore.parallel_state.get_tensor_model_parallel_group()
 
     @property
     def dp_group(self) -> dist.ProcessGroup:
-        return parallel_state.get_data_parallel_group()
+        return mcore.parallel_state.get_data_parallel_group()
 
 
 def resolve_backend(backend: Backend) -> str:
@@ -78,38 +78,38 @@ def init_distributed(
 
 def setup_parallel(*, tensor_model_parallel_size: int, seed: int, timeout_s: float) -> ParallelLayout:
     """Create Megatron's TP/DP groups (after :func:`init_distributed`) and its RNG tracker."""
-    if parallel_state.model_parallel_is_initialized():
+    if mcore.parallel_state.model_parallel_is_initialized():
         raise RuntimeError("megatron-core parallel state is already initialized in this process")
     # Megatron takes minutes; a fractional value keeps the per-group timeout at timeout_s.
-    parallel_state.initialize_model_parallel(
+    mcore.parallel_state.initialize_model_parallel(
         tensor_model_parallel_size=tensor_model_parallel_size,
         distributed_timeout_minutes=timeout_s / 60.0,  # type: ignore[arg-type]
         create_gloo_process_groups=False,
     )
     if dist.get_backend() == "nccl":
         device = torch.device("cuda", torch.cuda.current_device())
-        mcore_random.model_parallel_cuda_manual_seed(seed, force_reset_rng=True)
+        mcore.mcore_random.model_parallel_cuda_manual_seed(seed, force_reset_rng=True)
     else:
         device = torch.device("cpu")
         # The training tracker forks CUDA RNG states; the inference tracker's fork is a no-op, which is
         # exact here because the trainer runs without dropout.
-        mcore_random.initialize_rng_tracker(inference_rng_tracker=True, force_reset=True)
+        mcore.mcore_random.initialize_rng_tracker(inference_rng_tracker=True, force_reset=True)
     torch.manual_seed(seed)
     return ParallelLayout(
         rank=dist.get_rank(),
         world_size=dist.get_world_size(),
-        tp_rank=parallel_state.get_tensor_model_parallel_rank(),
-        tp_size=parallel_state.get_tensor_model_parallel_world_size(),
-        dp_rank=parallel_state.get_data_parallel_rank(),
-        dp_size=parallel_state.get_data_parallel_world_size(),
+        tp_rank=mcore.parallel_state.get_tensor_model_parallel_rank(),
+        tp_size=mcore.parallel_state.get_tensor_model_parallel_world_size(),
+        dp_rank=mcore.parallel_state.get_data_parallel_rank(),
+        dp_size=mcore.parallel_state.get_data_parallel_world_size(),
         device=device,
     )
 
 
 def teardown_parallel() -> None:
     """Destroy Megatron's groups and the default group; safe to call more than once."""
-    if parallel_state.model_parallel_is_initialized():
-        parallel_state.destroy_model_parallel()
+    if mcore.parallel_state.model_parallel_is_initialized():
+        mcore.parallel_state.destroy_model_parallel()
     if dist.is_initialized():
         dist.destroy_process_group()
 

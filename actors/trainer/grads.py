@@ -12,7 +12,7 @@ import torch.distributed as dist
 from torch import Tensor
 from torch._utils import _flatten_dense_tensors, _unflatten_dense_tensors
 
-from actors.trainer._megatron import param_is_not_tensor_parallel_duplicate
+from actors.trainer import _megatron as mcore
 
 
 def allreduce_gradients(params: list[Tensor], extra: Tensor, *, group: dist.ProcessGroup, size: int) -> Tensor:
@@ -40,7 +40,7 @@ def clip_gradients(params: list[Tensor], max_norm: float, *, tp_group: dist.Proc
     ``max_norm`` when it is positive and exceeded. Returns the norm before clipping."""
     squares = torch.zeros(1, dtype=torch.float64, device=params[0].device)
     for param in params:
-        if param.grad is not None and param_is_not_tensor_parallel_duplicate(param):
+        if param.grad is not None and mcore.param_is_not_tensor_parallel_duplicate(param):
             squares += param.grad.detach().double().pow(2).sum()
     if tp_size > 1:
         dist.all_reduce(squares, op=dist.ReduceOp.SUM, group=tp_group)

@@ -5,6 +5,7 @@ megatron-core 0.16's CUDA-only pieces are replaced or turned off here; the rest 
 from __future__ import annotations
 
 import dataclasses
+from typing import TYPE_CHECKING
 
 import torch
 import torch.distributed as dist
@@ -13,53 +14,10 @@ from torch import Tensor
 
 from actors.hf.rope import rope_inv_freq
 from actors.model_config import ModelConfig
-from actors.trainer._megatron import (
-    DotProductAttention,
-    GPTModel,
-    ModuleSpec,
-    RotaryEmbedding,
-    TransformerConfig,
-    get_gpt_layer_local_spec,
-    reduce_from_tensor_model_parallel_region,
-)
+from actors.trainer import _megatron as mcore
 
-
-# DotProductAttention takes its score buffer from parallel_state.get_global_memory_buffer(), allocated on
-# torch.cuda.current_device(): this computes the same (causal, GQA by repeat_interleave) with torch SDPA.
-class SdpaCoreAttention(DotProductAttention):
-    """Megatron's core attention computed with torch SDPA (no CUDA-only buffer); causal, no mask tensor."""
-
-    def forward(  # type: ignore[override]
-        self,
-        query: Tensor,
-        key: Tensor,
-        value: Tensor,
-        attention_mask: Tensor | None,
-        attn_mask_type: object | None = None,
-        attention_bias: Tensor | None = None,
-        packed_seq_params: object | None = None,
-    ) -> Tensor:
-        """``query`` [sq, b, heads, d], ``key``/``value`` [sk, b, groups, d] -> context [sq, b, heads * d]."""
-        if attention_mask is not None or attention_bias is not None or packed_seq_params is not None:
-            raise NotImplementedError("SdpaCoreAttention supports plain causal attention only")
-        q, k, v = (t.permute(1, 2, 0, 3) for t in (query, key, value))  # [b, heads, s, d]
-        repeats = q.shape[1] // k.shape[1]
-        if repeats > 1:  # query head h reads key/value group h // repeats, as in Megatron and HF
-            k = k.repeat_interleave(repeats, dim=1)
-            v = v.repeat_interleave(repeats, dim=1)
-        context = F.scaled_dot_product_attention(q, k, v, is_causal=True, scale=self.softmax_scale)
-        seq_len, batch = query.shape[0], query.shape[1]
-        return context.permute(2, 0, 1, 3).reshape(seq_len, batch, -1)
-
-
-# RotaryEmbedding.get_emb moves inv_freq to CUDA on first use: this keeps it on the CPU.
-class CpuRotaryEmbedding(RotaryEmbedding):
-    """Megatron's RoPE (rotate-half layout, the HF convention) without the move of ``inv_freq`` to CUDA."""
-
-    def get_emb(self, max_seq_len: int, offset: int = 0) -> Tensor:
-        """[max_seq_len, 1, 1, head_dim] angles, ``cat(freqs, freqs)`` as in HF's ``rotate_half`` RoPE."""
-        freqs = self.get_freqs_non_repeated(max_seq_len, offset)
-        return torch.cat((freqs, freqs), dim=-1)[:, None, None, :]
+if TYPE_CHECKING:
+    from actors.trainer._megatron import GPTModel, ModuleSpec, TransformerConfig
 
 
 # use_cpu_initialization: weights are drawn whole on the CPU RNG, then sliced per TP rank, so the initial
@@ -70,7 +28,7 @@ def transformer_config(
 ) -> TransformerConfig:
     """Megatron's TransformerConfig for a llama-style model: RMSNorm, SwiGLU, no dropout, biases only on q/k/v
     (qwen2), RMSNorm on q/k heads (qwen3). ``initialize=False`` skips drawing random weights (loaded next)."""
-    return TransformerConfig(
+    return mcore.TransformerConfig(
         num_layers=model.num_layers,
         hidden_size=model.hidden_size,
         ffn_hidden_size=model.ffn_hidden_size,
@@ -105,7 +63,9 @@ def transformer_config(
 
 
 def _layer_spec(model: ModelConfig) -> ModuleSpec:
-    spec = get_gpt_layer_local_spec(normalization="RMSNorm", qk_layernorm=model.qk_norm)
+    from actors.trainer.cpu_layers import SdpaCoreAttention  # megatron-core is imported here, not with this module
+
+    spec = mcore.get_gpt_layer_local_spec(normalization="RMSNorm", qk_layernorm=model.qk_norm)
     attention = spec.submodules.self_attention
     attention_submodules = dataclasses.replace(attention.submodules, core_attention=SdpaCoreAttention)
     self_attention = dataclasses.replace(attention, submodules=attention_submodules)
@@ -120,7 +80,9 @@ def build_gpt_model(
     ``initialize=False`` leaves the weights uninitialized (for loading a checkpoint into them right after).
     """
     config = transformer_config(model, tensor_model_parallel_size=tensor_model_parallel_size, initialize=initialize)
-    gpt = GPTModel(
+    from actors.trainer.cpu_layers import CpuRotaryEmbedding
+
+    gpt = mcore.GPTModel(
         config=config,
         transformer_layer_spec=_layer_spec(model),
         vocab_size=model.vocab_size,
@@ -181,7 +143,7 @@ def logprobs_and_entropy(
     logits = gpt(inputs, position_ids(inputs), None).float() / temperature  # [b, s - 1, vocab / tp]
 
     def tp_sum(value: Tensor) -> Tensor:  # all-reduce forward, identity backward (every TP rank has the same loss)
-        return value if tp_size == 1 else reduce_from_tensor_model_parallel_region(value, group=tp_group)
+        return value if tp_size == 1 else mcore.reduce_from_tensor_model_parallel_region(value, group=tp_group)
 
     peak = logits.detach().max(dim=-1, keepdim=True).values
     if tp_size > 1:

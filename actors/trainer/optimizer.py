@@ -6,15 +6,17 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Iterator
-from typing import Any, Literal, Protocol
+from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 import torch
 from torch import Tensor
 
-from actors.trainer._megatron import GPTModel
 from actors.trainer.config import OptimizerConfig
 from actors.trainer.distributed import ParallelLayout
 from actors.trainer.grads import allreduce_gradients, clip_gradients, sum_qk_norm_gradients
+
+if TYPE_CHECKING:
+    from actors.trainer._megatron import GPTModel
 
 OptimizerKind = Literal["torch_adamw", "megatron", "megatron_distributed"]
 
