@@ -11,7 +11,6 @@ import functools
 import logging
 import os
 import signal
-import socket
 import subprocess
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -20,6 +19,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from runtime.internals import die_with_parent_preexec
+from transport.ports import free_ports
 
 logger = logging.getLogger(__name__)
 
@@ -27,11 +27,14 @@ T = TypeVar("T")
 POLL_S = 0.05
 
 
+_handed_out: set[int] = set()  # never the same port twice from this process
+
+
 def free_port(host: str = "127.0.0.1") -> int:
-    """A TCP port free on ``host`` right now (another process may still take it before it is bound)."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind((host, 0))
-        return int(sock.getsockname()[1])
+    """A TCP port free on ``host`` now, for another process to bind (a rank's rendezvous, an engine, a router):
+    drawn below the kernel's ephemeral range (transport.ports), where no ``bind(0)`` or outgoing connection can
+    take it meanwhile (CI: a trainer group's rendezvous port from that range was taken, and its ranks hung)."""
+    return free_ports(1, _handed_out, host=host)[0]
 
 
 class Spawner:

@@ -28,9 +28,9 @@ from launcher.agent.agent_events import EventWriter
 from launcher.agent.agent_keys import HostKeys
 from launcher.agent.child_supervisor import ChildSupervisor
 from launcher.agent.code_cache import CodeCache
-from launcher.agent.readiness import free_ports
 from launcher.agent.zygote_client import READY_WAIT_S, ZygoteClient
 from launcher.launch.gpu_check import detect_gpus
+from transport.ports import free_ports
 
 log = logging.getLogger("launcher.agent.host_agent")
 

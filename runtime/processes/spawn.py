@@ -273,20 +273,28 @@ def spawn_many(
             for i in range(count)
         ]
         await driver_fork.prepare_async()  # before the jobs: they then all fork from the fork server
-        results = await asyncio.gather(*jobs, return_exceptions=True)
-        failed = [i for i, r in enumerate(results) if isinstance(r, BaseException)]
-        if failed:
-            for handle in results:
-                if isinstance(handle, ActorHandle):
-                    handle.kill()
-            first = results[failed[0]]
-            assert isinstance(first, BaseException)
-            first.add_note(
-                f"spawn_many: actor {failed[0]} of {count} ({actor_class!r}) failed; {len(failed)} failed in all "
-                f"(indices {failed[:20]}), the {count - len(failed)} started were killed"
-            )
-            raise first
-        return list(results)
+        tasks = [asyncio.ensure_future(job) for job in jobs]
+        # The first failure ends the others at once: ranks that construct together would wait for the failed one
+        # until their own timeouts (a rendezvous), and all or none start anyway.
+        try:
+            await asyncio.wait(tasks, return_when=asyncio.FIRST_EXCEPTION)
+        finally:
+            for task in tasks:
+                task.cancel()  # none when all started; a spawn cancelled kills the process it started
+        results = await asyncio.gather(*tasks, return_exceptions=True)
+        failed = [i for i, r in enumerate(results) if isinstance(r, BaseException) and not tasks[i].cancelled()]
+        if not failed:
+            return list(results)  # type: ignore[arg-type]
+        for handle in results:
+            if isinstance(handle, ActorHandle):
+                handle.kill()
+        first = results[failed[0]]
+        assert isinstance(first, BaseException)
+        first.add_note(
+            f"spawn_many: actor {failed[0]} of {count} ({actor_class!r}) failed; {len(failed)} failed in all "
+            f"(indices {failed[:20]}), the {count - len(failed)} others were stopped"
+        )
+        raise first
 
     deadline = options.get("deadline_s", DEFAULT_SPAWN_DEADLINE_S)
     return ClientRuntime.get().run(all_of(), timeout_s=2 * deadline + 5, what=f"spawn {count} x {actor_class!r}")

@@ -6,6 +6,7 @@ import os
 import signal
 import subprocess
 import sys
+import time
 
 from runtime import spawn
 from runtime.processes import driver_fork
@@ -17,9 +18,10 @@ MODULES_AT_IMPORT = frozenset(sys.modules)
 class Probe:
     """Reports what its process looks like from inside."""
 
-    def __init__(self, *, fail: bool = False) -> None:
+    def __init__(self, *, fail: bool = False, wait_s: float = 0.0) -> None:
         if fail:
             raise ValueError("this probe was told to fail in its constructor")
+        time.sleep(wait_s)  # a rank waiting in its constructor for peers (a rendezvous)
         self.modules_at_start = frozenset(MODULES_AT_IMPORT)
 
     def had_module(self, name: str) -> bool:

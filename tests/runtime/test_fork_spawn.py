@@ -110,7 +110,14 @@ def test_spawn_many_starts_every_actor_and_names_the_one_that_failed(no_leaks: N
     with pytest.raises(Exception, match="told to fail") as failed:
         spawn_many("fork_actors:Probe", 4, kwargs_each=[{}, {}, {"fail": True}, {}])
     notes = " ".join(getattr(failed.value, "__notes__", []))
-    assert "actor 2 of 4" in notes and "the 3 started were killed" in notes
+    assert "actor 2 of 4" in notes and "the 3 others were stopped" in notes
+    # the first failure stops the others at once: ranks waiting in their constructors for a failed peer (a
+    # rendezvous) must not hold the spawn until their own timeouts (CI: a trainer group's spawn hung 300 s)
+    started = time.monotonic()
+    with pytest.raises(Exception, match="told to fail") as failed:
+        spawn_many("fork_actors:Probe", 3, kwargs_each=[{"wait_s": 120}, {"fail": True}, {"wait_s": 120}])
+    assert time.monotonic() - started < 30, "spawn_many waited for the constructors of the others"
+    assert "actor 1 of 3" in " ".join(getattr(failed.value, "__notes__", []))
     with pytest.raises(ValueError, match="count must be an int"):
         spawn_many("fork_actors:Probe", -1)
 
