@@ -22,18 +22,24 @@ def job_settings(settings_type: type[S], args: Mapping[str, Any], what: str = "s
 
 
 def takes_settings(
-    settings_type: type[S], what: str = "settings"
+    settings_type: type[S], what: str = "settings", *, check: Callable[[S, Mapping[str, Any]], None] | None = None
 ) -> Callable[[Callable[[Any, S], R]], Callable[[Any], R]]:
     """Decorate a job entrypoint ``main(ctx, settings)``: it is called as ``main(ctx)`` with ``[job.args]`` read into
-    ``settings_type``, and miles-launch runs the same check (the entrypoint's ``check_args``) before it starts
-    anything, so a typo fails at once rather than once every pool is up."""
+    ``settings_type``, and miles-launch runs the same check (the entrypoint's ``check_args(args, pools)``) before it
+    starts anything, so a typo fails at once rather than once every pool is up. ``check(settings, pools)``: more
+    of the job's own checks then, over the serve pools' kwargs in hosts.toml (pool id -> kwargs)."""
+
+    def check_args(args: Mapping[str, Any], pools: Mapping[str, Mapping[str, Any]]) -> None:
+        settings = job_settings(settings_type, args, what)
+        if check is not None:
+            check(settings, pools)
 
     def mark(entrypoint: Callable[[Any, S], R]) -> Callable[[Any], R]:
         @functools.wraps(entrypoint)
         def main(ctx: Any) -> R:
             return entrypoint(ctx, job_settings(settings_type, ctx.args, what))
 
-        main.check_args = functools.partial(job_settings, settings_type, what=what)  # type: ignore[attr-defined]
+        main.check_args = check_args  # type: ignore[attr-defined]
         return main
 
     return mark

@@ -4,6 +4,7 @@ trains; ``miles-launch examples/async-demo.toml`` runs it."""
 from __future__ import annotations
 
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -14,8 +15,10 @@ from actors.demo.result import mean_rewards, result_line
 from actors.demo.run_state import RunCheckpoints, RunPoint
 from actors.job_args import takes_settings
 from actors.job_roles import rl_roles
+from actors.rollout.executor import DEFAULT_SAMPLING_PARAMS
+from actors.trainer.config import TrainerConfig
 from actors.trainer.group import TrainerGroup, TrainerGroupError
-from actors.trainer.objective_config import off_policy_problems
+from actors.trainer.objective_config import ObjectiveConfig, off_policy_problems
 from runtime import ActorHandle
 
 # Per iteration i: take a batch from the rollout's buffer (samples at most max_staleness versions older than the
@@ -171,21 +174,38 @@ def refuse_uncorrected(settings: AsyncDemoSettings, trainer: TrainerGroup, rollo
     """Raise OffPolicyRefused when this run would train on stale or partial rollouts without a behaviour
     correction (or correct inexactly); returns a one-line description of the objective otherwise."""
     objective = trainer.objective()
-    sampling = rollout.sampling_settings().result(timeout=30)
+    _refuse(settings, objective, rollout.sampling_settings().result(timeout=30))
+    corrections = [name for name in ("use_tis", "decoupled", "use_rollout_logprobs") if getattr(objective, name)]
+    return f"objective {objective.policy_loss}" + (f" with {', '.join(corrections)}" if corrections else "")
+
+
+def refuse_uncorrected_before_start(settings: AsyncDemoSettings, pools: Mapping[str, Mapping[str, Any]]) -> None:
+    """The same refusal before anything starts (miles-launch's checks), from the ``trainer`` and ``rollout`` pools'
+    kwargs in hosts.toml; a launch whose pools are not those (or whose kwargs are wrong, which the launcher
+    reports itself) is judged by :func:`refuse_uncorrected` once its actors are up."""
+    trainer, rollout = pools.get("trainer", {}), pools.get("rollout", {})
+    if "config" not in trainer or "rollout" not in pools:
+        return
+    try:
+        objective = TrainerConfig.model_validate(trainer["config"]).objective
+    except ValueError:
+        return
+    _refuse(settings, objective, dict(rollout.get("sampling_params") or DEFAULT_SAMPLING_PARAMS))
+
+
+def _refuse(settings: AsyncDemoSettings, objective: ObjectiveConfig, sampling: dict[str, Any]) -> None:
     partial = settings.in_flight in ("partial", "continue")  # a sample's tokens come from several versions
     problems = off_policy_problems(objective, max_staleness=settings.max_staleness, partial_rollout=partial,
                                    sampling_params=sampling)  # fmt: skip
     if problems:
         raise OffPolicyRefused("; ".join(problems) + " (the trainer pool's [pools.worker.kwargs.config.objective])")
-    corrections = [name for name in ("use_tis", "decoupled", "use_rollout_logprobs") if getattr(objective, name)]
-    return f"objective {objective.policy_loss}" + (f" with {', '.join(corrections)}" if corrections else "")
 
 
 class OffPolicyRefused(ValueError):
     """The run would train on a biased gradient: the message names the objective's options that correct it."""
 
 
-@takes_settings(AsyncDemoSettings, "async demo settings")
+@takes_settings(AsyncDemoSettings, "async demo settings", check=refuse_uncorrected_before_start)
 def main(ctx: Any, settings: AsyncDemoSettings) -> int:
     """Entrypoint for ``[job] entrypoint = "actors.demo.async_loop:main"``; ``ctx`` is a launcher.JobContext."""
     trainer, controller, rollout = rl_roles(ctx)

@@ -22,6 +22,9 @@ from runtime import ActorHandle, get_actor, method, metrics, put, within
 
 logger = logging.getLogger(__name__)
 
+#: What every request samples with when the pool gives no ``sampling_params``.
+DEFAULT_SAMPLING_PARAMS: dict[str, Any] = {"temperature": 1.0, "max_new_tokens": 16}
+
 
 def logprob_temperature(params: dict[str, Any]) -> float:
     """The temperature the engines' logprobs are at: the sampling temperature; 1 for greedy requests (SGLang
@@ -97,7 +100,7 @@ class RolloutExecutor:
         self.router_url_ = router_url.rstrip("/") if router_url else None
         self.controller = controller
         self.controller_name = controller_name
-        self.sampling_params = dict(sampling_params or {"temperature": 1.0, "max_new_tokens": 16})
+        self.sampling_params = dict(sampling_params or DEFAULT_SAMPLING_PARAMS)
         self.dp_size = dp_size
         self.max_concurrency = max_concurrency
         self.request_timeout_s = request_timeout_s

@@ -66,7 +66,8 @@ def check_launch(config: ClusterConfig) -> LaunchCheck:
             errors.append(_at(text, "job", "entrypoint", str(exc)))
         else:
             try:
-                check_job_args(entrypoint, config.job.args)
+                pools = {p.id: p.worker.kwargs for p in config.pools if isinstance(p.worker, ServeWorkerSpec)}
+                check_job_args(entrypoint, config.job.args, pools)
             except ConfigError as exc:
                 named = [key for key in config.job.args if repr(key) in str(exc) or f"job.args.{key}" in str(exc)]
                 errors.append(_at(text, "job.args", named[0] if named else "", str(exc)))

@@ -114,17 +114,24 @@ def resolve_entrypoint(entrypoint: str) -> Callable[..., Any]:
     return function
 
 
-def check_job_args(entrypoint: Callable[..., Any], args: Mapping[str, Any]) -> None:
-    """Run the entrypoint's own check of ``[job.args]`` (its ``check_args`` attribute, as
-    ``actors.job_args.takes_settings`` sets it), so bad settings fail before anything starts; ConfigError."""
+def check_job_args(
+    entrypoint: Callable[..., Any], args: Mapping[str, Any], pools: Mapping[str, Mapping[str, Any]]
+) -> None:
+    """Run the entrypoint's own check of ``[job.args]`` and the serve pools' kwargs (pool id -> kwargs): its
+    ``check_args(args, pools)`` attribute, as ``actors.job_args.takes_settings`` sets it, so bad settings fail
+    before anything starts; ConfigError."""
     check = getattr(entrypoint, "check_args", None)
     if not callable(check):
         return
     try:
-        check(dict(args))
+        check(dict(args), pools)
     except (TypeError, ValueError) as exc:  # pydantic's ValidationError is a ValueError
         message = str(exc)
-        raise ConfigError(message if message.startswith("job.args") else f"job.args: {message}") from None
+        if type(exc) not in (TypeError, ValueError):
+            message = f"{type(exc).__name__}: {message}"  # the job's own refusal (e.g. OffPolicyRefused), by name
+        elif not message.startswith("job.args"):
+            message = f"job.args: {message}"
+        raise ConfigError(message) from None
 
 
 def use_job_code(job: JobConfig) -> None:

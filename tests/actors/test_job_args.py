@@ -37,9 +37,9 @@ def test_an_entrypoint_taking_settings_gets_them_and_its_check_runs_before_the_l
         args = {"iterations": 3}
 
     assert main(Ctx()) == 3 and main.__name__ == "main"  # called as the launcher calls it: main(ctx)
-    check_job_args(main, {"iterations": 3})  # miles-launch's check before anything starts (launch_checks)
+    check_job_args(main, {"iterations": 3}, {})  # miles-launch's check before anything starts (launch_checks)
     with pytest.raises(ConfigError, match=r"^job\.args: unknown demo settings \['iteratons'\]"):
-        check_job_args(main, {"iteratons": 3})
+        check_job_args(main, {"iteratons": 3}, {})
     with pytest.raises(ConfigError, match=r"^job\.args\.iterations must be at least 1"):
-        check_job_args(main, {"iterations": 0})
-    check_job_args(lambda ctx: 0, {"anything": 1})  # an entrypoint without a check: its args are its own business
+        check_job_args(main, {"iterations": 0}, {})
+    check_job_args(lambda ctx: 0, {"anything": 1}, {})  # an entrypoint without a check: its args are its own business

@@ -1,6 +1,6 @@
-"""An asynchronous run without a behaviour correction is refused at start, before the engines start, with a message
-naming the objective's options that correct it (actors/demo/async_loop.py refuse_uncorrected; the trainer's
-``objective`` in actors/trainer/objective_config.py)."""
+"""An asynchronous run without a behaviour correction is refused before anything starts (miles-launch's checks run the
+job's own: actors/demo/async_loop.py refuse_uncorrected_before_start over the pools' kwargs), with a message naming
+the objective's options that correct it (the trainer's ``objective`` in actors/trainer/objective_config.py)."""
 
 from __future__ import annotations
 
@@ -33,5 +33,5 @@ def test_uncorrected_async_run_is_refused_at_start(tmp_path: Path) -> None:
     refusal = next((line for line in output.splitlines() if "OffPolicyRefused: " in line), "")
     assert "max_staleness = 1" in refusal and "objective.use_tis = true" in refusal, output[-4000:]
     assert "allow_uncorrected_off_policy = true" in refusal, refusal
-    assert "starting the router and the engines" not in output  # refused before anything was generated
+    assert "found before starting anything" in output and "connecting to" not in output  # nothing started
     assert not left_behind(marker), "processes left behind"
