@@ -6,7 +6,6 @@ import contextlib
 import json
 import shutil
 import signal
-import socket
 import subprocess
 import time
 import urllib.error
@@ -16,16 +15,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from actors.processes import free_port as _free_port
+
 
 def prometheus_binary() -> str | None:
     """The prometheus executable, or None."""
     return shutil.which("prometheus")
-
-
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
 
 
 def _get(url: str, timeout_s: float = 5.0) -> bytes:

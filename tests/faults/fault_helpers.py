@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import select
 import signal
-import socket
 import subprocess
 import time
 import urllib.error
@@ -24,12 +23,6 @@ HERE = Path(__file__).resolve().parent
 def rss_mb(pid: int) -> float:
     """Resident memory of process ``pid`` in MiB."""
     return psutil.Process(pid).memory_info().rss / (1 << 20)
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
 
 
 def http_get(url: str, timeout_s: float = 5.0) -> bytes:

@@ -12,7 +12,9 @@ import psutil
 import pytest
 from launch_helpers import NETNS_OCTET, NETNS_SH, NetnsCluster
 from slurm_fixture import SlurmTestCluster, slurm_available
-from sshd_fixture import LISTENER_PIDS, Sshd, SshKeys, free_port, generate_keys, sshd_available
+from sshd_fixture import LISTENER_PIDS, Sshd, SshKeys, generate_keys, sshd_available
+
+from actors.processes import free_port
 
 
 @pytest.fixture(scope="session")

@@ -11,7 +11,6 @@ import getpass
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import time
 from dataclasses import dataclass
@@ -53,13 +52,6 @@ def generate_keys(directory: Path) -> SshKeys:
     authorized.write_text(Path(str(paths["client_ed25519"]) + ".pub").read_text())
     authorized.chmod(0o600)
     return SshKeys(paths["host_ed25519"], paths["client_ed25519"], paths["bad_client_ed25519"], authorized)
-
-
-def free_port() -> int:
-    """A free TCP port on 127.0.0.1."""
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 class Sshd:

@@ -10,13 +10,13 @@ python/ray/util/scheduling_strategies.py, and verl 0.9's single controller, whic
 from __future__ import annotations
 
 import os
-import socket
 from collections.abc import Iterator
 
 import pytest
 from launch_helpers import launched_here, local_host, wait_for, write_hosts_toml
 
 import runtime.ray_compat as ray
+from actors.processes import free_port
 from launcher.launch.worker_provider import WorkerProvider
 from runtime import placement
 from runtime.ray_compat.util.placement_group import placement_group, placement_group_table, remove_placement_group
@@ -70,12 +70,6 @@ class GlooMember:
 @ray.remote
 def host_of_task() -> str | None:
     return os.environ.get("MILES_HOST")
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 def test_ray_code_in_a_launch_places_across_its_hosts(launch: WorkerProvider) -> None:

@@ -11,8 +11,9 @@ from typing import Any
 
 import pytest
 from launch_helpers import PYTHON, launch_until_job_runs, ssh_host, subprocess_env, write_hosts_toml
-from sshd_fixture import Sshd, SshKeys, free_port
+from sshd_fixture import Sshd, SshKeys
 
+from actors.processes import free_port
 from launcher.config.hosts_config import parse_config
 from launcher.errors import HostAuthError, HostCheckError, HostUnreachable, WorkerStartError
 from launcher.launch.worker_provider import WorkerProvider
