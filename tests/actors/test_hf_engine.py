@@ -26,6 +26,8 @@ from conftest import REPO_ROOT, EngineLauncher, EngineProcess, free_port
 from hf_fixtures import KINDS, load_reference, make_checkpoint, reference_logprobs
 from inference_fixtures import kill_and_wait_gone
 
+from actors.cpu_engine.cli import check_args, load_served_model, parse_args
+
 pytestmark = pytest.mark.processes
 
 TOLERANCE = 1e-4
@@ -200,13 +202,22 @@ def test_flags_the_engine_cannot_honour_are_refused(
     spawn_engine: EngineLauncher, hf_models: Path, tmp_path: Path
 ) -> None:
     llama = str(hf_models / "llama")
-    assert "--tp-size 2: the CPU engine runs one tensor-parallel rank" in start_failing(
-        spawn_engine, "--model-path", llama, "--tp-size", "2"
-    )
-    assert "--model-config: " in start_failing(spawn_engine, "--model-path", llama, "--model-config", "{}")
+
+    def refused(*argv: str) -> str:  # the engine's own checks, in this process (actors/cpu_engine/cli.py)
+        with pytest.raises((SystemExit, ValueError)) as refusal:
+            args = parse_args(["--port", "1", *argv])
+            check_args(args)
+            load_served_model(args)
+        return str(refusal.value)
+
+    one_rank = "--tp-size 2: the CPU engine runs one tensor-parallel rank"
+    assert one_rank in refused("--model-path", llama, "--tp-size", "2")
+    assert "--model-config: " in refused("--model-path", llama, "--model-config", "{}")
     gemma = edited(hf_models / "llama", tmp_path / "gemma", model_type="gemma")
-    assert "model_type='gemma' is not supported" in start_failing(spawn_engine, "--model-path", str(gemma))
+    assert "model_type='gemma' is not supported" in refused("--model-path", str(gemma))
     yarn = edited(hf_models / "llama", tmp_path / "yarn", rope_parameters={"rope_type": "yarn", "factor": 2.0})
+    assert "rope_type='yarn' is not supported" in refused("--model-path", str(yarn))
+    # and the engine process: it exits at start, non-zero, saying why
     assert "rope_type='yarn' is not supported" in start_failing(spawn_engine, "--model-path", str(yarn))
 
 
