@@ -30,7 +30,7 @@ from runtime.processes.spawn_checks import (
     construct_options,
 )
 from runtime.processes.spawn_names import live_holder, taken
-from runtime.processes.supervisor import Supervisor, start_first
+from runtime.processes.supervisor import Supervisor
 from transport import security
 from transport.security import CURVE_DIR_ENV, FROM_ENV, CurveDir
 
@@ -138,7 +138,7 @@ async def spawn_async(
         port = None if metrics_port is None else (handle.metrics_port or metrics_port)
         return start(
             bound[-1], metrics_port=port, on_exit=[on_exit],
-            server_keys=process.ticket.server_keys,  # the same actor keys: handles given out stay valid
+            server_keys=supervisor.process.ticket.server_keys,  # the same actor keys: handles given out stay valid
         )  # fmt: skip
 
     async def reconstruct(new: ActorProcess, restarts: int, conn: Connection) -> dict[str, Any]:
@@ -157,8 +157,7 @@ async def spawn_async(
         on_restarted=naming.refresh,  # get_actor hands out the new incarnation
     )  # fmt: skip
     await driver_fork.prepare_async()  # the first spawn of this process starts its fork server
-    process, handle, exits = await start_first(start, first, label, max_restarts, metrics_port)
-    supervisor.watch(handle, process, exits)
+    handle = await supervisor.start_first(lambda: start(metrics_port=metrics_port), first)
     return await _claim_name(handle, name, namespace, stale, get_if_exists, curve_dir)
 
 

@@ -62,8 +62,8 @@ class Supervisor:
         curve: CurveConfig | None,
         on_restarted: Callable[[ActorHandle], None] | None = None,
     ) -> None:
-        """Made before the first incarnation, whose handle holds it (its owner); :meth:`watch` then takes that
-        incarnation. ``on_restarted(handle)`` runs once a new incarnation is up (naming re-registers it)."""
+        """Made before the first incarnation, whose handle holds it (its owner), which :meth:`start_first` starts.
+        ``on_restarted(handle)`` runs once a new incarnation is up (naming re-registers it)."""
         check_max_restarts(max_restarts)
         self.handle: ActorHandle | None = None
         self.process: ActorProcess | None = None
@@ -83,14 +83,37 @@ class Supervisor:
         self._restarting = False
         self._bootstrap: Connection | None = None
 
-    def watch(self, handle: ActorHandle, process: ActorProcess, previous_exits: list[int]) -> None:
-        """Take the first incarnation: its handle and process; ``previous_exits``: exit codes of incarnations that
-        died before it was up (each a restart)."""
+    async def start_first(
+        self, start: Callable[[], ActorProcess], first: Callable[[ActorProcess], Awaitable[ActorHandle]]
+    ) -> ActorHandle:
+        """Start the first incarnation (``start()``, then ``first(process)`` constructs it and returns its handle,
+        which holds this supervisor) and watch it from then on. One whose process dies in its constructor (not one
+        that raises: that is the caller's error) is started again while ``max_restarts`` allows, each a restart."""
+        while True:
+            process = start()
+            self._runtime.processes.append(process)
+            try:
+                handle = await first(process)
+                break
+            except ActorDied:
+                code = await asyncio.get_running_loop().run_in_executor(None, process.wait_exited, 2.0)
+                process.kill()
+                self._runtime.processes.remove(process)
+                if not code or self._budget_spent():
+                    raise
+                self.exit_codes.append(code)
+                self.restarts += 1
+                log.warning("actor %s died in its constructor (code %d); starting it again (restart %d)",
+                            self.label, code, self.restarts)  # fmt: skip
+                await asyncio.sleep(_backoff(self.restarts))
+            except BaseException:
+                process.kill()
+                self._runtime.processes.remove(process)
+                raise
         self.handle, self.process = handle, process
-        self.exit_codes = list(previous_exits)
-        self.restarts = len(self.exit_codes)
         handle.connection.exit_watched = True  # exits are reported here, with the code: not by the link watch
         process.when_exited(self._exit_callback(0))  # at once if it already exited
+        return handle
 
     def stop(self) -> None:
         """Kill the actor for good: no restart follows."""
@@ -162,7 +185,7 @@ class Supervisor:
         failures = 0
         while True:
             if failures:
-                await asyncio.sleep(min(_BACKOFF_BASE_S * 2 ** (failures - 1), _BACKOFF_MAX_S))
+                await asyncio.sleep(_backoff(failures))
             with self._lock:
                 if self._stopping or self._runtime.closing:
                     self._restarting = False
@@ -250,33 +273,6 @@ class Supervisor:
             self._on_exit(incarnation, code)
 
 
-async def start_first(
-    start: Callable[..., ActorProcess],
-    first: Callable[[ActorProcess], Awaitable[ActorHandle]],
-    label: str,
-    max_restarts: int,
-    metrics_port: int | None,
-) -> tuple[ActorProcess, ActorHandle, list[int]]:
-    """Start the first incarnation; one whose process dies in its constructor (not one that raises: that is the
-    caller's error) is started again while ``max_restarts`` allows. Returns it, its handle and the exit codes."""
-    runtime = ClientRuntime.get()
-    exits: list[int] = []
-    while True:
-        process = start(metrics_port=metrics_port)
-        runtime.processes.append(process)
-        try:
-            return process, await first(process), exits
-        except ActorDied:
-            code = await asyncio.get_running_loop().run_in_executor(None, process.wait_exited, 2.0)
-            process.kill()
-            runtime.processes.remove(process)
-            if not code or (max_restarts != UNLIMITED and len(exits) >= max_restarts):
-                raise
-            exits.append(code)
-            log.warning("actor %s died in its constructor (code %d); starting it again (restart %d)", label, code,
-                        len(exits))  # fmt: skip
-            await asyncio.sleep(min(_BACKOFF_BASE_S * 2 ** (len(exits) - 1), _BACKOFF_MAX_S))
-        except BaseException:
-            process.kill()
-            runtime.processes.remove(process)
-            raise
+def _backoff(failures: int) -> float:
+    """The wait before the next start after ``failures`` (>= 1) failed ones in a row: 0.1 s doubling to 5 s."""
+    return min(_BACKOFF_BASE_S * 2 ** (failures - 1), _BACKOFF_MAX_S)
