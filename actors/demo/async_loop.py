@@ -183,8 +183,8 @@ def refuse_uncorrected_before_start(settings: AsyncDemoSettings, pools: Mapping[
     """The same refusal before anything starts (miles-launch's checks), from the ``trainer`` and ``rollout`` pools'
     kwargs in hosts.toml; a launch whose pools are not those (or whose kwargs are wrong, which the launcher
     reports itself) is judged by :func:`refuse_uncorrected` once its actors are up."""
-    trainer, rollout = pools.get("trainer", {}), pools.get("rollout", {})
-    if "config" not in trainer or "rollout" not in pools:
+    trainer, rollout = pools.get("trainer", {}), pools.get("rollout")
+    if "config" not in trainer or rollout is None:
         return
     try:
         objective = TrainerConfig.model_validate(trainer["config"]).objective

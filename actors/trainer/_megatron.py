@@ -37,9 +37,11 @@ def _load() -> dict[str, Any]:
 def __getattr__(name: str) -> Any:
     # Imported on first use, not with this module: megatron-core costs seconds of CPU (it imports torch's compiler),
     # and what only reads the trainer's signature and config (miles-launch's checks, a job's TrainerGroup) needs none.
+    if name.startswith("_"):  # a probe (``__path__``, ``__wrapped__``) must not import megatron-core
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
     with _lock:
         loaded = _load()
-    if name not in loaded or name.startswith("_"):
+    if name not in loaded:
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
     globals().update(loaded)
     return loaded[name]
